@@ -1,0 +1,27 @@
+"""dagmagic: an autonomous LLM goal loop for Jupyter: plan a DAG, run it in parallel, judge, replan, answer.
+
+The public API is re-exported here; everything else lives in subpackages. Importing dagmagic does not
+import litellm (it is imported on the first model call).
+"""
+
+from dagmagic.errors import ConfigurationError, DagError, ProviderError, StructuredOutputError
+from dagmagic.llm.registry import ModelRegistry
+from dagmagic.models import AnalysisResult, ExecutionPlan, LLMCall, PlanStep, RoundRecord, Usage
+from dagmagic.settings import DagSettings
+
+__all__ = [
+    "AnalysisResult",
+    "ConfigurationError",
+    "DagError",
+    "DagSettings",
+    "ExecutionPlan",
+    "LLMCall",
+    "ModelRegistry",
+    "PlanStep",
+    "ProviderError",
+    "RoundRecord",
+    "StructuredOutputError",
+    "Usage",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,145 @@
+"""Every exception dagmagic raises on purpose.
+
+The tree, by whose mistake it is::
+
+    DagError
+    ├── ConfigurationError (ValueError)      the user's set-up: bad setting, no model, duplicate name
+    ├── StructuredOutputError (ValueError)   a model never produced output of the requested shape
+    └── ProviderError                        a model provider refused or failed a call
+        ├── FatalProviderError               raised at once, never retried
+        │   ├── AuthenticationError          missing or wrong API key
+        │   ├── PermissionDeniedError        the key may not use this model
+        │   ├── BadRequestError              the provider rejected the request itself
+        │   └── UnknownModelError            no such model or provider
+        └── TransientProviderError           retried with backoff before giving up
+            ├── RateLimitError
+            ├── ProviderTimeoutError
+            ├── ServerError                  5xx from the provider
+            └── ProviderConnectionError
+
+Only ``dagmagic.llm`` turns litellm's exceptions into these, in one place (``llm/_litellm.py``).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AuthenticationError",
+    "BadRequestError",
+    "ConfigurationError",
+    "DagError",
+    "FatalProviderError",
+    "PermissionDeniedError",
+    "ProviderConnectionError",
+    "ProviderError",
+    "ProviderTimeoutError",
+    "RateLimitError",
+    "ServerError",
+    "StructuredOutputError",
+    "TransientProviderError",
+    "UnknownModelError",
+]
+
+
+class DagError(Exception):
+    """Base of every exception dagmagic raises on purpose."""
+
+
+class ConfigurationError(DagError, ValueError):
+    """The user's configuration is wrong: the message says what was wrong and what is accepted."""
+
+
+class StructuredOutputError(DagError, ValueError):
+    """Every level of ``structured_llm_call`` failed to produce a value of the requested shape."""
+
+
+class ProviderError(DagError):
+    """A model provider refused or failed a call.
+
+    ``provider_message`` is the provider's own words (with anything that looks like a key masked),
+    ``hint`` what the user can do about it.
+    """
+
+    kind = "Provider error"
+    hint = ""
+
+    def __init__(self, provider_message: str, *, model: str | None = None, hint: str | None = None) -> None:
+        self.provider_message = provider_message
+        self.model = model
+        self.call: object | None = None
+        """The ``LLMCall`` record of the failed call, once the client has recorded it."""
+        if hint is not None:
+            self.hint = hint
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        where = f" for model {self.model!r}" if self.model else ""
+        text = f"{self.kind}{where}: {self.provider_message}"
+        return f"{text}\nHint: {self.hint}" if self.hint else text
+
+
+class FatalProviderError(ProviderError):
+    """Retrying cannot help: raised at once."""
+
+
+class AuthenticationError(FatalProviderError):
+    """The provider did not accept the API key."""
+
+    kind = "Authentication failed"
+    hint = (
+        "set the provider's key in the environment the kernel runs in "
+        "(OPENAI_API_KEY, ANTHROPIC_API_KEY, ...) and restart the kernel; keys are never stored by dagmagic."
+    )
+
+
+class PermissionDeniedError(FatalProviderError):
+    """The key is valid but may not use this model."""
+
+    kind = "Permission denied"
+    hint = "this key may not use this model: pick another model or ask the account owner for access."
+
+
+class BadRequestError(FatalProviderError):
+    """The provider rejected the request (too long, an unsupported parameter, a policy)."""
+
+    kind = "Bad request"
+    hint = "the provider rejected the request itself; shorten the input or drop unsupported options."
+
+
+class UnknownModelError(FatalProviderError):
+    """The model or provider name is not known."""
+
+    kind = "Unknown model"
+    hint = (
+        "use a litellm model string with its provider, e.g. 'openai/gpt-4.1-mini', "
+        "'anthropic/claude-sonnet-4-5' or 'ollama/qwen3'."
+    )
+
+
+class TransientProviderError(ProviderError):
+    """Might succeed later: retried with backoff."""
+
+
+class RateLimitError(TransientProviderError):
+    """Too many requests or tokens per minute."""
+
+    kind = "Rate limited"
+    hint = "lower max_concurrency, add deployments with a litellm Router, or wait."
+
+
+class ProviderTimeoutError(TransientProviderError):
+    """The provider did not answer in time."""
+
+    kind = "Timed out"
+
+
+class ServerError(TransientProviderError):
+    """The provider failed (5xx)."""
+
+    kind = "Provider server error"
+
+
+class ProviderConnectionError(TransientProviderError):
+    """The provider could not be reached."""
+
+    kind = "Connection failed"
+    hint = "check the network and the model's api_base."

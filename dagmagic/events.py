@@ -1,0 +1,211 @@
+"""The typed events of a run: the one stream every view (widget, text progress, trace, store) reads.
+
+``Event`` is a discriminated union on ``type``; ``parse_event`` and ``EVENTS`` turn JSON back into it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field, TypeAdapter
+
+from dagmagic.models import AnalysisResult, Decision, ExecutionPlan, LLMCall, RunStatus, StepStatus
+
+__all__ = [
+    "EVENTS",
+    "AnalysisReady",
+    "AnswerDelta",
+    "AnswerReady",
+    "Event",
+    "LLMCallRecorded",
+    "PlanReady",
+    "Replanning",
+    "RoundStarted",
+    "RunFinished",
+    "RunStarted",
+    "RunWarning",
+    "StepCompleted",
+    "StepIteration",
+    "StepQueued",
+    "StepStarted",
+    "Verification",
+    "Verifying",
+    "parse_event",
+]
+
+
+class _Event(BaseModel):
+    at: float = Field(default_factory=time.time)
+    """Epoch seconds when it happened."""
+
+
+class RunStarted(_Event):
+    """A run began."""
+
+    type: Literal["run_started"] = "run_started"
+    run_id: str
+    goal: str
+
+
+class RoundStarted(_Event):
+    """A plan-execute-analyze round began."""
+
+    type: Literal["round_started"] = "round_started"
+    round: int
+
+
+class PlanReady(_Event):
+    """The planner produced a valid plan for the round."""
+
+    type: Literal["plan_ready"] = "plan_ready"
+    round: int
+    plan: ExecutionPlan
+
+
+class StepQueued(_Event):
+    """A step's dependencies are done; it waits for a concurrency slot."""
+
+    type: Literal["step_queued"] = "step_queued"
+    round: int
+    step_id: str
+
+
+class StepStarted(_Event):
+    """A step acquired a slot and began."""
+
+    type: Literal["step_started"] = "step_started"
+    round: int
+    step_id: str
+    model: str | None = None
+
+
+class StepIteration(_Event):
+    """A step called a tool."""
+
+    type: Literal["step_iteration"] = "step_iteration"
+    round: int
+    step_id: str
+    iteration: int
+    tool: str
+    arguments: dict[str, object] = Field(default_factory=dict)
+    observation_preview: str = ""
+    duration: float = 0.0
+
+
+class Verifying(_Event):
+    """A step's citations are being checked."""
+
+    type: Literal["verifying"] = "verifying"
+    round: int
+    step_id: str
+
+
+class Verification(_Event):
+    """The verdict on a step's citations."""
+
+    type: Literal["verification"] = "verification"
+    round: int
+    step_id: str
+    passed: bool
+    feedback: str = ""
+
+
+class StepCompleted(_Event):
+    """A step reached a final state."""
+
+    type: Literal["step_completed"] = "step_completed"
+    round: int
+    step_id: str
+    status: StepStatus
+    error: str | None = None
+
+
+class AnalysisReady(_Event):
+    """The analyzer judged the round."""
+
+    type: Literal["analysis_ready"] = "analysis_ready"
+    round: int
+    analysis: AnalysisResult
+    decision: Decision
+
+
+class Replanning(_Event):
+    """Another round will be planned, and why."""
+
+    type: Literal["replanning"] = "replanning"
+    round: int
+    reason: str
+    follow_up: str | None = None
+
+
+class AnswerDelta(_Event):
+    """A piece of the streamed answer."""
+
+    type: Literal["answer_delta"] = "answer_delta"
+    text: str
+
+
+class AnswerReady(_Event):
+    """The whole answer."""
+
+    type: Literal["answer_ready"] = "answer_ready"
+    answer: str
+    fallback: bool = False
+    """True when the answer came from a fallback rather than the synthesis stream."""
+
+
+class RunFinished(_Event):
+    """The run ended."""
+
+    type: Literal["run_finished"] = "run_finished"
+    status: RunStatus
+    achieved: bool = False
+    confidence: float = 0.0
+    error: str | None = None
+
+
+class LLMCallRecorded(_Event):
+    """An LLM call finished (successfully or not)."""
+
+    type: Literal["llm_call"] = "llm_call"
+    call: LLMCall
+
+
+class RunWarning(_Event):
+    """Something the user should know that did not stop the run (a dropped dependency, say)."""
+
+    type: Literal["warning"] = "warning"
+    message: str
+    round: int | None = None
+    step_id: str | None = None
+
+
+Event = Annotated[
+    RunStarted
+    | RoundStarted
+    | PlanReady
+    | StepQueued
+    | StepStarted
+    | StepIteration
+    | Verifying
+    | Verification
+    | StepCompleted
+    | AnalysisReady
+    | Replanning
+    | AnswerDelta
+    | AnswerReady
+    | RunFinished
+    | LLMCallRecorded
+    | RunWarning,
+    Field(discriminator="type"),
+]
+
+EVENTS: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+def parse_event(data: str | bytes | dict[str, object]) -> Event:
+    """An event from its JSON text or dict."""
+    if isinstance(data, dict):
+        return EVENTS.validate_python(data)
+    return EVENTS.validate_json(data)

@@ -1,0 +1,75 @@
+"""The only door to litellm: its lazy import and the translation of its exceptions into ``dagmagic.errors``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import sys
+from types import ModuleType
+
+from dagmagic import errors
+
+__all__ = ["import_litellm", "mask_secrets", "translate_error"]
+
+_KEYLIKE = re.compile(r"\b(sk|pk|rk|key|api|gsk|xai|hf)[-_][A-Za-z0-9_\-]{8,}|\bAIza[0-9A-Za-z_\-]{20,}")
+
+
+def import_litellm() -> ModuleType:
+    """Import litellm on first use; the local price list avoids its network fetch at import."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    litellm.suppress_debug_info = True  # else unknown models print a provider list to stdout
+    return litellm
+
+
+def mask_secrets(text: str) -> str:
+    """``text`` with API keys (from the environment, or anything shaped like one) replaced by ``***``."""
+    for name, value in os.environ.items():
+        if len(value) >= 12 and name.upper().endswith(("_API_KEY", "_TOKEN", "_SECRET", "_KEY")):
+            text = text.replace(value, "***")
+    return _KEYLIKE.sub("***", text)
+
+
+def _litellm_classes() -> list[tuple[type[BaseException], type[errors.ProviderError]]]:
+    """Litellm exception -> ours, most specific first (Timeout subclasses APIConnectionError)."""
+    if "litellm" not in sys.modules:  # nothing can have raised litellm's exceptions
+        return []
+    litellm = sys.modules["litellm"]
+    return [
+        (litellm.AuthenticationError, errors.AuthenticationError),
+        (litellm.PermissionDeniedError, errors.PermissionDeniedError),
+        (litellm.NotFoundError, errors.UnknownModelError),
+        (litellm.RateLimitError, errors.RateLimitError),
+        (litellm.Timeout, errors.ProviderTimeoutError),
+        (litellm.APIConnectionError, errors.ProviderConnectionError),
+        (litellm.InternalServerError, errors.ServerError),
+        (litellm.ServiceUnavailableError, errors.ServerError),
+        (litellm.BadGatewayError, errors.ServerError),
+        (litellm.BadRequestError, errors.BadRequestError),
+        (litellm.UnprocessableEntityError, errors.BadRequestError),
+    ]
+
+
+def translate_error(exc: BaseException, model: str | None) -> BaseException:
+    """The dagmagic error for an exception a backend raised; other exceptions come back unchanged.
+
+    Cancellation is never translated: it is control flow, not a provider failure.
+    """
+    if isinstance(exc, (errors.ProviderError, asyncio.CancelledError)):
+        return exc
+    message = mask_secrets(str(exc)).removeprefix("litellm.").strip()
+    for theirs, ours in _litellm_classes():
+        if isinstance(exc, theirs):
+            if ours is errors.BadRequestError and "LLM Provider NOT provided" in message:
+                ours = errors.UnknownModelError
+            return ours(message.split("\n")[0] if ours is errors.UnknownModelError else message, model=model)
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int) and status >= 500:
+        return errors.ServerError(message, model=model)
+    if isinstance(exc, TimeoutError):
+        return errors.ProviderTimeoutError(message or "no answer in time", model=model)
+    if isinstance(exc, ConnectionError):
+        return errors.ProviderConnectionError(message, model=model)
+    return exc

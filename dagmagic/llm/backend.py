@@ -1,0 +1,233 @@
+"""The backend boundary: what one chat request and its reply look like, and the litellm backend.
+
+Everything above this boundary (retries, usage, events, structured levels) is shared by every backend;
+``dagmagic.testing.ScriptedLLM`` is the other implementation of ``ChatBackend``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, Field
+
+from dagmagic.llm._litellm import import_litellm
+from dagmagic.models import Purpose
+
+__all__ = [
+    "Capabilities",
+    "ChatBackend",
+    "ChatRequest",
+    "ChatResponse",
+    "LiteLLMBackend",
+    "StreamChunk",
+    "ToolCallData",
+    "ToolCallDelta",
+]
+
+
+class Capabilities(BaseModel):
+    """What a model can do, as far as structured output and streaming are concerned."""
+
+    tool_call: bool = False
+    """Native function calling with a forced tool choice."""
+    json_mode: bool = False
+    """``response_format`` JSON mode."""
+    stream: bool = True
+    """Streamed replies."""
+
+    @classmethod
+    def of(cls, value: Capabilities | Iterable[str] | Mapping[str, bool]) -> Capabilities:
+        """From an instance, names (``("tool_call", "json_mode")``) or a mapping of flags."""
+        if isinstance(value, Capabilities):
+            return value
+        if isinstance(value, Mapping):
+            return cls.model_validate(dict(value))
+        names = set(value)
+        unknown = names - set(cls.model_fields)
+        if unknown:
+            raise ValueError(f"unknown capabilities {sorted(unknown)}; known: {sorted(cls.model_fields)}")
+        return cls(**{name: name in names for name in cls.model_fields})
+
+
+class ChatRequest(BaseModel):
+    """One chat completion request, as it crosses the backend boundary."""
+
+    model: str
+    """The litellm model string, router group, or registry entry name for other backends."""
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None
+    temperature: float | None = None
+    purpose: Purpose
+    round: int | None = None
+    step_id: str | None = None
+    options: dict[str, Any] = Field(default_factory=dict, exclude=True, repr=False)
+    """Extra litellm keywords (``api_base``, ``api_key``...): never serialized, never shown."""
+
+    @property
+    def forced_tool(self) -> str | None:
+        """The function the request forces the model to call, if any."""
+        choice = self.tool_choice
+        if isinstance(choice, dict):
+            function = choice.get("function")
+            if isinstance(function, dict) and isinstance(function.get("name"), str):
+                return str(function["name"])
+        return None
+
+
+class ToolCallData(BaseModel):
+    """A tool call the model asked for; ``arguments`` is the raw JSON text."""
+
+    id: str
+    name: str
+    arguments: str = ""
+
+
+class ChatResponse(BaseModel):
+    """A whole reply."""
+
+    content: str = ""
+    tool_calls: list[ToolCallData] = Field(default_factory=list)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float | None = None
+    """USD, None when the price is unknown."""
+    finish_reason: str | None = None
+
+
+class ToolCallDelta(BaseModel):
+    """A piece of a streamed tool call; pieces with the same ``index`` concatenate."""
+
+    index: int = 0
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+class StreamChunk(BaseModel):
+    """A piece of a streamed reply. The backend's last chunk carries ``final``, the whole reply with usage."""
+
+    text: str = ""
+    tool_calls: list[ToolCallDelta] = Field(default_factory=list)
+    final: ChatResponse | None = None
+
+
+@runtime_checkable
+class ChatBackend(Protocol):
+    """Something that answers chat requests: litellm, ``ScriptedLLM``, or your own."""
+
+    def capabilities(self, model: str) -> Capabilities:
+        """What ``model`` supports."""
+        ...
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        """The whole reply to ``request``."""
+        ...
+
+    def stream(self, request: ChatRequest) -> AsyncIterator[StreamChunk]:
+        """The reply in pieces, the last one with ``final`` set."""
+        ...
+
+
+class LiteLLMBackend:
+    """Calls ``litellm.acompletion``, or a ``litellm.Router`` model group when given one."""
+
+    def __init__(self, router: Any | None = None) -> None:
+        self.router = router
+
+    def capabilities(self, model: str) -> Capabilities:
+        """From litellm's model map; an unknown model supports neither (text extraction still works)."""
+        litellm = import_litellm()
+        targets = self._deployments(model)
+
+        def every(check: Any) -> bool:
+            try:
+                return all(bool(check(model=target)) for target in targets)
+            except Exception:  # litellm raises for models missing from its map
+                return False
+
+        return Capabilities(
+            tool_call=every(litellm.supports_function_calling),
+            json_mode=every(litellm.supports_response_schema),
+            stream=True,
+        )
+
+    def _deployments(self, model: str) -> list[str]:
+        if self.router is None:
+            return [model]
+        deployments = self.router.get_model_list(model_name=model) or []
+        return [d["litellm_params"]["model"] for d in deployments] or [model]
+
+    def _arguments(self, request: ChatRequest, stream: bool) -> dict[str, Any]:
+        arguments: dict[str, Any] = {
+            "model": request.model,
+            "messages": request.messages,
+            "drop_params": True,
+            "num_retries": 0,  # retries happen once, above the boundary, for every backend alike
+            **request.options,
+        }
+        for name in ("tools", "tool_choice", "response_format", "temperature"):
+            value = getattr(request, name)
+            if value is not None:
+                arguments[name] = value
+        if stream:
+            arguments["stream"] = True
+            arguments["stream_options"] = {"include_usage": True}
+        return arguments
+
+    async def _acompletion(self, arguments: dict[str, Any]) -> Any:
+        if self.router is not None:
+            return await self.router.acompletion(**arguments)
+        return await import_litellm().acompletion(**arguments)
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        """One ``acompletion`` call."""
+        return _response(await self._acompletion(self._arguments(request, stream=False)))
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamChunk]:
+        """A streamed ``acompletion`` call; the whole reply is rebuilt with ``stream_chunk_builder``."""
+        litellm = import_litellm()
+        chunks: list[Any] = []
+        async for chunk in await self._acompletion(self._arguments(request, stream=True)):
+            chunks.append(chunk)
+            if not chunk.choices:
+                continue
+            delta = chunk.choices[0].delta
+            tool_deltas = [
+                ToolCallDelta(
+                    index=getattr(tc, "index", 0) or 0,
+                    id=tc.id,
+                    name=tc.function.name if tc.function else None,
+                    arguments=(tc.function.arguments or "") if tc.function else "",
+                )
+                for tc in (getattr(delta, "tool_calls", None) or [])
+            ]
+            if delta.content or tool_deltas:
+                yield StreamChunk(text=delta.content or "", tool_calls=tool_deltas)
+        built = litellm.stream_chunk_builder(chunks, messages=request.messages) if chunks else None
+        yield StreamChunk(final=_response(built) if built is not None else ChatResponse())
+
+
+def _response(raw: Any) -> ChatResponse:
+    """A litellm ``ModelResponse`` as a ``ChatResponse``, priced with ``litellm.completion_cost``."""
+    litellm = import_litellm()
+    choice = raw.choices[0]
+    message = choice.message
+    usage = getattr(raw, "usage", None)
+    try:
+        cost: float | None = float(litellm.completion_cost(completion_response=raw))
+    except Exception:  # litellm raises when it has no price for the model
+        cost = None
+    return ChatResponse(
+        content=message.content or "",
+        tool_calls=[
+            ToolCallData(id=tc.id or f"call_{i}", name=tc.function.name, arguments=tc.function.arguments or "")
+            for i, tc in enumerate(message.tool_calls or [])
+        ],
+        input_tokens=getattr(usage, "prompt_tokens", 0) or 0,
+        output_tokens=getattr(usage, "completion_tokens", 0) or 0,
+        cost=cost,
+        finish_reason=choice.finish_reason,
+    )

@@ -1,0 +1,232 @@
+"""``ChatModel``: the one seam every LLM call goes through.
+
+It tags the call with its purpose, retries transient provider errors with backoff, translates errors,
+and leaves an ``LLMCall`` record (usage, latency, cost, structured level) as an event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from dagmagic import errors
+from dagmagic.events import Event, LLMCallRecorded
+from dagmagic.llm._litellm import translate_error
+from dagmagic.llm.backend import ChatBackend, ChatRequest, ChatResponse, StreamChunk
+from dagmagic.llm.registry import ModelEntry, ModelRegistry
+from dagmagic.models import LLMCall, Purpose, StructuredLevel, Usage
+from dagmagic.settings import DagSettings
+
+__all__ = ["ChatModel", "ChatResult", "EventSink", "as_chat_model"]
+
+EventSink = Callable[[Event], object]
+
+
+class ChatResult:
+    """A reply and the record of the call that produced it."""
+
+    def __init__(self, response: ChatResponse, call: LLMCall) -> None:
+        self.response = response
+        self.call = call
+
+    @property
+    def content(self) -> str:
+        """The reply's text."""
+        return self.response.content
+
+
+class ChatModel:
+    """A registered model bound to settings and an event sink."""
+
+    def __init__(
+        self, entry: ModelEntry, *, settings: DagSettings | None = None, emit: EventSink | None = None
+    ) -> None:
+        self.entry = entry
+        self.settings = settings or DagSettings()
+        self.emit = emit
+
+    @property
+    def name(self) -> str:
+        """The registry entry's name."""
+        return self.entry.name
+
+    def _request(self, messages: list[dict[str, Any]], purpose: Purpose, **fields: Any) -> ChatRequest:
+        return ChatRequest(
+            model=self.entry.target, messages=messages, purpose=purpose, options=self.entry.options, **fields
+        )
+
+    def _record(
+        self,
+        request: ChatRequest,
+        *,
+        level: StructuredLevel | None,
+        started: float,
+        retries: int,
+        response: ChatResponse | None = None,
+        error: BaseException | None = None,
+        stream: bool = False,
+    ) -> LLMCall:
+        response = response or ChatResponse()
+        call = LLMCall(
+            purpose=request.purpose,
+            model=self.name,
+            round=request.round,
+            step_id=request.step_id,
+            messages=request.messages,
+            reply=response.content,
+            tool_calls=[tc.model_dump() for tc in response.tool_calls],
+            structured_level=level,
+            stream=stream,
+            retries=retries,
+            usage=Usage(
+                input_tokens=response.input_tokens,
+                output_tokens=response.output_tokens,
+                requests=1,
+                cost=response.cost,
+            ),
+            started_at=started,
+            latency=time.time() - started,
+            error=None if error is None else f"{type(error).__name__}: {error}",
+        )
+        if self.emit is not None:
+            self.emit(LLMCallRecorded(call=call))
+        return call
+
+    async def _backoff_or_raise(self, error: BaseException, cause: BaseException, retries: int) -> None:
+        """Sleep before the next try when ``error`` is transient and retries remain; raise otherwise."""
+        if isinstance(error, errors.TransientProviderError) and retries < self.settings.llm_retries:
+            await asyncio.sleep(self.settings.llm_retry_backoff * 2**retries)
+            return
+        if error is cause:
+            raise error
+        raise error from cause
+
+    async def chat(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        purpose: Purpose,
+        round: int | None = None,
+        step_id: str | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
+        response_format: dict[str, Any] | None = None,
+        temperature: float | None = None,
+        structured_level: StructuredLevel | None = None,
+    ) -> ChatResult:
+        """One completion; transient errors are retried, fatal ones raised at once as ``ProviderError``."""
+        request = self._request(
+            messages,
+            purpose,
+            round=round,
+            step_id=step_id,
+            tools=tools,
+            tool_choice=tool_choice,
+            response_format=response_format,
+            temperature=temperature,
+        )
+        started = time.time()
+        retries = 0
+        while True:
+            try:
+                response = await self.entry.backend.complete(request)
+                break
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                error = translate_error(exc, self.name)
+                try:
+                    await self._backoff_or_raise(error, exc, retries)
+                except BaseException:
+                    call = self._record(request, level=structured_level, started=started, retries=retries, error=error)
+                    if isinstance(error, errors.ProviderError):
+                        error.call = call
+                    raise
+                retries += 1
+        call = self._record(request, level=structured_level, started=started, retries=retries, response=response)
+        return ChatResult(response, call)
+
+    async def stream(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        purpose: Purpose,
+        round: int | None = None,
+        step_id: str | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
+        temperature: float | None = None,
+    ) -> AsyncIterator[StreamChunk]:
+        """The reply in pieces. A transient error before the first piece is retried; after it, raised
+        (a retry would repeat text the caller already showed). The call is recorded when the stream ends.
+        """
+        request = self._request(
+            messages,
+            purpose,
+            round=round,
+            step_id=step_id,
+            tools=tools,
+            tool_choice=tool_choice,
+            temperature=temperature,
+        )
+        started = time.time()
+        retries = 0
+        text: list[str] = []
+        final: ChatResponse | None = None
+        failure: BaseException | None = None
+        try:
+            while True:  # retry only until the first piece arrives
+                pieces = aiter(self.entry.backend.stream(request))
+                try:
+                    chunk = await anext(pieces, None)
+                    break
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    await self._backoff_or_raise(translate_error(exc, self.name), exc, retries)
+                    retries += 1
+            while chunk is not None:
+                if chunk.final is not None:
+                    final = chunk.final
+                elif chunk.text or chunk.tool_calls:
+                    text.append(chunk.text)
+                    yield chunk
+                chunk = await anext(pieces, None)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            failure = translate_error(exc, self.name)
+            if failure is exc:
+                raise
+            raise failure from exc
+        finally:
+            response = final or ChatResponse()
+            if not response.content:
+                response = response.model_copy(update={"content": "".join(text)})
+            self._record(
+                request,
+                level=None,
+                started=started,
+                retries=retries,
+                response=response,
+                error=failure,
+                stream=True,
+            )
+
+
+def as_chat_model(
+    model: ChatModel | ModelEntry | ChatBackend | str,
+    *,
+    settings: DagSettings | None = None,
+    emit: EventSink | None = None,
+) -> ChatModel:
+    """A ``ChatModel`` from any of the things users hold: a model string, a backend, an entry."""
+    if isinstance(model, ChatModel):
+        return model
+    if isinstance(model, ModelEntry):
+        return ChatModel(model, settings=settings, emit=emit)
+    name = model if isinstance(model, str) else type(model).__name__
+    entry = ModelRegistry().register(name, model).get(name)
+    return ChatModel(entry, settings=settings, emit=emit)

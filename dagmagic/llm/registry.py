@@ -1,0 +1,200 @@
+"""``ModelRegistry``: which model plays which role (smart, general, fast, reasoning, or a custom one)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from dagmagic.errors import ConfigurationError
+from dagmagic.llm.backend import Capabilities, ChatBackend, LiteLLMBackend
+
+__all__ = ["ROLE_ENV", "STANDARD_ROLES", "ModelEntry", "ModelRegistry"]
+
+STANDARD_ROLES = ("smart", "general", "fast", "reasoning")
+
+ROLE_ENV = {role: f"DAG_{role.upper()}_MODEL" for role in STANDARD_ROLES}
+
+_FALLBACKS: dict[str, tuple[str, ...]] = {
+    "smart": ("general",),
+    "general": ("smart",),
+    "fast": ("general", "smart"),
+    "reasoning": ("smart", "general"),
+}
+_CUSTOM_FALLBACK = ("general", "smart")
+
+_SECRET_OPTIONS = ("api_key", "key", "token", "secret", "password")
+
+NO_MODEL_MESSAGE = (
+    "No model is configured. Set DAG_SMART_MODEL (and optionally DAG_GENERAL_MODEL, DAG_FAST_MODEL, "
+    "DAG_REASONING_MODEL) to a litellm model string such as 'openai/gpt-4.1-mini' or 'ollama/qwen3', "
+    "or pass models=ModelRegistry().register(...)."
+)
+
+
+class ModelEntry:
+    """One registered model: a name, the roles it plays, how to call it and what it supports."""
+
+    def __init__(
+        self,
+        name: str,
+        target: str,
+        backend: ChatBackend,
+        roles: tuple[str, ...],
+        options: Mapping[str, Any],
+        capabilities: Capabilities | None,
+    ) -> None:
+        self.name = name
+        self.target = target
+        """What the backend is asked for: a litellm model string, a router group, or ``name``."""
+        self.backend = backend
+        self.roles = roles
+        self.options = dict(options)
+        self._capabilities = capabilities
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Declared at registration, else detected once (from litellm's model map for litellm models)."""
+        if self._capabilities is None:
+            self._capabilities = self.backend.capabilities(self.target)
+        return self._capabilities
+
+    def describe(self) -> dict[str, Any]:
+        """A summary safe to show or save: secrets in the options are masked."""
+        options = {
+            key: "***" if any(word in key.lower() for word in _SECRET_OPTIONS) else value
+            for key, value in self.options.items()
+        }
+        return {"name": self.name, "model": self.target, "roles": list(self.roles), "options": options}
+
+    def __repr__(self) -> str:
+        described = self.describe()
+        return f"ModelEntry({described['name']!r}, {described['model']!r}, roles={described['roles']})"
+
+
+class ModelRegistry:
+    """Models by name and role. Missing roles fall back: fast -> general -> smart, reasoning -> smart.
+
+    A registry with one model therefore serves every role with it.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[str, ModelEntry] = {}
+        self._roles: dict[str, str] = {}
+
+    def register(
+        self,
+        name: str,
+        model: str | ChatBackend | Any,
+        roles: Iterable[str] = (),
+        *,
+        capabilities: Capabilities | Iterable[str] | Mapping[str, bool] | None = None,
+        model_group: str | None = None,
+        **litellm_kwargs: Any,
+    ) -> ModelRegistry:
+        """Add a model and return the registry (calls chain).
+
+        ``model`` is a litellm model string (``"openai/gpt-4.1-mini"``), an object implementing
+        ``ChatBackend`` (such as ``ScriptedLLM``), or a ``litellm.Router``; for a router, ``model_group``
+        names the group to call (optional when the router has one group). ``capabilities`` overrides
+        detection, e.g. ``("tool_call", "json_mode")`` for a local server litellm does not know.
+        ``litellm_kwargs`` (``api_base``, ``api_key``, ``timeout``...) go to every call.
+        """
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigurationError(f"a model needs a non-empty name, got {name!r}")
+        if name in self._entries:
+            raise ConfigurationError(f"a model named {name!r} is already registered; pick another name")
+        roles = tuple(roles)
+        for role in roles:
+            if role in self._roles:
+                raise ConfigurationError(
+                    f"role {role!r} is already played by {self._roles[role]!r}; "
+                    "a role has one model (use a litellm Router to spread one role over deployments)"
+                )
+        target, backend = _resolve(name, model, model_group)
+        declared = Capabilities.of(capabilities) if capabilities is not None else None
+        self._entries[name] = ModelEntry(name, target, backend, roles, litellm_kwargs, declared)
+        for role in roles:
+            self._roles[role] = name
+        return self
+
+    def get(self, name: str) -> ModelEntry:
+        """The entry registered under ``name``."""
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise ConfigurationError(
+                f"no model named {name!r}; registered: {sorted(self._entries) or 'none'}"
+            ) from None
+
+    def for_role(self, role: str | None) -> ModelEntry:
+        """The model for ``role`` (None means ``general``), following the fallbacks."""
+        if not self._entries:
+            raise ConfigurationError(NO_MODEL_MESSAGE)
+        role = role or "general"
+        for candidate in (role, *_FALLBACKS.get(role, _CUSTOM_FALLBACK)):
+            if candidate in self._roles:
+                return self._entries[self._roles[candidate]]
+        return next(iter(self._entries.values()))
+
+    def has_role(self, role: str) -> bool:
+        """Whether a model was registered for exactly this role (no fallback)."""
+        return role in self._roles
+
+    @property
+    def roles(self) -> dict[str, str]:
+        """Role -> entry name, for the roles registered explicitly."""
+        return dict(self._roles)
+
+    def __iter__(self) -> Iterator[ModelEntry]:
+        return iter(self._entries.values())
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __repr__(self) -> str:
+        return f"ModelRegistry({list(self._entries.values())!r})"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> ModelRegistry:
+        """One entry per distinct model named by ``DAG_SMART_MODEL``, ``DAG_GENERAL_MODEL``,
+        ``DAG_FAST_MODEL`` and ``DAG_REASONING_MODEL``; the same model string serves all its roles.
+        """
+        environ = os.environ if environ is None else environ
+        by_model: dict[str, list[str]] = {}
+        for role, variable in ROLE_ENV.items():
+            model = environ.get(variable, "").strip()
+            if model:
+                by_model.setdefault(model, []).append(role)
+        if not by_model:
+            raise ConfigurationError(NO_MODEL_MESSAGE)
+        registry = cls()
+        for model, roles in by_model.items():
+            registry.register(model, model, roles=roles)
+        return registry
+
+
+def _resolve(name: str, model: Any, model_group: str | None) -> tuple[str, ChatBackend]:
+    if isinstance(model, str):
+        if not model.strip():
+            raise ConfigurationError(f"model {name!r}: the model string is empty")
+        return model.strip(), LiteLLMBackend()
+    if _is_router(model):
+        groups = sorted(set(model.get_model_names()))
+        group = model_group or (groups[0] if len(groups) == 1 else None)
+        if group not in groups:
+            raise ConfigurationError(f"model {name!r}: pass model_group= naming one of the router's groups {groups}")
+        return str(group), LiteLLMBackend(router=model)
+    if isinstance(model, ChatBackend):
+        return name, model
+    raise ConfigurationError(
+        f"model {name!r}: expected a litellm model string, a litellm.Router or a ChatBackend "
+        f"(like ScriptedLLM), got {type(model).__name__}"
+    )
+
+
+def _is_router(model: Any) -> bool:
+    return hasattr(model, "acompletion") and hasattr(model, "get_model_names")

@@ -1,0 +1,350 @@
+"""The data of a run: plans, steps, verdicts, rounds, usage and LLM call records.
+
+Every model here round-trips through JSON (the run store, widget state and saved notebooks depend on it).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
+
+__all__ = [
+    "AnalysisResult",
+    "Decision",
+    "ExecutionPlan",
+    "LLMCall",
+    "PlanStep",
+    "Purpose",
+    "RoundRecord",
+    "RunState",
+    "RunStatus",
+    "StepStatus",
+    "StructuredLevel",
+    "ToolCallRecord",
+    "Usage",
+]
+
+StepStatus = Literal["pending", "queued", "running", "retrying", "completed", "failed", "skipped", "cancelled"]
+"""A step's life: pending -> queued (ready, waiting for a slot) -> running -> one of the final states."""
+
+RunStatus = Literal["running", "done", "failed", "cancelled"]
+
+Purpose = Literal[
+    "history_summary",
+    "plan",
+    "tool_selection",
+    "step",
+    "compaction",
+    "analyze",
+    "synthesize",
+    "citation_check",
+    "route",
+]
+"""The call site of an LLM call; usage and the trace view are grouped by it."""
+
+StructuredLevel = Literal["tool_call", "json_mode", "text", "regex", "default"]
+
+_EARLIER_ROUND_REF = re.compile(r"^r(\d+)\.(.+)$")
+
+
+class Usage(BaseModel):
+    """Tokens and money spent; adds with ``+``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    input_tokens: int = 0
+    """Prompt tokens."""
+    output_tokens: int = 0
+    """Completion tokens."""
+    requests: int = 0
+    """LLM calls counted (retries of one call count once)."""
+    cost: float | None = None
+    """USD from litellm's price list; None when no call's price is known, else the sum of the known ones."""
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def total_tokens(self) -> int:
+        """Prompt plus completion tokens."""
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        costs = [c for c in (self.cost, other.cost) if c is not None]
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            requests=self.requests + other.requests,
+            cost=sum(costs) if costs else None,
+        )
+
+    @classmethod
+    def total(cls, usages: Iterable[Usage]) -> Usage:
+        """The sum of many usages (an empty sum is zero)."""
+        result = cls()
+        for usage in usages:
+            result = result + usage
+        return result
+
+
+class ToolCallRecord(BaseModel):
+    """One tool call a step made."""
+
+    name: str
+    """The tool's name."""
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    """The arguments the model passed."""
+    observation: str = ""
+    """What the model was shown back (capped)."""
+    error: str | None = None
+    """``Type: message`` when the tool raised or its arguments were invalid."""
+    started_at: float | None = None
+    """Epoch seconds."""
+    duration: float | None = None
+    """Seconds."""
+
+
+class PlanStep(BaseModel):
+    """One node of a plan, with its execution state."""
+
+    id: str
+    """Unique within its plan, e.g. ``s1``."""
+    task: str
+    """What the step must do, in the goal's language."""
+    dependencies: list[str] = Field(default_factory=list)
+    """Ids this step needs first; ``rN.id`` names a completed step of an earlier round."""
+    tool_hint: str | None = None
+    """A tool the planner expects the step to use (a hint, never fatal)."""
+    model_hint: str | None = None
+    """A role: ``fast``, ``reasoning``, a custom role, or None for ``general``."""
+    status: StepStatus = "pending"
+    """Where the step is in its life."""
+    result: str | None = None
+    """The step's answer (or its partial notes when it failed)."""
+    error: str | None = None
+    """Why it failed or was skipped."""
+    attempts: int = 0
+    """Times the step was started."""
+    model: str | None = None
+    """The registry entry that ran it."""
+    queued_at: float | None = None
+    """Epoch seconds when it became ready."""
+    started_at: float | None = None
+    """Epoch seconds when it acquired a concurrency slot."""
+    completed_at: float | None = None
+    """Epoch seconds when it reached a final state."""
+    usage: Usage = Field(default_factory=Usage)
+    """Tokens and cost of its LLM calls."""
+    tool_calls: list[ToolCallRecord] = Field(default_factory=list)
+    """Every tool call it made, in order."""
+
+    @property
+    def queue_time(self) -> float | None:
+        """Seconds between ready and started."""
+        if self.queued_at is None or self.started_at is None:
+            return None
+        return self.started_at - self.queued_at
+
+    @property
+    def run_time(self) -> float | None:
+        """Seconds between started and completed."""
+        if self.started_at is None or self.completed_at is None:
+            return None
+        return self.completed_at - self.started_at
+
+
+def split_round_reference(dependency: str) -> tuple[int, str] | None:
+    """``"r1.s2"`` -> ``(1, "s2")``; None for a dependency inside the same plan."""
+    match = _EARLIER_ROUND_REF.match(dependency)
+    return (int(match.group(1)), match.group(2)) if match else None
+
+
+class ExecutionPlan(BaseModel):
+    """A goal broken into steps that form a DAG."""
+
+    goal: str
+    """The goal (with history and follow-ups) the plan answers."""
+    steps: list[PlanStep]
+    """The nodes; dependencies name other steps' ids."""
+    round: int = 1
+    """The round (1-based) this plan belongs to."""
+
+    def step(self, step_id: str) -> PlanStep:
+        """The step with this id (KeyError naming the known ids otherwise)."""
+        for step in self.steps:
+            if step.id == step_id:
+                return step
+        raise KeyError(f"no step {step_id!r} in round {self.round}; steps are {[s.id for s in self.steps]}")
+
+    def layers(self) -> list[list[str]]:
+        """Topological levels of step ids, each sorted: level 0 has no dependencies inside the plan.
+
+        A step's level is 1 + the highest level of its dependencies. References to earlier rounds
+        (``r1.s2``) are already satisfied and do not count. Raises ``ValueError`` naming the steps
+        when a dependency is unknown or the steps form a cycle.
+        """
+        ids = {step.id for step in self.steps}
+        inner = {
+            step.id: [d for d in step.dependencies if split_round_reference(d) is None or d in ids]
+            for step in self.steps
+        }
+        unknown = sorted(f"{sid} -> {d}" for sid, deps in inner.items() for d in deps if d not in ids)
+        if unknown:
+            raise ValueError(f"unknown dependencies: {', '.join(unknown)}")
+        dependents: dict[str, list[str]] = {sid: [] for sid in inner}
+        waiting = {sid: len(set(deps)) for sid, deps in inner.items()}
+        for sid, deps in inner.items():
+            for dep in set(deps):
+                dependents[dep].append(sid)
+        level = {sid: 0 for sid, count in waiting.items() if count == 0}
+        frontier = list(level)
+        while frontier:  # Kahn's algorithm, carrying the longest path to each step
+            sid = frontier.pop()
+            for child in dependents[sid]:
+                level[child] = max(level.get(child, 0), level[sid] + 1)
+                waiting[child] -= 1
+                if waiting[child] == 0:
+                    frontier.append(child)
+        if len(level) < len(inner) or any(waiting.values()):
+            stuck = sorted(sid for sid, count in waiting.items() if count)
+            raise ValueError(f"the steps {', '.join(stuck)} form a cycle")
+        layers: list[list[str]] = [[] for _ in range(max(level.values(), default=-1) + 1)]
+        for sid, depth in level.items():
+            layers[depth].append(sid)
+        return [sorted(layer) for layer in layers]
+
+
+class AnalysisResult(BaseModel):
+    """The analyzer's verdict on a round. Lenient on input: models answer in many shapes."""
+
+    achieved: bool = False
+    """Whether the goal was reached."""
+    confidence: float = 0.0
+    """0..1; out-of-range values are clamped, non-numbers become 0."""
+    reasoning: str = ""
+    """Why, naming contradictions between sources."""
+    final_answer: str | None = None
+    """An answer the analyzer proposes (the fallback when synthesis yields nothing)."""
+
+    @field_validator("achieved", mode="before")
+    @classmethod
+    def _coerce_achieved(cls, value: Any) -> bool:
+        if isinstance(value, str):
+            return value.strip().lower() in {"true", "yes", "y", "1", "achieved"}
+        return bool(value)
+
+    @field_validator("confidence", mode="before")
+    @classmethod
+    def _clamp_confidence(cls, value: Any) -> float:
+        try:
+            number = float(str(value).strip().rstrip("%")) if isinstance(value, str) else float(value)
+        except (TypeError, ValueError):
+            return 0.0
+        if number != number:  # NaN
+            return 0.0
+        return min(1.0, max(0.0, number))
+
+    @field_validator("reasoning", mode="before")
+    @classmethod
+    def _text_or_empty(cls, value: Any) -> str:
+        return "" if value is None else str(value)
+
+    @field_validator("final_answer", mode="before")
+    @classmethod
+    def _answer_text(cls, value: Any) -> str | None:
+        return None if value is None or value == "" else str(value)
+
+
+class Decision(BaseModel):
+    """What the goal loop did after a round's analysis."""
+
+    action: Literal["synthesize", "replan", "stop"]
+    """Answer now, plan again, or stop with the best answer so far."""
+    reason: str
+    """Why, in words shown to the user."""
+    counts_against_budget: bool = True
+    """False for a replan caused by a user follow-up."""
+
+
+class LLMCall(BaseModel):
+    """The record one LLM call leaves in ``run.calls``."""
+
+    purpose: Purpose
+    """The call site."""
+    model: str
+    """The registry entry's name."""
+    round: int | None = None
+    """The round it belongs to (None before planning)."""
+    step_id: str | None = None
+    """The step it belongs to, for step-level purposes."""
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    """The messages sent."""
+    reply: str = ""
+    """The text the model answered."""
+    tool_calls: list[dict[str, Any]] = Field(default_factory=list)
+    """Tool calls the model asked for: ``{"id", "name", "arguments"}``."""
+    structured_level: StructuredLevel | None = None
+    """The structured-output level this call tried, if any."""
+    stream: bool = False
+    """Whether the reply was streamed."""
+    retries: int = 0
+    """Transient failures retried before this call's outcome."""
+    usage: Usage = Field(default_factory=Usage)
+    """Tokens and cost of this call."""
+    started_at: float = 0.0
+    """Epoch seconds."""
+    latency: float = 0.0
+    """Seconds from request to the full reply."""
+    error: str | None = None
+    """``Type: message`` when the call failed for good."""
+
+    @property
+    def cost(self) -> float | None:
+        """USD, None when unknown."""
+        return self.usage.cost
+
+
+class RoundRecord(BaseModel):
+    """One plan-execute-analyze round."""
+
+    index: int
+    """1-based."""
+    plan: ExecutionPlan
+    """The round's plan with its steps' final states."""
+    analysis: AnalysisResult | None = None
+    """The analyzer's verdict (None if the round ended before analysis)."""
+    decision: Decision | None = None
+    """What came next."""
+    error: str | None = None
+    """Why the round failed, when it could not plan."""
+
+
+class RunState(BaseModel):
+    """Everything a run knows, as plain data (what ``DagRun`` exposes and the store keeps)."""
+
+    run_id: str
+    """Unique id of the run."""
+    goal: str
+    """The user's goal, as written."""
+    status: RunStatus = "running"
+    """running, done, failed or cancelled."""
+    rounds: list[RoundRecord] = Field(default_factory=list)
+    """Every round so far."""
+    answer: str = ""
+    """The synthesized answer (grows while it streams)."""
+    follow_ups: list[str] = Field(default_factory=list)
+    """User follow-ups injected during the run."""
+    calls: list[LLMCall] = Field(default_factory=list)
+    """Every LLM call, in order."""
+    error: str | None = None
+    """Why the run failed."""
+    started_at: float = 0.0
+    """Epoch seconds."""
+    finished_at: float | None = None
+    """Epoch seconds."""
+
+    @property
+    def usage(self) -> Usage:
+        """Totals over every call."""
+        return Usage.total(call.usage for call in self.calls)

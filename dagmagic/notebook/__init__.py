@@ -1,0 +1,1 @@
+"""The notebook layer: magics, input transformer, widget and static fallbacks."""

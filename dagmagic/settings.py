@@ -1,0 +1,319 @@
+"""``DagSettings``: every knob of the goal loop, from keywords or the environment.
+
+A keyword wins over the environment; an unset variable leaves the default. A bad value raises one
+``ConfigurationError`` that names the variable (or keyword), the value and what is accepted.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import annotated_types
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.fields import FieldInfo
+
+from dagmagic.errors import ConfigurationError
+
+__all__ = ["DagSettings", "settings_table"]
+
+
+def _env(*names: str) -> dict[str, Any]:
+    return {"env": list(names)}
+
+
+class DagSettings(BaseModel):
+    """Every knob of dagmagic. ``DagSettings(max_concurrency=8)``; unset fields come from the environment."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+    # --- models
+    smart_model: str | None = Field(
+        None,
+        description="Model for planning, analysis, synthesis and checks.",
+        json_schema_extra=_env("DAG_SMART_MODEL"),
+    )
+    general_model: str | None = Field(
+        None, description="Default model for steps.", json_schema_extra=_env("DAG_GENERAL_MODEL")
+    )
+    fast_model: str | None = Field(
+        None,
+        description="Model for steps hinted `fast`, compaction and history summaries.",
+        json_schema_extra=_env("DAG_FAST_MODEL"),
+    )
+    reasoning_model: str | None = Field(
+        None,
+        description="Model for steps hinted `reasoning` and domain escalation.",
+        json_schema_extra=_env("DAG_REASONING_MODEL"),
+    )
+
+    # --- goal loop
+    max_replan_rounds: int = Field(
+        3,
+        ge=1,
+        description="Autonomous rounds at most: the first plan plus up to N-1 replans.",
+        json_schema_extra=_env("DAG_MAX_REPLAN_ROUNDS"),
+    )
+    replan_stop_confidence: float = Field(
+        0.8,
+        ge=0.0,
+        le=1.0,
+        description="A round not achieved but at least this confident stops replanning.",
+        json_schema_extra=_env("DAG_REPLAN_STOP_CONFIDENCE"),
+    )
+
+    # --- planner
+    plan_min_steps: int = Field(
+        2, ge=1, description="Fewest steps the planner is asked for.", json_schema_extra=_env("DAG_PLAN_MIN_STEPS")
+    )
+    plan_max_steps: int = Field(
+        6,
+        ge=1,
+        description="Most steps a plan may have; more triggers one re-ask.",
+        json_schema_extra=_env("DAG_PLAN_MAX_STEPS"),
+    )
+    planner_input_tokens: int = Field(
+        16000,
+        ge=1000,
+        description="Above this many tokens the history is summarized before planning.",
+        json_schema_extra=_env("DAG_PLANNER_INPUT_TOKENS"),
+    )
+    history_fallback_chars: int = Field(
+        20000,
+        ge=1000,
+        description="History kept (last characters) when it cannot be summarized.",
+        json_schema_extra=_env("DAG_HISTORY_FALLBACK_CHARS"),
+    )
+
+    # --- executor
+    max_concurrency: int = Field(
+        5, ge=1, description="Steps running at once.", json_schema_extra=_env("DAG_MAX_CONCURRENCY", "MAX_CONCURRENCY")
+    )
+    step_timeout: float = Field(
+        600.0, gt=0, description="Seconds a step may run before it fails.", json_schema_extra=_env("DAG_STEP_TIMEOUT")
+    )
+    max_message_chars: int = Field(
+        50000,
+        ge=1000,
+        description="Dependency context a step sees, in characters.",
+        json_schema_extra=_env("DAG_MAX_MESSAGE_CHARS"),
+    )
+    structured_context_multiplier: float = Field(
+        3.0,
+        ge=1.0,
+        description="Context allowance multiplier when a dependency holds a table, code or citation.",
+        json_schema_extra=_env("DAG_STRUCTURED_CONTEXT_MULTIPLIER"),
+    )
+    context_floor_tokens: int = Field(
+        4000,
+        ge=500,
+        description="Smallest token budget the context guard assumes for any model.",
+        json_schema_extra=_env("DAG_CONTEXT_FLOOR_TOKENS"),
+    )
+
+    # --- step agent
+    step_max_iterations: int = Field(
+        15,
+        ge=1,
+        description="Tool-calling turns a step may take before it fails.",
+        json_schema_extra=_env("DAG_STEP_MAX_ITERATIONS"),
+    )
+    tool_selection_threshold: int = Field(
+        12,
+        ge=1,
+        description="Above this many tools a step first selects the relevant ones.",
+        json_schema_extra=_env("DAG_TOOL_SELECTION_THRESHOLD"),
+    )
+    tool_selection_max: int = Field(
+        6, ge=1, description="Tools kept by tool selection.", json_schema_extra=_env("DAG_TOOL_SELECTION_MAX")
+    )
+    observation_max_chars: int = Field(
+        8000,
+        ge=100,
+        description="A tool observation is cut to this many characters.",
+        json_schema_extra=_env("DAG_OBSERVATION_MAX_CHARS"),
+    )
+    citation_verification: bool = Field(
+        True,
+        description="Check citation-like strings in step results with the smart model.",
+        json_schema_extra=_env("DAG_CITATION_VERIFICATION"),
+    )
+
+    # --- analyzer, replanning and synthesis
+    analyzer_result_chars: int = Field(
+        10000,
+        ge=100,
+        description="Each step result the analyzer sees, in characters.",
+        json_schema_extra=_env("DAG_ANALYZER_RESULT_CHARS"),
+    )
+    synthesis_result_chars: int = Field(
+        10000,
+        ge=100,
+        description="Each step result synthesis sees, in characters.",
+        json_schema_extra=_env("DAG_SYNTHESIS_RESULT_CHARS"),
+    )
+    replan_preview_chars: int = Field(
+        500,
+        ge=50,
+        description="Result preview per step of the latest round in the replan context.",
+        json_schema_extra=_env("DAG_REPLAN_PREVIEW_CHARS"),
+    )
+    replan_older_preview_chars: int = Field(
+        200,
+        ge=50,
+        description="Result preview per step of older rounds in the replan context.",
+        json_schema_extra=_env("DAG_REPLAN_OLDER_PREVIEW_CHARS"),
+    )
+
+    # --- retries
+    llm_retries: int = Field(
+        2,
+        ge=0,
+        description="Retries of one LLM call on a rate limit, timeout, 5xx or connection error.",
+        json_schema_extra=_env("DAG_LLM_RETRIES"),
+    )
+    llm_retry_backoff: float = Field(
+        1.0,
+        ge=0,
+        description="Seconds before the first LLM call retry; doubles each time.",
+        json_schema_extra=_env("DAG_LLM_RETRY_BACKOFF"),
+    )
+    step_immediate_retries: int = Field(
+        1,
+        ge=0,
+        description="Immediate re-runs of a step after a transient error.",
+        json_schema_extra=_env("DAG_STEP_IMMEDIATE_RETRIES"),
+    )
+    step_retry_delays: tuple[float, ...] = Field(
+        (30.0, 120.0, 600.0),
+        description="Delayed step retries, seconds each (comma-separated); then permanent failure.",
+        json_schema_extra=_env("DAG_STEP_RETRY_DELAYS"),
+    )
+
+    # --- durability
+    store: str = Field(
+        ".dagmagic/runs.sqlite",
+        min_length=1,
+        description="SQLite run store path; `none` disables it.",
+        json_schema_extra=_env("DAG_STORE"),
+    )
+
+    def __init__(self, **data: Any) -> None:
+        from_env = _read_env(type(self).model_fields, data.keys(), os.environ)
+        try:
+            super().__init__(**{**{name: raw for name, (_, raw) in from_env.items()}, **data})
+        except ValidationError as exc:
+            raise _configuration_error(exc, from_env, data) from None
+
+    @field_validator("step_retry_delays", mode="before")
+    @classmethod
+    def _split_delays(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip().strip("[]()")
+            return tuple(part.strip() for part in text.split(",") if part.strip())
+        return value
+
+    @field_validator("step_retry_delays")
+    @classmethod
+    def _delays_not_negative(cls, value: tuple[float, ...]) -> tuple[float, ...]:
+        if any(delay < 0 for delay in value):
+            raise ValueError("delays must not be negative")
+        return value
+
+    @model_validator(mode="after")
+    def _min_within_max(self) -> DagSettings:
+        if self.plan_min_steps > self.plan_max_steps:
+            raise ValueError(f"plan_min_steps ({self.plan_min_steps}) exceeds plan_max_steps ({self.plan_max_steps})")
+        return self
+
+    @property
+    def store_path(self) -> Path | None:
+        """The run store's path, or None when the store is disabled with ``none``."""
+        return None if self.store.strip().lower() in {"none", "off", "false", ""} else Path(self.store)
+
+
+def _env_names(field: FieldInfo) -> list[str]:
+    extra = field.json_schema_extra
+    names = extra.get("env", []) if isinstance(extra, dict) else []
+    return [str(name) for name in names] if isinstance(names, list) else []
+
+
+def _read_env(fields: Mapping[str, FieldInfo], given: Any, environ: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+    """Field name -> (variable, raw value) for every field not given as a keyword and set in the environment."""
+    found: dict[str, tuple[str, str]] = {}
+    for name, field in fields.items():
+        if name in given:
+            continue
+        for variable in _env_names(field):
+            if variable in environ:
+                found[name] = (variable, environ[variable])
+                break
+    return found
+
+
+_BOUNDS = (
+    (annotated_types.Ge, "ge", ">="),
+    (annotated_types.Gt, "gt", ">"),
+    (annotated_types.Le, "le", "<="),
+    (annotated_types.Lt, "lt", "<"),
+    (annotated_types.MinLen, "min_length", "of length >="),
+)
+
+
+def _accepted(field: FieldInfo) -> str:
+    """What a field accepts, in words, from its type and constraints."""
+    kinds = {int: "an integer", float: "a number", bool: "true or false", str: "text"}
+    annotation = field.annotation
+    if annotation in kinds:
+        words = kinds[annotation]
+    elif annotation == tuple[float, ...]:
+        words = "numbers of seconds separated by commas (e.g. 30,120,600)"
+    else:
+        words = "a litellm model string (e.g. openai/gpt-4.1-mini)"
+    bounds = [
+        f"{sign} {getattr(meta, attr)}"
+        for meta in field.metadata
+        for kind, attr, sign in _BOUNDS
+        if isinstance(meta, kind)
+    ]
+    return " ".join([words, " and ".join(bounds)]).strip()
+
+
+def _configuration_error(
+    exc: ValidationError, from_env: Mapping[str, tuple[str, str]], given: Mapping[str, Any]
+) -> ConfigurationError:
+    fields = DagSettings.model_fields
+    lines = []
+    for error in exc.errors():
+        name = str(error["loc"][0]) if error["loc"] else ""
+        if name in from_env:
+            variable, raw = from_env[name]
+            source = f"{variable}={raw!r}"
+        elif name in given:
+            source = f"DagSettings({name}={given[name]!r})"
+        else:
+            lines.append(f"DagSettings: {error['msg']}")
+            continue
+        if name not in fields:
+            lines.append(f"{source}: unknown setting; known settings are {', '.join(sorted(fields))}")
+            continue
+        field = fields[name]
+        lines.append(f"{source} is not accepted: expected {_accepted(field)} (default {field.default!r}).")
+    return ConfigurationError("\n".join(lines))
+
+
+def settings_table() -> str:
+    """The README's configuration table, made from the fields themselves."""
+    rows = ["| setting | environment variable | default | meaning |", "|---|---|---|---|"]
+    for name, field in DagSettings.model_fields.items():
+        default = field.default
+        shown = ",".join(f"{d:g}" for d in default) if isinstance(default, tuple) else default
+        variables = " / ".join(f"`{v}`" for v in _env_names(field))
+        rows.append(f"| `{name}` | {variables} | `{shown}` | {field.description} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(settings_table())

@@ -1,0 +1,255 @@
+"""``ScriptedLLM``: a deterministic offline model for tests, tutorials and users' own tests.
+
+It sits at the backend boundary, so everything above it (structured levels, retries, usage, events)
+runs exactly as with a real model::
+
+    llm = ScriptedLLM({
+        "plan": [{"steps": [{"id": "s1", "task": "look it up"}]}],
+        "step": ["Paris"],                       # every step answers "Paris"
+        "step:s2": [ToolCall("lookup", {"q": "x"}), "done"],   # step s2 calls a tool first
+        "analyze": [{"achieved": True, "confidence": 0.9, "reasoning": "ok"}],
+        "synthesize": [["The ", "answer ", "is Paris."]],      # streamed in three pieces
+    })
+
+A script maps a purpose (or ``purpose:step_id``, or ``*`` for anything else) to a list of replies used
+in order, the last one repeating, or to a callable ``(request) -> reply``, sync or async. A reply is:
+
+- a string: the content;
+- a dict: a JSON value, delivered as a tool call, JSON text or prose with a fenced JSON block, by what
+  the request asks for (forced tool choice, JSON mode, plain text), as a real model would;
+- a ``ToolCall`` or a list of them: a request to call tools (a JSON action in the text when the model
+  lacks tool calling);
+- an exception instance: raised, for fault injection;
+- a list of strings: pieces of a streamed reply (an exception in the list is raised at that point).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal, TypeAlias
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dagmagic.llm.backend import (
+    Capabilities,
+    ChatRequest,
+    ChatResponse,
+    StreamChunk,
+    ToolCallData,
+    ToolCallDelta,
+)
+from dagmagic.models import Purpose
+
+__all__ = ["Reply", "ScriptError", "ScriptedLLM", "ScriptedRequest", "ToolCall"]
+
+
+class ToolCall(BaseModel):
+    """A scripted request to call a tool."""
+
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    id: str | None = None
+
+    def __init__(self, name: str, arguments: dict[str, Any] | None = None, id: str | None = None) -> None:
+        super().__init__(name=name, arguments=arguments or {}, id=id)
+
+
+Reply: TypeAlias = str | dict[str, Any] | list[Any] | ToolCall | BaseException
+ScriptEntry: TypeAlias = Reply | Sequence[Reply] | Callable[["ScriptedRequest"], Any]
+
+
+class ScriptError(LookupError):
+    """The script has no reply for a request."""
+
+
+class ScriptedRequest(BaseModel):
+    """What a script's callable receives."""
+
+    model_config = ConfigDict(frozen=True)
+
+    purpose: Purpose
+    messages: list[dict[str, Any]]
+    step_id: str | None = None
+    round: int | None = None
+    level: Literal["tool_call", "json_mode", "text"] = "text"
+    """What the request asks for: a forced tool call, JSON mode, or plain text."""
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    stream: bool = False
+    index: int = 0
+    """How many earlier requests this script key answered."""
+
+    @property
+    def prompt(self) -> str:
+        """All message text, joined (handy for asserting on what the model saw)."""
+        return "\n".join(str(m.get("content") or "") for m in self.messages)
+
+
+class ScriptedLLM:
+    """A scripted model; see the module docstring."""
+
+    def __init__(
+        self,
+        script: Mapping[str, ScriptEntry],
+        latency: float | Mapping[str, float] = 0.0,
+        capabilities: Iterable[str] = ("tool_call", "json_mode", "stream"),
+        *,
+        chunk_delay: float = 0.0,
+        price: tuple[float, float] | None = None,
+    ) -> None:
+        """``latency``: seconds before each reply, or per script key; ``chunk_delay``: seconds between
+        streamed pieces; ``price``: USD per (input, output) token, else cost is unknown (None).
+        """
+        self.script = dict(script)
+        self.latency = latency
+        self._capabilities = Capabilities.of(tuple(capabilities))
+        self.chunk_delay = chunk_delay
+        self.price = price
+        self.requests: list[ScriptedRequest] = []
+        self._served: dict[str, int] = {}
+
+    def capabilities(self, model: str) -> Capabilities:
+        """The capabilities given at construction."""
+        return self._capabilities
+
+    def requests_for(self, purpose: str, step_id: str | None = None) -> list[ScriptedRequest]:
+        """The requests seen for a purpose (and step)."""
+        return [r for r in self.requests if r.purpose == purpose and (step_id is None or r.step_id == step_id)]
+
+    def _key(self, request: ChatRequest) -> str:
+        for key in (f"{request.purpose}:{request.step_id}", request.purpose, "*"):
+            if key in self.script:
+                return key
+        raise ScriptError(
+            f"ScriptedLLM has no reply for purpose {request.purpose!r}"
+            + (f" (step {request.step_id!r})" if request.step_id else "")
+            + f"; add {request.purpose!r} to the script (keys now: {sorted(self.script)})"
+        )
+
+    async def _reply(self, request: ChatRequest, *, stream: bool) -> tuple[Any, ScriptedRequest]:
+        key = self._key(request)
+        index = self._served.get(key, 0)
+        self._served[key] = index + 1
+        seen = ScriptedRequest(
+            purpose=request.purpose,
+            messages=request.messages,
+            step_id=request.step_id,
+            round=request.round,
+            level="tool_call" if request.forced_tool else "json_mode" if request.response_format else "text",
+            tools=request.tools or [],
+            stream=stream,
+            index=index,
+        )
+        self.requests.append(seen)
+        delay = self.latency.get(key, 0.0) if isinstance(self.latency, Mapping) else self.latency
+        if delay:
+            await asyncio.sleep(delay)
+        entry = self.script[key]
+        if callable(entry) and not isinstance(entry, BaseException):
+            reply = entry(seen)
+            if inspect.isawaitable(reply):
+                reply = await reply
+        elif isinstance(entry, list | tuple):
+            if not entry:
+                raise ScriptError(f"the script's list for {key!r} is empty")
+            reply = entry[min(index, len(entry) - 1)]
+        else:
+            reply = entry
+        return reply, seen
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        """The scripted reply, shaped by what the request asks for."""
+        reply, _ = await self._reply(request, stream=False)
+        if isinstance(reply, BaseException):
+            raise reply
+        if isinstance(reply, list) and all(isinstance(piece, str | BaseException) for piece in reply):
+            for piece in reply:
+                if isinstance(piece, BaseException):
+                    raise piece
+        return self._response(request, reply)
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamChunk]:
+        """The scripted reply in pieces: the given ones, or words of a text reply."""
+        reply, _ = await self._reply(request, stream=True)
+        if isinstance(reply, BaseException):
+            raise reply
+        pieces: list[Any] = reply if _is_chunk_list(reply) else _split(self._response(request, reply))
+        text: list[str] = []
+        for number, piece in enumerate(pieces):
+            if number and self.chunk_delay:
+                await asyncio.sleep(self.chunk_delay)
+            if isinstance(piece, BaseException):
+                raise piece
+            if isinstance(piece, StreamChunk):
+                text.append(piece.text)
+                yield piece
+            else:
+                text.append(str(piece))
+                yield StreamChunk(text=str(piece))
+        final = self._response(request, "".join(text)) if _is_chunk_list(reply) else self._response(request, reply)
+        yield StreamChunk(final=final)
+
+    def _response(self, request: ChatRequest, reply: Any) -> ChatResponse:
+        content, tool_calls = self._render(request, reply)
+        prompt_chars = sum(len(str(m.get("content") or "")) for m in request.messages)
+        output_chars = len(content) + sum(len(tc.name) + len(tc.arguments) for tc in tool_calls)
+        input_tokens, output_tokens = prompt_chars // 4 + 1, output_chars // 4 + 1
+        cost = None
+        if self.price is not None:
+            cost = input_tokens * self.price[0] + output_tokens * self.price[1]
+        return ChatResponse(
+            content=content,
+            tool_calls=tool_calls,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cost=cost,
+            finish_reason="tool_calls" if tool_calls else "stop",
+        )
+
+    def _render(self, request: ChatRequest, reply: Any) -> tuple[str, list[ToolCallData]]:
+        native_tools = self._capabilities.tool_call and bool(request.tools)
+        if isinstance(reply, str):
+            return reply, []
+        if _is_chunk_list(reply):
+            return "".join(str(piece) for piece in reply), []
+        if isinstance(reply, ToolCall) or (isinstance(reply, list) and reply and isinstance(reply[0], ToolCall)):
+            calls = [reply] if isinstance(reply, ToolCall) else list(reply)
+            if native_tools:
+                return "", [_tool_call_data(call, i) for i, call in enumerate(calls)]
+            actions = [{"tool": call.name, "arguments": call.arguments} for call in calls]
+            return json.dumps(actions[0] if len(actions) == 1 else actions), []
+        if isinstance(reply, dict | list):
+            text = json.dumps(reply, ensure_ascii=False)
+            forced = request.forced_tool
+            if forced and native_tools:
+                return "", [ToolCallData(id="call_0", name=forced, arguments=text)]
+            if request.response_format:
+                return text, []
+            return f"Here is the result:\n```json\n{json.dumps(reply, indent=2, ensure_ascii=False)}\n```", []
+        raise ScriptError(f"ScriptedLLM cannot use a reply of type {type(reply).__name__}: {reply!r}")
+
+
+def _tool_call_data(call: ToolCall, index: int) -> ToolCallData:
+    return ToolCallData(id=call.id or f"call_{index}", name=call.name, arguments=json.dumps(call.arguments))
+
+
+def _is_chunk_list(reply: Any) -> bool:
+    return (
+        isinstance(reply, list)
+        and bool(reply)
+        and all(isinstance(piece, str | BaseException | StreamChunk) for piece in reply)
+    )
+
+
+def _split(response: ChatResponse) -> list[StreamChunk]:
+    """A whole reply as stream pieces: its text word by word, its tool calls in argument slices."""
+    words = response.content.split(" ")
+    pieces = [StreamChunk(text=word + (" " if i < len(words) - 1 else "")) for i, word in enumerate(words) if word or i]
+    for index, call in enumerate(response.tool_calls):
+        pieces.append(StreamChunk(tool_calls=[ToolCallDelta(index=index, id=call.id, name=call.name)]))
+        for start in range(0, len(call.arguments), 16):
+            delta = ToolCallDelta(index=index, arguments=call.arguments[start : start + 16])
+            pieces.append(StreamChunk(tool_calls=[delta]))
+    return pieces
