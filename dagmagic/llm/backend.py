@@ -157,7 +157,7 @@ class LiteLLMBackend:
     def _deployments(self, model: str) -> list[str]:
         if self.router is None:
             return [model]
-        deployments = self.router.get_model_list(model_name=model) or []
+        deployments = [d for d in router_deployments(self.router) if d.get("model_name") == model]
         return [d["litellm_params"]["model"] for d in deployments] or [model]
 
     def _arguments(self, request: ChatRequest, stream: bool) -> dict[str, Any]:
@@ -208,6 +208,18 @@ class LiteLLMBackend:
                 yield StreamChunk(text=delta.content or "", tool_calls=tool_deltas)
         built = litellm.stream_chunk_builder(chunks, messages=request.messages) if chunks else None
         yield StreamChunk(final=_response(built) if built is not None else ChatResponse())
+
+
+def is_router(model: Any) -> bool:
+    """Whether ``model`` looks like a ``litellm.Router``."""
+    return hasattr(model, "acompletion") and (hasattr(model, "registry") or hasattr(model, "model_list"))
+
+
+def router_deployments(router: Any) -> list[dict[str, Any]]:
+    """Every deployment of a router (``registry().all()`` since litellm 1.110, ``model_list`` before)."""
+    if callable(getattr(router, "registry", None)):
+        return list(router.registry().all())
+    return list(router.model_list or [])
 
 
 def _response(raw: Any) -> ChatResponse:

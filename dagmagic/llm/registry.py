@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from dagmagic.errors import ConfigurationError
-from dagmagic.llm.backend import Capabilities, ChatBackend, LiteLLMBackend
+from dagmagic.llm.backend import Capabilities, ChatBackend, LiteLLMBackend, is_router, router_deployments
 
 __all__ = ["ROLE_ENV", "STANDARD_ROLES", "ModelEntry", "ModelRegistry"]
 
@@ -182,8 +182,8 @@ def _resolve(name: str, model: Any, model_group: str | None) -> tuple[str, ChatB
         if not model.strip():
             raise ConfigurationError(f"model {name!r}: the model string is empty")
         return model.strip(), LiteLLMBackend()
-    if _is_router(model):
-        groups = sorted(set(model.get_model_names()))
+    if is_router(model):
+        groups = sorted({deployment["model_name"] for deployment in router_deployments(model)})
         group = model_group or (groups[0] if len(groups) == 1 else None)
         if group not in groups:
             raise ConfigurationError(f"model {name!r}: pass model_group= naming one of the router's groups {groups}")
@@ -194,7 +194,3 @@ def _resolve(name: str, model: Any, model_group: str | None) -> tuple[str, ChatB
         f"model {name!r}: expected a litellm model string, a litellm.Router or a ChatBackend "
         f"(like ScriptedLLM), got {type(model).__name__}"
     )
-
-
-def _is_router(model: Any) -> bool:
-    return hasattr(model, "acompletion") and hasattr(model, "get_model_names")

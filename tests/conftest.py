@@ -1,0 +1,31 @@
+"""Shared test set-up: offline litellm, a clean DAG_* environment, and no network beyond loopback."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+
+_LOOPBACK = ("127.", "::1", "localhost")
+_real_connect = socket.socket.connect
+
+
+def _loopback_only(self: socket.socket, address: Any) -> Any:
+    host = address[0] if isinstance(address, tuple) else address
+    if isinstance(host, str) and self.family in (socket.AF_INET, socket.AF_INET6) and not host.startswith(_LOOPBACK):
+        raise ConnectionRefusedError(f"tests may not reach the network (tried {host})")
+    return _real_connect(self, address)
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(socket.socket, "connect", _loopback_only)
+    for name in list(os.environ):
+        if name.startswith("DAG_") or name == "MAX_CONCURRENCY":
+            monkeypatch.delenv(name)
+    yield

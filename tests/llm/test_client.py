@@ -1,0 +1,143 @@
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from dagmagic import errors
+from dagmagic.events import Event, LLMCallRecorded
+from dagmagic.llm import ChatModel, ModelRegistry, as_chat_model
+from dagmagic.llm._litellm import mask_secrets, translate_error
+from dagmagic.settings import DagSettings
+from dagmagic.testing import ScriptedLLM
+
+FAST_RETRY = DagSettings(llm_retry_backoff=0.001)
+HELLO = [{"role": "user", "content": "hello"}]
+
+
+def chat_model(script: dict[str, Any], events: list[Event] | None = None, **kwargs: Any) -> ChatModel:
+    llm = ScriptedLLM(script, **kwargs)
+    entry = ModelRegistry().register("scripted", llm, roles=["smart"]).get("scripted")
+    return ChatModel(entry, settings=FAST_RETRY, emit=None if events is None else events.append)
+
+
+async def test_chat_records_a_tagged_call_with_usage_latency_and_cost() -> None:
+    events: list[Event] = []
+    model = chat_model({"step": ["Paris"]}, events, latency=0.02, price=(0.001, 0.002))
+    result = await model.chat(HELLO, purpose="step", round=1, step_id="s1")
+    assert result.content == "Paris"
+    (event,) = events
+    assert isinstance(event, LLMCallRecorded) and event.call == result.call
+    call = result.call
+    assert (call.purpose, call.model, call.round, call.step_id, call.reply) == ("step", "scripted", 1, "s1", "Paris")
+    assert call.messages == HELLO and call.structured_level is None and call.retries == 0
+    assert call.latency >= 0.02
+    assert call.usage.requests == 1 and call.usage.input_tokens > 0 and call.usage.output_tokens > 0
+    expected = call.usage.input_tokens * 0.001 + call.usage.output_tokens * 0.002
+    assert call.cost == pytest.approx(expected)
+
+
+async def test_cost_is_none_when_the_price_is_unknown() -> None:
+    result = await chat_model({"step": ["x"]}).chat(HELLO, purpose="step")
+    assert result.call.cost is None
+
+
+async def test_transient_errors_are_retried_with_growing_backoff() -> None:
+    settings = DagSettings(llm_retries=3, llm_retry_backoff=0.02)
+    llm = ScriptedLLM({"step": [errors.ProviderTimeoutError("slow"), ConnectionError("reset"), "ok"]})
+    model = ChatModel(ModelRegistry().register("m", llm).get("m"), settings=settings)
+    started = asyncio.get_running_loop().time()
+    result = await model.chat(HELLO, purpose="step")
+    elapsed = asyncio.get_running_loop().time() - started
+    assert (result.content, result.call.retries, len(llm.requests)) == ("ok", 2, 3)
+    assert elapsed >= 0.02 + 0.04
+
+
+async def test_when_retries_run_out_the_error_is_raised_and_the_failed_call_recorded() -> None:
+    events: list[Event] = []
+    model = chat_model({"step": [errors.RateLimitError("429 too many")]}, events)
+    with pytest.raises(errors.RateLimitError) as caught:
+        await model.chat(HELLO, purpose="step")
+    (event,) = events
+    assert isinstance(event, LLMCallRecorded)
+    assert event.call.retries == 2 and event.call.error is not None and "429" in event.call.error
+    assert caught.value.call == event.call
+
+
+async def test_a_fatal_error_is_not_retried() -> None:
+    llm = ScriptedLLM({"step": [errors.AuthenticationError("bad key")]})
+    model = ChatModel(ModelRegistry().register("m", llm).get("m"), settings=FAST_RETRY)
+    with pytest.raises(errors.AuthenticationError):
+        await model.chat(HELLO, purpose="step")
+    assert len(llm.requests) == 1
+
+
+async def test_an_unrelated_exception_passes_through_unchanged() -> None:
+    boom = RuntimeError("boom")
+    with pytest.raises(RuntimeError, match="boom"):
+        await chat_model({"step": [boom]}).chat(HELLO, purpose="step")
+
+
+async def test_stream_yields_pieces_and_records_the_whole_reply() -> None:
+    events: list[Event] = []
+    model = chat_model({"synthesize": [["The ", "answer ", "is 42."]]}, events)
+    pieces = [chunk.text async for chunk in model.stream(HELLO, purpose="synthesize", round=1)]
+    assert pieces == ["The ", "answer ", "is 42."]
+    (event,) = events
+    assert isinstance(event, LLMCallRecorded)
+    assert (event.call.reply, event.call.stream, event.call.purpose) == ("The answer is 42.", True, "synthesize")
+    assert event.call.usage.output_tokens > 0
+
+
+async def test_a_plain_reply_streams_word_by_word() -> None:
+    pieces = [c.text async for c in chat_model({"synthesize": ["a b c"]}).stream(HELLO, purpose="synthesize")]
+    assert pieces == ["a ", "b ", "c"]
+
+
+async def test_stream_retries_a_transient_error_before_the_first_piece() -> None:
+    model = chat_model({"synthesize": [errors.ServerError("502"), ["ok"]]})
+    assert [c.text async for c in model.stream(HELLO, purpose="synthesize")] == ["ok"]
+
+
+async def test_a_failure_mid_stream_is_raised_and_recorded_with_the_text_so_far() -> None:
+    events: list[Event] = []
+    model = chat_model({"synthesize": [["Hello ", errors.ServerError("connection dropped"), "never"]]}, events)
+    received: list[str] = []
+    with pytest.raises(errors.ServerError):
+        async for chunk in model.stream(HELLO, purpose="synthesize"):
+            received.append(chunk.text)
+    assert received == ["Hello "]
+    (event,) = events
+    assert isinstance(event, LLMCallRecorded)
+    assert event.call.reply == "Hello " and event.call.error is not None
+
+
+async def test_cancellation_is_not_swallowed() -> None:
+    model = chat_model({"step": ["late"]}, latency=5.0)
+    task = asyncio.create_task(model.chat(HELLO, purpose="step"))
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+def test_as_chat_model_accepts_strings_backends_and_entries() -> None:
+    llm = ScriptedLLM({})
+    assert as_chat_model(llm).entry.backend is llm
+    assert as_chat_model("openai/gpt-4.1-mini").entry.target == "openai/gpt-4.1-mini"
+    entry = ModelRegistry().register("x", llm).get("x")
+    assert as_chat_model(entry).entry is entry
+
+
+def test_secrets_are_masked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "my-very-secret-value-123")
+    text = "Incorrect key my-very-secret-value-123 and sk-proj-abcdefghijklmnop given"
+    assert mask_secrets(text) == "Incorrect key *** and *** given"
+
+
+def test_builtin_timeouts_and_connection_errors_are_transient() -> None:
+    assert isinstance(translate_error(TimeoutError(), "m"), errors.ProviderTimeoutError)
+    assert isinstance(translate_error(ConnectionResetError("x"), "m"), errors.ProviderConnectionError)
+    cancelled = asyncio.CancelledError()
+    assert translate_error(cancelled, "m") is cancelled

@@ -1,0 +1,130 @@
+from __future__ import annotations
+
+import pytest
+from pydantic import BaseModel
+
+from dagmagic.models import (
+    AnalysisResult,
+    Decision,
+    ExecutionPlan,
+    LLMCall,
+    PlanStep,
+    RoundRecord,
+    RunState,
+    ToolCallRecord,
+    Usage,
+)
+
+
+def plan(*steps: tuple[str, list[str]]) -> ExecutionPlan:
+    return ExecutionPlan(goal="g", steps=[PlanStep(id=i, task=f"do {i}", dependencies=d) for i, d in steps])
+
+
+def test_layers_are_longest_path_levels_sorted_by_id() -> None:
+    p = plan(("s4", ["s2", "s3"]), ("s3", ["s1"]), ("s2", []), ("s1", []), ("s5", ["s1", "s4"]))
+    assert p.layers() == [["s1", "s2"], ["s3"], ["s4"], ["s5"]]
+
+
+def test_layers_ignore_references_to_earlier_rounds() -> None:
+    assert plan(("s1", ["r1.s2"]), ("s2", ["s1", "r1.s3"])).layers() == [["s1"], ["s2"]]
+
+
+@pytest.mark.parametrize(
+    ("steps", "named"),
+    [
+        ((("a", ["a"]),), "a"),
+        ((("a", ["b"]), ("b", ["a"]), ("c", [])), "a, b"),
+        ((("a", ["c"]), ("b", ["a"]), ("c", ["b"]), ("d", ["a"])), "a, b, c, d"),
+    ],
+)
+def test_layers_name_the_steps_of_a_cycle(steps: tuple[tuple[str, list[str]], ...], named: str) -> None:
+    with pytest.raises(ValueError, match=f"the steps {named} form a cycle"):
+        plan(*steps).layers()
+
+
+def test_layers_name_unknown_dependencies() -> None:
+    with pytest.raises(ValueError, match="s1 -> s9"):
+        plan(("s1", ["s9"])).layers()
+
+
+def test_layers_of_a_long_chain_are_fast_enough_to_be_linear() -> None:
+    chain = plan(*[(f"s{i:05d}", [f"s{i - 1:05d}"] if i else []) for i in range(5000)])
+    assert len(chain.layers()) == 5000
+
+
+def test_step_lookup_names_the_known_ids() -> None:
+    with pytest.raises(KeyError, match=r"\['s1'\]"):
+        plan(("s1", [])).step("s2")
+
+
+def test_usage_adds_and_sums_known_costs() -> None:
+    a = Usage(input_tokens=10, output_tokens=5, requests=1, cost=0.5)
+    b = Usage(input_tokens=1, output_tokens=2, requests=2)
+    total = a + b
+    assert (total.input_tokens, total.output_tokens, total.total_tokens, total.requests) == (11, 7, 18, 3)
+    assert total.cost == 0.5
+    assert (Usage() + Usage()).cost is None
+    assert Usage.total([a, a, b]).cost == 1.0
+    assert Usage.total([]) == Usage()
+
+
+@pytest.mark.parametrize(
+    ("raw", "achieved", "confidence"),
+    [
+        ({"achieved": "false", "confidence": 0.4}, False, 0.4),
+        ({"achieved": "no", "confidence": "0.5"}, False, 0.5),
+        ({"achieved": 0, "confidence": 5.0}, False, 1.0),
+        ({"achieved": "true", "confidence": -0.5}, True, 0.0),
+        ({"achieved": True, "confidence": "abc"}, True, 0.0),
+        ({"achieved": "yes", "confidence": None}, True, 0.0),
+        ({"achieved": True, "confidence": float("nan")}, True, 0.0),
+    ],
+)
+def test_analysis_coerces_what_models_write(raw: dict[str, object], achieved: bool, confidence: float) -> None:
+    result = AnalysisResult.model_validate({**raw, "reasoning": None})
+    assert (result.achieved, result.confidence, result.reasoning) == (achieved, confidence, "")
+
+
+def test_step_timings() -> None:
+    step = PlanStep(id="s1", task="t", queued_at=10.0, started_at=12.5, completed_at=15.0)
+    assert (step.queue_time, step.run_time) == (2.5, 2.5)
+    assert PlanStep(id="s2", task="t").queue_time is None
+
+
+def _samples() -> list[BaseModel]:
+    step = PlanStep(
+        id="s1",
+        task="look up",
+        dependencies=["r1.s2"],
+        tool_hint="search",
+        model_hint="fast",
+        status="completed",
+        result="Paris",
+        attempts=1,
+        model="gpt",
+        queued_at=1.0,
+        started_at=2.0,
+        completed_at=3.0,
+        usage=Usage(input_tokens=3, output_tokens=4, requests=1, cost=0.01),
+        tool_calls=[ToolCallRecord(name="search", arguments={"q": "x"}, observation="found", duration=0.1)],
+    )
+    p = ExecutionPlan(goal="g", steps=[step], round=2)
+    analysis = AnalysisResult(achieved=True, confidence=0.9, reasoning="ok", final_answer="Paris")
+    call = LLMCall(purpose="plan", model="gpt", round=1, messages=[{"role": "user", "content": "hi"}], reply="{}")
+    record = RoundRecord(index=1, plan=p, analysis=analysis, decision=Decision(action="synthesize", reason="done"))
+    return [step, p, analysis, call, record, RunState(run_id="r", goal="g", rounds=[record], calls=[call])]
+
+
+@pytest.mark.parametrize("instance", _samples(), ids=lambda m: type(m).__name__)
+def test_every_model_round_trips_through_json(instance: BaseModel) -> None:
+    assert type(instance).model_validate_json(instance.model_dump_json()) == instance
+
+
+def test_run_usage_is_the_sum_of_its_calls() -> None:
+    calls = [
+        LLMCall(purpose="plan", model="m", usage=Usage(input_tokens=5, output_tokens=1, requests=1, cost=0.1)),
+        LLMCall(purpose="step", model="m", usage=Usage(input_tokens=7, output_tokens=2, requests=1, cost=0.2)),
+    ]
+    usage = RunState(run_id="r", goal="g", calls=calls).usage
+    assert (usage.input_tokens, usage.output_tokens, usage.requests) == (12, 3, 2)
+    assert usage.cost == pytest.approx(0.3)
