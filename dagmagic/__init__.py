@@ -4,6 +4,8 @@ The public API is re-exported here; everything else lives in subpackages. Import
 import litellm (it is imported on the first model call).
 """
 
+from dagmagic.engine.run import DagRun
+from dagmagic.engine.session import DagSession
 from dagmagic.errors import ConfigurationError, DagError, ProviderError, StructuredOutputError
 from dagmagic.llm.registry import ModelRegistry
 from dagmagic.models import AnalysisResult, ExecutionPlan, LLMCall, PlanStep, RoundRecord, Usage
@@ -13,6 +15,8 @@ __all__ = [
     "AnalysisResult",
     "ConfigurationError",
     "DagError",
+    "DagRun",
+    "DagSession",
     "DagSettings",
     "ExecutionPlan",
     "LLMCall",

@@ -5,6 +5,8 @@ The tree, by whose mistake it is::
     DagError
     ├── ConfigurationError (ValueError)      the user's set-up: bad setting, no model, duplicate name
     ├── StructuredOutputError (ValueError)   a model never produced output of the requested shape
+    ├── PlanningError (ValueError)           no valid plan, even after one re-ask quoting the problem
+    ├── RunNotFinishedError                  a finished run's value was asked for while it still runs
     └── ProviderError                        a model provider refused or failed a call
         ├── FatalProviderError               raised at once, never retried
         │   ├── AuthenticationError          missing or wrong API key
@@ -29,10 +31,12 @@ __all__ = [
     "DagError",
     "FatalProviderError",
     "PermissionDeniedError",
+    "PlanningError",
     "ProviderConnectionError",
     "ProviderError",
     "ProviderTimeoutError",
     "RateLimitError",
+    "RunNotFinishedError",
     "ServerError",
     "StructuredOutputError",
     "TransientProviderError",
@@ -50,6 +54,14 @@ class ConfigurationError(DagError, ValueError):
 
 class StructuredOutputError(DagError, ValueError):
     """Every level of ``structured_llm_call`` failed to produce a value of the requested shape."""
+
+
+class PlanningError(DagError, ValueError):
+    """The planner produced no usable plan, even after one re-ask quoting the problem."""
+
+
+class RunNotFinishedError(DagError, RuntimeError):
+    """Something that needs a finished run was asked of one still running."""
 
 
 class ProviderError(DagError):

@@ -98,21 +98,28 @@ class ScriptedLLM:
         *,
         chunk_delay: float = 0.0,
         price: tuple[float, float] | None = None,
+        context_window: int | None = None,
     ) -> None:
         """``latency``: seconds before each reply, or per script key; ``chunk_delay``: seconds between
-        streamed pieces; ``price``: USD per (input, output) token, else cost is unknown (None).
+        streamed pieces; ``price``: USD per (input, output) token, else cost is unknown (None);
+        ``context_window``: input tokens the model accepts (None: unlimited), for context guard tests.
         """
         self.script = dict(script)
         self.latency = latency
         self._capabilities = Capabilities.of(tuple(capabilities))
         self.chunk_delay = chunk_delay
         self.price = price
+        self._context_window = context_window
         self.requests: list[ScriptedRequest] = []
         self._served: dict[str, int] = {}
 
     def capabilities(self, model: str) -> Capabilities:
         """The capabilities given at construction."""
         return self._capabilities
+
+    def context_window(self, model: str) -> int | None:
+        """The context window given at construction."""
+        return self._context_window
 
     def requests_for(self, purpose: str, step_id: str | None = None) -> list[ScriptedRequest]:
         """The requests seen for a purpose (and step)."""

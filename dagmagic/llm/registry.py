@@ -159,6 +159,11 @@ class ModelRegistry:
         return f"ModelRegistry({list(self._entries.values())!r})"
 
     @classmethod
+    def from_settings(cls, settings: Any) -> ModelRegistry:
+        """The registry the settings' ``smart_model`` ... ``reasoning_model`` describe."""
+        return cls.from_env({ROLE_ENV[role]: getattr(settings, f"{role}_model") or "" for role in STANDARD_ROLES})
+
+    @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ModelRegistry:
         """One entry per distinct model named by ``DAG_SMART_MODEL``, ``DAG_GENERAL_MODEL``,
         ``DAG_FAST_MODEL`` and ``DAG_REASONING_MODEL``; the same model string serves all its roles.

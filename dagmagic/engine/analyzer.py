@@ -1,0 +1,101 @@
+"""The analyzer: did the round reach the goal, and how sure is it? It asks the smart model at temperature 0.
+
+Lenient by design: the verdict's fields are coerced (``"false"`` -> False, confidence clamped to 0..1),
+broken JSON goes through a regex, and total failure is a safe "not achieved, confidence 0" that leads
+to a replan rather than a crash.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from dagmagic.engine import prompts
+from dagmagic.engine.context import truncate
+from dagmagic.events import Event
+from dagmagic.llm import ChatModel, structured_llm_call
+from dagmagic.models import AnalysisResult, PlanStep
+from dagmagic.settings import DagSettings
+
+__all__ = ["SAFE_DEFAULT", "Analyzer", "format_results", "regex_analysis"]
+
+
+class Verdict(BaseModel):
+    """What the analyzer is asked for (strict, so the schema it sees requires every field)."""
+
+    achieved: bool = Field(description="True only if the results fully answer the goal.")
+    confidence: float = Field(ge=0, le=1, description="How sure the verdict is, 0.0 to 1.0.")
+    reasoning: str = Field(description="Why; name contradictions between sources and what is missing.")
+    final_answer: str | None = Field(description="The answer to the goal when it is reached, else null.")
+
+
+SAFE_DEFAULT = AnalysisResult(achieved=False, confidence=0.0, reasoning="Could not parse analysis response")
+
+_BOOL = r'"?achieved"?\s*[:=]\s*"?(true|false|yes|no|1|0)\b'
+_NUMBER = r'"?confidence"?\s*[:=]\s*"?(-?\d+(?:\.\d+)?)'
+_TEXT = r'"?{field}"?\s*[:=]\s*"((?:[^"\\]|\\.)*)"?'
+
+
+def format_results(steps: Iterable[tuple[str, PlanStep]], limit: int) -> str:
+    """Each step as ``[ref] (status) task`` with its result (cut to ``limit`` characters) or its error."""
+    blocks = []
+    for ref, step in steps:
+        block = f"[{ref}] ({step.status}) {step.task}"
+        if step.result:
+            block += f"\nResult: {truncate(step.result, limit)}"
+        if step.error:
+            block += f"\nError: {step.error}"
+        blocks.append(block)
+    return "\n\n".join(blocks) or "(no step ran)"
+
+
+def regex_analysis(text: str) -> dict[str, Any] | None:
+    """The verdict's fields pulled out of broken JSON or prose; None without an ``achieved`` field."""
+    achieved = re.search(_BOOL, text, re.IGNORECASE)
+    if achieved is None:
+        return None
+    found: dict[str, Any] = {"achieved": achieved.group(1)}
+    confidence = re.search(_NUMBER, text, re.IGNORECASE)
+    if confidence:
+        found["confidence"] = confidence.group(1)
+    for field in ("reasoning", "final_answer"):
+        match = re.search(_TEXT.format(field=field), text, re.IGNORECASE | re.DOTALL)
+        if match:
+            found[field] = match.group(1).replace('\\"', '"').replace("\\n", "\n")
+    return found
+
+
+class Analyzer:
+    """Judges a round's results against the goal."""
+
+    def __init__(self, model: ChatModel, settings: DagSettings, *, emit: Callable[[Event], object] | None = None):
+        self.model = model
+        self.settings = settings
+        self.emit = emit
+
+    def messages(self, goal: str, steps: Iterable[tuple[str, PlanStep]]) -> list[dict[str, str]]:
+        """The analyzer's conversation."""
+        results = format_results(steps, self.settings.analyzer_result_chars)
+        return [
+            {"role": "system", "content": prompts.ANALYZER_SYSTEM},
+            {"role": "user", "content": prompts.ANALYZER_USER.format(goal=goal, results=results)},
+        ]
+
+    async def analyze(self, goal: str, steps: Iterable[tuple[str, PlanStep]], *, round: int) -> AnalysisResult:
+        """The verdict; ``SAFE_DEFAULT`` when nothing readable came back."""
+        result = await structured_llm_call(
+            self.model,
+            self.messages(goal, steps),
+            Verdict.model_json_schema(),
+            parse_fn=AnalysisResult.model_validate,  # lenient: what models write is coerced, not refused
+            regex_fallback=regex_analysis,
+            default=SAFE_DEFAULT,
+            purpose="analyze",
+            round=round,
+            temperature=0.0,
+        )
+        verdict: AnalysisResult = result.value
+        return verdict

@@ -1,0 +1,189 @@
+"""The executor: runs a plan's steps as soon as their dependencies complete, at most N at once.
+
+Dispatch is event-driven: each step keeps a count of unfinished dependencies, and the step that
+completes last starts its dependents on the spot (no polling, no level barrier). Ready steps start in
+sorted id order; a FIFO semaphore holds the concurrency limit, and ``started`` means a slot was acquired.
+
+Failure never spreads sideways: a failed step's dependents are skipped (naming it), independent
+branches go on. A stop event skips every step not yet started while running ones finish; cancellation
+cancels running steps, waits for them, marks them cancelled and re-raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Final
+
+from dagmagic.events import Event, StepCompleted, StepQueued, StepStarted
+from dagmagic.models import ExecutionPlan, PlanStep, StepStatus
+
+__all__ = ["STOPPED_REASON", "DagExecutor", "RunStep", "StepFailure"]
+
+STOPPED_REASON: Final = "Skipped — user changed requirements"
+
+RunStep = Callable[[PlanStep, dict[str, PlanStep]], Awaitable[str]]
+"""Runs one step given its completed dependencies (by reference: ``s1`` or ``r1.s2``); returns its result."""
+
+_UNSTARTED: Final = ("pending", "queued")
+
+
+class StepFailure(Exception):
+    """Raised by a step that failed but has partial notes worth keeping (the analyzer and replanner see them)."""
+
+    def __init__(self, reason: str, notes: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.notes = notes
+
+
+class DagExecutor:
+    """Executes one plan; ``earlier`` maps ``rN.id`` references to steps of earlier rounds."""
+
+    def __init__(
+        self,
+        plan: ExecutionPlan,
+        run_step: RunStep,
+        *,
+        max_concurrency: int,
+        step_timeout: float,
+        emit: Callable[[Event], object] | None = None,
+        stop: asyncio.Event | None = None,
+        earlier: Mapping[str, PlanStep] | None = None,
+    ) -> None:
+        self.plan = plan
+        self.run_step = run_step
+        self.step_timeout = step_timeout
+        self.emit = emit or (lambda event: None)
+        self.stop = stop or asyncio.Event()
+        self.earlier = dict(earlier or {})
+        self._slots = asyncio.Semaphore(max_concurrency)
+        self._steps = {step.id: step for step in sorted(plan.steps, key=lambda s: s.id)}
+        self._dependents: dict[str, list[str]] = {sid: [] for sid in self._steps}
+        self._waiting: dict[str, int] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._all_settled = asyncio.Event()
+        self._cancelling = False
+
+    async def execute(self) -> ExecutionPlan:
+        """Run every step that can run; return the plan with every step in a final state."""
+        blocked = self._index_dependencies()
+        watcher = asyncio.create_task(self._watch_stop(), name="dagmagic:stop-watcher")
+        try:
+            for sid, reason in blocked.items():
+                self._finish(self._steps[sid], "skipped", reason)
+            for sid, step in self._steps.items():
+                if step.status == "pending" and self._waiting[sid] == 0:
+                    self._dispatch(step)
+            if not self._tasks:
+                self._all_settled.set()
+            await self._all_settled.wait()
+        except asyncio.CancelledError:
+            await self._cancel_all()
+            raise
+        finally:
+            watcher.cancel()
+        for step in self._steps.values():
+            if step.status in _UNSTARTED:  # only a plan that skipped validation can get here
+                waiting_on = [d for d in step.dependencies if self._status_of(d) != "completed"]
+                self._finish(step, "failed", f"Could not run: dependencies {', '.join(waiting_on)} never completed")
+        return self.plan
+
+    def _index_dependencies(self) -> dict[str, str]:
+        """Count each step's dependencies inside the plan; return the steps an earlier round's result blocks."""
+        blocked: dict[str, str] = {}
+        for sid, step in self._steps.items():
+            inner = [d for d in dict.fromkeys(step.dependencies) if d in self._steps]
+            self._waiting[sid] = len(inner)
+            for dep in inner:
+                self._dependents[dep].append(sid)
+            for dep in step.dependencies:
+                earlier = self.earlier.get(dep)
+                if dep not in self._steps and (earlier is None or earlier.status != "completed"):
+                    status = earlier.status if earlier is not None else "unknown"
+                    blocked.setdefault(sid, f"Skipped — dependency {dep} {status}")
+        return blocked
+
+    def _status_of(self, dependency: str) -> StepStatus | str:
+        step = self._steps.get(dependency) or self.earlier.get(dependency)
+        return step.status if step is not None else "unknown"
+
+    def _dispatch(self, step: PlanStep) -> None:
+        step.status = "queued"
+        step.queued_at = time.time()
+        self.emit(StepQueued(round=self.plan.round, step_id=step.id))
+        self._tasks[step.id] = asyncio.create_task(self._run(step), name=f"dagmagic:step:{step.id}")
+
+    async def _run(self, step: PlanStep) -> None:
+        try:
+            async with self._slots:
+                if step.status != "queued":  # skipped by a stop while it waited for a slot
+                    return
+                await self._run_started(step)
+        finally:
+            del self._tasks[step.id]
+            if not self._tasks and not self._cancelling:
+                self._all_settled.set()
+
+    async def _run_started(self, step: PlanStep) -> None:
+        step.status = "running"
+        step.started_at = time.time()
+        step.attempts += 1
+        self.emit(StepStarted(round=self.plan.round, step_id=step.id, model=step.model))
+        dependencies = {d: self._steps.get(d) or self.earlier[d] for d in step.dependencies}
+        try:
+            async with asyncio.timeout(self.step_timeout) as deadline:
+                result = await self.run_step(step, dependencies)
+        except asyncio.CancelledError:
+            self._finish(step, "cancelled", "Cancelled")
+            raise
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            self._finish(step, "failed", f"timed out after {self.step_timeout:g}s")
+        except StepFailure as failure:
+            self._finish(step, "failed", failure.reason, result=failure.notes)
+        except Exception as exc:
+            self._finish(step, "failed", f"{type(exc).__name__}: {exc}")
+        else:
+            self._finish(step, "completed", None, result=result)
+
+    def _finish(self, step: PlanStep, status: StepStatus, error: str | None, *, result: str | None = None) -> None:
+        """Put a step in a final state, then release or skip its dependents."""
+        step.status = status
+        step.error = error
+        if result is not None:
+            step.result = result
+        step.completed_at = time.time()
+        self.emit(StepCompleted(round=self.plan.round, step_id=step.id, status=status, error=error))
+        if self._cancelling:
+            return
+        for child_id in self._dependents[step.id]:
+            child = self._steps[child_id]
+            if child.status != "pending":
+                continue
+            if self.stop.is_set():
+                self._finish(child, "skipped", STOPPED_REASON)
+            elif status != "completed":
+                self._finish(child, "skipped", f"Skipped — dependency {step.id} {status}")
+            else:
+                self._waiting[child_id] -= 1
+                if self._waiting[child_id] == 0:
+                    self._dispatch(child)
+
+    async def _watch_stop(self) -> None:
+        await self.stop.wait()
+        for step in self._steps.values():
+            if step.status in _UNSTARTED:
+                self._finish(step, "skipped", STOPPED_REASON)
+
+    async def _cancel_all(self) -> None:
+        self._cancelling = True
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for step in self._steps.values():
+            if step.status in _UNSTARTED:
+                self._finish(step, "cancelled", "Cancelled before it started")

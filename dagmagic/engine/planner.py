@@ -1,0 +1,281 @@
+"""The planner: a goal (and what earlier rounds learned) becomes a validated DAG of steps.
+
+One ``structured_llm_call`` to the smart model at temperature 0; the reply is recovered from the shapes
+models actually write, then validated with Kahn's algorithm. A cycle, duplicate ids, an empty plan or
+too many steps get ONE re-ask quoting the problem; a second failure raises ``PlanningError``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError
+
+from dagmagic.engine import prompts
+from dagmagic.errors import PlanningError, StructuredOutputError
+from dagmagic.events import Event, RunWarning
+from dagmagic.llm import ChatModel, extract_json, structured_llm_call
+from dagmagic.llm.registry import STANDARD_ROLES
+from dagmagic.models import ExecutionPlan, PlanStep, split_round_reference
+from dagmagic.settings import DagSettings
+
+__all__ = ["PlanDraft", "Planner", "StepDraft", "recover_steps", "validate_steps"]
+
+
+class StepDraft(BaseModel):
+    """One step as the planner writes it."""
+
+    id: str = Field(description='Short unique id, e.g. "s1".')
+    task: str = Field(description="What the step must do, in the goal's language.")
+    dependencies: list[str] = Field(default_factory=list, description="Ids of steps whose results it needs.")
+    tool_hint: str | None = Field(None, description="The tool the step should use, or null.")
+    model_hint: str | None = Field(None, description='"fast", "reasoning", another role, or null.')
+
+
+class PlanDraft(BaseModel):
+    """The planner's output."""
+
+    steps: list[StepDraft] = Field(description="The steps of the plan.")
+
+
+_DEPENDENCY_KEYS = ("dependencies", "depends_on", "deps", "requires")
+
+
+def recover_steps(raw: Any) -> list[StepDraft]:
+    """Steps from what a model wrote: ``{"steps": [...]}``, a bare list, a bare step, ``steps`` as a dict
+    or a JSON string, ``description`` for ``task``, integer ids, ``"s1"`` or ``null`` as dependencies.
+    """
+    steps = _step_list(raw)
+    drafts = []
+    for index, item in enumerate(steps):
+        if not isinstance(item, Mapping):
+            raise ValueError(f"step {index + 1} is not an object: {item!r}")
+        drafts.append(StepDraft.model_validate(_normalize_step(dict(item), index)))
+    return drafts
+
+
+def _step_list(raw: Any) -> list[Any]:
+    if isinstance(raw, str):
+        raw = extract_json(raw)
+    if isinstance(raw, list):
+        return raw
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"expected an object with `steps`, got {type(raw).__name__}")
+    if "steps" in raw:
+        steps = raw["steps"]
+        if isinstance(steps, str):
+            steps = extract_json(steps)
+        if isinstance(steps, Mapping):
+            if _looks_like_step(steps):
+                return [steps]
+            return [{"id": key, **value} if isinstance(value, Mapping) else value for key, value in steps.items()]
+        if isinstance(steps, list):
+            return steps
+        raise ValueError(f"`steps` must be a list, got {type(steps).__name__}")
+    if "plan" in raw:
+        return _step_list(raw["plan"])
+    if _looks_like_step(raw):
+        return [raw]
+    raise ValueError("the reply has no `steps`")
+
+
+def _looks_like_step(item: Mapping[str, Any]) -> bool:
+    return "task" in item or "description" in item
+
+
+def _normalize_step(item: dict[str, Any], index: int) -> dict[str, Any]:
+    if "task" not in item and "description" in item:
+        item["task"] = item.pop("description")
+    item["id"] = str(item["id"]).strip() if item.get("id") is not None else f"s{index + 1}"
+    for key in _DEPENDENCY_KEYS[1:]:
+        if key in item and "dependencies" not in item:
+            item["dependencies"] = item.pop(key)
+    deps = item.get("dependencies")
+    if deps is None:
+        deps = []
+    elif isinstance(deps, str | int):
+        deps = [part for part in str(deps).replace(";", ",").split(",") if part.strip()]
+    item["dependencies"] = [str(dep).strip() for dep in deps if dep is not None and str(dep).strip()]
+    for hint in ("tool_hint", "model_hint"):
+        value = item.get(hint)
+        item[hint] = None if value in (None, "", "null", "none", "None") else str(value).strip()
+    return item
+
+
+def validate_steps(
+    drafts: list[StepDraft],
+    *,
+    max_steps: int,
+    earlier: Collection[str] = (),
+    roles: Collection[str] = STANDARD_ROLES,
+    warn: Callable[[str], None] = lambda message: None,
+) -> tuple[list[PlanStep], str | None]:
+    """The plan's steps and the problem that makes it unusable (None when it is usable).
+
+    Fixed with a warning: dependencies on unknown steps are dropped (``earlier`` lists the ``rN.id``
+    references that may be used), an unknown ``model_hint`` becomes null. Problems: no steps, too many,
+    duplicate ids, a cycle.
+    """
+    if not drafts:
+        return [], "the plan has no steps; a plan needs at least one step"
+    if len(drafts) > max_steps:
+        return [], f"the plan has {len(drafts)} steps but at most {max_steps} are allowed; combine related steps"
+    ids = [draft.id for draft in drafts]
+    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicates:
+        counts = ", ".join(f"{i} ({ids.count(i)} times)" for i in duplicates)
+        return [], f"step ids must be unique, but these repeat: {counts}"
+    known = set(ids)
+    steps: list[PlanStep] = []
+    dropped: list[str] = []
+    for draft in drafts:
+        kept = []
+        for dep in dict.fromkeys(draft.dependencies):
+            reusable = split_round_reference(dep) is not None and dep in earlier
+            if dep in known or reusable:
+                kept.append(dep)
+            else:
+                dropped.append(f"{draft.id} -> {dep}")
+        hint = draft.model_hint
+        if hint is not None and hint not in roles:
+            warn(f"step {draft.id}: unknown model_hint {hint!r} replaced by the general model")
+            hint = None
+        steps.append(
+            PlanStep(id=draft.id, task=draft.task, dependencies=kept, tool_hint=draft.tool_hint, model_hint=hint)
+        )
+    if dropped:
+        warn(f"dropped dependencies on unknown steps: {', '.join(dropped)}")
+    cycle = _cycle(steps)
+    if cycle:
+        return [], f"the steps {', '.join(sorted(set(cycle)))} form a cycle ({' needs '.join(cycle)})"
+    return steps, None
+
+
+def _cycle(steps: list[PlanStep]) -> list[str]:
+    """One cycle as a path ``[a, b, a]``, or an empty list when the steps form a DAG."""
+    deps = {s.id: {d for d in s.dependencies if split_round_reference(d) is None} for s in steps}
+    remaining = set(deps)
+    progress = True
+    while progress:  # Kahn's algorithm: peel off steps whose dependencies are all gone
+        done = {sid for sid in remaining if not deps[sid] & remaining}
+        remaining -= done
+        progress = bool(done)
+    if not remaining:
+        return []
+    # every remaining step waits on another remaining one, so following them must come back round
+    node = min(remaining)
+    path: list[str] = []
+    seen: dict[str, int] = {}
+    while node not in seen:
+        seen[node] = len(path)
+        path.append(node)
+        node = min(deps[node] & remaining)
+    return [*path[seen[node] :], node]
+
+
+class Planner:
+    """Plans a goal with the smart model."""
+
+    def __init__(
+        self,
+        model: ChatModel,
+        settings: DagSettings,
+        *,
+        emit: Callable[[Event], object] | None = None,
+        tool_names: Collection[str] = (),
+        roles: Collection[str] = STANDARD_ROLES,
+        today: Callable[[], dt.date] = dt.date.today,
+    ) -> None:
+        self.model = model
+        self.settings = settings
+        self.emit = emit
+        self.tool_names = sorted(tool_names)
+        self.roles = sorted(set(roles) | set(STANDARD_ROLES))
+        self.today = today
+
+    def system_prompt(self, domain: str | None = None) -> str:
+        """The planner's instructions for today, the available tools and roles, and the domain."""
+        date = self.today()
+        extra_roles = [r for r in self.roles if r not in STANDARD_ROLES]
+        return prompts.PLANNER_SYSTEM.format(
+            today=date.isoformat(),
+            year=date.year,
+            min_steps=self.settings.plan_min_steps,
+            max_steps=self.settings.plan_max_steps,
+            tools=prompts.PLANNER_TOOLS.format(names=", ".join(self.tool_names)) if self.tool_names else "",
+            roles=prompts.PLANNER_ROLES.format(names=", ".join(extra_roles)) if extra_roles else "",
+            domain=prompts.PLANNER_DOMAIN.format(domain=domain) if domain else "",
+        )
+
+    def messages(
+        self,
+        query: str,
+        *,
+        round: int = 1,
+        context: str | None = None,
+        earlier: Collection[str] = (),
+        domain: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """The planner's conversation for a round."""
+        user = query
+        if context:
+            reusable = f"\nReusable results: {', '.join(sorted(earlier))}." if earlier else ""
+            user = f"{query}\n\n{prompts.PLANNER_REPLAN.format(round=round, context=context, reusable=reusable)}"
+        return [{"role": "system", "content": self.system_prompt(domain)}, {"role": "user", "content": user}]
+
+    async def plan(
+        self,
+        query: str,
+        *,
+        round: int = 1,
+        context: str | None = None,
+        earlier: Collection[str] = (),
+        domain: str | None = None,
+    ) -> ExecutionPlan:
+        """A valid plan for ``query``; ``PlanningError`` naming the problem when none could be had."""
+        messages = self.messages(query, round=round, context=context, earlier=earlier, domain=domain)
+        problem = ""
+        for attempt in range(2):
+            drafts = await self._draft(messages, round)
+            steps, problem_or_none = validate_steps(
+                drafts,
+                max_steps=self.settings.plan_max_steps,
+                earlier=earlier,
+                roles=self.roles,
+                warn=lambda message: self._warn(message, round),
+            )
+            if problem_or_none is None:
+                return ExecutionPlan(goal=query, steps=steps, round=round)
+            problem = problem_or_none
+            if attempt == 0:
+                messages = [
+                    *messages,
+                    {"role": "assistant", "content": json.dumps({"steps": [d.model_dump() for d in drafts]})},
+                    {"role": "user", "content": prompts.PLANNER_REASK.format(problem=problem)},
+                ]
+        raise PlanningError(f"Planning failed after one re-ask: {problem}")
+
+    async def _draft(self, messages: list[dict[str, Any]], round: int) -> list[StepDraft]:
+        try:
+            result = await structured_llm_call(
+                self.model,
+                messages,
+                PlanDraft,
+                parse_fn=recover_steps,
+                purpose="plan",
+                round=round,
+                temperature=0.0,
+            )
+        except StructuredOutputError as exc:
+            raise PlanningError(f"Planning failed: the model gave no readable plan ({exc})") from exc
+        except ValidationError as exc:  # pragma: no cover - parse_fn failures are caught inside the call
+            raise PlanningError(f"Planning failed: {exc}") from exc
+        drafts: list[StepDraft] = result.value
+        return drafts
+
+    def _warn(self, message: str, round: int) -> None:
+        if self.emit is not None:
+            self.emit(RunWarning(message=message, round=round))

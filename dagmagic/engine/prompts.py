@@ -1,0 +1,95 @@
+"""Every prompt the goal loop sends, in one place, so they can be read and tuned together."""
+
+from __future__ import annotations
+
+__all__ = [
+    "ANALYZER_SYSTEM",
+    "COMPACTION_SYSTEM",
+    "HISTORY_SUMMARY_SYSTEM",
+    "PLANNER_SYSTEM",
+    "STEP_SYSTEM",
+    "SYNTHESIS_SYSTEM",
+]
+
+PLANNER_SYSTEM = """\
+You are the planner of an autonomous agent. Break the user's goal into a small DAG of concrete steps.
+Today is {today} (the year is {year}); plan searches and facts with that date in mind.
+
+Rules:
+- Write every step's task in the same language as the goal.
+- Use between {min_steps} and {max_steps} steps. Fewer, larger steps are better than many tiny ones:
+  if several checks fit in one script or one lookup, make them ONE step.
+- Each step is self-contained: it sees the original goal, its own task and the results of the steps it
+  depends on, nothing else. Name every step whose result it needs in `dependencies`.
+- Steps without dependencies between them run in parallel; only add a dependency when the result is needed.
+- `id`: short unique ids such as "s1", "s2".
+- `tool_hint`: the tool the step should use, or null.{tools}
+- `model_hint`: "fast" for simple, mechanical steps (a lookup, a format conversion), "reasoning" for steps
+  that need careful analysis, or null for everything else (the default, capable model). When unsure, null.{roles}
+{domain}"""
+
+PLANNER_TOOLS = "\n  Available tools: {names}."
+PLANNER_ROLES = "\n  Other roles available as model_hint: {names}."
+PLANNER_DOMAIN = (
+    '\nThis goal is in the {domain} domain: precision matters. Use model_hint "reasoning" for every step '
+    "that states facts, figures or citations the answer depends on."
+)
+
+PLANNER_REPLAN = """\
+This is round {round}. Earlier rounds did not reach the goal. What happened:
+
+{context}
+
+Make a new plan that fixes what went wrong. Completed results of earlier rounds can be reused without
+running them again: depend on them as "rN.id" (for example "r1.s2").{reusable}"""
+
+PLANNER_REASK = """\
+That plan cannot be used: {problem}
+Return a corrected plan with the same format."""
+
+STEP_SYSTEM = """\
+You carry out one step of a larger plan. Do exactly your task and answer with its result: facts, figures
+and sources, stated plainly. Do not answer the whole goal, do not describe what you would do."""
+
+STEP_USER = """\
+Original goal: {goal}
+
+Your task ({step_id}): {task}{tool_hint}{context}"""
+
+ANALYZER_SYSTEM = """\
+You judge whether an agent reached the user's goal, from the results of the steps it ran.
+- `achieved`: true only if the results fully answer the goal.
+- `confidence`: 0.0 to 1.0, how sure you are of your verdict.
+- Compare the sources: when steps disagree (numbers, dates, claims), name the contradiction, say which
+  source is more reliable, and lower your confidence.
+- `reasoning`: why, in a few sentences; name what is missing when the goal is not reached.
+- `final_answer`: the answer to the goal when it is reached, else null."""
+
+ANALYZER_USER = """\
+Goal: {goal}
+
+Step results:
+{results}"""
+
+SYNTHESIS_SYSTEM = """\
+Write the final answer to the user's goal from the step results below.
+- Answer directly. No meta-commentary: never write "based on the results", "the steps show" or similar.
+- Write in the same language as the goal.
+- Where sources disagree, say so and say which is more reliable.
+- Use Markdown where it helps (lists, tables)."""
+
+SYNTHESIS_USER = """\
+Goal: {goal}
+
+What the analysis concluded: {reasoning}
+
+Step results:
+{results}"""
+
+HISTORY_SUMMARY_SYSTEM = """\
+Summarize this conversation so a planner can continue it: keep every fact, number, name, decision and
+open question; drop pleasantries. Write in the conversation's language."""
+
+COMPACTION_SYSTEM = """\
+Shorten the following text to at most {tokens} tokens for the task: "{task}". Keep every fact, figure,
+name, citation and table row the task needs; drop the rest."""

@@ -1,0 +1,219 @@
+"""``DagRun``: one goal being pursued, its state, its event log, and the user's controls over it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Generator
+from typing import Any, Literal
+
+from dagmagic.errors import DagError
+from dagmagic.events import Event, LLMCallRecorded, PlanReady
+from dagmagic.models import AnalysisResult, ExecutionPlan, LLMCall, PlanStep, RoundRecord, RunState, RunStatus, Usage
+
+__all__ = ["DagRun", "Listener", "RunFailedError"]
+
+log = logging.getLogger("dagmagic")
+
+Listener = Callable[[Event], object]
+
+
+class RunFailedError(DagError):
+    """``run.raise_for_status()`` on a run that failed; the run itself is on ``.run``."""
+
+    def __init__(self, run: DagRun) -> None:
+        super().__init__(f"The run failed: {run.error}")
+        self.run = run
+
+
+class DagRun:
+    """A goal being pursued. Await it for the finished run; read it at any time for where it stands.
+
+    Controls: ``stop()`` (pending steps skipped, running ones finish, then an answer from what there is),
+    ``follow_up(text)`` (pending steps skipped, then a replan that includes the text; uses no budget),
+    ``cancel()`` (running steps cancelled now; status ``cancelled``).
+    """
+
+    def __init__(self, state: RunState) -> None:
+        self.state = state
+        self.events: list[Event] = []
+        self.exception: BaseException | None = None
+        """The unexpected exception that failed the run, if one did (the run's ``error`` describes it)."""
+        self._listeners: list[Listener] = []
+        self._steps_by_round: dict[tuple[int, str], PlanStep] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._pending_follow_ups: list[str] = []
+        self._round_stop = asyncio.Event()
+        self._stopped = False
+
+    # --- the event stream -------------------------------------------------------------------------
+
+    def emit(self, event: Event) -> None:
+        """Record an event, fold it into the state, and tell every listener."""
+        self.events.append(event)
+        if isinstance(event, LLMCallRecorded):
+            self._record_call(event.call)
+        elif isinstance(event, PlanReady):
+            for step in event.plan.steps:
+                self._steps_by_round[(event.round, step.id)] = step
+        for listener in list(self._listeners):
+            try:
+                listener(event)
+            except Exception:  # a broken view must never break the run
+                log.exception("[dagmagic] a run listener failed on %s", event.type)
+
+    def _record_call(self, call: LLMCall) -> None:
+        self.state.calls.append(call)
+        if call.step_id is not None and call.round is not None:
+            step = self._steps_by_round.get((call.round, call.step_id))
+            if step is not None:
+                step.usage = step.usage + call.usage
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Call ``listener`` with every future event; returns a function that unsubscribes it."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    # --- controls -------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Finish gracefully: steps not started are skipped, running ones finish, then the run answers."""
+        self._stopped = True
+        self._round_stop.set()
+
+    def follow_up(self, text: str) -> None:
+        """Steer the run: skip steps not started, then replan with ``text`` added (no budget used)."""
+        text = text.strip()
+        if not text:
+            raise ValueError("a follow-up needs some text")
+        if self.done():
+            raise DagError(
+                f"this run is {self.status}; a follow-up can only steer a running run. "
+                "Start a new one in the same session to continue the conversation."
+            )
+        self._pending_follow_ups.append(text)
+        self._round_stop.set()
+
+    def cancel(self) -> bool:
+        """Abort now: running steps are cancelled and the run ends ``cancelled``. False if already done."""
+        if self._task is None or self._task.done():
+            return False
+        return self._task.cancel()
+
+    def done(self) -> bool:
+        """Whether the run has ended."""
+        return self.state.status != "running"
+
+    async def wait(self) -> DagRun:
+        """The run, once it has ended (cancelling the waiter does not cancel the run)."""
+        if self._task is not None and not self._task.done():
+            await asyncio.wait([self._task])
+        return self
+
+    def __await__(self) -> Generator[Any, None, DagRun]:
+        return self.wait().__await__()
+
+    def raise_for_status(self) -> DagRun:
+        """The run if it did not fail; ``RunFailedError`` (naming the cause) if it did."""
+        if self.state.status == "failed":
+            raise RunFailedError(self) from self.exception
+        return self
+
+    # --- reading the run ------------------------------------------------------------------------
+
+    @property
+    def run_id(self) -> str:
+        """Unique id of the run."""
+        return self.state.run_id
+
+    @property
+    def goal(self) -> str:
+        """The goal as the user wrote it."""
+        return self.state.goal
+
+    @property
+    def status(self) -> RunStatus:
+        """``running``, ``done``, ``failed`` or ``cancelled``."""
+        return self.state.status
+
+    @property
+    def answer(self) -> str:
+        """The answer (it grows while synthesis streams)."""
+        return self.state.answer
+
+    @property
+    def error(self) -> str | None:
+        """Why the run failed."""
+        return self.state.error
+
+    @property
+    def rounds(self) -> list[RoundRecord]:
+        """Every round so far."""
+        return self.state.rounds
+
+    @property
+    def plan(self) -> ExecutionPlan | None:
+        """The latest round's plan."""
+        return self.state.rounds[-1].plan if self.state.rounds else None
+
+    @property
+    def steps(self) -> dict[str, PlanStep]:
+        """The latest round's steps by id."""
+        return {step.id: step for step in self.plan.steps} if self.plan else {}
+
+    @property
+    def analysis(self) -> AnalysisResult | None:
+        """The latest verdict."""
+        for record in reversed(self.state.rounds):
+            if record.analysis is not None:
+                return record.analysis
+        return None
+
+    @property
+    def achieved(self) -> bool:
+        """Whether the latest verdict says the goal was reached."""
+        return self.analysis.achieved if self.analysis else False
+
+    @property
+    def confidence(self) -> float:
+        """The latest verdict's confidence."""
+        return self.analysis.confidence if self.analysis else 0.0
+
+    @property
+    def calls(self) -> list[LLMCall]:
+        """Every LLM call, in order."""
+        return self.state.calls
+
+    @property
+    def usage(self) -> Usage:
+        """Tokens and cost of every call."""
+        return self.state.usage
+
+    @property
+    def cost(self) -> float | None:
+        """USD spent (litellm pricing); None when no call's price is known."""
+        return self.usage.cost
+
+    def usage_by(self, key: Literal["purpose", "round", "step"]) -> dict[Any, Usage]:
+        """Usage grouped by purpose, round, or step (``(round, step_id)``; calls outside steps are left out)."""
+        groups: dict[Any, Usage] = {}
+        for call in self.state.calls:
+            if key == "purpose":
+                group: Any = call.purpose
+            elif key == "round":
+                group = call.round
+            elif call.step_id is not None:
+                group = (call.round, call.step_id)
+            else:
+                continue
+            groups[group] = groups.get(group, Usage()) + call.usage
+        return groups
+
+    def __repr__(self) -> str:
+        goal = self.goal if len(self.goal) <= 60 else f"{self.goal[:57]}..."
+        steps = self.steps.values()
+        completed = sum(step.status == "completed" for step in steps)
+        return (
+            f"<DagRun {self.status}: {goal!r} rounds={len(self.rounds)} "
+            f"steps={completed}/{len(steps)} completed achieved={self.achieved} confidence={self.confidence:.2f}>"
+        )

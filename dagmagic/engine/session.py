@@ -1,0 +1,89 @@
+"""``DagSession``: the conversation runs belong to; it starts runs and remembers their answers."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+from dagmagic.engine.context import Exchange
+from dagmagic.engine.loop import GoalLoop
+from dagmagic.engine.run import DagRun
+from dagmagic.engine.steps import StepRunner, single_call_step
+from dagmagic.llm import ModelRegistry
+from dagmagic.models import RunState
+from dagmagic.settings import DagSettings
+
+__all__ = ["DagSession"]
+
+
+class DagSession:
+    """Runs goals with one set of models, settings and tools; each finished run becomes history for the next.
+
+    ``models`` defaults to ``ModelRegistry.from_settings(settings)`` (the ``DAG_*_MODEL`` variables).
+    """
+
+    def __init__(
+        self,
+        models: ModelRegistry | None = None,
+        settings: DagSettings | None = None,
+        *,
+        step_runner: StepRunner | None = None,
+    ) -> None:
+        self.settings = settings or DagSettings()
+        self.models = models if models is not None else ModelRegistry.from_settings(self.settings)
+        self.models.for_role("smart")  # an empty registry fails here, with the message that says what to set
+        self.step_runner = step_runner or single_call_step
+        self.history: list[Exchange] = []
+        self.runs: list[DagRun] = []
+        self._active: set[asyncio.Task[None]] = set()
+
+    def start(self, goal: str) -> DagRun:
+        """Start pursuing ``goal`` as a task on the running loop; ``await`` the returned run for its end."""
+        goal = _check_goal(goal)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise RuntimeError(
+                "DagSession.start() needs a running event loop (a notebook cell or an async function); "
+                "elsewhere use asyncio.run(session.run(goal))."
+            ) from None
+        run = DagRun(RunState(run_id=uuid.uuid4().hex[:12], goal=goal, started_at=time.time()))
+        driver = GoalLoop(self.models, self.settings, self.step_runner, history=tuple(self.history))
+        task = loop.create_task(driver.drive(run), name=f"dagmagic:run:{run.run_id}")
+        run._task = task
+        self._active.add(task)  # the loop keeps only weak references to tasks
+        task.add_done_callback(lambda finished: self._finished(run, finished))
+        self.runs.append(run)
+        return run
+
+    async def run(self, goal: str) -> DagRun:
+        """Pursue ``goal`` to its end and return the finished run. Cancelling this cancels the run."""
+        run = self.start(goal)
+        try:
+            return await run.wait()
+        except asyncio.CancelledError:
+            run.cancel()
+            await run.wait()
+            raise
+
+    def reset(self) -> None:
+        """Forget the conversation: later runs start without history."""
+        self.history.clear()
+
+    def _finished(self, run: DagRun, task: asyncio.Task[None]) -> None:
+        self._active.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: the loop records failures on the run itself
+        if run.status in ("done", "failed") and run.answer:
+            goal = "".join([run.goal, *(f"\n\n[User follow-up]: {text}" for text in run.state.follow_ups)])
+            self.history.append(Exchange(goal=goal, answer=run.answer))
+
+    def __repr__(self) -> str:
+        return f"DagSession(models={[entry.name for entry in self.models]}, runs={len(self.runs)})"
+
+
+def _check_goal(goal: str) -> str:
+    if not isinstance(goal, str) or not goal.strip():
+        raise ValueError("a goal needs some text: say what you want to find out or get done")
+    return goal.strip()
