@@ -1,0 +1,284 @@
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from dagmagic.engine.executor import STOPPED_REASON
+from dagmagic.engine.loop import decide, replan_context
+from dagmagic.engine.synthesis import NOT_ACHIEVED
+from dagmagic.errors import AuthenticationError
+from dagmagic.events import AnswerDelta, AnswerReady, Event, Replanning, StepStarted
+from dagmagic.models import AnalysisResult, ExecutionPlan, PlanStep, RoundRecord, Usage
+from dagmagic.settings import DagSettings
+from dagmagic.testing import ScriptedLLM, ScriptedRequest
+
+from .conftest import plan_reply, session_for, verdict
+
+TWO_STEPS = plan_reply(("s1", []), ("s2", ["s1"]))
+
+
+def script(**overrides: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "plan": [TWO_STEPS],
+        "step": lambda r: f"result of {r.step_id} in round {r.round}",
+        "analyze": [verdict(True, 0.9, "all found", "fallback answer")],
+        "synthesize": [["The ", "answer."]],
+    }
+    return {**base, **overrides}
+
+
+# --- the decision table ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("analysis", "kwargs", "action", "budget"),
+    [
+        (
+            AnalysisResult(achieved=True, confidence=0.1),
+            {"follow_up": True, "autonomous_rounds": 9},
+            "synthesize",
+            True,
+        ),
+        (AnalysisResult(confidence=0.95), {"follow_up": True, "autonomous_rounds": 9}, "replan", False),
+        (AnalysisResult(confidence=0.1), {"stopped": True}, "stop", True),
+        (AnalysisResult(confidence=0.1), {"autonomous_rounds": 3}, "stop", True),
+        (AnalysisResult(confidence=0.8), {"autonomous_rounds": 1}, "stop", True),
+        (AnalysisResult(confidence=0.79), {"autonomous_rounds": 2}, "replan", True),
+    ],
+)
+def test_decide_follows_the_design_order(
+    analysis: AnalysisResult, kwargs: dict[str, Any], action: str, budget: bool
+) -> None:
+    arguments = {"follow_up": False, "stopped": False, "autonomous_rounds": 1, **kwargs}
+    decision = decide(analysis, settings=DagSettings(), **arguments)
+    assert (decision.action, decision.counts_against_budget) == (action, budget)
+
+
+def test_replan_context_previews_the_latest_round_longer() -> None:
+    def record(index: int) -> RoundRecord:
+        steps = [
+            PlanStep(id="s1", task="look", status="completed", result="x" * 1000),
+            PlanStep(id="s2", task="check", status="failed", error="RuntimeError: boom"),
+        ]
+        analysis = AnalysisResult(confidence=0.3, reasoning=f"missing data {index}")
+        return RoundRecord(index=index, plan=ExecutionPlan(goal="g", steps=steps, round=index), analysis=analysis)
+
+    text = replan_context([record(1), record(2)], DagSettings())
+    assert "--- Round 1 ---" in text and "--- Round 2 ---" in text
+    assert "Analysis: missing data 1" in text and "Achieved: False, confidence: 0.30" in text
+    assert "- r1.s1 (completed): look" in text and "- r2.s2 (failed): check" in text
+    assert "Error: RuntimeError: boom" in text
+    older, latest = text.split("--- Round 2 ---")
+    assert "x" * 200 + "... (truncated)" in older and "x" * 201 not in older
+    assert "x" * 500 + "... (truncated)" in latest and "x" * 501 not in latest
+
+
+# --- rounds --------------------------------------------------------------------------------------
+
+
+async def test_achieved_in_round_one_is_one_round_with_a_streamed_answer() -> None:
+    llm = ScriptedLLM(script())
+    run = await session_for(llm).run("goal")
+    assert (run.status, len(run.rounds), run.achieved, run.confidence) == ("done", 1, True, 0.9)
+    deltas = [e.text for e in run.events if isinstance(e, AnswerDelta)]
+    assert deltas == ["The ", "answer."] and run.answer == "The answer."
+    ready = [e for e in run.events if isinstance(e, AnswerReady)]
+    assert len(ready) == 1 and ready[0].fallback is False
+    assert run.rounds[0].decision is not None and run.rounds[0].decision.action == "synthesize"
+    assert [s.status for s in run.steps.values()] == ["completed", "completed"]
+
+
+async def test_low_confidence_three_times_is_exactly_three_rounds() -> None:
+    llm = ScriptedLLM(script(analyze=[verdict(False, 0.3, "still missing")]))
+    run = await session_for(llm).run("goal")
+    assert len(run.rounds) == 3 and len(llm.requests_for("plan")) == 3
+    assert [r.decision.action for r in run.rounds if r.decision] == ["replan", "replan", "stop"]
+    assert [e.reason for e in run.events if isinstance(e, Replanning)] == ["still missing", "still missing"]
+    assert run.status == "done" and not run.achieved
+    assert run.answer.startswith("still missing\n\n---\n\n**r1.s1**: result of s1 in round 1")
+    assert "**s2**: result of s2 in round 3" in run.answer
+    assert llm.requests_for("synthesize") == []
+
+
+async def test_max_replan_rounds_one_means_one_round() -> None:
+    llm = ScriptedLLM(script(analyze=[verdict(False, 0.3)]))
+    run = await session_for(llm, max_replan_rounds=1).run("goal")
+    assert len(run.rounds) == 1
+
+
+async def test_confident_but_not_achieved_stops_after_one_round_with_the_fallback_answer() -> None:
+    llm = ScriptedLLM(script(analyze=[verdict(False, 0.85, "partly answered")]))
+    run = await session_for(llm).run("goal")
+    assert len(run.rounds) == 1 and run.rounds[0].decision is not None
+    assert run.rounds[0].decision.action == "stop" and "Confident enough" in run.rounds[0].decision.reason
+    assert (
+        run.answer
+        == "partly answered\n\n---\n\n**s1**: result of s1 in round 1\n\n---\n\n**s2**: result of s2 in round 1"
+    )
+
+
+async def test_the_replan_context_reaches_the_planner() -> None:
+    llm = ScriptedLLM(script(analyze=[verdict(False, 0.3, "no sources"), verdict(True, 0.9)]))
+    await session_for(llm).run("goal")
+    second = llm.requests_for("plan")[1].prompt
+    assert "--- Round 1 ---" in second and "Analysis: no sources" in second
+    assert "r1.s1 (completed)" in second and "This is round 2" in second
+
+
+async def test_a_follow_up_mid_round_replans_without_using_budget() -> None:
+    step_started = asyncio.Event()
+
+    async def slow_step(request: ScriptedRequest) -> str:
+        if request.round == 1:
+            step_started.set()
+            await asyncio.sleep(0.2)
+        return f"result of {request.step_id}"
+
+    llm = ScriptedLLM(script(step=slow_step, analyze=[verdict(False, 0.3, "not yet")]))
+    run = session_for(llm).start("goal")
+    await step_started.wait()
+    run.follow_up("also cover Spain")
+    await run
+    first = run.rounds[0]
+    assert first.plan.step("s1").status == "completed"
+    assert (first.plan.step("s2").status, first.plan.step("s2").error) == ("skipped", STOPPED_REASON)
+    assert first.decision is not None
+    assert (first.decision.action, first.decision.counts_against_budget) == ("replan", False)
+    # round 2 came from the follow-up: rounds 1, 3 and 4 are the three autonomous ones
+    assert len(run.rounds) == 4
+    assert [(r.decision.action, r.decision.counts_against_budget) for r in run.rounds if r.decision] == [
+        ("replan", False),
+        ("replan", True),
+        ("replan", True),
+        ("stop", True),
+    ]
+    replans = [e for e in run.events if isinstance(e, Replanning)]
+    assert replans[0].follow_up == "also cover Spain" and replans[1].follow_up is None
+    assert "[User follow-up]: also cover Spain" in llm.requests_for("plan")[1].prompt
+    assert "[User follow-up]: also cover Spain" in llm.requests_for("analyze")[1].prompt
+    assert run.state.follow_ups == ["also cover Spain"]
+
+
+async def test_a_later_round_reuses_an_earlier_result_without_running_it_again() -> None:
+    def step(request: ScriptedRequest) -> str:
+        if request.round == 1 and request.step_id == "s2":
+            raise RuntimeError("source down")
+        return f"result of {request.step_id} in round {request.round}"
+
+    round_two = plan_reply(("s1", ["r1.s1"], "finish with the earlier data"))
+    llm = ScriptedLLM(
+        script(plan=[TWO_STEPS, round_two], step=step, analyze=[verdict(False, 0.3, "s2 failed"), verdict(True, 0.9)])
+    )
+    run = await session_for(llm).run("goal")
+    assert len(run.rounds) == 2
+    assert [(r.round, r.step_id) for r in llm.requests_for("step")] == [(1, "s1"), (1, "s2"), (2, "s1")]
+    assert "[r1.s1] (completed) do s1\nResult: result of s1 in round 1" in llm.requests_for("step")[2].prompt
+    assert "Reusable results: r1.s1." in llm.requests_for("plan")[1].prompt
+    assert "[r1.s1] (completed)" in llm.requests_for("analyze")[1].prompt
+
+
+async def test_analyzer_garbage_gives_the_safe_default_and_a_replan() -> None:
+    llm = ScriptedLLM(script(analyze=["total garbage", "total garbage", "total garbage", "x", "y", verdict(True, 1)]))
+    run = await session_for(llm).run("goal")
+    assert run.rounds[0].analysis is not None
+    assert run.rounds[0].analysis.reasoning == "Could not parse analysis response"
+    assert run.rounds[0].decision is not None and run.rounds[0].decision.action == "replan"
+    assert len(run.rounds) == 2 and run.achieved
+
+
+# --- synthesis and its fallbacks -----------------------------------------------------------------
+
+
+async def test_a_failing_stream_falls_back_to_the_analyzers_final_answer() -> None:
+    llm = ScriptedLLM(script(synthesize=[["Partial ", RuntimeError("stream broke")]]))
+    run = await session_for(llm).run("goal")
+    assert run.answer == "fallback answer"
+    assert [e.fallback for e in run.events if isinstance(e, AnswerReady)] == [True]
+
+
+async def test_an_empty_stream_falls_back_to_the_analyzers_final_answer() -> None:
+    run = await session_for(ScriptedLLM(script(synthesize=[""]))).run("goal")
+    assert run.answer == "fallback answer"
+
+
+async def test_without_a_final_answer_the_fallback_lists_the_steps() -> None:
+    llm = ScriptedLLM(script(synthesize=[""], analyze=[verdict(True, 0.9, "done", None)]))
+    run = await session_for(llm).run("goal")
+    assert run.answer.startswith("done\n\n---\n\n**s1**: result of s1")
+
+
+async def test_a_model_without_streaming_answers_in_one_call() -> None:
+    llm = ScriptedLLM(script(synthesize=["Whole answer."]), capabilities=("tool_call", "json_mode"))
+    run = await session_for(llm).run("goal")
+    assert run.answer == "Whole answer." and not llm.requests_for("synthesize")[0].stream
+
+
+async def test_nothing_completed_says_goal_not_achieved_with_the_reasoning() -> None:
+    llm = ScriptedLLM(script(step=RuntimeError("everything is down"), analyze=[verdict(False, 0.9, "no data at all")]))
+    run = await session_for(llm).run("goal")
+    assert run.answer == f"{NOT_ACHIEVED}\n\nno data at all"
+    assert run.steps["s1"].error == "RuntimeError: everything is down"
+    assert run.steps["s2"].error == "Skipped — dependency s1 failed"
+
+
+# --- failures ------------------------------------------------------------------------------------
+
+
+async def test_a_planning_failure_fails_the_run_with_a_clear_error_and_still_answers() -> None:
+    cycle = plan_reply(("s1", ["s2"]), ("s2", ["s1"]))
+    run = await session_for(ScriptedLLM(script(plan=[cycle]))).run("goal")
+    assert run.status == "failed" and run.error is not None
+    assert "s1, s2 form a cycle" in run.error
+    assert run.answer.startswith(NOT_ACHIEVED)
+    assert run.rounds[0].error == run.error
+
+
+async def test_an_authentication_error_fails_the_run_and_raise_for_status_says_so() -> None:
+    from dagmagic.engine.run import RunFailedError
+
+    run = await session_for(ScriptedLLM(script(plan=[AuthenticationError("invalid key")]))).run("goal")
+    assert run.status == "failed" and run.error is not None and "Authentication failed" in run.error
+    assert run.answer.startswith(NOT_ACHIEVED)
+    with pytest.raises(RunFailedError, match="invalid key"):
+        run.raise_for_status()
+
+
+# --- usage ---------------------------------------------------------------------------------------
+
+
+def assert_same(a: Usage, b: Usage) -> None:
+    """Equal token counts and costs equal up to float rounding (sums in another order)."""
+    assert (a.input_tokens, a.output_tokens, a.requests) == (b.input_tokens, b.output_tokens, b.requests)
+    assert a.cost == pytest.approx(b.cost)
+
+
+async def test_usage_and_cost_add_up() -> None:
+    llm = ScriptedLLM(script(analyze=[verdict(False, 0.3), verdict(True, 0.9)]), price=(1e-6, 2e-6))
+    run = await session_for(llm).run("goal")
+    assert_same(run.usage, Usage.total(call.usage for call in run.calls))
+    assert run.usage.requests == len(run.calls) == len(llm.requests)
+    assert run.cost == pytest.approx(sum(call.cost or 0 for call in run.calls))
+    by_purpose = run.usage_by("purpose")
+    assert set(by_purpose) == {"plan", "step", "analyze", "synthesize"}
+    assert_same(Usage.total(by_purpose.values()), run.usage)
+    assert_same(Usage.total(run.usage_by("round").values()), run.usage)
+    by_step = run.usage_by("step")
+    for record in run.rounds:
+        for step in record.plan.steps:
+            assert_same(step.usage, by_step[(record.index, step.id)])
+            assert step.usage.requests == 1
+
+
+async def test_events_reach_subscribers_and_a_broken_listener_does_not_break_the_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    seen: list[Event] = []
+    run = session_for(ScriptedLLM(script())).start("goal")
+    run.subscribe(seen.append)
+    run.subscribe(lambda event: 1 / 0)
+    await run
+    assert run.status == "done" and [e.type for e in seen] == [e.type for e in run.events]
+    assert any(isinstance(e, StepStarted) for e in seen)
+    assert "a run listener failed" in caplog.text
