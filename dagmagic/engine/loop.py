@@ -161,8 +161,9 @@ class GoalLoop:
             run.emit(PlanReady(round=index, plan=plan))
 
             interrupted = run._round_stop.is_set()
-            await self._execute(run, plan, earlier, guard, goal=run.goal)
+            await self._execute(run, plan, earlier, guard, goal=goal)
             seen = _seen_by_round(plan.steps, earlier)
+            goal = _goal_with_follow_ups(run)  # judged against follow-ups that arrived during the round too
             if interrupted:
                 analysis = AnalysisResult(reasoning=INTERRUPTED)
             else:
@@ -184,10 +185,17 @@ class GoalLoop:
                 started_by_follow_up = follow_up
                 continue
             if decision.action == "synthesize":
+                # follow-ups the analyzer already judged against are answered now, not in another round
+                run.state.follow_ups.extend(run._pending_follow_ups)
+                run._pending_follow_ups.clear()
                 await self._synthesize(run, goal, seen, analysis, index)
             else:
                 self._answer(run, fallback_answer(analysis, _completed(run.rounds)), fallback=True)
-            return
+            if not run._pending_follow_ups or run._stopped:
+                return
+            # a follow-up arrived while the answer was being written: it still gets its round
+            run.emit(Replanning(round=index, reason="A follow-up arrived.", follow_up=run._pending_follow_ups[-1]))
+            started_by_follow_up = True
 
     async def _execute(
         self, run: DagRun, plan: ExecutionPlan, earlier: dict[str, PlanStep], guard: ContextGuard, *, goal: str
@@ -234,7 +242,9 @@ class GoalLoop:
 
 
 def _goal_with_follow_ups(run: DagRun) -> str:
-    return "".join([run.goal, *(f"\n\n[User follow-up]: {text}" for text in run.state.follow_ups)])
+    """The goal with every follow-up so far, those not yet planned for included."""
+    follow_ups = [*run.state.follow_ups, *run._pending_follow_ups]
+    return "".join([run.goal, *(f"\n\n[User follow-up]: {text}" for text in follow_ups)])
 
 
 def _latest(items: list[str]) -> str | None:

@@ -282,3 +282,39 @@ async def test_events_reach_subscribers_and_a_broken_listener_does_not_break_the
     assert run.status == "done" and [e.type for e in seen] == [e.type for e in run.events]
     assert any(isinstance(e, StepStarted) for e in seen)
     assert "a run listener failed" in caplog.text
+
+
+async def test_a_follow_up_while_the_answer_streams_gets_its_own_round() -> None:
+    holder: dict[str, Any] = {}
+
+    def answer(request: ScriptedRequest) -> list[str]:
+        if request.index == 0:
+            holder["run"].follow_up("and in euros")
+            return ["First ", "answer."]
+        return ["Second ", "answer."]
+
+    llm = ScriptedLLM(script(synthesize=answer))
+    run = session_for(llm).start("goal")
+    holder["run"] = run
+    await run
+    assert len(run.rounds) == 2 and run.answer == "Second answer."
+    assert "[User follow-up]: and in euros" in llm.requests_for("plan")[1].prompt
+    assert [e.follow_up for e in run.events if isinstance(e, Replanning)] == ["and in euros"]
+
+
+async def test_a_follow_up_is_judged_with_the_goal() -> None:
+    gate = asyncio.Event()
+
+    async def step(request: ScriptedRequest) -> str:
+        gate.set()
+        await asyncio.sleep(0.05)
+        return "r"
+
+    llm = ScriptedLLM(script(step=step))
+    run = session_for(llm).start("goal")
+    await gate.wait()
+    run.follow_up("in French")
+    await run
+    assert "[User follow-up]: in French" in llm.requests_for("analyze")[0].prompt
+    assert "[User follow-up]: in French" in llm.requests_for("synthesize")[0].prompt
+    assert len(run.rounds) == 1 and run.state.follow_ups == ["in French"]
