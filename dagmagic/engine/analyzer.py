@@ -8,7 +8,7 @@ to a replan rather than a crash.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -68,6 +68,15 @@ def regex_analysis(text: str) -> dict[str, Any] | None:
     return found
 
 
+def _parse_verdict(raw: Any) -> AnalysisResult:
+    """A verdict, its fields coerced; an object without ``achieved`` answered something else and is refused
+    (so the call retries instead of taking it for "not achieved, confidence 0" with no reasoning).
+    """
+    if not isinstance(raw, Mapping) or "achieved" not in raw:
+        raise ValueError("the reply has no `achieved` field")
+    return AnalysisResult.model_validate(raw)
+
+
 class Analyzer:
     """Judges a round's results against the goal."""
 
@@ -90,9 +99,9 @@ class Analyzer:
             self.model,
             self.messages(goal, steps),
             Verdict.model_json_schema(),
-            parse_fn=AnalysisResult.model_validate,  # lenient: what models write is coerced, not refused
+            parse_fn=_parse_verdict,  # lenient: what models write is coerced, not refused
             regex_fallback=regex_analysis,
-            default=SAFE_DEFAULT,
+            default=SAFE_DEFAULT.model_copy(),  # a copy: the result lands in the run, where it may be edited
             purpose="analyze",
             round=round,
             temperature=0.0,

@@ -1,0 +1,243 @@
+"""The analyzer: its prompt, the verdict call, coercion, the regex fallback and the safe default."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dagmagic.engine.analyzer import SAFE_DEFAULT, Analyzer, Verdict, format_results, regex_analysis
+from dagmagic.events import LLMCallRecorded
+from dagmagic.llm import ChatModel, ModelRegistry
+from dagmagic.llm.backend import ChatRequest, ChatResponse
+from dagmagic.models import AnalysisResult, PlanStep
+from dagmagic.settings import DagSettings
+from dagmagic.testing import ScriptedLLM, ScriptedRequest
+
+SETTINGS = DagSettings(llm_retry_backoff=0.001)
+TOOL_AND_JSON = ("tool_call", "json_mode")
+GOAL = "What is the population of Paris?"
+BROKEN = '{"achieved": true, "confidence": 0.7, "reasoning": "ok but'
+GARBAGE = "I am not sure what you want from me."
+
+
+class RecordingLLM(ScriptedLLM):
+    """A ``ScriptedLLM`` that also keeps each raw ``ChatRequest`` (its temperature and tool choice)."""
+
+    def __init__(self, script: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(script, **kwargs)
+        self.chat_requests: list[ChatRequest] = []
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        self.chat_requests.append(request)
+        return await super().complete(request)
+
+
+class Harness:
+    """An analyzer over a scripted model, with every event its model emitted."""
+
+    def __init__(
+        self, replies: Any, *, capabilities: tuple[str, ...] = TOOL_AND_JSON, settings: DagSettings = SETTINGS
+    ) -> None:
+        self.llm = RecordingLLM({"analyze": replies}, capabilities=capabilities)
+        self.events: list[Any] = []
+        model = ChatModel(ModelRegistry().register("m", self.llm).get("m"), settings=settings, emit=self.events.append)
+        self.analyzer = Analyzer(model, settings)
+
+    @property
+    def requests(self) -> list[ScriptedRequest]:
+        return self.llm.requests_for("analyze")
+
+    async def analyze(self, steps: list[tuple[str, PlanStep]] | None = None, round: int = 1) -> AnalysisResult:
+        return await self.analyzer.analyze(
+            GOAL, steps if steps is not None else [done("s1", "2.1 million")], round=round
+        )
+
+
+def done(sid: str, result: str, task: str = "Look it up") -> tuple[str, PlanStep]:
+    return sid, PlanStep(id=sid, task=task, status="completed", result=result)
+
+
+def verdict(**fields: Any) -> dict[str, Any]:
+    return {"achieved": True, "confidence": 0.9, "reasoning": "Both sources agree.", "final_answer": None, **fields}
+
+
+# --- the call --------------------------------------------------------------------------------------------------
+
+
+async def test_analyze_uses_purpose_analyze_temperature_zero_and_the_verdict_schema() -> None:
+    harness = Harness([verdict(final_answer="About 2.1 million.")])
+    result = await harness.analyze(round=3)
+
+    assert result == AnalysisResult(
+        achieved=True, confidence=0.9, reasoning="Both sources agree.", final_answer="About 2.1 million."
+    )
+    (request,) = harness.llm.chat_requests
+    assert (request.purpose, request.temperature, request.round) == ("analyze", 0.0, 3)
+    assert request.tools is not None
+    assert request.tools[0]["function"]["parameters"] == Verdict.model_json_schema()
+    (call,) = [event.call for event in harness.events if isinstance(event, LLMCallRecorded)]
+    assert (call.purpose, call.round, call.structured_level) == ("analyze", 3, "tool_call")
+
+
+def test_verdict_schema_requires_every_field_and_bounds_confidence() -> None:
+    schema = Verdict.model_json_schema()
+    assert sorted(schema["required"]) == ["achieved", "confidence", "final_answer", "reasoning"]
+    assert (schema["properties"]["confidence"]["minimum"], schema["properties"]["confidence"]["maximum"]) == (0, 1)
+
+
+# --- the prompt ------------------------------------------------------------------------------------------------
+
+
+async def test_prompt_asks_to_compare_sources_and_name_contradictions() -> None:
+    harness = Harness([verdict()])
+    await harness.analyze()
+    system = harness.requests[0].messages[0]
+    assert system["role"] == "system"
+    assert "Compare the sources" in system["content"]
+    assert "name the contradiction" in system["content"]
+    assert "lower your confidence" in system["content"]
+
+
+async def test_prompt_carries_the_goal_and_each_step_with_its_reference_status_task_and_result() -> None:
+    harness = Harness([verdict()])
+    await harness.analyze(
+        [done("r1.s2", "INSEE: 2.1 million", "Ask INSEE"), done("s1", "Wiki: 2.2 million", "Ask wiki")]
+    )
+    user = harness.requests[0].messages[-1]["content"]
+    assert user.startswith(f"Goal: {GOAL}\n\nStep results:\n")
+    assert "[r1.s2] (completed) Ask INSEE\nResult: INSEE: 2.1 million\n\n[s1] (completed) Ask wiki" in user
+
+
+async def test_step_results_are_capped_at_analyzer_result_chars_each() -> None:
+    assert DagSettings().analyzer_result_chars == 10000
+    harness = Harness([verdict()])
+    await harness.analyze([done("s1", "█" * 10500), done("s2", "short result"), done("s3", "▒" * 12000)])
+    user = harness.requests[0].messages[-1]["content"]
+    assert "█" * 10000 + "... (truncated)\n\n[s2]" in user
+    assert user.count("█") == 10000
+    assert "▒" * 10000 + "... (truncated)" in user
+    assert user.count("▒") == 10000
+    assert "Result: short result\n" in user  # short results are left alone
+    assert user.count("(truncated)") == 2
+
+
+async def test_the_cap_follows_the_settings() -> None:
+    harness = Harness([verdict()], settings=DagSettings(analyzer_result_chars=150, llm_retry_backoff=0.001))
+    await harness.analyze([done("s1", "█" * 151), done("s2", "▒" * 150)])
+    user = harness.requests[0].messages[-1]["content"]
+    assert "█" * 150 + "... (truncated)" in user and user.count("█") == 150
+    assert "Result: " + "▒" * 150 + "\n" in user  # exactly at the cap: not cut
+    assert user.count("(truncated)") == 1
+
+
+async def test_failed_and_skipped_steps_show_their_error() -> None:
+    failed = PlanStep(id="s2", task="Query the API", status="failed", error="TimeoutError: timed out after 600s")
+    skipped = PlanStep(id="s3", task="Summarize", status="skipped", error="dependency s2 failed")
+    harness = Harness([verdict(achieved=False, confidence=0.2)])
+    await harness.analyze([done("s1", "partial"), ("s2", failed), ("s3", skipped)])
+    user = harness.requests[0].messages[-1]["content"]
+    assert "[s2] (failed) Query the API\nError: TimeoutError: timed out after 600s" in user
+    assert "[s3] (skipped) Summarize\nError: dependency s2 failed" in user
+
+
+def test_format_results_keeps_partial_notes_of_a_failed_step_and_says_when_nothing_ran() -> None:
+    step = PlanStep(id="s1", task="t", status="failed", result="notes so far", error="ValueError: bad")
+    assert format_results([("s1", step)], 100) == "[s1] (failed) t\nResult: notes so far\nError: ValueError: bad"
+    assert format_results([], 100) == "(no step ran)"
+
+
+# --- coercion of what the model wrote --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fields", "achieved", "confidence"),
+    [
+        ({"achieved": "false"}, False, 0.9),
+        ({"achieved": "no"}, False, 0.9),
+        ({"achieved": 0}, False, 0.9),
+        ({"achieved": "true"}, True, 0.9),
+        ({"achieved": "yes"}, True, 0.9),
+        ({"confidence": 5.0}, True, 1.0),
+        ({"confidence": -0.5}, True, 0.0),
+        ({"confidence": "abc"}, True, 0.0),
+        ({"confidence": "0.35"}, True, 0.35),
+        ({"confidence": None}, True, 0.0),
+    ],
+)
+@pytest.mark.parametrize("capabilities", [TOOL_AND_JSON, ()], ids=["tool_call", "text"])
+async def test_verdict_fields_are_coerced(
+    fields: dict[str, Any], achieved: bool, confidence: float, capabilities: tuple[str, ...]
+) -> None:
+    harness = Harness([verdict(**fields)], capabilities=capabilities)
+    result = await harness.analyze()
+    assert (result.achieved, result.confidence) == (achieved, confidence)
+    assert result.reasoning == "Both sources agree."
+    assert len(harness.requests) == 1  # coerced, not refused and re-asked
+
+
+@pytest.mark.parametrize(("capabilities", "calls"), [(TOOL_AND_JSON, 5), (("json_mode",), 4), ((), 2)])
+async def test_broken_json_is_read_by_the_regex_fallback(capabilities: tuple[str, ...], calls: int) -> None:
+    harness = Harness([BROKEN], capabilities=capabilities)
+    result = await harness.analyze()
+    assert result == AnalysisResult(achieved=True, confidence=0.7, reasoning="ok but", final_answer=None)
+    assert len(harness.requests) == calls  # every level tried (JSON and text twice each) before the regex
+    assert harness.requests[-1].level == "text"
+
+
+async def test_regex_fallback_prefers_the_latest_text_reply() -> None:
+    later = '{"achieved": false, "confidence": 0.4, "reasoning": "missing the 2024 figure'
+    harness = Harness([BROKEN, later], capabilities=())
+    result = await harness.analyze()
+    assert (result.achieved, result.confidence, result.reasoning) == (False, 0.4, "missing the 2024 figure")
+
+
+@pytest.mark.parametrize("capabilities", [TOOL_AND_JSON, ()], ids=["tool_call", "text"])
+async def test_garbage_gives_exactly_the_safe_default(capabilities: tuple[str, ...]) -> None:
+    harness = Harness([GARBAGE], capabilities=capabilities)
+    result = await harness.analyze()
+    assert result == SAFE_DEFAULT
+    assert (result.achieved, result.confidence, result.reasoning, result.final_answer) == (
+        False,
+        0.0,
+        "Could not parse analysis response",
+        None,
+    )
+    assert len(harness.requests) == (5 if capabilities else 2)
+
+
+async def test_the_safe_default_handed_out_is_a_copy() -> None:
+    first = await Harness([GARBAGE]).analyze()
+    first.reasoning = "edited by the user"
+    second = await Harness([GARBAGE]).analyze()
+    assert first is not SAFE_DEFAULT
+    assert SAFE_DEFAULT.reasoning == second.reasoning == "Could not parse analysis response"
+
+
+async def test_an_object_without_the_verdicts_fields_is_not_taken_for_a_verdict() -> None:
+    harness = Harness([{"answer": "Paris has 2.1 million people"}, verdict()])
+    result = await harness.analyze()
+    assert result == AnalysisResult(achieved=True, confidence=0.9, reasoning="Both sources agree.")
+    assert [r.level for r in harness.requests] == ["tool_call", "json_mode"]
+
+
+async def test_an_object_without_the_verdicts_fields_everywhere_gives_the_safe_default() -> None:
+    harness = Harness([{"answer": "Paris"}])
+    assert await harness.analyze() == SAFE_DEFAULT
+
+
+# --- regex_analysis directly -----------------------------------------------------------------------------------
+
+
+def test_regex_analysis_reads_prose_and_escaped_text() -> None:
+    found = regex_analysis('achieved: no\nconfidence = 0.3\n"reasoning": "the \\"2024\\" figure is missing\\nstill"')
+    assert found == {"achieved": "no", "confidence": "0.3", "reasoning": 'the "2024" figure is missing\nstill'}
+    assert AnalysisResult.model_validate(found).achieved is False
+
+
+def test_regex_analysis_reads_the_final_answer_and_needs_achieved() -> None:
+    found = regex_analysis('{"achieved": true, "confidence": 0.8, "reasoning": "ok", "final_answer": "Paris')
+    assert found is not None
+    assert (found["reasoning"], found["final_answer"]) == ("ok", "Paris")
+    assert regex_analysis('{"confidence": 0.8, "reasoning": "ok"}') is None
+    assert regex_analysis("nothing here was achieved") is None

@@ -1,0 +1,446 @@
+"""The planner: its prompt, the plan call, recovery of the shapes models write, validation and the one re-ask."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+import pytest
+
+from dagmagic import errors
+from dagmagic.engine.planner import PlanDraft, Planner, StepDraft, recover_steps, validate_steps
+from dagmagic.errors import PlanningError, StructuredOutputError
+from dagmagic.events import LLMCallRecorded, RunWarning
+from dagmagic.llm import ChatModel, ModelRegistry
+from dagmagic.llm.backend import ChatRequest, ChatResponse
+from dagmagic.llm.registry import STANDARD_ROLES
+from dagmagic.models import ExecutionPlan
+from dagmagic.settings import DagSettings
+from dagmagic.testing import ScriptedLLM, ScriptedRequest
+
+TODAY = dt.date(2026, 11, 30)
+SETTINGS = DagSettings(llm_retry_backoff=0.001)
+TOOL_AND_JSON = ("tool_call", "json_mode")
+LEVELS = {"tool_call": TOOL_AND_JSON, "json_mode": ("json_mode",), "text": ()}
+
+GOOD_PLAN = {
+    "steps": [
+        {"id": "s1", "task": "Find the population of Paris"},
+        {"id": "s2", "task": "Find the population of Berlin"},
+        {"id": "s3", "task": "Compare them", "dependencies": ["s1", "s2"]},
+    ]
+}
+
+
+class RecordingLLM(ScriptedLLM):
+    """A ``ScriptedLLM`` that also keeps each raw ``ChatRequest`` (its temperature and tool choice)."""
+
+    def __init__(self, script: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(script, **kwargs)
+        self.chat_requests: list[ChatRequest] = []
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        self.chat_requests.append(request)
+        return await super().complete(request)
+
+
+class Harness:
+    """A planner over a scripted model, with every event it and its model emitted."""
+
+    def __init__(
+        self,
+        replies: Any,
+        *,
+        capabilities: tuple[str, ...] = TOOL_AND_JSON,
+        settings: DagSettings = SETTINGS,
+        **planner_kwargs: Any,
+    ) -> None:
+        self.llm = RecordingLLM({"plan": replies}, capabilities=capabilities)
+        self.events: list[Any] = []
+        model = ChatModel(ModelRegistry().register("m", self.llm).get("m"), settings=settings, emit=self.events.append)
+        planner_kwargs.setdefault("today", lambda: TODAY)
+        self.planner = Planner(model, settings, emit=self.events.append, **planner_kwargs)
+
+    @property
+    def requests(self) -> list[ScriptedRequest]:
+        return self.llm.requests_for("plan")
+
+    @property
+    def warnings(self) -> list[str]:
+        return [event.message for event in self.events if isinstance(event, RunWarning)]
+
+    def last_user_message(self, index: int) -> str:
+        content = self.requests[index].messages[-1]
+        assert content["role"] == "user"
+        return str(content["content"])
+
+
+def shape(plan: ExecutionPlan) -> list[tuple[str, str, list[str]]]:
+    return [(step.id, step.task, step.dependencies) for step in plan.steps]
+
+
+# --- the prompt ------------------------------------------------------------------------------------------------
+
+
+def test_system_prompt_injects_today_and_the_year() -> None:
+    prompt = Harness([GOOD_PLAN]).planner.system_prompt()
+    assert "Today is 2026-11-30" in prompt
+    assert "the year is 2026" in prompt
+
+
+def test_system_prompt_follows_the_injected_clock_not_the_real_one() -> None:
+    prompt = Harness([GOOD_PLAN], today=lambda: dt.date(2031, 2, 3)).planner.system_prompt()
+    assert "Today is 2031-02-03 (the year is 2031)" in prompt
+    assert "2026" not in prompt
+
+
+def test_system_prompt_asks_for_the_goals_language_the_step_range_and_one_step_for_related_checks() -> None:
+    prompt = Harness([GOOD_PLAN]).planner.system_prompt()
+    assert "same language as the goal" in prompt
+    assert "between 2 and 6 steps" in prompt
+    assert "make them ONE step" in prompt
+
+
+def test_step_range_comes_from_the_settings() -> None:
+    settings = DagSettings(plan_min_steps=3, plan_max_steps=4)
+    prompt = Harness([GOOD_PLAN], settings=settings).planner.system_prompt()
+    assert "between 3 and 4 steps" in prompt
+    assert "between 2 and 6" not in prompt
+
+
+def test_system_prompt_explains_model_hints() -> None:
+    prompt = Harness([GOOD_PLAN]).planner.system_prompt()
+    hint_rule = prompt[prompt.index("`model_hint`") :]
+    assert '"fast" for simple' in hint_rule
+    assert '"reasoning" for steps' in hint_rule
+    assert "null for everything else" in hint_rule
+
+
+def test_tool_names_are_listed_sorted_only_when_given() -> None:
+    assert "Available tools: add, lookup." in Harness([GOOD_PLAN], tool_names=["lookup", "add"]).planner.system_prompt()
+    assert "Available tools" not in Harness([GOOD_PLAN]).planner.system_prompt()
+
+
+def test_custom_roles_are_listed_only_when_given() -> None:
+    planner = Harness([GOOD_PLAN], roles=[*STANDARD_ROLES, "legal_expert"]).planner
+    prompt = planner.system_prompt()
+    assert "Other roles available as model_hint: legal_expert." in prompt
+    assert "Other roles" not in Harness([GOOD_PLAN]).planner.system_prompt()
+
+
+def test_domain_line_steers_precise_steps_to_the_reasoning_model() -> None:
+    planner = Harness([GOOD_PLAN]).planner
+    legal = planner.system_prompt(domain="legal")
+    assert "This goal is in the legal domain" in legal
+    assert 'Use model_hint "reasoning" for every step' in legal
+    assert "domain" not in planner.system_prompt()
+
+
+async def test_plan_call_uses_purpose_plan_temperature_zero_and_the_pydantic_schema() -> None:
+    harness = Harness([GOOD_PLAN], tool_names=["lookup"])
+    plan = await harness.planner.plan("Compare Paris and Berlin", domain="legal")
+
+    assert shape(plan) == [
+        ("s1", "Find the population of Paris", []),
+        ("s2", "Find the population of Berlin", []),
+        ("s3", "Compare them", ["s1", "s2"]),
+    ]
+    assert (plan.goal, plan.round) == ("Compare Paris and Berlin", 1)
+    (request,) = harness.llm.chat_requests
+    assert request.purpose == "plan"
+    assert request.temperature == 0.0
+    assert request.round == 1
+    tool = request.tools[0]["function"] if request.tools else {}
+    assert tool["parameters"] == PlanDraft.model_json_schema()
+    assert request.tool_choice == {"type": "function", "function": {"name": tool["name"]}}
+    system, user = request.messages[0]["content"], request.messages[-1]["content"]
+    assert "Today is 2026-11-30" in system
+    assert "Available tools: lookup." in system
+    assert "This goal is in the legal domain" in system
+    assert user.startswith("Compare Paris and Berlin")
+
+    (call,) = [event.call for event in harness.events if isinstance(event, LLMCallRecorded)]
+    assert (call.purpose, call.round, call.structured_level, call.model) == ("plan", 1, "tool_call", "m")
+
+
+async def test_plan_call_keeps_purpose_and_temperature_at_the_text_level() -> None:
+    harness = Harness([GOOD_PLAN], capabilities=())
+    await harness.planner.plan("goal")
+    (request,) = harness.llm.chat_requests
+    assert (request.purpose, request.temperature, request.tools) == ("plan", 0.0, None)
+    assert json.dumps(PlanDraft.model_json_schema(), separators=(",", ":")) in request.messages[-1]["content"]
+
+
+async def test_replan_message_carries_the_round_the_context_and_reusable_results() -> None:
+    harness = Harness([{"steps": [{"id": "s1", "task": "retry", "dependencies": ["r1.s2"]}]}])
+    plan = await harness.planner.plan("goal", round=2, context="--- Round 1 ---\ns2 failed", earlier=["r1.s2"])
+    user = harness.last_user_message(0)
+    assert "This is round 2" in user
+    assert "--- Round 1 ---\ns2 failed" in user
+    assert "Reusable results: r1.s2." in user
+    assert harness.requests[0].round == 2
+    assert plan.round == 2
+
+
+# --- recovery of what models write -----------------------------------------------------------------------------
+
+TWO_STEPS = [("s1", "a", []), ("s2", "b", ["s1"])]
+RECOVERY_CASES = {
+    "bare step object": ({"id": "s1", "task": "a"}, [("s1", "a", [])]),
+    "bare list": ([{"id": "s1", "task": "a"}, {"id": "s2", "task": "b", "dependencies": ["s1"]}], TWO_STEPS),
+    "steps as a dict keyed by id": (
+        {"steps": {"s1": {"task": "a"}, "s2": {"task": "b", "dependencies": ["s1"]}}},
+        TWO_STEPS,
+    ),
+    "steps as a JSON string": (
+        {"steps": json.dumps([{"id": "s1", "task": "a"}, {"id": "s2", "task": "b", "dependencies": ["s1"]}])},
+        TWO_STEPS,
+    ),
+    "description instead of task": (
+        {"steps": [{"id": "s1", "description": "a"}, {"id": "s2", "description": "b", "dependencies": ["s1"]}]},
+        TWO_STEPS,
+    ),
+    "integer ids": (
+        {"steps": [{"id": 1, "task": "a"}, {"id": 2, "task": "b", "dependencies": [1]}]},
+        [("1", "a", []), ("2", "b", ["1"])],
+    ),
+    "a string dependency": (
+        {"steps": [{"id": "s1", "task": "a"}, {"id": "s2", "task": "b", "dependencies": "s1"}]},
+        TWO_STEPS,
+    ),
+    "null dependencies": (
+        {"steps": [{"id": "s1", "task": "a", "dependencies": None}, {"id": "s2", "task": "b", "dependencies": ["s1"]}]},
+        TWO_STEPS,
+    ),
+    "depends_on alias": (
+        {"steps": [{"id": "s1", "task": "a"}, {"id": "s2", "task": "b", "depends_on": ["s1"]}]},
+        TWO_STEPS,
+    ),
+}
+
+
+@pytest.mark.parametrize("level", list(LEVELS))
+@pytest.mark.parametrize("case", list(RECOVERY_CASES))
+async def test_recovery_through_the_planner(case: str, level: str) -> None:
+    reply, expected = RECOVERY_CASES[case]
+    harness = Harness([reply], capabilities=LEVELS[level])
+    plan = await harness.planner.plan("goal")
+    assert shape(plan) == expected
+    assert [r.level for r in harness.requests] == [level]  # recovered on the first call, no re-ask
+    assert harness.warnings == []
+
+
+def test_recover_steps_numbers_steps_without_ids_and_reads_a_plan_key() -> None:
+    drafts = recover_steps({"plan": {"steps": [{"task": "a"}, {"task": "b", "deps": "s1"}]}})
+    assert [(d.id, d.task, d.dependencies) for d in drafts] == [("s1", "a", []), ("s2", "b", ["s1"])]
+
+
+def test_recover_steps_splits_a_comma_separated_dependency_string_and_clears_null_hints() -> None:
+    (draft,) = recover_steps(
+        [{"id": "s3", "task": "c", "dependencies": "s1, s2", "tool_hint": "null", "model_hint": ""}]
+    )
+    assert draft == StepDraft(id="s3", task="c", dependencies=["s1", "s2"], tool_hint=None, model_hint=None)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"answer": "Paris"}, "no `steps`"),
+        ({"steps": 3}, "`steps` must be a list"),
+        ([{"id": "s1", "task": "a"}, "then b"], "step 2 is not an object"),
+        (42, "expected an object"),
+    ],
+)
+def test_recover_steps_refuses_what_is_not_a_plan(raw: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        recover_steps(raw)
+
+
+# --- fixed with a warning, no re-ask ---------------------------------------------------------------------------
+
+
+async def test_dangling_dependencies_are_dropped_with_a_warning_naming_them() -> None:
+    reply = {
+        "steps": [
+            {"id": "s1", "task": "a"},
+            {"id": "s2", "task": "b", "dependencies": ["s1", "s9"]},
+            {"id": "s3", "task": "c", "dependencies": ["s7"]},
+        ]
+    }
+    harness = Harness([reply, GOOD_PLAN])
+    plan = await harness.planner.plan("goal")
+    assert shape(plan) == [("s1", "a", []), ("s2", "b", ["s1"]), ("s3", "c", [])]
+    assert len(harness.requests) == 1
+    (warning,) = harness.warnings
+    assert "s2 -> s9" in warning
+    assert "s3 -> s7" in warning
+    (event,) = [e for e in harness.events if isinstance(e, RunWarning)]
+    assert event.round == 1
+
+
+async def test_unknown_model_hint_becomes_null_with_a_warning_known_ones_are_kept() -> None:
+    reply = {
+        "steps": [
+            {"id": "s1", "task": "a", "model_hint": "genius"},
+            {"id": "s2", "task": "b", "model_hint": "fast"},
+            {"id": "s3", "task": "c", "model_hint": "reasoning"},
+            {"id": "s4", "task": "d", "model_hint": "legal_expert"},
+        ]
+    }
+    harness = Harness([reply], roles=["legal_expert"])
+    plan = await harness.planner.plan("goal")
+    assert [step.model_hint for step in plan.steps] == [None, "fast", "reasoning", "legal_expert"]
+    assert len(harness.requests) == 1
+    (warning,) = harness.warnings
+    assert "s1" in warning and "'genius'" in warning
+
+
+async def test_unknown_tool_hint_is_kept_without_a_warning() -> None:
+    reply = {"steps": [{"id": "s1", "task": "a", "tool_hint": "teleport"}, {"id": "s2", "task": "b"}]}
+    harness = Harness([reply], tool_names=["lookup"])
+    plan = await harness.planner.plan("goal")
+    assert [step.tool_hint for step in plan.steps] == ["teleport", None]
+    assert len(harness.requests) == 1
+    assert harness.warnings == []
+
+
+async def test_earlier_round_references_are_kept_only_when_listed() -> None:
+    reply = {"steps": [{"id": "s1", "task": "reuse", "dependencies": ["r1.s2", "r1.s5"]}, {"id": "s2", "task": "b"}]}
+    harness = Harness([reply])
+    plan = await harness.planner.plan("goal", round=2, context="round 1 failed", earlier=["r1.s2"])
+    assert plan.steps[0].dependencies == ["r1.s2"]
+    (warning,) = harness.warnings
+    assert "s1 -> r1.s5" in warning
+    assert "r1.s2" not in warning.replace("r1.s5", "")
+
+    unlisted = Harness([reply])
+    plan = await unlisted.planner.plan("goal", round=2, context="round 1 failed")
+    assert plan.steps[0].dependencies == []
+    assert "s1 -> r1.s2" in unlisted.warnings[0]
+
+
+async def test_a_plan_of_exactly_the_maximum_is_accepted_and_one_below_the_minimum_too() -> None:
+    six = {"steps": [{"id": f"s{i}", "task": f"t{i}"} for i in range(1, 7)]}
+    harness = Harness([six])
+    assert len((await harness.planner.plan("goal")).steps) == 6
+    one = Harness([{"steps": [{"id": "s1", "task": "everything at once"}]}])
+    assert len((await one.planner.plan("goal")).steps) == 1  # the minimum is guidance, not a reason to re-ask
+    assert len(harness.requests) == len(one.requests) == 1
+
+
+# --- unusable plans: one re-ask quoting the problem, then PlanningError ----------------------------------------
+
+
+def steps(*specs: tuple[str, list[str]]) -> dict[str, Any]:
+    return {"steps": [{"id": sid, "task": f"do {sid}", "dependencies": deps} for sid, deps in specs]}
+
+
+BAD_PLANS: dict[str, tuple[dict[str, Any], list[str], list[str]]] = {
+    # name: (plan, text the re-ask and the error must quote, step ids they must NOT name)
+    "two-node cycle": (steps(("s1", ["s2"]), ("s2", ["s1"]), ("s3", ["s1"])), ["cycle", "s1", "s2"], ["s3"]),
+    "three-node cycle": (
+        steps(("s1", ["s3"]), ("s2", ["s1"]), ("s3", ["s2"]), ("s4", [])),
+        ["cycle", "s1, s2, s3"],
+        ["s4"],
+    ),
+    "self cycle": (steps(("s1", ["s1"]), ("s2", [])), ["cycle", "s1"], ["s2"]),
+    "duplicate ids": (steps(("s1", []), ("s1", []), ("s2", [])), ["unique", "s1 (2 times)"], ["s2"]),
+    "empty plan": ({"steps": []}, ["no steps"], []),
+    "oversize plan": (steps(*[(f"s{i}", []) for i in range(1, 8)]), ["7 steps", "at most 6"], []),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_PLANS))
+async def test_unusable_plan_gets_one_reask_quoting_the_problem_then_the_good_plan(case: str) -> None:
+    bad, quoted, not_named = BAD_PLANS[case]
+    harness = Harness([bad, GOOD_PLAN])
+    plan = await harness.planner.plan("goal")
+
+    assert [step.id for step in plan.steps] == ["s1", "s2", "s3"]
+    assert len(harness.requests) == 2
+    reask = harness.last_user_message(1)
+    assert reask.startswith("That plan cannot be used:")
+    problem = reask.splitlines()[0]
+    for text in quoted:
+        assert text in problem
+    for sid in not_named:
+        assert sid not in problem
+    # the model sees the plan it wrote before the complaint
+    assistant = harness.requests[1].messages[-2]
+    assert assistant["role"] == "assistant"
+    assert json.loads(assistant["content"])["steps"] == [StepDraft.model_validate(s).model_dump() for s in bad["steps"]]
+    assert "That plan cannot be used" not in harness.last_user_message(0)
+
+
+@pytest.mark.parametrize("case", list(BAD_PLANS))
+async def test_unusable_plan_twice_raises_planning_error_naming_the_problem(case: str) -> None:
+    bad, quoted, not_named = BAD_PLANS[case]
+    harness = Harness([bad])  # the last reply repeats: a third request would get the bad plan again
+    with pytest.raises(PlanningError) as caught:
+        await harness.planner.plan("goal")
+    message = str(caught.value)
+    for text in quoted:
+        assert text in message
+    for sid in not_named:
+        assert sid not in message.split(":", 1)[1]
+    assert len(harness.requests) == 2
+
+
+async def test_a_cycle_error_names_the_steps_and_the_path() -> None:
+    harness = Harness([steps(("a", ["c"]), ("b", ["a"]), ("c", ["b"]))])
+    with pytest.raises(PlanningError, match=r"the steps a, b, c form a cycle \(a needs c needs b needs a\)"):
+        await harness.planner.plan("goal")
+
+
+async def test_second_plan_with_another_problem_reports_that_problem() -> None:
+    harness = Harness([steps(("s1", ["s2"]), ("s2", ["s1"])), {"steps": []}])
+    with pytest.raises(PlanningError, match="no steps"):
+        await harness.planner.plan("goal")
+    assert len(harness.requests) == 2
+    assert "cycle" in harness.last_user_message(1)
+
+
+@pytest.mark.parametrize(("level", "calls"), [("tool_call", 5), ("json_mode", 4), ("text", 2)])
+async def test_garbage_at_every_level_is_a_planning_error_not_a_structured_output_error(level: str, calls: int) -> None:
+    harness = Harness(["I would rather not make a plan today."], capabilities=LEVELS[level])
+    with pytest.raises(PlanningError, match="no readable plan") as caught:
+        await harness.planner.plan("goal")
+    assert not isinstance(caught.value, StructuredOutputError)
+    assert isinstance(caught.value.__cause__, StructuredOutputError)
+    assert len(harness.requests) == calls  # every structured level tried once, no plan-level re-ask on top
+
+
+async def test_a_fatal_provider_error_is_not_disguised_as_a_planning_error() -> None:
+    harness = Harness([errors.AuthenticationError("invalid api key", model="m")])
+    with pytest.raises(errors.AuthenticationError):
+        await harness.planner.plan("goal")
+    assert len(harness.requests) == 1
+
+
+# --- validate_steps directly -----------------------------------------------------------------------------------
+
+
+def drafts(*specs: tuple[str, list[str]]) -> list[StepDraft]:
+    return [StepDraft(id=sid, task=f"do {sid}", dependencies=deps) for sid, deps in specs]
+
+
+def test_validate_steps_returns_pending_plan_steps_and_no_problem() -> None:
+    found, problem = validate_steps(drafts(("s1", []), ("s2", ["s1", "s1"])), max_steps=6)
+    assert problem is None
+    assert [(s.id, s.dependencies, s.status) for s in found] == [("s1", [], "pending"), ("s2", ["s1"], "pending")]
+
+
+def test_validate_steps_drops_a_dangling_dependency_that_would_have_closed_a_cycle() -> None:
+    warned: list[str] = []
+    found, problem = validate_steps(drafts(("s1", ["s9"]), ("s2", ["s1"])), max_steps=6, warn=warned.append)
+    assert problem is None
+    assert found[0].dependencies == []
+    assert warned == ["dropped dependencies on unknown steps: s1 -> s9"]
+
+
+def test_validate_steps_problem_order_empty_then_size_then_duplicates() -> None:
+    assert validate_steps([], max_steps=2)[1] == "the plan has no steps; a plan needs at least one step"
+    oversize = drafts(("s1", []), ("s1", []), ("s2", []))
+    assert "3 steps but at most 2" in str(validate_steps(oversize, max_steps=2)[1])
+    assert "s1 (2 times)" in str(validate_steps(oversize, max_steps=3)[1])
