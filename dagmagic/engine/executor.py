@@ -74,8 +74,10 @@ class DagExecutor:
             for sid, reason in blocked.items():
                 self._finish(self._steps[sid], "skipped", reason)
             for sid, step in self._steps.items():
-                if step.status == "pending" and self._waiting[sid] == 0:
+                if step.status == "pending" and self._waiting[sid] == 0 and not self.stop.is_set():
                     self._dispatch(step)
+            if self.stop.is_set():
+                self._skip_unstarted()
             if not self._tasks:
                 self._all_settled.set()
             await self._all_settled.wait()
@@ -138,10 +140,11 @@ class DagExecutor:
         except asyncio.CancelledError:
             self._finish(step, "cancelled", "Cancelled")
             raise
-        except TimeoutError:
-            if not deadline.expired():
-                raise
-            self._finish(step, "failed", f"timed out after {self.step_timeout:g}s")
+        except TimeoutError as exc:
+            if deadline.expired():
+                self._finish(step, "failed", f"timed out after {self.step_timeout:g}s")
+            else:  # the step's own TimeoutError (e.g. an HTTP client's): an ordinary failure
+                self._finish(step, "failed", f"{type(exc).__name__}: {exc}")
         except StepFailure as failure:
             self._finish(step, "failed", failure.reason, result=failure.notes)
         except Exception as exc:
@@ -174,6 +177,9 @@ class DagExecutor:
 
     async def _watch_stop(self) -> None:
         await self.stop.wait()
+        self._skip_unstarted()
+
+    def _skip_unstarted(self) -> None:
         for step in self._steps.values():
             if step.status in _UNSTARTED:
                 self._finish(step, "skipped", STOPPED_REASON)
