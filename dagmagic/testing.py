@@ -77,6 +77,8 @@ class ScriptedRequest(BaseModel):
     level: Literal["tool_call", "json_mode", "text"] = "text"
     """What the request asks for: a forced tool call, JSON mode, or plain text."""
     tools: list[dict[str, Any]] = Field(default_factory=list)
+    tool_choice: str | dict[str, Any] | None = None
+    temperature: float | None = None
     stream: bool = False
     index: int = 0
     """How many earlier requests this script key answered."""
@@ -146,6 +148,8 @@ class ScriptedLLM:
             round=request.round,
             level="tool_call" if request.forced_tool else "json_mode" if request.response_format else "text",
             tools=request.tools or [],
+            tool_choice=request.tool_choice,
+            temperature=request.temperature,
             stream=stream,
             index=index,
         )

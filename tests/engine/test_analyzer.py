@@ -9,7 +9,6 @@ import pytest
 from dagmagic.engine.analyzer import SAFE_DEFAULT, Analyzer, Verdict, format_results, regex_analysis
 from dagmagic.events import LLMCallRecorded
 from dagmagic.llm import ChatModel, ModelRegistry
-from dagmagic.llm.backend import ChatRequest, ChatResponse
 from dagmagic.models import AnalysisResult, PlanStep
 from dagmagic.settings import DagSettings
 from dagmagic.testing import ScriptedLLM, ScriptedRequest
@@ -21,25 +20,13 @@ BROKEN = '{"achieved": true, "confidence": 0.7, "reasoning": "ok but'
 GARBAGE = "I am not sure what you want from me."
 
 
-class RecordingLLM(ScriptedLLM):
-    """A ``ScriptedLLM`` that also keeps each raw ``ChatRequest`` (its temperature and tool choice)."""
-
-    def __init__(self, script: dict[str, Any], **kwargs: Any) -> None:
-        super().__init__(script, **kwargs)
-        self.chat_requests: list[ChatRequest] = []
-
-    async def complete(self, request: ChatRequest) -> ChatResponse:
-        self.chat_requests.append(request)
-        return await super().complete(request)
-
-
 class Harness:
     """An analyzer over a scripted model, with every event its model emitted."""
 
     def __init__(
         self, replies: Any, *, capabilities: tuple[str, ...] = TOOL_AND_JSON, settings: DagSettings = SETTINGS
     ) -> None:
-        self.llm = RecordingLLM({"analyze": replies}, capabilities=capabilities)
+        self.llm = ScriptedLLM({"analyze": replies}, capabilities=capabilities)
         self.events: list[Any] = []
         model = ChatModel(ModelRegistry().register("m", self.llm).get("m"), settings=settings, emit=self.events.append)
         self.analyzer = Analyzer(model, settings)
@@ -72,7 +59,7 @@ async def test_analyze_uses_purpose_analyze_temperature_zero_and_the_verdict_sch
     assert result == AnalysisResult(
         achieved=True, confidence=0.9, reasoning="Both sources agree.", final_answer="About 2.1 million."
     )
-    (request,) = harness.llm.chat_requests
+    (request,) = harness.llm.requests
     assert (request.purpose, request.temperature, request.round) == ("analyze", 0.0, 3)
     assert request.tools is not None
     assert request.tools[0]["function"]["parameters"] == Verdict.model_json_schema()

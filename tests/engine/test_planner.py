@@ -13,7 +13,6 @@ from dagmagic.engine.planner import PlanDraft, Planner, StepDraft, recover_steps
 from dagmagic.errors import PlanningError, StructuredOutputError
 from dagmagic.events import LLMCallRecorded, RunWarning
 from dagmagic.llm import ChatModel, ModelRegistry
-from dagmagic.llm.backend import ChatRequest, ChatResponse
 from dagmagic.llm.registry import STANDARD_ROLES
 from dagmagic.models import ExecutionPlan
 from dagmagic.settings import DagSettings
@@ -33,18 +32,6 @@ GOOD_PLAN = {
 }
 
 
-class RecordingLLM(ScriptedLLM):
-    """A ``ScriptedLLM`` that also keeps each raw ``ChatRequest`` (its temperature and tool choice)."""
-
-    def __init__(self, script: dict[str, Any], **kwargs: Any) -> None:
-        super().__init__(script, **kwargs)
-        self.chat_requests: list[ChatRequest] = []
-
-    async def complete(self, request: ChatRequest) -> ChatResponse:
-        self.chat_requests.append(request)
-        return await super().complete(request)
-
-
 class Harness:
     """A planner over a scripted model, with every event it and its model emitted."""
 
@@ -56,7 +43,7 @@ class Harness:
         settings: DagSettings = SETTINGS,
         **planner_kwargs: Any,
     ) -> None:
-        self.llm = RecordingLLM({"plan": replies}, capabilities=capabilities)
+        self.llm = ScriptedLLM({"plan": replies}, capabilities=capabilities)
         self.events: list[Any] = []
         model = ChatModel(ModelRegistry().register("m", self.llm).get("m"), settings=settings, emit=self.events.append)
         planner_kwargs.setdefault("today", lambda: TODAY)
@@ -147,7 +134,7 @@ async def test_plan_call_uses_purpose_plan_temperature_zero_and_the_pydantic_sch
         ("s3", "Compare them", ["s1", "s2"]),
     ]
     assert (plan.goal, plan.round) == ("Compare Paris and Berlin", 1)
-    (request,) = harness.llm.chat_requests
+    (request,) = harness.llm.requests
     assert request.purpose == "plan"
     assert request.temperature == 0.0
     assert request.round == 1
@@ -167,8 +154,8 @@ async def test_plan_call_uses_purpose_plan_temperature_zero_and_the_pydantic_sch
 async def test_plan_call_keeps_purpose_and_temperature_at_the_text_level() -> None:
     harness = Harness([GOOD_PLAN], capabilities=())
     await harness.planner.plan("goal")
-    (request,) = harness.llm.chat_requests
-    assert (request.purpose, request.temperature, request.tools) == ("plan", 0.0, None)
+    (request,) = harness.llm.requests
+    assert (request.purpose, request.temperature, request.tools) == ("plan", 0.0, [])
     assert json.dumps(PlanDraft.model_json_schema(), separators=(",", ":")) in request.messages[-1]["content"]
 
 
