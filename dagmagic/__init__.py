@@ -6,6 +6,7 @@ import litellm (it is imported on the first model call).
 
 from dagmagic.engine.run import DagRun
 from dagmagic.engine.session import DagSession
+from dagmagic.engine.tools import Tool, tool
 from dagmagic.errors import ConfigurationError, DagError, ProviderError, StructuredOutputError
 from dagmagic.llm.registry import ModelRegistry
 from dagmagic.models import AnalysisResult, ExecutionPlan, LLMCall, PlanStep, RoundRecord, Usage
@@ -25,7 +26,9 @@ __all__ = [
     "ProviderError",
     "RoundRecord",
     "StructuredOutputError",
+    "Tool",
     "Usage",
+    "tool",
 ]
 
 __version__ = "0.1.0"

@@ -135,6 +135,23 @@ class DagSettings(BaseModel):
         description="A tool observation is cut to this many characters.",
         json_schema_extra=_env("DAG_OBSERVATION_MAX_CHARS"),
     )
+    tool_timeout: float = Field(
+        60.0,
+        gt=0,
+        description="Seconds one tool call may take before it returns a timeout observation.",
+        json_schema_extra=_env("DAG_TOOL_TIMEOUT"),
+    )
+    code_timeout: float = Field(
+        30.0,
+        gt=0,
+        description="Seconds the opt-in `python` tool's process may run before it is killed.",
+        json_schema_extra=_env("DAG_CODE_TIMEOUT"),
+    )
+    domain_routing: bool = Field(
+        True,
+        description="Classify the goal's domain (legal, medical, financial) to steer the planner.",
+        json_schema_extra=_env("DAG_DOMAIN_ROUTING"),
+    )
     citation_verification: bool = Field(
         True,
         description="Check citation-like strings in step results with the smart model.",

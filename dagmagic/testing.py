@@ -138,21 +138,14 @@ class ScriptedLLM:
         )
 
     async def _reply(self, request: ChatRequest, *, stream: bool) -> tuple[Any, ScriptedRequest]:
-        key = self._key(request)
+        try:
+            key = self._key(request)
+        except ScriptError:
+            self.requests.append(self._seen(request, stream, 0))  # unanswered requests are requests too
+            raise
         index = self._served.get(key, 0)
         self._served[key] = index + 1
-        seen = ScriptedRequest(
-            purpose=request.purpose,
-            messages=request.messages,
-            step_id=request.step_id,
-            round=request.round,
-            level="tool_call" if request.forced_tool else "json_mode" if request.response_format else "text",
-            tools=request.tools or [],
-            tool_choice=request.tool_choice,
-            temperature=request.temperature,
-            stream=stream,
-            index=index,
-        )
+        seen = self._seen(request, stream, index)
         self.requests.append(seen)
         delay = self.latency.get(key, 0.0) if isinstance(self.latency, Mapping) else self.latency
         if delay:
@@ -169,6 +162,21 @@ class ScriptedLLM:
         else:
             reply = entry
         return reply, seen
+
+    @staticmethod
+    def _seen(request: ChatRequest, stream: bool, index: int) -> ScriptedRequest:
+        return ScriptedRequest(
+            purpose=request.purpose,
+            messages=request.messages,
+            step_id=request.step_id,
+            round=request.round,
+            level="tool_call" if request.forced_tool else "json_mode" if request.response_format else "text",
+            tools=request.tools or [],
+            tool_choice=request.tool_choice,
+            temperature=request.temperature,
+            stream=stream,
+            index=index,
+        )
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
         """The scripted reply, shaped by what the request asks for."""

@@ -15,6 +15,7 @@ from dagmagic.engine.analyzer import Analyzer
 from dagmagic.engine.context import ContextGuard, Exchange, dependency_context, truncate
 from dagmagic.engine.executor import DagExecutor
 from dagmagic.engine.planner import Planner
+from dagmagic.engine.routing import classify_domain
 from dagmagic.engine.run import DagRun
 from dagmagic.engine.steps import StepRequest, StepRunner
 from dagmagic.engine.synthesis import fallback_answer, synthesize
@@ -133,6 +134,9 @@ class GoalLoop:
             tool_names=self.tool_names,
             roles=self.registry.roles.keys(),
         )
+        domain = None
+        if self.settings.domain_routing:
+            domain = await classify_domain(self._model("fast", run), run.goal, round=1)
         autonomous = 0
         started_by_follow_up = False
         while True:
@@ -148,7 +152,7 @@ class GoalLoop:
             earlier = _reusable(run.rounds)
             context = replan_context(run.rounds, self.settings) if run.rounds else None
             try:
-                plan = await planner.plan(query, round=index, context=context, earlier=earlier.keys())
+                plan = await planner.plan(query, round=index, context=context, earlier=earlier.keys(), domain=domain)
             except PlanningError as exc:
                 run.rounds.append(RoundRecord(index=index, plan=_empty_plan(query, index), error=str(exc)))
                 run.state.error = str(exc)
@@ -208,7 +212,14 @@ class GoalLoop:
             if context:
                 context = await guard.fit(context, model, task=step.task, round=index, step_id=step.id)
             request = StepRequest(
-                goal=goal, step=step, context=context, model=model, round=index, settings=self.settings, emit=run.emit
+                goal=goal,
+                step=step,
+                context=context,
+                model=model,
+                round=index,
+                settings=self.settings,
+                emit=run.emit,
+                smart=self._model("smart", run),
             )
             return await self.step_runner(request)
 

@@ -5,11 +5,16 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
 
+from dagmagic.engine.agent import StepAgent
+from dagmagic.engine.code_tool import python_tool
 from dagmagic.engine.context import Exchange
 from dagmagic.engine.loop import GoalLoop
 from dagmagic.engine.run import DagRun
-from dagmagic.engine.steps import StepRunner, single_call_step
+from dagmagic.engine.steps import StepRunner
+from dagmagic.engine.tools import Tool, as_tools
 from dagmagic.llm import ModelRegistry
 from dagmagic.models import RunState
 from dagmagic.settings import DagSettings
@@ -20,7 +25,9 @@ __all__ = ["DagSession"]
 class DagSession:
     """Runs goals with one set of models, settings and tools; each finished run becomes history for the next.
 
-    ``models`` defaults to ``ModelRegistry.from_settings(settings)`` (the ``DAG_*_MODEL`` variables).
+    ``models`` defaults to ``ModelRegistry.from_settings(settings)`` (the ``DAG_*_MODEL`` variables);
+    ``tools`` are ``@tool`` functions or plain callables; ``allow_code=True`` adds the ``python`` tool,
+    which runs model-written code in a separate process.
     """
 
     def __init__(
@@ -28,12 +35,17 @@ class DagSession:
         models: ModelRegistry | None = None,
         settings: DagSettings | None = None,
         *,
+        tools: Iterable[Tool | Callable[..., Any]] = (),
+        allow_code: bool = False,
         step_runner: StepRunner | None = None,
     ) -> None:
         self.settings = settings or DagSettings()
         self.models = models if models is not None else ModelRegistry.from_settings(self.settings)
         self.models.for_role("smart")  # an empty registry fails here, with the message that says what to set
-        self.step_runner = step_runner or single_call_step
+        extra = [python_tool(self.settings.code_timeout)] if allow_code else []
+        self.tools = as_tools([*tools, *extra])
+        """The tools steps may call (``python`` only with ``allow_code=True``)."""
+        self.step_runner = step_runner or StepAgent(self.tools)
         self.history: list[Exchange] = []
         self.runs: list[DagRun] = []
         self._active: set[asyncio.Task[None]] = set()
@@ -49,7 +61,13 @@ class DagSession:
                 "elsewhere use asyncio.run(session.run(goal))."
             ) from None
         run = DagRun(RunState(run_id=uuid.uuid4().hex[:12], goal=goal, started_at=time.time()))
-        driver = GoalLoop(self.models, self.settings, self.step_runner, history=tuple(self.history))
+        driver = GoalLoop(
+            self.models,
+            self.settings,
+            self.step_runner,
+            history=tuple(self.history),
+            tool_names=[t.name for t in self.tools],
+        )
         task = loop.create_task(driver.drive(run), name=f"dagmagic:run:{run.run_id}")
         run._task = task
         self._active.add(task)  # the loop keeps only weak references to tasks

@@ -1,8 +1,8 @@
-"""What runs one step: the ``StepRunner`` interface, and the single-call step.
+"""What runs one step: the ``StepRunner`` interface and the messages a step starts from.
 
 A step is a fresh, memoryless unit of work: it sees the original goal, its task, its tool hint and the
-results of its completed dependencies, nothing else. The tool-using agent plugs in behind the same
-interface.
+results of its completed dependencies, nothing else. ``dagmagic.engine.agent.StepAgent`` is the runner
+the session uses; any async callable taking a ``StepRequest`` can replace it.
 """
 
 from __future__ import annotations
@@ -12,13 +12,12 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from dagmagic.engine import prompts
-from dagmagic.engine.executor import StepFailure
 from dagmagic.events import Event
 from dagmagic.llm import ChatModel
 from dagmagic.models import PlanStep
 from dagmagic.settings import DagSettings
 
-__all__ = ["StepRequest", "StepRunner", "single_call_step", "step_messages"]
+__all__ = ["StepRequest", "StepRunner", "step_messages"]
 
 
 @dataclass
@@ -36,6 +35,8 @@ class StepRequest:
     round: int
     settings: DagSettings
     emit: Callable[[Event], object]
+    smart: ChatModel | None = None
+    """The smart model, for checks on the step's result (citations)."""
 
 
 class StepRunner(Protocol):
@@ -53,13 +54,3 @@ def step_messages(request: StepRequest) -> list[dict[str, str]]:
     context = f"\n\nResults of the steps this one depends on:\n{request.context}" if request.context else ""
     user = prompts.STEP_USER.format(goal=request.goal, step_id=step.id, task=step.task, tool_hint=hint, context=context)
     return [{"role": "system", "content": prompts.STEP_SYSTEM}, {"role": "user", "content": user}]
-
-
-async def single_call_step(request: StepRequest) -> str:
-    """One LLM call on the step's context."""
-    result = await request.model.chat(
-        step_messages(request), purpose="step", round=request.round, step_id=request.step.id
-    )
-    if not result.content.strip():
-        raise StepFailure("the model returned an empty answer")
-    return result.content

@@ -1,0 +1,297 @@
+"""The step agent: a fresh, memoryless ReAct loop per step.
+
+Native tool calling when the step's model supports it, else a JSON action format parsed like structured
+output. The loop ends when the model answers without calling a tool. Guards: the same call with the same
+arguments a second time gets a warning instead of a result, a third time ends the step with what it has;
+observations are capped; at ``step_max_iterations`` the step fails, keeping its notes. Then, optionally,
+a completion check (3+ tools used, a short answer) and a citation check with one re-run on failure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from dagmagic.engine.citations import extract_citations, verify_citations
+from dagmagic.engine.context import truncate
+from dagmagic.engine.executor import StepFailure
+from dagmagic.engine.steps import StepRequest, step_messages
+from dagmagic.engine.tools import Tool, ToolOutcome
+from dagmagic.events import StepIteration, Verification, Verifying
+from dagmagic.llm import ChatModel, extract_json, structured_llm_call
+from dagmagic.models import ToolCallRecord
+
+__all__ = ["SHORT_ANSWER_CHARS", "StepAgent", "ToolSelection"]
+
+SHORT_ANSWER_CHARS = 300
+"""An answer shorter than this after 3+ tool calls gets one completion check."""
+
+_PREVIEW = 300
+
+JSON_ACTIONS = """\
+You can call these tools:
+{tools}
+
+To call a tool, reply with only a JSON object: {{"tool": "<name>", "arguments": {{...}}}}
+You will get its result back. When you have everything, reply with your final answer as plain text."""
+
+REPEAT_WARNING = (
+    "You already called {name} with exactly these arguments; its result is above. Use it, or try different "
+    "arguments or another tool. Calling it again the same way ends this step."
+)
+
+COMPLETION_CHECK = (
+    "You used {count} tools but your answer is short. Check it against your task and the results above, "
+    "then reply with the complete final answer (plain text, no tool calls)."
+)
+
+CITATION_FEEDBACK = (
+    "\n\nA reviewer checked the citations in your previous answer and found problems:\n{feedback}\n"
+    "Correct them; cite only what you can verify."
+)
+
+
+class ToolSelection(BaseModel):
+    """The tools a step needs."""
+
+    tools: list[str] = Field(description="Names of the tools this step needs, most useful first.")
+
+
+@dataclasses.dataclass
+class _Call:
+    id: str
+    name: str
+    arguments: Any
+
+
+class StepAgent:
+    """Runs a step with tools; with no tools it is a single LLM call on the step's context."""
+
+    def __init__(self, tools: Sequence[Tool] = ()) -> None:
+        self.tools = {t.name: t for t in tools}
+
+    async def __call__(self, request: StepRequest) -> str:
+        """The step's result (``StepFailure`` with its notes when it cannot finish)."""
+        tools = await self._select(request)
+        result = await self._react(request, tools)
+        settings = request.settings
+        if not settings.citation_verification or request.smart is None:
+            return result
+        citations = extract_citations(result)
+        if not citations:
+            return result
+        step = request.step
+        request.emit(Verifying(round=request.round, step_id=step.id))
+        verdict = await verify_citations(
+            request.smart, step.task, result, citations, round=request.round, step_id=step.id
+        )
+        feedback = verdict.feedback or "; ".join(verdict.problems)
+        request.emit(Verification(round=request.round, step_id=step.id, passed=verdict.valid, feedback=feedback))
+        if verdict.valid:
+            return result
+        return await self._react(request, tools, feedback=CITATION_FEEDBACK.format(feedback=feedback))
+
+    async def _select(self, request: StepRequest) -> list[Tool]:
+        """All tools, or at most ``tool_selection_max`` picked by the step's model above the threshold."""
+        tools = list(self.tools.values())
+        settings = request.settings
+        if len(tools) <= settings.tool_selection_threshold:
+            return tools
+        listing = "\n".join(f"- {t.name}: {t.description}" for t in tools)
+        messages = [
+            {
+                "role": "system",
+                "content": f"Pick the tools (at most {settings.tool_selection_max}) this task needs, from:\n{listing}",
+            },
+            {"role": "user", "content": request.step.task},
+        ]
+        try:
+            outcome = await structured_llm_call(
+                request.model,
+                messages,
+                ToolSelection,
+                purpose="tool_selection",
+                round=request.round,
+                step_id=request.step.id,
+            )
+        except Exception:  # selection only narrows the list: on any failure the step gets every tool
+            return tools
+        picked = [name for name in dict.fromkeys(outcome.value.tools) if name in self.tools]
+        if not picked:
+            return tools
+        picked = picked[: settings.tool_selection_max]
+        hint = request.step.tool_hint
+        if hint in self.tools and hint not in picked:
+            picked.append(hint)
+        return [self.tools[name] for name in picked]
+
+    async def _react(self, request: StepRequest, tools: list[Tool], feedback: str = "") -> str:
+        model = request.model
+        step = request.step
+        native = bool(tools) and model.entry.capabilities.tool_call
+        messages: list[dict[str, Any]] = step_messages(request)
+        if feedback:
+            messages[-1] = {**messages[-1], "content": messages[-1]["content"] + feedback}
+        if tools and not native:
+            listing = "\n".join(f"- {t.name}: {t.description} Arguments: {json.dumps(t.parameters)}" for t in tools)
+            messages[0] = {
+                **messages[0],
+                "content": f"{messages[0]['content']}\n\n{JSON_ACTIONS.format(tools=listing)}",
+            }
+        schemas = [t.schema() for t in tools] if native else None
+        seen: Counter[str] = Counter()
+        notes: list[str] = []
+        used = 0
+        settings = request.settings
+        for iteration in range(1, settings.step_max_iterations + 1):
+            reply = await model.chat(
+                messages,
+                purpose="step",
+                round=request.round,
+                step_id=step.id,
+                tools=schemas,
+                tool_choice="auto" if native else None,
+            )
+            calls = _native_calls(reply.response.tool_calls) if native else _json_actions(reply.content, tools)
+            if not calls:
+                answer = reply.content.strip()
+                if used >= 3 and len(answer) < SHORT_ANSWER_CHARS:
+                    answer = await self._completion_check(request, messages, answer, used) or answer
+                if not answer:
+                    raise StepFailure("the model returned an empty answer", notes=_notes(notes))
+                return answer
+            messages.append(_assistant_message(reply.content, calls, native))
+            for call in calls:
+                key = f"{call.name}:{json.dumps(call.arguments, sort_keys=True, default=str)}"
+                seen[key] += 1
+                if seen[key] >= 3:
+                    notes.append(f"Stopped: {call.name} was called a third time with the same arguments.")
+                    return _notes(notes)
+                outcome = await self._call(call, tools, request, repeated=seen[key] == 2)
+                used += 1
+                self._record(request, iteration, call, outcome)
+                notes.append(f"{call.name}({_arguments_text(call.arguments)}) -> {truncate(outcome.observation, 500)}")
+                messages.append(_observation_message(call, outcome.observation, native))
+        raise StepFailure(
+            f"iteration limit ({settings.step_max_iterations}) reached without a final answer", notes=_notes(notes)
+        )
+
+    async def _call(self, call: _Call, tools: list[Tool], request: StepRequest, *, repeated: bool) -> ToolOutcome:
+        if repeated:
+            return ToolOutcome(REPEAT_WARNING.format(name=call.name), error="repeated call")
+        available = {t.name: t for t in tools}
+        chosen = available.get(call.name)
+        if chosen is None:
+            names = ", ".join(available) or "none"
+            return ToolOutcome(f"There is no tool named {call.name!r}. Available tools: {names}.", error="unknown tool")
+        outcome = await chosen.run(call.arguments, timeout=request.settings.tool_timeout)
+        limit = request.settings.observation_max_chars
+        if len(outcome.observation) > limit:
+            omitted = len(outcome.observation) - limit
+            text = f"{outcome.observation[:limit]}\n[Observation truncated: {omitted} more characters]"
+            outcome = dataclasses.replace(outcome, observation=text)
+        return outcome
+
+    @staticmethod
+    def _record(request: StepRequest, iteration: int, call: _Call, outcome: ToolOutcome) -> None:
+        arguments = call.arguments if isinstance(call.arguments, dict) else {"raw": call.arguments}
+        request.step.tool_calls.append(
+            ToolCallRecord(
+                name=call.name,
+                arguments=arguments,
+                observation=outcome.observation,
+                error=outcome.error,
+                started_at=time.time() - outcome.duration,
+                duration=outcome.duration,
+            )
+        )
+        request.emit(
+            StepIteration(
+                round=request.round,
+                step_id=request.step.id,
+                iteration=iteration,
+                tool=call.name,
+                arguments=arguments,
+                observation_preview=truncate(outcome.observation, _PREVIEW),
+                duration=outcome.duration,
+            )
+        )
+
+    @staticmethod
+    async def _completion_check(
+        request: StepRequest, messages: list[dict[str, Any]], answer: str, used: int
+    ) -> str | None:
+        check = [
+            *messages,
+            {"role": "assistant", "content": answer},
+            {"role": "user", "content": COMPLETION_CHECK.format(count=used)},
+        ]
+        model: ChatModel = request.model
+        reply = await model.chat(check, purpose="step", round=request.round, step_id=request.step.id)
+        return reply.content.strip() or None
+
+
+def _native_calls(tool_calls: Sequence[Any]) -> list[_Call]:
+    calls = []
+    for tc in tool_calls:
+        try:
+            arguments: Any = json.loads(tc.arguments) if tc.arguments else {}
+        except json.JSONDecodeError:
+            arguments = tc.arguments  # validation turns this into an observation the model can fix
+        calls.append(_Call(tc.id, tc.name, arguments))
+    return calls
+
+
+def _json_actions(content: str, tools: list[Tool]) -> list[_Call]:
+    """Tool calls written as ``{"tool": ..., "arguments": ...}`` (or a list of them) in the reply."""
+    if not tools:
+        return []
+    try:
+        value = extract_json(content)
+    except ValueError:
+        return []
+    actions = value if isinstance(value, list) else [value]
+    calls = []
+    for index, action in enumerate(actions):
+        if isinstance(action, dict) and isinstance(action.get("tool"), str):
+            calls.append(_Call(f"action_{index}", action["tool"], action.get("arguments", {})))
+    return calls
+
+
+def _assistant_message(content: str, calls: list[_Call], native: bool) -> dict[str, Any]:
+    if not native:
+        return {"role": "assistant", "content": content}
+    return {
+        "role": "assistant",
+        "content": content or None,
+        "tool_calls": [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": json.dumps(call.arguments, default=str)},
+            }
+            for call in calls
+        ],
+    }
+
+
+def _observation_message(call: _Call, observation: str, native: bool) -> dict[str, Any]:
+    if native:
+        return {"role": "tool", "tool_call_id": call.id, "content": observation}
+    return {"role": "user", "content": f"Result of {call.name}:\n{observation}"}
+
+
+def _arguments_text(arguments: Any) -> str:
+    if isinstance(arguments, dict):
+        return ", ".join(f"{k}={v!r}" for k, v in arguments.items())
+    return repr(arguments)
+
+
+def _notes(notes: list[str]) -> str:
+    return "Partial notes (tool calls so far):\n" + "\n".join(f"- {note}" for note in notes) if notes else ""

@@ -1,0 +1,238 @@
+"""Tools from plain Python functions: ``@tool`` or any callable, sync or async.
+
+The name, description and JSON schema come from the signature, type hints and docstring (through a
+pydantic model), arguments are validated before the call, and nothing a tool does crashes a step: a
+validation error, an exception or a timeout becomes an observation the model can act on. Sync tools run
+in a worker thread so they never block other steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import re
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, overload
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from dagmagic.errors import ConfigurationError
+
+__all__ = ["Tool", "ToolOutcome", "as_tools", "tool"]
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+_GOOGLE_ARGS = re.compile(r"^\s*(?:Args|Arguments|Parameters|Params):\s*$", re.MULTILINE)
+_GOOGLE_PARAM = re.compile(r"^\s{2,}(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.+)$")
+_SPHINX_PARAM = re.compile(r"^\s*:param\s+(?:[\w\[\], ]+\s+)?(\w+):\s*(.+)$", re.MULTILINE)
+_SECTION = re.compile(r"^\s*(?:Returns?|Raises|Yields|Examples?|Notes?):\s*$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """What one call of a tool gave the model."""
+
+    observation: str
+    """The text the model sees."""
+    error: str | None = None
+    """``Type: message`` when the call failed (bad arguments, an exception, a timeout)."""
+    duration: float = 0.0
+    """Seconds."""
+
+
+class Tool:
+    """A function the step agent may call."""
+
+    def __init__(
+        self,
+        function: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        self.function = function
+        self.name: str = name or str(getattr(function, "__name__", ""))
+        summary, params = _parse_docstring(inspect.getdoc(function) or "")
+        self.description = description or summary or f"Call {self.name}."
+        self.timeout = timeout
+        """Seconds one call may take; None uses the session's ``tool_timeout``."""
+        self.is_async = inspect.iscoroutinefunction(function)
+        self.arguments_model = _arguments_model(function, self.name, params)
+        if not _NAME.match(self.name):
+            raise ConfigurationError(
+                f"tool {self.name!r}: a tool name must be letters, digits, '_' or '-' (at most 64), "
+                "starting with a letter; pass name=..."
+            )
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        """The JSON schema of the arguments."""
+        schema = self.arguments_model.model_json_schema()
+        schema.pop("title", None)
+        return schema
+
+    def schema(self) -> dict[str, Any]:
+        """The tool in the function-calling format litellm speaks."""
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the function itself, as if it were not a tool."""
+        return self.function(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"Tool({self.name!r})"
+
+    async def run(self, arguments: dict[str, Any] | str | None, *, timeout: float) -> ToolOutcome:
+        """Validate ``arguments``, call the function, and describe what happened as an observation."""
+        started = time.perf_counter()
+        limit = self.timeout or timeout
+        try:
+            values = self._validate(arguments)
+        except (ValidationError, ValueError) as exc:
+            message = _validation_message(exc) if isinstance(exc, ValidationError) else str(exc)
+            return ToolOutcome(
+                f"Invalid arguments for {self.name}: {message}. Fix them and call {self.name} again.",
+                error=f"{type(exc).__name__}: {message}",
+                duration=time.perf_counter() - started,
+            )
+        try:
+            async with asyncio.timeout(limit):
+                if self.is_async:
+                    value = await self.function(**values)
+                else:  # a worker thread: a slow sync tool must not stall the other steps
+                    value = await asyncio.to_thread(self.function, **values)
+        except TimeoutError:
+            error = f"TimeoutError: {self.name} did not finish within {limit:g}s"
+            return ToolOutcome(f"Error: {error}", error=error, duration=time.perf_counter() - started)
+        except Exception as exc:  # the tool's own failure is information for the model, not a crash
+            error = f"{type(exc).__name__}: {exc}"
+            return ToolOutcome(f"Error: {error}", error=error, duration=time.perf_counter() - started)
+        return ToolOutcome(_observation(value), duration=time.perf_counter() - started)
+
+    def _validate(self, arguments: dict[str, Any] | str | None) -> dict[str, Any]:
+        if arguments is None or arguments == "":
+            arguments = {}
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"the arguments are not valid JSON ({exc.msg})") from None
+        if not isinstance(arguments, dict):
+            raise ValueError(f"the arguments must be a JSON object, got {type(arguments).__name__}")
+        model = self.arguments_model.model_validate(arguments)
+        return {name: getattr(model, name) for name in type(model).model_fields}
+
+
+@overload
+def tool(function: Callable[..., Any], /) -> Tool: ...
+
+
+@overload
+def tool(
+    *, name: str | None = None, description: str | None = None, timeout: float | None = None
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
+def tool(
+    function: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float | None = None,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Make a function a tool: ``@tool`` or ``@tool(name=..., description=..., timeout=...)``.
+
+    The result still works as the plain function when called.
+    """
+    if function is not None:
+        return Tool(function)
+    return lambda fn: Tool(fn, name=name, description=description, timeout=timeout)
+
+
+def as_tools(items: Iterable[Tool | Callable[..., Any]]) -> list[Tool]:
+    """Tools from tools and plain callables; duplicate names are refused."""
+    tools = [item if isinstance(item, Tool) else Tool(item) for item in items]
+    names = [t.name for t in tools]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ConfigurationError(f"two tools share the name {', '.join(repeated)}; rename one with @tool(name=...)")
+    return tools
+
+
+def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
+    """The summary (first paragraph) and parameter descriptions (Google or Sphinx style)."""
+    summary = " ".join(doc.split("\n\n", 1)[0].split()) if doc else ""
+    if summary.startswith((":param", "Args:")):
+        summary = ""
+    params = {m.group(1): m.group(2).strip() for m in _SPHINX_PARAM.finditer(doc)}
+    section = _GOOGLE_ARGS.search(doc)
+    if section:
+        body = doc[section.end() :]
+        end = _SECTION.search(body)
+        for line in (body[: end.start()] if end else body).splitlines():
+            match = _GOOGLE_PARAM.match(line)
+            if match:
+                params[match.group(1).lstrip("*")] = match.group(2).strip()
+    return summary, params
+
+
+def _arguments_model(function: Callable[..., Any], name: str, descriptions: dict[str, str]) -> type[BaseModel]:
+    """A pydantic model of the function's parameters; every problem is reported at once."""
+    try:
+        signature = inspect.signature(function)
+        hints = _type_hints(function)
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(f"tool {name!r}: cannot read its signature ({exc})") from None
+    problems = []
+    fields: dict[str, Any] = {}
+    for param in signature.parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            problems.append(f"*{param.name} / **{param.name} cannot be described to a model; name each argument")
+            continue
+        if param.kind is param.POSITIONAL_ONLY:
+            problems.append(f"{param.name} is positional-only; tools are called with keywords")
+            continue
+        annotation = hints.get(param.name, Any)
+        default = ... if param.default is param.empty else param.default
+        fields[param.name] = (annotation, Field(default, description=descriptions.get(param.name)))
+    if problems:
+        raise ConfigurationError(f"tool {name!r}: " + "; ".join(problems))
+    try:
+        return create_model(f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
+    except Exception as exc:  # pydantic refuses a type it cannot validate
+        raise ConfigurationError(f"tool {name!r}: its argument types cannot be validated ({exc})") from None
+
+
+def _type_hints(function: Callable[..., Any]) -> dict[str, Any]:
+    import typing
+
+    try:
+        return typing.get_type_hints(function)
+    except Exception:  # unresolvable forward references: fall back to the raw annotations
+        return dict(getattr(function, "__annotations__", {}))
+
+
+def _validation_message(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(p) for p in error["loc"]) or "arguments"
+        parts.append(f"{where}: {error['msg']} (got {error.get('input')!r})")
+    return "; ".join(parts)
+
+
+def _observation(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, BaseModel):
+        return value.model_dump_json()
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return repr(value)
