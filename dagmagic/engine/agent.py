@@ -125,10 +125,11 @@ class StepAgent:
         picked = [name for name in dict.fromkeys(outcome.value.tools) if name in self.tools]
         if not picked:
             return tools
-        picked = picked[: settings.tool_selection_max]
         hint = request.step.tool_hint
-        if hint in self.tools and hint not in picked:
-            picked.append(hint)
+        if hint in self.tools and hint not in picked[: settings.tool_selection_max]:
+            # the planner's hint always stays, in place of the model's last pick: the cap holds
+            picked = [*[name for name in picked if name != hint][: settings.tool_selection_max - 1], hint]
+        picked = picked[: settings.tool_selection_max]
         return [self.tools[name] for name in picked]
 
     async def _react(self, request: StepRequest, tools: list[Tool], feedback: str = "") -> str:

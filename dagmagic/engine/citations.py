@@ -37,11 +37,26 @@ class CitationVerdict(BaseModel):
 
 def extract_citations(text: str) -> list[str]:
     """Citation-like strings in ``text``, in order of appearance, without repeats."""
-    found: dict[int, str] = {}
-    for pattern in CITATION_PATTERNS.values():
-        for match in pattern.finditer(text):
-            found.setdefault(match.start(), match.group(0).strip().rstrip(".,;:"))
-    return list(dict.fromkeys(found[start] for start in sorted(found)))
+    matches = sorted(
+        (match.start(), -match.end(), _clean(match.group(0)))
+        for pattern in CITATION_PATTERNS.values()
+        for match in pattern.finditer(text)
+    )
+    kept: list[tuple[int, int, str]] = []
+    for start, negative_end, citation in matches:
+        end = -negative_end
+        # a match inside a longer one is part of it, not another citation ("§ 1983" in "42 U.S.C. § 1983")
+        if not any(s <= start and end <= e for s, e, _ in kept):
+            kept.append((start, end, citation))
+    return list(dict.fromkeys(citation for _, _, citation in kept))
+
+
+def _clean(found: str) -> str:
+    """A match without trailing punctuation, nor a closing parenthesis it did not open ("(doi:10.1/x)")."""
+    text = found.strip().rstrip(".,;:")
+    while text.endswith(")") and text.count(")") > text.count("("):
+        text = text[:-1].rstrip(".,;:")
+    return text
 
 
 async def verify_citations(

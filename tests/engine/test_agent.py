@@ -1,0 +1,554 @@
+"""StepAgent (tools, guards, checks), citation extraction and verification, domain routing.
+
+Almost everything runs a whole ``DagSession`` over one ``ScriptedLLM``: the step agent is only as good as
+what the model is shown, so the tests assert on the requests the model received as much as on the results.
+Timing assertions compare timestamps recorded inside the tools, never wall-clock limits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import pytest
+
+from dagmagic import DagRun, DagSession, DagSettings, ModelRegistry
+from dagmagic.engine import prompts
+from dagmagic.engine.agent import COMPLETION_CHECK, REPEAT_WARNING, SHORT_ANSWER_CHARS
+from dagmagic.engine.citations import extract_citations
+from dagmagic.engine.tools import Tool
+from dagmagic.events import Event, StepIteration, Verification, Verifying
+from dagmagic.testing import ScriptedLLM, ScriptedRequest, ToolCall
+
+from .conftest import plan_reply, verdict
+
+ONE_STEP = plan_reply(("s1", [], "find how many people live in the capital of France"))
+NO_TOOL_CALLING = ("json_mode", "stream")
+
+
+def script(step: Any, **overrides: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "plan": [ONE_STEP],
+        "step": step,
+        "analyze": [verdict(True, 0.9, "found it", "fallback")],
+        "synthesize": [["Done."]],
+        "route": [{"domain": None}],
+        "citation_check": [{"valid": True}],
+    }
+    return {**base, **overrides}
+
+
+def session(llm: ScriptedLLM, tools: Iterable[Any] = (), **settings: Any) -> DagSession:
+    registry = ModelRegistry().register("scripted", llm)
+    return DagSession(registry, DagSettings(store="none", **settings), tools=tools)
+
+
+def events_of(run: DagRun, kind: type[Event], step_id: str = "s1") -> list[Any]:
+    return [e for e in run.events if isinstance(e, kind) and getattr(e, "step_id", None) == step_id]
+
+
+def tool_names(request: ScriptedRequest) -> list[str]:
+    return [t["function"]["name"] for t in request.tools]
+
+
+def last_line(request: ScriptedRequest) -> str:
+    """The last line of the last message: the latest observation, in either format."""
+    return str(request.messages[-1]["content"]).splitlines()[-1]
+
+
+class Geo:
+    """Two notebook functions whose calls are logged: the capital of a country, the population of a city."""
+
+    def __init__(self) -> None:
+        self.log: list[tuple[Any, ...]] = []
+
+    def tools(self) -> list[Callable[..., Any]]:
+        def capital(country: str) -> str:
+            """The capital city of a country."""
+            self.log.append(("capital", country))
+            return {"France": "Paris", "Spain": "Madrid"}[country]
+
+        def population(city: str, year: int = 2024) -> int:
+            """How many people live in a city.
+
+            Args:
+                city: The city's name.
+                year: The year of the census.
+            """
+            time.sleep(0.05)
+            self.log.append(("population", city, year))
+            return {"Paris": 2102650, "Madrid": 3332035}[city]
+
+        return [capital, population]
+
+
+def capital_then_population(request: ScriptedRequest) -> Any:
+    """A model that looks up the capital, then the population of whatever the first tool returned."""
+    if request.index == 0:
+        return ToolCall("capital", {"country": "France"})
+    if request.index == 1:
+        return ToolCall("population", {"city": last_line(request)})
+    return f"{last_line(request)} people live in the capital."
+
+
+# --- tools in sequence ------------------------------------------------------------------------------
+
+
+async def test_native_tool_calls_in_sequence_feed_each_other_and_the_answer() -> None:
+    geo = Geo()
+    llm = ScriptedLLM(script(capital_then_population))
+    run = await session(llm, geo.tools()).run("How many people live in the capital of France?")
+
+    step = run.steps["s1"]
+    assert step.status == "completed" and step.result == "2102650 people live in the capital."
+    assert geo.log == [("capital", "France"), ("population", "Paris", 2024)]
+    records = [(c.name, c.arguments, c.observation, c.error) for c in step.tool_calls]
+    assert records == [
+        ("capital", {"country": "France"}, "Paris", None),
+        ("population", {"city": "Paris"}, "2102650", None),
+    ]
+    assert step.tool_calls[1].duration is not None and step.tool_calls[1].duration >= 0.04
+
+    iterations = events_of(run, StepIteration)
+    assert [(e.iteration, e.tool, e.arguments, e.observation_preview) for e in iterations] == [
+        (1, "capital", {"country": "France"}, "Paris"),
+        (2, "population", {"city": "Paris"}, "2102650"),
+    ]
+    assert iterations[1].duration >= 0.04 and iterations[0].duration < iterations[1].duration
+
+    requests = llm.requests_for("step", "s1")
+    assert len(requests) == 3
+    assert sorted(tool_names(requests[0])) == ["capital", "population"]
+    assert requests[0].tool_choice == "auto"
+    call, observation = requests[1].messages[-2:]
+    assert call["role"] == "assistant" and call["tool_calls"][0]["function"]["name"] == "capital"
+    assert observation == {"role": "tool", "tool_call_id": call["tool_calls"][0]["id"], "content": "Paris"}
+    assert requests[2].messages[-1]["role"] == "tool" and requests[2].messages[-1]["content"] == "2102650"
+    assert requests[2].messages[-2]["tool_calls"][0]["function"]["name"] == "population"
+
+
+async def test_without_tool_calling_the_model_uses_json_actions_in_text() -> None:
+    geo = Geo()
+    llm = ScriptedLLM(script(capital_then_population), capabilities=NO_TOOL_CALLING)
+    run = await session(llm, geo.tools()).run("How many people live in the capital of France?")
+
+    step = run.steps["s1"]
+    assert step.status == "completed" and step.result == "2102650 people live in the capital."
+    assert geo.log == [("capital", "France"), ("population", "Paris", 2024)]
+    assert [(c.name, c.arguments, c.observation) for c in step.tool_calls] == [
+        ("capital", {"country": "France"}, "Paris"),
+        ("population", {"city": "Paris"}, "2102650"),
+    ]
+    assert [e.tool for e in events_of(run, StepIteration)] == ["capital", "population"]
+
+    requests = llm.requests_for("step", "s1")
+    assert len(requests) == 3
+    assert all(r.tools == [] and r.tool_choice is None for r in requests)
+    system = requests[0].messages[0]
+    assert system["role"] == "system" and system["content"].startswith(prompts.STEP_SYSTEM)
+    assert "You can call these tools:" in system["content"]
+    assert "- capital: The capital city of a country." in system["content"]
+    assert "- population: How many people live in a city." in system["content"]
+    assert '{"tool": "<name>", "arguments": {...}}' in system["content"]
+    assert requests[1].messages[-2:] == [
+        {"role": "assistant", "content": '{"tool": "capital", "arguments": {"country": "France"}}'},
+        {"role": "user", "content": "Result of capital:\nParis"},
+    ]
+    assert requests[2].messages[-1] == {"role": "user", "content": "Result of population:\n2102650"}
+
+
+@pytest.mark.parametrize("capabilities", [("tool_call", "json_mode", "stream"), NO_TOOL_CALLING])
+async def test_arguments_of_the_wrong_type_are_refused_and_the_model_corrects_them(
+    capabilities: tuple[str, ...],
+) -> None:
+    geo = Geo()
+    llm = ScriptedLLM(
+        script(
+            [
+                ToolCall("population", {"city": "Paris", "year": "last year"}),
+                ToolCall("population", {"city": "Paris", "year": 2020}),
+                "About 2.1 million.",
+            ]
+        ),
+        capabilities=capabilities,
+    )
+    run = await session(llm, geo.tools()).run("population of Paris")
+
+    assert geo.log == [("population", "Paris", 2020)]  # never called with the bad arguments
+    step = run.steps["s1"]
+    assert step.status == "completed" and step.result == "About 2.1 million."
+    first, second = step.tool_calls
+    assert first.error is not None and first.error.startswith("ValidationError")
+    assert "Invalid arguments for population" in first.observation and "year" in first.observation
+    assert (second.arguments, second.observation, second.error) == ({"city": "Paris", "year": 2020}, "2102650", None)
+    requests = llm.requests_for("step", "s1")
+    assert len(requests) == 3
+    seen = requests[1].messages[-1]
+    assert seen["role"] == ("tool" if "tool_call" in capabilities else "user")
+    assert "Invalid arguments for population" in seen["content"] and "'last year'" in seen["content"]
+    assert "Invalid arguments" not in requests[0].prompt
+
+
+# --- concurrency --------------------------------------------------------------------------------------
+
+
+async def test_a_slow_sync_tool_does_not_block_an_async_tool_in_a_parallel_step() -> None:
+    marks: dict[str, float] = {}
+    ticks: list[float] = []
+    blocking_done = threading.Event()
+
+    async def ticker() -> str:
+        """Ticks on the event loop until the blocking tool has finished."""
+        marks["ticker_start"] = time.perf_counter()
+        deadline = marks["ticker_start"] + 10
+        while not blocking_done.is_set() and time.perf_counter() < deadline:
+            await asyncio.sleep(0.01)
+            ticks.append(time.perf_counter())
+        marks["ticker_end"] = time.perf_counter()
+        return f"{len(ticks)} ticks"
+
+    def blocking() -> str:
+        """Sleeps in a plain function."""
+        marks["blocking_start"] = time.perf_counter()
+        time.sleep(0.4)
+        marks["blocking_end"] = time.perf_counter()
+        blocking_done.set()
+        return "slept"
+
+    def uses(name: str) -> Callable[[ScriptedRequest], Any]:
+        return lambda request: ToolCall(name) if request.index == 0 else f"{name}: {last_line(request)}"
+
+    llm = ScriptedLLM(
+        script(
+            None,
+            plan=[plan_reply(("s1", [], "tick"), ("s2", [], "block"))],
+            **{"step:s1": uses("ticker"), "step:s2": uses("blocking")},
+        )
+    )
+    run = await session(llm, [ticker, blocking]).run("tick and block")
+
+    assert [run.steps[s].status for s in ("s1", "s2")] == ["completed", "completed"]
+    assert run.steps["s2"].result == "blocking: slept"
+    assert marks["ticker_start"] < marks["blocking_end"] and marks["blocking_start"] < marks["ticker_end"]
+    # the event loop kept running while the sync tool slept: the async tool ticked inside that interval
+    inside = [t for t in ticks if marks["blocking_start"] < t < marks["blocking_end"]]
+    assert len(inside) >= 3, (len(inside), len(ticks))
+
+
+# --- tool selection -----------------------------------------------------------------------------------
+
+
+def numbered_tools(count: int, log: list[str] | None = None) -> list[Tool]:
+    def make(index: int) -> Tool:
+        def function(query: str) -> str:
+            if log is not None:
+                log.append(f"t{index:02d}")
+            return f"t{index:02d} says {query}"
+
+        return Tool(function, name=f"t{index:02d}", description=f"Looks things up in source number {index}.")
+
+    return [make(i) for i in range(count)]
+
+
+def hinted_plan(hint: str) -> dict[str, Any]:
+    return {"steps": [{"id": "s1", "task": "look it up", "dependencies": [], "tool_hint": hint}]}
+
+
+async def test_twelve_tools_are_all_offered_without_a_selection_call() -> None:
+    llm = ScriptedLLM(script("answer", plan=[hinted_plan("t11")]))
+    run = await session(llm, numbered_tools(12)).run("goal")
+    assert run.steps["s1"].status == "completed"
+    assert llm.requests_for("tool_selection") == []
+    assert tool_names(llm.requests_for("step", "s1")[0]) == [f"t{i:02d}" for i in range(12)]
+
+
+async def test_thirteen_tools_are_narrowed_to_six_keeping_the_planners_hint() -> None:
+    picks = {"tools": ["t01", "t02", "t03", "t04", "t05", "t06", "t07", "t99"]}
+    llm = ScriptedLLM(script("answer", plan=[hinted_plan("t12")], tool_selection=[picks]))
+    run = await session(llm, numbered_tools(13)).run("goal")
+
+    assert run.steps["s1"].status == "completed"
+    selection = llm.requests_for("tool_selection", "s1")
+    assert len(selection) == 1
+    assert "at most 6" in selection[0].prompt and "look it up" in selection[0].prompt
+    assert all(f"- t{i:02d}: Looks things up in source number {i}." in selection[0].prompt for i in range(13))
+    offered = tool_names(llm.requests_for("step", "s1")[0])
+    assert len(offered) <= 6 and "t12" in offered
+    assert set(offered) <= {"t01", "t02", "t03", "t04", "t05", "t06", "t07", "t12"}
+    assert offered[0] == "t01"  # the model's order is kept: its first picks survive
+
+
+async def test_a_small_selection_is_kept_with_the_hint_added() -> None:
+    llm = ScriptedLLM(script("answer", plan=[hinted_plan("t12")], tool_selection=[{"tools": ["t03", "t05"]}]))
+    await session(llm, numbered_tools(13)).run("goal")
+    assert tool_names(llm.requests_for("step", "s1")[0]) == ["t03", "t05", "t12"]
+
+
+@pytest.mark.parametrize(
+    "selection",
+    [["no idea what you mean"], [RuntimeError("selector down")], [{"tools": ["nothing", "known"]}]],
+    ids=["garbage", "exception", "unknown-names"],
+)
+async def test_a_failing_selection_offers_every_tool(selection: list[Any]) -> None:
+    llm = ScriptedLLM(script("answer", plan=[hinted_plan("t12")], tool_selection=selection))
+    run = await session(llm, numbered_tools(13)).run("goal")
+    assert run.status == "done" and run.steps["s1"].status == "completed"
+    assert len(llm.requests_for("tool_selection", "s1")) >= 1
+    assert tool_names(llm.requests_for("step", "s1")[0]) == [f"t{i:02d}" for i in range(13)]
+
+
+# --- guards -------------------------------------------------------------------------------------------
+
+
+def lookup_tool(log: list[str]) -> Callable[[str], str]:
+    def lookup(q: str) -> str:
+        """Looks something up."""
+        log.append(q)
+        return f"found {q}"
+
+    return lookup
+
+
+async def test_a_repeated_call_gets_a_warning_and_a_third_one_ends_the_step_with_its_notes() -> None:
+    log: list[str] = []
+    same = ToolCall("lookup", {"q": "x"})
+    llm = ScriptedLLM(script([same, same, same, "never asked"]))
+    run = await session(llm, [lookup_tool(log)]).run("goal")
+
+    assert log == ["x"]  # executed once: the repeat got a warning, the third call nothing
+    requests = llm.requests_for("step", "s1")
+    assert len(requests) == 3
+    warning = REPEAT_WARNING.format(name="lookup")
+    assert requests[1].messages[-1] == {"role": "tool", "tool_call_id": "call_0", "content": "found x"}
+    assert requests[2].messages[-1]["role"] == "tool" and requests[2].messages[-1]["content"] == warning
+    step = run.steps["s1"]
+    assert step.status == "completed" and step.error is None
+    assert step.result is not None and step.result.startswith("Partial notes (tool calls so far):")
+    assert "- lookup(q='x') -> found x" in step.result
+    assert "third time with the same arguments" in step.result
+    assert [(c.observation, c.error) for c in step.tool_calls] == [("found x", None), (warning, "repeated call")]
+
+
+async def test_the_iteration_limit_fails_the_step_and_keeps_its_notes_for_the_analyzer() -> None:
+    log: list[str] = []
+    llm = ScriptedLLM(
+        script(
+            lambda request: ToolCall("lookup", {"q": f"q{request.index}"}),
+            analyze=[verdict(False, 0.9, "step failed")],
+        )
+    )
+    run = await session(llm, [lookup_tool(log)], step_max_iterations=3).run("goal")
+
+    step = run.steps["s1"]
+    assert step.status == "failed" and step.error is not None and "iteration limit" in step.error
+    assert log == ["q0", "q1", "q2"] and len(llm.requests_for("step", "s1")) == 3
+    assert step.result is not None and step.result.startswith("Partial notes")
+    notes = ["- lookup(q='q0') -> found q0", "- lookup(q='q1') -> found q1", "- lookup(q='q2') -> found q2"]
+    assert all(note in step.result for note in notes)
+    analyzer = llm.requests_for("analyze")[0].prompt
+    assert all(note in analyzer for note in notes) and "iteration limit" in analyzer
+
+
+async def test_an_overlong_observation_is_cut_with_a_note() -> None:
+    def dump() -> str:
+        """Returns a lot of text."""
+        return "x" * 500
+
+    llm = ScriptedLLM(script([ToolCall("dump"), "done"]))
+    run = await session(llm, [dump], observation_max_chars=100).run("goal")
+    seen = llm.requests_for("step", "s1")[1].messages[-1]["content"]
+    assert seen == "x" * 100 + "\n[Observation truncated: 400 more characters]"
+    assert run.steps["s1"].tool_calls[0].observation == seen
+
+
+# --- completion check ---------------------------------------------------------------------------------
+
+THREE_AT_ONCE = [ToolCall("lookup", {"q": "a"}), ToolCall("lookup", {"q": "b"}), ToolCall("lookup", {"q": "c"})]
+LONG_ANSWER = "The complete answer, with every detail the task asked for. " * 6
+
+
+async def test_three_tools_and_a_short_answer_get_exactly_one_completion_check() -> None:
+    log: list[str] = []
+    complete = "a, b and c together give 42, as the three lookups show."
+    llm = ScriptedLLM(script([THREE_AT_ONCE, "42", complete, "never asked"]))
+    run = await session(llm, [lookup_tool(log)]).run("goal")
+
+    assert log == ["a", "b", "c"]
+    requests = llm.requests_for("step", "s1")
+    assert len(requests) == 3
+    check = COMPLETION_CHECK.format(count=3)
+    assert [check in r.prompt for r in requests] == [False, False, True]
+    assert requests[2].messages[-2:] == [{"role": "assistant", "content": "42"}, {"role": "user", "content": check}]
+    assert [m["content"] for m in requests[2].messages if m["role"] == "tool"] == ["found a", "found b", "found c"]
+    assert run.steps["s1"].result == complete
+
+
+@pytest.mark.parametrize(
+    ("replies", "answer"),
+    [
+        ([ToolCall("lookup", {"q": "a"}), ToolCall("lookup", {"q": "b"}), "42"], "42"),
+        ([THREE_AT_ONCE, LONG_ANSWER], LONG_ANSWER.strip()),
+    ],
+    ids=["two-tools", "long-answer"],
+)
+async def test_no_completion_check_with_fewer_tools_or_a_long_answer(replies: list[Any], answer: str) -> None:
+    assert len(answer) >= SHORT_ANSWER_CHARS or answer == "42"
+    llm = ScriptedLLM(script([*replies, "never asked"]))
+    run = await session(llm, [lookup_tool([])]).run("goal")
+    requests = llm.requests_for("step", "s1")
+    assert len(requests) == len(replies)
+    assert not any("your answer is short" in r.prompt for r in requests)
+    assert run.steps["s1"].result == answer
+
+
+# --- citation verification ----------------------------------------------------------------------------
+
+CITING = "Processing personal data is lawful only with a legal basis under Art. 6 GDPR."
+
+
+async def test_a_result_with_a_citation_is_checked_once_by_the_smart_model() -> None:
+    llm = ScriptedLLM(script(CITING))
+    run = await session(llm).run("When is processing personal data lawful?")
+
+    checks = llm.requests_for("citation_check", "s1")
+    assert len(checks) == 1
+    assert "- Art. 6 GDPR" in checks[0].prompt and CITING in checks[0].prompt
+    assert "find how many people" in checks[0].prompt  # the task the citations must serve
+    assert checks[0].temperature == 0.0
+    assert len(events_of(run, Verifying)) == 1
+    assert [(e.passed, e.round) for e in events_of(run, Verification)] == [(True, 1)]
+    names = [type(e).__name__ for e in run.events if getattr(e, "step_id", None) == "s1"]
+    assert names.index("Verifying") < names.index("Verification") < names.index("StepCompleted")
+    assert run.steps["s1"].result == CITING and len(llm.requests_for("step")) == 1
+
+
+async def test_a_result_without_citations_is_not_checked() -> None:
+    llm = ScriptedLLM(script("Paris has about 2.1 million inhabitants (2024 census, INSEE)."))
+    run = await session(llm).run("goal")
+    assert llm.requests_for("citation_check") == []
+    assert events_of(run, Verifying) == [] and events_of(run, Verification) == []
+
+
+async def test_a_failed_check_reruns_the_step_once_with_the_feedback() -> None:
+    feedback = "Art. 99 GDPR is about entry into force; the legal bases are in Art. 6 GDPR."
+    failed = {"valid": False, "problems": ["Art. 99 GDPR does not list legal bases"], "feedback": feedback}
+    corrected = "Processing needs a legal basis under Art. 6 GDPR."
+    llm = ScriptedLLM(
+        script(
+            ["Processing needs a legal basis under Art. 99 GDPR.", corrected, "never asked"], citation_check=[failed]
+        )
+    )
+    run = await session(llm).run("When is processing personal data lawful?")
+
+    requests = llm.requests_for("step", "s1")
+    assert len(requests) == 2
+    assert feedback not in requests[0].prompt
+    rerun = requests[1].messages[-1]
+    assert rerun["role"] == "user" and "A reviewer checked the citations" in rerun["content"]
+    assert feedback in rerun["content"]
+    assert run.steps["s1"].result == corrected and run.steps["s1"].status == "completed"
+    assert len(llm.requests_for("citation_check")) == 1  # one re-run, not a loop
+    assert [(e.passed, e.feedback) for e in events_of(run, Verification)] == [(False, feedback)]
+
+
+async def test_an_unreadable_verdict_lets_the_result_pass() -> None:
+    llm = ScriptedLLM(script([CITING, "never asked"], citation_check=["I cannot tell."]))
+    run = await session(llm).run("goal")
+    assert run.steps["s1"].result == CITING and len(llm.requests_for("step")) == 1
+    assert [e.passed for e in events_of(run, Verification)] == [True]
+
+
+async def test_citation_verification_can_be_turned_off() -> None:
+    llm = ScriptedLLM(script(CITING))
+    run = await session(llm, citation_verification=False).run("goal")
+    assert llm.requests_for("citation_check") == [] and events_of(run, Verifying) == []
+    assert run.steps["s1"].result == CITING
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Liability for damages follows from § 823 BGB.", ["§ 823 BGB"]),
+        ("Claims under 42 U.S.C. § 1983 require state action.", ["42 U.S.C. § 1983"]),
+        ("The ruling in Brown v. Board of Education ended school segregation.", ["Brown v. Board"]),
+        (
+            "See Regulation (EU) 2016/679 and Directive (EU) 2019/790.",
+            ["Regulation (EU) 2016/679", "Directive (EU) 2019/790"],
+        ),
+        ("Deep learning (doi: 10.1038/nature14539) changed the field.", ["10.1038/nature14539"]),
+        ("See https://doi.org/10.1016/S0140-6736(20)30183-5 for the report.", ["10.1016/S0140-6736(20)30183-5"]),
+        ("HTTP semantics are defined in RFC 9110, caching in RFC 9111.", ["RFC 9110", "RFC 9111"]),
+        ("Consent is covered by Article 7(3) GDPR.", ["Article 7(3) GDPR"]),
+        ("Art. 6 GDPR lists the legal bases.", ["Art. 6 GDPR"]),
+        ("As Section 230 shows, and Sec. 12(b) confirms.", ["Section 230", "Sec. 12(b)"]),
+    ],
+)
+def test_extract_citations_finds_each_kind(text: str, expected: list[str]) -> None:
+    assert extract_citations(text) == expected
+
+
+def test_extract_citations_keeps_order_and_drops_repeats() -> None:
+    text = "RFC 9110 and § 823 BGB; again RFC 9110, then Roe v. Wade and Art. 6 GDPR."
+    assert extract_citations(text) == ["RFC 9110", "§ 823 BGB", "Roe v. Wade", "Art. 6 GDPR"]
+
+
+@pytest.mark.parametrize(
+    "prose",
+    [
+        "Paris has 2.1 million inhabitants; the population grew 3% since 2010.",
+        "Version 2 of the report, step 3 and figure 4 cover COVID-19 in 2020/21.",
+        "At 10.30 we met Art and Sam; tickets cost 1,000 EUR vs. 900 USD.",
+        "Python 3.12 was released in October 2023, see chapter 5 of the manual.",
+        "The Eiffel Tower is 330 m tall and was finished in 1889 by Gustave Eiffel.",
+    ],
+)
+def test_extract_citations_ignores_ordinary_prose(prose: str) -> None:
+    assert extract_citations(prose) == []
+
+
+# --- domain routing -----------------------------------------------------------------------------------
+
+
+def planner_system(llm: ScriptedLLM) -> str:
+    return str(llm.requests_for("plan")[0].messages[0]["content"])
+
+
+async def test_a_legal_domain_steers_the_planner_to_the_reasoning_model() -> None:
+    llm = ScriptedLLM(script("answer", route=[{"domain": "legal"}]))
+    run = await session(llm).run("May my landlord keep the deposit?")
+    assert run.status == "done"
+    route = llm.requests_for("route")
+    assert len(route) == 1 and "May my landlord keep the deposit?" in route[0].prompt
+    system = planner_system(llm)
+    assert prompts.PLANNER_DOMAIN.format(domain="legal") in system
+    assert "This goal is in the legal domain" in system and 'Use model_hint "reasoning"' in system
+
+
+async def test_no_domain_leaves_the_planner_prompt_alone() -> None:
+    llm = ScriptedLLM(script("answer", route=[{"domain": None}]))
+    await session(llm).run("What is the capital of France?")
+    assert len(llm.requests_for("route")) == 1
+    assert "domain" not in planner_system(llm) and "precision matters" not in planner_system(llm)
+
+
+@pytest.mark.parametrize(
+    "route",
+    [[RuntimeError("router down")], ["no idea"], [{"domain": "astrology"}]],
+    ids=["exception", "garbage", "unknown-domain"],
+)
+async def test_a_failing_route_does_not_fail_the_run(route: list[Any]) -> None:
+    llm = ScriptedLLM(script("answer", route=route))
+    run = await session(llm).run("goal")
+    assert run.status == "done" and run.error is None and run.steps["s1"].status == "completed"
+    assert len(llm.requests_for("route")) >= 1
+    assert "precision matters" not in planner_system(llm)
+
+
+async def test_domain_routing_can_be_turned_off() -> None:
+    llm = ScriptedLLM(script("answer", route=[{"domain": "legal"}]))
+    run = await session(llm, domain_routing=False).run("May my landlord keep the deposit?")
+    assert run.status == "done" and llm.requests_for("route") == []
+    assert "precision matters" not in planner_system(llm)
