@@ -46,21 +46,31 @@ def python_tool(timeout: float, workdir: Path | None = None) -> Tool:
             stderr=asyncio.subprocess.STDOUT,
             start_new_session=True,  # its own process group, so the timeout kills its children too
         )
+        chunks: list[bytes] = []  # read as it comes, so a killed script still shows what it printed
         try:
-            output, _ = await asyncio.wait_for(process.communicate(), timeout)
+            await asyncio.wait_for(_collect(process, chunks), timeout)
         except (TimeoutError, asyncio.CancelledError) as exc:
             _kill(process)
             await process.wait()
             if isinstance(exc, asyncio.CancelledError):
                 raise
-            return f"Killed: the script ran longer than {timeout:g}s (an endless loop?)."
-        text = output.decode("utf-8", errors="replace")
+            head = f"Killed: the script ran longer than {timeout:g}s (an endless loop?)."
+        else:
+            head = f"exit code {process.returncode}"
+        text = b"".join(chunks).decode("utf-8", errors="replace")
         if len(text) > _OUTPUT_LIMIT:
             text = f"{text[:_OUTPUT_LIMIT]}\n[output truncated: {len(text) - _OUTPUT_LIMIT} more characters]"
-        return f"exit code {process.returncode}\n{text}"
+        return f"{head}\n{text}"
 
     # the step's own tool timeout must not cut the process short of its kill
     return Tool(python, name="python", timeout=timeout + 5)
+
+
+async def _collect(process: asyncio.subprocess.Process, chunks: list[bytes]) -> None:
+    assert process.stdout is not None
+    while chunk := await process.stdout.read(65536):
+        chunks.append(chunk)
+    await process.wait()
 
 
 def _kill(process: asyncio.subprocess.Process) -> None:

@@ -13,6 +13,7 @@ import inspect
 import json
 import re
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, overload
@@ -26,7 +27,8 @@ __all__ = ["Tool", "ToolOutcome", "as_tools", "tool"]
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
 _GOOGLE_ARGS = re.compile(r"^\s*(?:Args|Arguments|Parameters|Params):\s*$", re.MULTILINE)
 _GOOGLE_PARAM = re.compile(r"^\s{2,}(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.+)$")
-_SPHINX_PARAM = re.compile(r"^\s*:param\s+(?:[\w\[\], ]+\s+)?(\w+):\s*(.+)$", re.MULTILINE)
+# a description goes on over indented lines that do not start a new field
+_SPHINX_PARAM = re.compile(r"^\s*:param\s+(?:[\w\[\], ]+\s+)?(\w+):\s*(.+(?:\n(?!\s*:)[ \t]+\S.*)*)", re.MULTILINE)
 _SECTION = re.compile(r"^\s*(?:Returns?|Raises|Yields|Examples?|Notes?):\s*$", re.MULTILINE)
 
 
@@ -59,13 +61,14 @@ class Tool:
         self.description = description or summary or f"Call {self.name}."
         self.timeout = timeout
         """Seconds one call may take; None uses the session's ``tool_timeout``."""
-        self.is_async = inspect.iscoroutinefunction(function)
-        self.arguments_model = _arguments_model(function, self.name, params)
+        # an object with an ``async def __call__`` is async too
+        self.is_async = inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(type(function).__call__)
+        problems = []
         if not _NAME.match(self.name):
-            raise ConfigurationError(
-                f"tool {self.name!r}: a tool name must be letters, digits, '_' or '-' (at most 64), "
-                "starting with a letter; pass name=..."
+            problems.append(
+                "a tool name must be letters, digits, '_' or '-' (at most 64), starting with a letter; pass name=..."
             )
+        self.arguments_model = _arguments_model(function, self.name, params, problems)
 
     @property
     def parameters(self) -> dict[str, Any]:
@@ -101,17 +104,22 @@ class Tool:
                 error=f"{type(exc).__name__}: {message}",
                 duration=time.perf_counter() - started,
             )
+        scope = asyncio.timeout(limit)
         try:
-            async with asyncio.timeout(limit):
+            async with scope:
                 if self.is_async:
                     value = await self.function(**values)
                 else:  # a worker thread: a slow sync tool must not stall the other steps
                     value = await asyncio.to_thread(self.function, **values)
-        except TimeoutError:
-            error = f"TimeoutError: {self.name} did not finish within {limit:g}s"
-            return ToolOutcome(f"Error: {error}", error=error, duration=time.perf_counter() - started)
-        except Exception as exc:  # the tool's own failure is information for the model, not a crash
-            error = f"{type(exc).__name__}: {exc}"
+                    if inspect.isawaitable(value):  # a sync wrapper around an async function
+                        value = await value
+        # the tool's own failure is information for the model, not a crash; SystemExit too (argparse's
+        # error() raises it), which would otherwise stop the event loop itself
+        except (Exception, SystemExit) as exc:
+            if isinstance(exc, TimeoutError) and scope.expired():
+                error = f"TimeoutError: {self.name} did not finish within {limit:g}s"
+            else:  # a TimeoutError the tool raised itself is its own failure, not our limit
+                error = f"{type(exc).__name__}: {exc}"
             return ToolOutcome(f"Error: {error}", error=error, duration=time.perf_counter() - started)
         return ToolOutcome(_observation(value), duration=time.perf_counter() - started)
 
@@ -171,30 +179,38 @@ def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
     summary = " ".join(doc.split("\n\n", 1)[0].split()) if doc else ""
     if summary.startswith((":param", "Args:")):
         summary = ""
-    params = {m.group(1): m.group(2).strip() for m in _SPHINX_PARAM.finditer(doc)}
+    params = {m.group(1): " ".join(m.group(2).split()) for m in _SPHINX_PARAM.finditer(doc)}
     section = _GOOGLE_ARGS.search(doc)
     if section:
         body = doc[section.end() :]
         end = _SECTION.search(body)
+        current, indent = "", 0
         for line in (body[: end.start()] if end else body).splitlines():
+            depth = len(line) - len(line.lstrip())
             match = _GOOGLE_PARAM.match(line)
-            if match:
-                params[match.group(1).lstrip("*")] = match.group(2).strip()
+            if match and (not current or depth <= indent):
+                current, indent = match.group(1).lstrip("*"), depth
+                params[current] = match.group(2).strip()
+            elif current and line.strip() and depth > indent:  # the description goes on
+                params[current] += " " + line.strip()
     return summary, params
 
 
-def _arguments_model(function: Callable[..., Any], name: str, descriptions: dict[str, str]) -> type[BaseModel]:
-    """A pydantic model of the function's parameters; every problem is reported at once."""
+def _arguments_model(
+    function: Callable[..., Any], name: str, descriptions: dict[str, str], problems: list[str]
+) -> type[BaseModel]:
+    """A pydantic model of the function's parameters; every problem (with ``problems``) is reported at once."""
     try:
         signature = inspect.signature(function)
         hints = _type_hints(function)
     except (TypeError, ValueError) as exc:
-        raise ConfigurationError(f"tool {name!r}: cannot read its signature ({exc})") from None
-    problems = []
+        problems.append(f"cannot read its signature ({exc})")
+        raise ConfigurationError(f"tool {name!r}: " + "; ".join(problems)) from None
     fields: dict[str, Any] = {}
     for param in signature.parameters.values():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            problems.append(f"*{param.name} / **{param.name} cannot be described to a model; name each argument")
+            stars = "*" if param.kind is param.VAR_POSITIONAL else "**"
+            problems.append(f"{stars}{param.name} cannot be described to a model; name each argument")
             continue
         if param.kind is param.POSITIONAL_ONLY:
             problems.append(f"{param.name} is positional-only; tools are called with keywords")
@@ -205,7 +221,10 @@ def _arguments_model(function: Callable[..., Any], name: str, descriptions: dict
     if problems:
         raise ConfigurationError(f"tool {name!r}: " + "; ".join(problems))
     try:
-        return create_model(f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
+        with warnings.catch_warnings():
+            # a parameter named like a BaseModel method (json, copy, schema) works; pydantic's warning is noise
+            warnings.filterwarnings("ignore", message="Field name .* shadows an attribute", category=UserWarning)
+            return create_model(f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
     except Exception as exc:  # pydantic refuses a type it cannot validate
         raise ConfigurationError(f"tool {name!r}: its argument types cannot be validated ({exc})") from None
 
@@ -213,8 +232,10 @@ def _arguments_model(function: Callable[..., Any], name: str, descriptions: dict
 def _type_hints(function: Callable[..., Any]) -> dict[str, Any]:
     import typing
 
+    # a callable object's hints are on its __call__
+    target = function if inspect.isroutine(function) or inspect.isclass(function) else type(function).__call__
     try:
-        return typing.get_type_hints(function)
+        return typing.get_type_hints(target)
     except Exception:  # unresolvable forward references: fall back to the raw annotations
         return dict(getattr(function, "__annotations__", {}))
 
@@ -233,6 +254,11 @@ def _observation(value: Any) -> str:
     if isinstance(value, BaseModel):
         return value.model_dump_json()
     try:
-        return json.dumps(value, ensure_ascii=False, default=str)
+        return json.dumps(value, ensure_ascii=False, default=_jsonable)
     except (TypeError, ValueError):
         return repr(value)
+
+
+def _jsonable(value: Any) -> Any:
+    """Models inside a returned list or dict as JSON too, anything else as its ``str``."""
+    return value.model_dump(mode="json") if isinstance(value, BaseModel) else str(value)
