@@ -1,1 +1,29 @@
-"""The notebook layer: magics, input transformer, widget and static fallbacks."""
+"""The notebook layer: magics, input transformer, widget and static fallbacks.
+
+It reads the engine's events and calls its public API; the engine never imports it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["load_ipython_extension", "unload_ipython_extension"]
+
+
+def load_ipython_extension(shell: Any) -> None:
+    """``%load_ext dagmagic``: register the magics, the transformer and the display of runs."""
+    from dagmagic.notebook import magics, transformer
+    from dagmagic.notebook.display import register_formatters
+
+    instance = magics.DagMagics(shell=shell)
+    shell.register_magics(instance)
+    magics._active = instance
+    transformer.install(shell)
+    register_formatters(shell)
+
+
+def unload_ipython_extension(shell: Any) -> None:
+    """``%unload_ext dagmagic``: remove the transformer (the magics stay registered, as IPython does)."""
+    from dagmagic.notebook import transformer
+
+    transformer.uninstall(shell)

@@ -1,0 +1,59 @@
+"""How a ``DagRun`` shows in IPython: the live widget plus the static views, from one formatter."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from dagmagic.engine.run import DagRun
+from dagmagic.notebook.fallbacks import run_mimebundle
+
+__all__ = ["live_bundle", "register_formatters", "render_static", "run_bundle", "widget_for"]
+
+_widgets: weakref.WeakKeyDictionary[DagRun, Any] = weakref.WeakKeyDictionary()
+_static_only: weakref.WeakSet[DagRun] = weakref.WeakSet()
+
+
+def widget_for(run: DagRun) -> Any:
+    """The run's widget, made on first use (one per run, so every view shows the same live state)."""
+    widget = _widgets.get(run)
+    if widget is None:
+        from dagmagic.notebook.widget import DagWidget
+
+        widget = DagWidget(run)
+        _widgets[run] = widget
+    return widget
+
+
+def render_static(run: DagRun) -> None:
+    """Show this run without the widget (``--no-widget``)."""
+    _static_only.add(run)
+
+
+def live_bundle(run: DagRun) -> dict[str, Any]:
+    """The widget alone, for the live view shown while a cell runs."""
+    bundle = dict(widget_for(run)._repr_mimebundle_())
+    bundle["text/plain"] = f"dagmagic live view of {run.goal[:60]!r}"
+    return bundle
+
+
+def run_bundle(run: DagRun, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+    """The run's display: the widget view (in a kernel) and the static views for everything else."""
+    bundle: dict[str, Any] = run_mimebundle(run)
+    if run not in _static_only and _in_kernel():
+        bundle = {**widget_for(run)._repr_mimebundle_(), **bundle}
+    return bundle
+
+
+def register_formatters(shell: Any) -> None:
+    """Teach IPython to display ``DagRun`` objects with ``run_bundle``."""
+    shell.display_formatter.mimebundle_formatter.for_type(DagRun, run_bundle)
+
+
+def _in_kernel() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - IPython is a dependency
+        return False
+    shell = get_ipython()
+    return getattr(shell, "kernel", None) is not None

@@ -1,0 +1,387 @@
+"""``%%dag`` and ``%dag``: thin magics that parse, then call the library.
+
+A ``%%dag`` cell is rewritten by an input transformer into a top-level ``await`` (see ``transformer.py``),
+so it runs on the kernel's own event loop: Interrupt cancels it cleanly and, on ipykernel >= 7.4, the
+widget's Stop and follow-up messages arrive while it runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+from collections.abc import Callable
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.display import display
+from traitlets import Bool, Float, Int, Unicode
+
+from dagmagic.engine.context import Exchange
+from dagmagic.engine.run import DagRun
+from dagmagic.engine.session import DagSession
+from dagmagic.errors import ConfigurationError, DagError
+from dagmagic.llm.registry import ROLE_ENV, STANDARD_ROLES, ModelRegistry
+from dagmagic.settings import DagSettings
+
+__all__ = ["NO_MODEL_HELP", "DagMagics", "last_run", "run_dag_cell", "run_demo"]
+
+NO_MODEL_HELP = (
+    "No model is configured for %%dag. Set DAG_SMART_MODEL (and optionally DAG_GENERAL_MODEL, DAG_FAST_MODEL, "
+    "DAG_REASONING_MODEL) to a litellm model such as openai/gpt-4.1-mini, pass --models VAR naming a "
+    "ModelRegistry (or a ScriptedLLM) in the notebook, or try `%dag demo` to see it work offline."
+)
+
+_CONTEXT_CHARS = 1000
+_SUBCOMMANDS = ("models", "config", "history", "show", "stop", "followup", "trace", "demo")
+
+_active: DagMagics | None = None
+
+
+async def run_dag_cell(line: str, cell: str) -> DagRun:
+    """What a rewritten ``%%dag`` cell awaits."""
+    return await _magics().run_cell(line, cell)
+
+
+async def run_demo() -> DagRun:
+    """What a rewritten ``%dag demo`` cell awaits."""
+    from dagmagic.notebook.demo import run_demo as demo
+
+    return await demo(_magics())
+
+
+def _magics() -> DagMagics:
+    if _active is None:
+        raise UsageError("dagmagic is not loaded: run %load_ext dagmagic first")
+    return _active
+
+
+def last_run() -> DagRun | None:
+    """The most recent run started by ``%%dag`` in this kernel."""
+    return _active.runs[-1] if _active is not None and _active.runs else None
+
+
+@magics_class
+class DagMagics(Magics):
+    """The ``%%dag`` cell magic and ``%dag`` line magic. Defaults are configurable:
+    ``%config DagMagics.max_concurrency = 8``.
+    """
+
+    max_concurrency = Int(None, allow_none=True, help="Steps running at once (default: DagSettings).").tag(config=True)
+    max_rounds = Int(None, allow_none=True, help="Autonomous rounds at most (default: DagSettings).").tag(config=True)
+    step_timeout = Float(None, allow_none=True, help="Seconds a step may run (default: DagSettings).").tag(config=True)
+    smart_model = Unicode(None, allow_none=True, help="litellm model for the smart role.").tag(config=True)
+    general_model = Unicode(None, allow_none=True, help="litellm model for the general role.").tag(config=True)
+    fast_model = Unicode(None, allow_none=True, help="litellm model for the fast role.").tag(config=True)
+    reasoning_model = Unicode(None, allow_none=True, help="litellm model for the reasoning role.").tag(config=True)
+    widget = Bool(True, help="Show the live widget (else only the static views).").tag(config=True)
+    allow_code = Bool(False, help="Give steps the python tool, which runs model-written code in a subprocess.").tag(
+        config=True
+    )
+
+    def __init__(self, shell: Any = None, **kwargs: Any) -> None:
+        super().__init__(shell=shell, **kwargs)
+        self.history: list[Exchange] = []
+        self.runs: list[DagRun] = []
+        self.overrides: dict[str, Any] = {}
+        """Settings set with ``%dag config key=value``."""
+        self._background: set[asyncio.Task[Any]] = set()
+
+    @property
+    def _namespace(self) -> dict[str, Any]:
+        """The notebook's variables."""
+        shell: Any = self.shell
+        namespace: dict[str, Any] = shell.user_ns
+        return namespace
+
+    # --- the magic ---------------------------------------------------------------------------------
+
+    @magic_arguments()
+    @argument("-o", "--output", metavar="NAME", help="Also bind the DagRun to this variable.")
+    @argument("--bg", action="store_true", help="Run in the background: return the DagRun at once.")
+    @argument("--smart", metavar="M", help="Model for planning, analysis and the answer (litellm string or variable).")
+    @argument("--general", metavar="M", help="Default model for steps.")
+    @argument("--fast", metavar="M", help="Model for steps hinted fast, compaction and summaries.")
+    @argument("--reasoning", metavar="M", help="Model for steps hinted reasoning.")
+    @argument("--models", metavar="VAR", help="A ModelRegistry (or one model, e.g. a ScriptedLLM) in the notebook.")
+    @argument("--tools", metavar="a,b", help="Notebook functions the steps may call.")
+    @argument("--context", metavar="var1,var2", help="Notebook variables whose short reprs are added to the goal.")
+    @argument("--max-rounds", type=int, metavar="N", help="Autonomous rounds at most.")
+    @argument("--concurrency", type=int, metavar="N", help="Steps running at once.")
+    @argument("--step-timeout", type=float, metavar="S", help="Seconds a step may run.")
+    @argument("--new", action="store_true", help="Start a new conversation (forget earlier cells' runs).")
+    @argument("--no-widget", action="store_true", help="Show only the static views, no live widget.")
+    @no_var_expand
+    @line_cell_magic
+    def dag(self, line: str, cell: str | None = None) -> Any:
+        """Pursue the goal in the cell: plan it as a DAG, run the steps in parallel, judge, replan, answer.
+
+        Cell magic::
+
+            %%dag [options]
+            <goal, taken literally>
+
+        The cell's value is the DagRun (also ``-o NAME``, ``Out[n]`` and ``dagmagic.last_run()``).
+
+        Line magic subcommands::
+
+            %dag models            the models and roles in use
+            %dag config key=value  set a DagSettings value for later cells (e.g. max_concurrency=8)
+            %dag history           the runs of this kernel
+            %dag show [RUN]        show a run again (RUN: its number in %dag history, or its id)
+            %dag stop              stop the running run gracefully
+            %dag followup TEXT     steer the running run with a follow-up
+            %dag trace [RUN]       every LLM call of a run: purpose, model, level, tokens, latency, cost
+            %dag demo              an offline demonstration (no API key needed)
+        """
+        if cell is None:
+            return self.line(line)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # a terminal without autoawait: run it here, to the end
+            return asyncio.run(self.run_cell(line, cell))
+        # a loop is running but this cell was not rewritten into an await (autoawait off): run in the background
+        args = self._parse(line)
+        args.bg = True
+        return self.launch(self._session(args), self._goal(args, cell), args)
+
+    async def run_cell(self, line: str, cell: str) -> DagRun:
+        """What a rewritten ``%%dag`` cell awaits: the run, once it has ended (at once with ``--bg``)."""
+        args = self._parse(line)
+        run = self.launch(self._session(args), self._goal(args, cell), args)
+        if args.bg:
+            return run
+        return await wait_or_cancel(run)
+
+    def launch(self, session: DagSession, goal: str, args: Any) -> DagRun:
+        """Start the run and show it: live above the cell's value, or in the value itself with ``--bg``."""
+        try:
+            run = session.start(goal)
+        except (ValueError, RuntimeError) as exc:
+            raise UsageError(str(exc)) from None
+        self.runs.append(run)
+        if args.output:
+            self._namespace[args.output] = run
+        if not self.widget or args.no_widget:
+            from dagmagic.notebook.display import render_static
+
+            render_static(run)
+        if args.bg:
+            task = run._task
+            if task is not None:  # a strong reference: the loop holds tasks only weakly
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
+        elif not _in_kernel(self.shell):
+            from dagmagic.notebook.progress import print_progress
+
+            run.subscribe(print_progress)
+        elif self.widget and not args.no_widget:
+            from dagmagic.notebook.display import live_bundle
+
+            display(live_bundle(run), raw=True)
+        return run
+
+    def _goal(self, args: Any, cell: str) -> str:
+        goal = cell.strip()
+        if not goal:
+            raise UsageError("%%dag needs a goal in the cell body, e.g.\n%%dag\nCompare the GDP of France and Spain")
+        if args.new:
+            self.history.clear()
+        return goal + self._context(args.context)
+
+    # --- building a session from options ----------------------------------------------------------
+
+    def _parse(self, line: str) -> Any:
+        try:
+            return parse_argstring(self.dag, line)
+        except UsageError:
+            raise
+        except SystemExit:  # argparse's own exit on bad input
+            raise UsageError(f"bad %%dag options: {line!r}; see %%dag? for the options") from None
+
+    def _settings(self, args: Any) -> DagSettings:
+        values: dict[str, Any] = {
+            "max_concurrency": self.max_concurrency,
+            "max_replan_rounds": self.max_rounds,
+            "step_timeout": self.step_timeout,
+        }
+        values.update(self.overrides)
+        flags = {
+            "max_concurrency": args.concurrency,
+            "max_replan_rounds": args.max_rounds,
+            "step_timeout": args.step_timeout,
+        }
+        values.update({k: v for k, v in flags.items() if v is not None})
+        try:
+            return DagSettings(**{k: v for k, v in values.items() if v is not None})
+        except ConfigurationError as exc:
+            raise UsageError(str(exc)) from None
+
+    def _session(self, args: Any) -> DagSession:
+        settings = self._settings(args)
+        tools = [self._variable(name, "--tools") for name in _names(args.tools)]
+        try:
+            session = DagSession(self._registry(args, settings), settings, tools=tools, allow_code=self.allow_code)
+        except ConfigurationError as exc:
+            raise UsageError(str(exc)) from None
+        session.history = self.history  # successive cells share one conversation
+        return session
+
+    def _registry(self, args: Any, settings: DagSettings) -> ModelRegistry:
+        flags = {role: getattr(args, role) for role in STANDARD_ROLES if getattr(args, role)}
+        if args.models and flags:
+            raise UsageError("use either --models or the role options (--smart, --general, ...), not both")
+        if args.models:
+            value = self._variable(args.models, "--models")
+            if isinstance(value, ModelRegistry):
+                return value
+            return self._registry_of({role: value for role in ("smart",)})
+        configured = {role: getattr(self, f"{role}_model") for role in STANDARD_ROLES}
+        from_settings = {role: getattr(settings, f"{role}_model") for role in STANDARD_ROLES}
+        specs = {role: flags.get(role) or configured[role] or from_settings[role] for role in STANDARD_ROLES}
+        specs = {role: spec for role, spec in specs.items() if spec}
+        if not specs:
+            raise UsageError(NO_MODEL_HELP)
+        return self._registry_of(specs)
+
+    def _registry_of(self, specs: dict[str, Any]) -> ModelRegistry:
+        """One entry per distinct model; a spec naming a notebook variable uses that object."""
+        registry = ModelRegistry()
+        grouped: dict[int, tuple[str, Any, list[str]]] = {}
+        for role, spec in specs.items():
+            model = self._namespace.get(spec, spec) if isinstance(spec, str) else spec
+            name = spec if isinstance(spec, str) else type(spec).__name__
+            grouped.setdefault(id(model), (name, model, []))[2].append(role)
+        try:
+            for name, model, roles in grouped.values():
+                registry.register(name, model, roles=roles)
+        except ConfigurationError as exc:
+            raise UsageError(str(exc)) from None
+        return registry
+
+    def _variable(self, name: str, option: str) -> Any:
+        if name not in self._namespace:
+            raise UsageError(f"{option}: there is no variable named {name!r} in the notebook; define it first")
+        return self._namespace[name]
+
+    def _context(self, names: str | None) -> str:
+        lines = []
+        for name in _names(names):
+            text = repr(self._variable(name, "--context"))
+            if len(text) > _CONTEXT_CHARS:
+                text = f"{text[:_CONTEXT_CHARS]}… ({len(text) - _CONTEXT_CHARS} more characters)"
+            lines.append(f"- {name} = {text}")
+        return "\n\nContext from the notebook:\n" + "\n".join(lines) if lines else ""
+
+    # --- line subcommands ---------------------------------------------------------------------------
+
+    def line(self, line: str) -> Any:
+        """Dispatch ``%dag <subcommand>``."""
+        words = shlex.split(line) if line.strip() else []
+        if not words:
+            raise UsageError(f"%dag needs a subcommand: {', '.join(_SUBCOMMANDS)} (see %dag?)")
+        command, rest = words[0], line.strip()[len(words[0]) :].strip()
+        handler: Callable[[str], Any] | None = getattr(self, f"_cmd_{command}", None)
+        if command not in _SUBCOMMANDS or handler is None:
+            raise UsageError(f"unknown %dag subcommand {command!r}; known: {', '.join(_SUBCOMMANDS)}")
+        return handler(rest)
+
+    def _cmd_models(self, _: str) -> None:
+        specs = {role: getattr(self, f"{role}_model") for role in STANDARD_ROLES}
+        settings = DagSettings(**self.overrides)
+        for role in STANDARD_ROLES:
+            spec = specs[role] or getattr(settings, f"{role}_model")
+            source = "DagMagics" if specs[role] else ROLE_ENV[role]
+            print(f"{role:10} {spec or '(falls back)'}" + (f"   [{source}]" if spec else ""))
+        if not any(specs.values()) and not any(getattr(settings, f"{r}_model") for r in STANDARD_ROLES):
+            print(NO_MODEL_HELP)
+
+    def _cmd_config(self, rest: str) -> None:
+        if not rest:
+            for key, value in sorted(self.overrides.items()):
+                print(f"{key} = {value!r}")
+            return
+        for pair in shlex.split(rest):
+            key, sep, value = pair.partition("=")
+            if not sep:
+                raise UsageError(f"%dag config takes key=value pairs, got {pair!r}")
+            if key not in DagSettings.model_fields:
+                raise UsageError(f"unknown setting {key!r}; see the README's configuration table")
+            try:
+                DagSettings(**{**self.overrides, key: value})
+            except ConfigurationError as exc:
+                raise UsageError(str(exc)) from None
+            self.overrides[key] = value
+
+    def _cmd_history(self, _: str) -> None:
+        if not self.runs:
+            print("No runs yet.")
+        for number, run in enumerate(self.runs, 1):
+            print(f"{number:3}  {run.run_id}  {run.status:9}  {run.goal[:70]!r}")
+
+    def _cmd_show(self, rest: str) -> Any:
+        from dagmagic.notebook.display import live_bundle
+
+        display(live_bundle(self._find(rest)), raw=True)
+
+    def _cmd_trace(self, rest: str) -> None:
+        from dagmagic.notebook.progress import trace_table
+
+        print(trace_table(self._find(rest)))
+
+    def _cmd_stop(self, _: str) -> None:
+        self._running().stop()
+
+    def _cmd_followup(self, rest: str) -> None:
+        if not rest:
+            raise UsageError("%dag followup needs the text of the follow-up")
+        try:
+            self._running().follow_up(rest)
+        except DagError as exc:
+            raise UsageError(str(exc)) from None
+
+    def _cmd_demo(self, _: str) -> Any:
+        from dagmagic.notebook.demo import run_demo as demo
+
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(demo(self))
+        raise UsageError("run `%dag demo` alone in its cell (it is awaited there)")
+
+    def _find(self, key: str) -> DagRun:
+        if not self.runs:
+            raise UsageError("no runs yet: run a %%dag cell first")
+        if not key:
+            return self.runs[-1]
+        if key.isdigit() and 1 <= int(key) <= len(self.runs):
+            return self.runs[int(key) - 1]
+        for run in self.runs:
+            if run.run_id == key:
+                return run
+        raise UsageError(f"no run {key!r}; see %dag history")
+
+    def _running(self) -> DagRun:
+        for run in reversed(self.runs):
+            if not run.done():
+                return run
+        raise UsageError("no run is running")
+
+
+async def wait_or_cancel(run: DagRun) -> DagRun:
+    """Wait for the run; cancelling the waiter (Interrupt) cancels the run and waits for it to end."""
+    try:
+        return await run.wait()
+    except asyncio.CancelledError:
+        run.cancel()
+        await run.wait()
+        raise
+
+
+def _names(text: str | None) -> list[str]:
+    return [name.strip() for name in (text or "").split(",") if name.strip()]
+
+
+def _in_kernel(shell: Any) -> bool:
+    return getattr(shell, "kernel", None) is not None

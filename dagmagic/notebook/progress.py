@@ -1,0 +1,53 @@
+"""Text views for terminals and logs: one line per step event, and the trace of LLM calls."""
+
+from __future__ import annotations
+
+from dagmagic.engine.run import DagRun
+from dagmagic.events import AnswerReady, Event, Replanning, RunFinished, StepCompleted, StepStarted
+
+__all__ = ["print_progress", "progress_line", "trace_table"]
+
+
+def progress_line(event: Event) -> str | None:
+    """A short line for the events a terminal user follows; None for the rest."""
+    if isinstance(event, StepStarted):
+        return f"[round {event.round}] {event.step_id} started" + (f" ({event.model})" if event.model else "")
+    if isinstance(event, StepCompleted):
+        detail = f": {event.error}" if event.error else ""
+        return f"[round {event.round}] {event.step_id} {event.status}{detail}"
+    if isinstance(event, Replanning):
+        return f"[round {event.round}] replanning: {event.reason}"
+    if isinstance(event, AnswerReady):
+        return f"\n{event.answer}\n"
+    if isinstance(event, RunFinished):
+        return f"[{event.status}] achieved={event.achieved} confidence={event.confidence:.2f}"
+    return None
+
+
+def print_progress(event: Event) -> None:
+    """Print ``progress_line(event)`` when there is one."""
+    line = progress_line(event)
+    if line is not None:
+        print(line, flush=True)
+
+
+def trace_table(run: DagRun) -> str:
+    """Every LLM call of the run, one line each, with totals per purpose."""
+    header = f"{'purpose':16} {'model':18} {'round':>5} {'step':6} {'level':9} {'retry':>5} {'in':>7} {'out':>6} "
+    header += f"{'latency':>8} {'cost':>10}"
+    lines = [header]
+    for call in run.calls:
+        cost = f"{call.cost:.6f}" if call.cost is not None else "—"
+        lines.append(
+            f"{call.purpose:16} {call.model[:18]:18} {call.round if call.round is not None else '':>5} "
+            f"{call.step_id or '':6} {call.structured_level or '':9} {call.retries:>5} {call.usage.input_tokens:>7} "
+            f"{call.usage.output_tokens:>6} {call.latency:>7.2f}s {cost:>10}"
+        )
+    lines.append("")
+    for purpose, usage in run.usage_by("purpose").items():
+        cost = f"${usage.cost:.6f}" if usage.cost is not None else "cost unknown"
+        lines.append(f"{purpose:16} {usage.requests:>3} calls {usage.total_tokens:>8} tokens  {cost}")
+    total = run.usage
+    cost = f"${total.cost:.6f}" if total.cost is not None else "cost unknown"
+    lines.append(f"{'total':16} {total.requests:>3} calls {total.total_tokens:>8} tokens  {cost}")
+    return "\n".join(lines)

@@ -1,0 +1,45 @@
+"""The input transformer: a ``%%dag`` cell (or ``%dag demo``) becomes a top-level ``await``.
+
+IPython cannot await a magic's return value, so the cell is rewritten before it is compiled; it then runs
+on the kernel's own event loop. The goal travels as a string literal: it is never interpolated.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["rewrite_dag_cell"]
+
+_CALL = "await __import__('dagmagic.notebook.magics', fromlist=['_']).{method}({args})\n"
+
+
+def rewrite_dag_cell(lines: list[str]) -> list[str]:
+    """The cell's lines, rewritten into an ``await`` when it is a ``%%dag`` cell or ``%dag demo``."""
+    if not lines or not _can_await():
+        return lines
+    first = lines[0].strip()
+    if first.startswith("%%dag") and not first.endswith("?") and (first == "%%dag" or first[5] in " \t"):
+        line = first[len("%%dag") :].strip()
+        body = "".join(lines[1:])
+        return [_CALL.format(method="run_dag_cell", args=f"{line!r}, {body!r}")]
+    if first == "%dag demo" and not "".join(lines[1:]).strip():
+        return [_CALL.format(method="run_demo", args="")]
+    return lines
+
+
+def _can_await() -> bool:
+    from IPython import get_ipython
+
+    return bool(getattr(get_ipython(), "autoawait", False))
+
+
+def install(shell: Any) -> None:
+    """Add the transformer (once) when the shell can await at top level."""
+    if rewrite_dag_cell not in shell.input_transformers_cleanup:
+        shell.input_transformers_cleanup.append(rewrite_dag_cell)
+
+
+def uninstall(shell: Any) -> None:
+    """Remove the transformer."""
+    while rewrite_dag_cell in shell.input_transformers_cleanup:
+        shell.input_transformers_cleanup.remove(rewrite_dag_cell)

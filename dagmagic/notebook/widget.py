@@ -1,0 +1,212 @@
+"""``DagWidget``: the live view of a run. It reads the run's events and calls only its public controls.
+
+State syncs are throttled (at most ``max_rate`` per second, the final one immediate) and always assign new
+containers: mutating a synced list or dict in place sends nothing. Saved state stays small: results and
+observations are capped, the trace keeps its latest calls without their messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import anywidget
+import traitlets
+
+from dagmagic.engine.run import DagRun
+from dagmagic.events import Event, RunFinished
+from dagmagic.models import ExecutionPlan, LLMCall, PlanStep, RoundRecord
+from dagmagic.notebook.layout import layout
+
+__all__ = ["DagWidget", "widget_state"]
+
+_STATIC = Path(__file__).resolve().parent.parent / "static"
+RESULT_CHARS = 4000
+OBSERVATION_CHARS = 600
+TRACE_CALLS = 400
+
+
+class DagWidget(anywidget.AnyWidget):
+    """The live view of one ``DagRun``: DAG, verdicts, streamed answer, controls and trace."""
+
+    _esm = _STATIC / "widget.js"
+    _css = _STATIC / "widget.css"
+
+    goal = traitlets.Unicode("").tag(sync=True)
+    status = traitlets.Unicode("running").tag(sync=True)
+    error = traitlets.Unicode("").tag(sync=True)
+    answer = traitlets.Unicode("").tag(sync=True)
+    answer_fallback = traitlets.Bool(False).tag(sync=True)
+    usage = traitlets.Dict().tag(sync=True)
+    rounds: traitlets.List[dict[str, Any]] = traitlets.List().tag(sync=True)
+    calls: traitlets.List[dict[str, Any]] = traitlets.List().tag(sync=True)
+    now = traitlets.Float(0.0).tag(sync=True)
+    started_at = traitlets.Float(0.0).tag(sync=True)
+
+    def __init__(self, run: DagRun, *, max_rate: float = 20.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.run = run
+        self.max_rate = max_rate
+        self.syncs = 0
+        """State syncs sent so far (for tests and the notebook-cost benchmark)."""
+        self._last_sync = float("-inf")
+        self._pending: asyncio.TimerHandle | None = None
+        self.on_msg(self._on_message)
+        self._unsubscribe = run.subscribe(self._on_event)
+        self.sync()
+
+    def __repr__(self) -> str:
+        return f"DagWidget({self.run!r})"
+
+    def close(self) -> None:
+        """Stop following the run and close the comm."""
+        self._unsubscribe()
+        if self._pending is not None:
+            self._pending.cancel()
+            self._pending = None
+        super().close()
+
+    def sync(self) -> None:
+        """Send the run's current state now, as one message."""
+        if self._pending is not None:
+            self._pending.cancel()
+            self._pending = None
+        state = widget_state(self.run)
+        with self.hold_sync():
+            for name, value in state.items():
+                setattr(self, name, value)
+        self._last_sync = time.monotonic()
+        self.syncs += 1
+
+    def _on_event(self, event: Event) -> None:
+        if isinstance(event, RunFinished):
+            self.sync()
+            return
+        if self._pending is not None:
+            return
+        wait = self._last_sync + 1 / self.max_rate - time.monotonic()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a synchronous caller): nothing to schedule on
+            self.sync()
+            return
+        self._pending = loop.call_later(max(wait, 0.0), self.sync)
+
+    def _on_message(self, _: Any, content: Any, buffers: Any) -> None:
+        if not isinstance(content, dict):
+            return
+        kind = content.get("type")
+        try:
+            if kind == "stop":
+                self.run.stop()
+            elif kind == "cancel":
+                self.run.cancel()
+            elif kind == "follow_up":
+                self.run.follow_up(str(content.get("text", "")))
+        except Exception as exc:  # the user's click must get an answer, not a traceback in the log
+            self.send({"type": "error", "message": str(exc)})
+
+
+def widget_state(run: DagRun) -> dict[str, Any]:
+    """Every synced trait's value for the run, as fresh containers."""
+    usage = run.usage
+    return {
+        "goal": run.goal,
+        "status": run.status,
+        "error": run.error or "",
+        "answer": run.answer,
+        "answer_fallback": _answer_is_fallback(run),
+        "usage": {
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "requests": usage.requests,
+            "cost": usage.cost,
+        },
+        "rounds": [_round_state(record) for record in run.rounds],
+        "calls": [_call_state(call) for call in run.calls[-TRACE_CALLS:]],
+        "now": time.time(),
+        "started_at": run.state.started_at,
+    }
+
+
+def _answer_is_fallback(run: DagRun) -> bool:
+    for event in reversed(run.events):
+        if event.type == "answer_ready":
+            return bool(event.fallback)
+    return False
+
+
+def _round_state(record: RoundRecord) -> dict[str, Any]:
+    placed = layout(record.plan)
+    boxes = {node.id: node for node in placed.nodes}
+    return {
+        "index": record.index,
+        "error": record.error,
+        "width": placed.width,
+        "height": placed.height,
+        "nodes": [{**_step_state(step), **vars(boxes[step.id])} for step in _ordered(record.plan) if step.id in boxes],
+        "edges": [vars(edge) for edge in placed.edges],
+        "analysis": record.analysis.model_dump(include={"achieved", "confidence", "reasoning"})
+        if record.analysis
+        else None,
+        "decision": record.decision.model_dump(include={"action", "reason"}) if record.decision else None,
+    }
+
+
+def _ordered(plan: ExecutionPlan) -> list[PlanStep]:
+    return sorted(plan.steps, key=lambda step: step.id)
+
+
+def _step_state(step: PlanStep) -> dict[str, Any]:
+    return {
+        "task": step.task,
+        "status": step.status,
+        "dependencies": list(step.dependencies),
+        "model": step.model,
+        "tool_hint": step.tool_hint,
+        "model_hint": step.model_hint,
+        "result": _cap(step.result, RESULT_CHARS),
+        "error": step.error,
+        "attempts": step.attempts,
+        "queued_at": step.queued_at,
+        "started_at": step.started_at,
+        "completed_at": step.completed_at,
+        "input_tokens": step.usage.input_tokens,
+        "output_tokens": step.usage.output_tokens,
+        "cost": step.usage.cost,
+        "tool_calls": [
+            {
+                "name": call.name,
+                "arguments": call.arguments,
+                "observation": _cap(call.observation, OBSERVATION_CHARS),
+                "error": call.error,
+                "duration": call.duration,
+            }
+            for call in step.tool_calls
+        ],
+    }
+
+
+def _call_state(call: LLMCall) -> dict[str, Any]:
+    return {
+        "purpose": call.purpose,
+        "model": call.model,
+        "round": call.round,
+        "step_id": call.step_id,
+        "level": call.structured_level,
+        "retries": call.retries,
+        "input_tokens": call.usage.input_tokens,
+        "output_tokens": call.usage.output_tokens,
+        "latency": round(call.latency, 3),
+        "cost": call.cost,
+        "error": call.error,
+        "stream": call.stream,
+    }
+
+
+def _cap(text: str | None, limit: int) -> str | None:
+    if text is None or len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit} more characters)"

@@ -1,0 +1,33 @@
+// The answer: streamed Markdown, sanitized, with a note when it is a fallback rather than a synthesis.
+
+import { h } from "./dom.js";
+import { renderMarkdown } from "./markdown.js";
+
+/** @typedef {import("./types.js").Traits} Traits */
+
+export function createAnswer() {
+  const note = h("div", { class: "dagmagic-answer-fallback", hidden: true }, [
+    "Fallback answer: the run did not synthesize one, so this is assembled from the step results.",
+  ]);
+  const body = h("div", { class: "dagmagic-answer-body dagmagic-markdown" });
+  const el = h("section", { class: "dagmagic-answer", "aria-label": "Answer", hidden: true }, [
+    h("h3", { class: "dagmagic-section-title" }, ["Answer"]),
+    note,
+    body,
+  ]);
+  /** @type {string | null} */
+  let shown = null;
+
+  /** @param {Traits} state */
+  function update(state) {
+    el.hidden = !state.answer;
+    note.hidden = !state.answer_fallback;
+    el.classList.toggle("dagmagic-answer--streaming", state.status === "running" && Boolean(state.answer));
+    if (state.answer !== shown) {
+      shown = state.answer;
+      renderMarkdown(body, state.answer);
+    }
+  }
+
+  return { el, update };
+}

@@ -1,0 +1,149 @@
+// Reading the synced traits defensively: a trait may be missing while the model initializes, or come from
+// an older kernel. Views get complete, well-typed values and never have to check.
+
+import { num } from "./format.js";
+
+/** @typedef {import("./types.js").Traits} Traits */
+/** @typedef {import("./types.js").Model} Model */
+/** @typedef {import("./types.js").DagNode} DagNode */
+/** @typedef {import("./types.js").Round} Round */
+
+/** The traits whose changes redraw something. */
+export const TRAITS = /** @type {const} */ ([
+  "goal",
+  "status",
+  "error",
+  "answer",
+  "answer_fallback",
+  "usage",
+  "rounds",
+  "calls",
+  "now",
+  "started_at",
+]);
+
+/**
+ * @template T
+ * @param {unknown} value
+ * @returns {T[]}
+ */
+function list(value) {
+  return Array.isArray(value) ? value : [];
+}
+
+/**
+ * @param {Model} model
+ * @param {keyof Traits} name
+ * @returns {unknown}
+ */
+function get(model, name) {
+  try {
+    return model.get(name);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * A complete snapshot of the state.
+ * @param {Model} model
+ * @returns {Traits}
+ */
+export function readState(model) {
+  const status = String(get(model, "status") ?? "running");
+  const usage = /** @type {Partial<Traits["usage"]> | null} */ (get(model, "usage")) ?? {};
+  return {
+    goal: String(get(model, "goal") ?? ""),
+    status: /** @type {Traits["status"]} */ (status),
+    error: String(get(model, "error") ?? ""),
+    answer: String(get(model, "answer") ?? ""),
+    answer_fallback: Boolean(get(model, "answer_fallback")),
+    usage: {
+      input_tokens: num(usage.input_tokens) ?? 0,
+      output_tokens: num(usage.output_tokens) ?? 0,
+      requests: num(usage.requests) ?? 0,
+      cost: num(usage.cost),
+    },
+    rounds: list(get(model, "rounds")).map(normalizeRound),
+    calls: list(get(model, "calls")),
+    now: num(get(model, "now")) ?? 0,
+    started_at: num(get(model, "started_at")),
+  };
+}
+
+/**
+ * @param {any} round
+ * @param {number} position
+ * @returns {Round}
+ */
+function normalizeRound(round, position) {
+  const r = round ?? {};
+  return {
+    index: num(r.index) ?? position + 1,
+    error: r.error ? String(r.error) : null,
+    width: num(r.width) ?? 0,
+    height: num(r.height) ?? 0,
+    nodes: list(r.nodes).map(normalizeNode),
+    edges: list(r.edges),
+    analysis: r.analysis ?? null,
+    decision: r.decision ?? null,
+  };
+}
+
+/**
+ * @param {any} node
+ * @returns {DagNode}
+ */
+function normalizeNode(node) {
+  const n = node ?? {};
+  return {
+    ...n,
+    id: String(n.id ?? "?"),
+    task: String(n.task ?? ""),
+    status: n.status ?? "pending",
+    dependencies: list(n.dependencies).map(String),
+    tool_calls: list(n.tool_calls),
+    attempts: num(n.attempts) ?? 0,
+  };
+}
+
+/** @param {DagNode} node */
+export function isLive(node) {
+  return node.status === "running" || node.status === "retrying" || node.status === "queued";
+}
+
+/**
+ * Queue wait and run time of a step, in seconds; a running step counts up to `now` (the last sync).
+ * @param {DagNode} node
+ * @param {number} now
+ * @returns {{queue: number | null, run: number | null}}
+ */
+export function stepTimes(node, now) {
+  const queued = num(node.queued_at);
+  const started = num(node.started_at);
+  const completed = num(node.completed_at);
+  const queueEnd = started ?? (node.status === "queued" && now ? now : null);
+  const queue = queued !== null && queueEnd !== null ? Math.max(queueEnd - queued, 0) : null;
+  const runEnd = completed ?? (isLive(node) && now ? now : null);
+  const run = started !== null && runEnd !== null ? Math.max(runEnd - started, 0) : null;
+  return { queue, run };
+}
+
+/**
+ * Wall time of the run so far: from `started_at` (or the earliest step) to `now`.
+ * @param {Traits} state
+ * @returns {number | null}
+ */
+export function runElapsed(state) {
+  let start = state.started_at ?? null;
+  if (start === null) {
+    for (const round of state.rounds) {
+      for (const node of round.nodes) {
+        const t = num(node.queued_at) ?? num(node.started_at);
+        if (t !== null && (start === null || t < start)) start = t;
+      }
+    }
+  }
+  if (start === null || !state.now) return null;
+  return Math.max(state.now - start, 0);
+}

@@ -1,0 +1,25 @@
+// The committed bundle itself (what the notebook loads), not just the sources: minified, with its own copies
+// of marked and DOMPurify. CI runs `npm run build` first, so this checks the fresh bundle.
+import { existsSync } from "node:fs";
+import { resolve } from "node:path";
+import { pathToFileURL } from "node:url";
+import { describe, expect, it } from "vitest";
+import { fakeModel, nextRedraw, sampleState } from "./fixtures.js";
+
+const bundle = resolve(__dirname, "../../dagmagic/static/widget.js");
+
+describe.runIf(existsSync(bundle))("bundle", () => {
+  it("renders, updates, sanitizes and cleans up", async () => {
+    const widget = (await import(/* @vite-ignore */ pathToFileURL(bundle).href)).default;
+    const model = fakeModel(sampleState());
+    const el = document.createElement("div");
+    const cleanup = widget.render({ model, el });
+    expect(el.querySelectorAll(".dagmagic-node").length).toBe(5);
+    model.set("answer", 'ok <script>alert(1)</script><img src=x onerror="alert(1)">');
+    await nextRedraw();
+    expect(el.querySelector(".dagmagic-answer img")).not.toBeNull();
+    expect(el.querySelector("script, [onerror]")).toBeNull();
+    cleanup();
+    expect(model.listenerCount()).toBe(0);
+  });
+});

@@ -1,0 +1,307 @@
+// A fake anywidget model and sample states laid out the way dagmagic/notebook/layout.py lays them out.
+
+import { vi } from "vitest";
+
+/**
+ * A fake model: get/set/on/off/save_changes/send, `fire` for change events, `receive` for custom messages.
+ * @param {Record<string, any>} initial
+ */
+export function fakeModel(initial) {
+  const state = structuredClone(initial);
+  /** @type {Map<string, Set<Function>>} */
+  const listeners = new Map();
+  const model = {
+    sent: /** @type {any[]} */ ([]),
+    get: vi.fn((name) => state[name]),
+    set: vi.fn((name, value) => {
+      state[name] = value;
+      model.fire(`change:${name}`);
+    }),
+    on: vi.fn((event, fn) => {
+      if (!listeners.has(event)) listeners.set(event, new Set());
+      listeners.get(event)?.add(fn);
+    }),
+    off: vi.fn((event, fn) => {
+      if (!event) listeners.clear();
+      else if (!fn) listeners.delete(event);
+      else listeners.get(event)?.delete(fn);
+    }),
+    save_changes: vi.fn(),
+    send: vi.fn((msg) => model.sent.push(msg)),
+    widget_manager: { get_model: vi.fn() },
+    /** @param {string} event @param {...any} args */
+    fire(event, ...args) {
+      for (const fn of [...(listeners.get(event) ?? [])]) fn(...args);
+    },
+    /** @param {any} msg */
+    receive(msg) {
+      model.fire("msg:custom", msg, []);
+    },
+    listenerCount() {
+      let n = 0;
+      for (const set of listeners.values()) n += set.size;
+      return n;
+    },
+  };
+  return model;
+}
+
+/** Resolves after the widget's coalesced redraw (an animation frame, or its timer fallback). */
+export function nextRedraw() {
+  return new Promise((resolve) => setTimeout(resolve, 40));
+}
+
+const NODE_WIDTH = 168;
+const NODE_HEIGHT = 52;
+const GAP_X = 28;
+const GAP_Y = 44;
+const MARGIN = 12;
+
+/**
+ * Boxes and edges the way layout.py computes them: y from the layer, x from the order within it.
+ * @param {string[][]} layers  step ids per layer, in order
+ * @param {Record<string, string[]>} deps
+ */
+export function layOut(layers, deps) {
+  const widest = Math.max(...layers.map((l) => l.length));
+  const width = MARGIN * 2 + widest * NODE_WIDTH + (widest - 1) * GAP_X;
+  const height = MARGIN * 2 + layers.length * NODE_HEIGHT + (layers.length - 1) * GAP_Y;
+  /** @type {Record<string, {x: number, y: number, w: number, h: number, layer: number}>} */
+  const boxes = {};
+  layers.forEach((layer, depth) => {
+    const row = layer.length * NODE_WIDTH + (layer.length - 1) * GAP_X;
+    const left = (width - row) / 2;
+    layer.forEach((id, i) => {
+      boxes[id] = {
+        x: left + i * (NODE_WIDTH + GAP_X),
+        y: MARGIN + depth * (NODE_HEIGHT + GAP_Y),
+        w: NODE_WIDTH,
+        h: NODE_HEIGHT,
+        layer: depth,
+      };
+    });
+  });
+  const edges = [];
+  for (const target of Object.keys(deps).sort()) {
+    for (const source of [...deps[target]].sort()) {
+      if (!(source in boxes)) continue; // earlier-round refs ("r1.s2") have no edge
+      const s = boxes[source];
+      const t = boxes[target];
+      edges.push({ source, target, x1: s.x + s.w / 2, y1: s.y + s.h, x2: t.x + t.w / 2, y2: t.y });
+    }
+  }
+  return { boxes, edges, width, height };
+}
+
+const T0 = 1_700_000_000;
+
+/**
+ * @param {string} id
+ * @param {Record<string, any>} extra
+ */
+function node(id, extra = {}) {
+  return {
+    id,
+    task: `Task for ${id}`,
+    status: "pending",
+    dependencies: [],
+    model: null,
+    tool_hint: null,
+    model_hint: null,
+    result: null,
+    error: null,
+    attempts: 0,
+    queued_at: null,
+    started_at: null,
+    completed_at: null,
+    input_tokens: 0,
+    output_tokens: 0,
+    cost: null,
+    tool_calls: [],
+    ...extra,
+  };
+}
+
+/** A two-round run: round 1 replanned; round 2 (three layers, a diamond and a cross-round dependency) is running. */
+export function sampleState() {
+  const deps1 = { s1: [], s2: ["s1"] };
+  const l1 = layOut([["s1"], ["s2"]], deps1);
+  const round1 = {
+    index: 1,
+    error: null,
+    width: l1.width,
+    height: l1.height,
+    nodes: [
+      node("s1", {
+        ...l1.boxes.s1,
+        status: "completed",
+        task: "Find the population of France",
+        model: "openai/gpt-4o-mini",
+        result: "About **68 million**.",
+        attempts: 1,
+        queued_at: T0,
+        started_at: T0 + 0.5,
+        completed_at: T0 + 3.5,
+        input_tokens: 420,
+        output_tokens: 80,
+        cost: 0.0012,
+      }),
+      node("s2", {
+        ...l1.boxes.s2,
+        status: "failed",
+        dependencies: ["s1"],
+        task: "Compare with Germany",
+        error: "provider timeout",
+        attempts: 3,
+        queued_at: T0 + 3.5,
+        started_at: T0 + 3.6,
+        completed_at: T0 + 9,
+      }),
+    ],
+    edges: l1.edges,
+    analysis: { achieved: false, confidence: 0.35, reasoning: "The comparison is missing." },
+    decision: { action: "replan", reason: "Step s2 failed; retry the comparison with another source." },
+  };
+
+  const deps2 = { a: [], b: [], c: ["a", "b"], d: ["a"], e: ["c", "d", "r1.s1"] };
+  const l2 = layOut([["a", "b"], ["c", "d"], ["e"]], deps2);
+  const T1 = T0 + 12;
+  const round2 = {
+    index: 2,
+    error: null,
+    width: l2.width,
+    height: l2.height,
+    nodes: [
+      node("a", {
+        ...l2.boxes.a,
+        status: "completed",
+        task: "Search the web for Germany's population in 2024",
+        model: "openai/gpt-4o-mini",
+        tool_hint: "web_search",
+        attempts: 1,
+        queued_at: T1,
+        started_at: T1,
+        completed_at: T1 + 2,
+        input_tokens: 1500,
+        output_tokens: 300,
+        cost: 0.002,
+        result: "Germany: 84.5 million (2024).",
+        tool_calls: [
+          {
+            name: "web_search",
+            arguments: { query: "Germany population 2024", max_results: 3 },
+            observation: "Destatis: 84.5 million",
+            error: null,
+            duration: 0.8,
+          },
+        ],
+      }),
+      node("b", {
+        ...l2.boxes.b,
+        status: "completed",
+        task: "Look up France's 2024 population",
+        model: "anthropic/claude-3-5-haiku",
+        attempts: 1,
+        queued_at: T1,
+        started_at: T1,
+        completed_at: T1 + 1.5,
+        input_tokens: 300,
+        output_tokens: 50,
+        cost: null,
+      }),
+      node("c", {
+        ...l2.boxes.c,
+        status: "running",
+        dependencies: ["a", "b"],
+        task: "Compute the ratio of the two populations",
+        model: "openai/gpt-4o",
+        attempts: 1,
+        queued_at: T1 + 2,
+        started_at: T1 + 2.2,
+      }),
+      node("d", {
+        ...l2.boxes.d,
+        status: "retrying",
+        dependencies: ["a"],
+        task: "Explain the trend",
+        attempts: 2,
+        queued_at: T1 + 2,
+        started_at: T1 + 2.1,
+        retry_at: T1 + 8,
+      }),
+      node("e", { ...l2.boxes.e, status: "pending", dependencies: ["c", "d", "r1.s1"], task: "Write the comparison" }),
+    ],
+    edges: l2.edges,
+    analysis: null,
+    decision: null,
+  };
+
+  return {
+    goal: "Compare the populations of France and Germany",
+    status: "running",
+    error: "",
+    answer: "",
+    answer_fallback: false,
+    usage: { input_tokens: 2220, output_tokens: 430, requests: 6, cost: 0.0123 },
+    rounds: [round1, round2],
+    calls: [
+      {
+        purpose: "plan",
+        model: "openai/gpt-4o",
+        round: 1,
+        step_id: null,
+        level: "json_schema",
+        retries: 0,
+        input_tokens: 500,
+        output_tokens: 120,
+        latency: 1.2,
+        cost: 0.004,
+        error: null,
+        stream: false,
+      },
+      {
+        purpose: "step",
+        model: "openai/gpt-4o-mini",
+        round: 1,
+        step_id: "s1",
+        level: null,
+        retries: 0,
+        input_tokens: 420,
+        output_tokens: 80,
+        latency: 3.0,
+        cost: 0.0012,
+        error: null,
+        stream: false,
+      },
+      {
+        purpose: "step",
+        model: "openai/gpt-4o-mini",
+        round: 1,
+        step_id: "s2",
+        level: null,
+        retries: 2,
+        input_tokens: 0,
+        output_tokens: 0,
+        latency: 5.4,
+        cost: null,
+        error: "timeout",
+        stream: false,
+      },
+      {
+        purpose: "analyze",
+        model: "openai/gpt-4o",
+        round: 1,
+        step_id: null,
+        level: "tool",
+        retries: 1,
+        input_tokens: 800,
+        output_tokens: 60,
+        latency: 0.9,
+        cost: 0.005,
+        error: null,
+        stream: false,
+      },
+    ],
+    now: T1 + 5,
+  };
+}

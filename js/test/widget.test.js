@@ -1,0 +1,540 @@
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import widget from "../src/index.js";
+import { fakeModel, nextRedraw, sampleState } from "./fixtures.js";
+
+/** @type {Array<() => void>} */
+let cleanups = [];
+
+/** @param {Record<string, any>} [state] */
+function mount(state = sampleState()) {
+  const model = fakeModel(state);
+  const el = document.createElement("div");
+  document.body.append(el);
+  const cleanup = widget.render({ model: /** @type {any} */ (model), el });
+  cleanups.push(() => {
+    cleanup();
+    el.remove();
+  });
+  return { model, el, cleanup };
+}
+
+/**
+ * @param {Element} el
+ * @param {string} id
+ * @param {number} [round]
+ */
+function nodeEl(el, id, round = 2) {
+  const found = el.querySelector(`.dagmagic-round[data-round="${round}"] .dagmagic-node[data-step-id="${id}"]`);
+  if (!found) throw new Error(`no node ${id} in round ${round}`);
+  return found;
+}
+
+/** @param {Element} target */
+function click(target) {
+  target.dispatchEvent(new MouseEvent("click", { bubbles: true }));
+}
+
+/** @param {Element} el */
+function latestSvg(el) {
+  const svg = el.querySelector('.dagmagic-round[data-round="2"] svg.dagmagic-graph');
+  if (!svg) throw new Error("no svg");
+  return svg;
+}
+
+/** @param {Element} g */
+function box(g) {
+  const r = /** @type {Element} */ (g.querySelector("rect.dagmagic-node-box"));
+  const [x, y, w, h] = ["x", "y", "width", "height"].map((a) => Number(r.getAttribute(a)));
+  return { x, y, w, h };
+}
+
+afterEach(() => {
+  for (const c of cleanups) c();
+  cleanups = [];
+  document.body.replaceChildren();
+});
+
+describe("drawing", () => {
+  it("renders the same state to identical SVG", async () => {
+    const first = mount();
+    const second = mount();
+    const a = latestSvg(first.el).outerHTML;
+    expect(a).toBe(latestSvg(second.el).outerHTML);
+    expect(a).not.toMatch(/\sid=/); // no document-wide ids that two widgets could share
+
+    // A redraw of an unchanged state changes nothing either.
+    first.model.set("rounds", structuredClone(first.model.get("rounds")));
+    await nextRedraw();
+    expect(latestSvg(first.el).outerHTML).toBe(a);
+  });
+
+  it("draws non-overlapping boxes and edges that go down from a lower layer to a higher one", () => {
+    const { el } = mount();
+    const svg = latestSvg(el);
+    const nodes = [...svg.querySelectorAll(".dagmagic-node")];
+    expect(nodes.map((n) => n.getAttribute("data-step-id"))).toEqual(["a", "b", "c", "d", "e"]);
+    expect(new Set(nodes.map((n) => n.getAttribute("data-layer")))).toEqual(new Set(["0", "1", "2"]));
+
+    const boxes = new Map(
+      nodes.map((n) => [
+        String(n.getAttribute("data-step-id")),
+        { ...box(n), layer: Number(n.getAttribute("data-layer")) },
+      ]),
+    );
+    const list = [...boxes.values()];
+    for (let i = 0; i < list.length; i++) {
+      for (let j = i + 1; j < list.length; j++) {
+        const p = list[i];
+        const q = list[j];
+        const apart = p.x + p.w <= q.x || q.x + q.w <= p.x || p.y + p.h <= q.y || q.y + q.h <= p.y;
+        expect(apart).toBe(true);
+      }
+    }
+    const width = Number(svg.getAttribute("width"));
+    const height = Number(svg.getAttribute("height"));
+    for (const b of list) {
+      expect(b.x).toBeGreaterThanOrEqual(0);
+      expect(b.y).toBeGreaterThanOrEqual(0);
+      expect(b.x + b.w).toBeLessThanOrEqual(width);
+      expect(b.y + b.h).toBeLessThanOrEqual(height);
+    }
+
+    const edges = [...svg.querySelectorAll(".dagmagic-edge")];
+    expect(edges.map((e) => `${e.getAttribute("data-source")}->${e.getAttribute("data-target")}`)).toEqual([
+      "a->c",
+      "b->c",
+      "a->d",
+      "c->e",
+      "d->e",
+    ]);
+    for (const edge of edges) {
+      const source = /** @type {{x: number, y: number, w: number, h: number, layer: number}} */ (
+        boxes.get(String(edge.getAttribute("data-source")))
+      );
+      const target = /** @type {{x: number, y: number, w: number, h: number, layer: number}} */ (
+        boxes.get(String(edge.getAttribute("data-target")))
+      );
+      expect(source.layer).toBeLessThan(target.layer);
+      const d = String(edge.querySelector("path")?.getAttribute("d"));
+      const numbers = d.match(/-?\d+(\.\d+)?/g)?.map(Number) ?? [];
+      const [x1, y1] = numbers;
+      const points = String(edge.querySelector("polygon")?.getAttribute("points")).split(" ");
+      const [x2, y2] = points[2].split(",").map(Number); // the arrow's tip
+      expect(y1).toBeLessThan(y2);
+      expect([x1, y1]).toEqual([source.x + source.w / 2, source.y + source.h]); // bottom centre of the source
+      expect([x2, y2]).toEqual([target.x + target.w / 2, target.y]); // top centre of the target
+      expect(numbers[numbers.length - 1]).toBeLessThan(y2); // the line stops where the arrowhead starts
+    }
+  });
+
+  it("shows each step's status, id, shortened task, badges, duration and tokens", () => {
+    const { el } = mount();
+    const a = nodeEl(el, "a");
+    expect(a.getAttribute("data-status")).toBe("completed");
+    expect(a.classList.contains("dagmagic-node")).toBe(true);
+    expect(a.querySelector(".dagmagic-node-id")?.textContent).toBe("✓ a");
+    expect(a.querySelector(".dagmagic-node-stats")?.textContent).toBe("2.0s · 1.8k");
+    const task = String(a.querySelector(".dagmagic-node-task")?.textContent);
+    expect(task.endsWith("…")).toBe(true);
+    expect(task.length).toBeLessThanOrEqual(24);
+    expect(a.querySelector("title")?.textContent).toContain("Search the web for Germany's population in 2024");
+    expect(a.querySelector(".dagmagic-badge-model text")?.textContent).toBe("gpt-4o-mini");
+    expect(a.querySelector(".dagmagic-badge-tool text")?.textContent).toBe("web_search");
+    // Running: counts up to `now` from Python, not the browser clock.
+    expect(nodeEl(el, "c").querySelector(".dagmagic-node-stats")?.textContent).toBe("2.8s");
+    expect(nodeEl(el, "c").classList.contains("dagmagic-node--running")).toBe(true);
+    // Retrying, with the countdown to its next attempt.
+    expect(nodeEl(el, "d").querySelector(".dagmagic-node-stats")?.textContent).toBe("retry 3.0s");
+  });
+
+  it("re-renders a step's data-status on a change event, coalescing bursts into one redraw", async () => {
+    const { el, model } = mount();
+    expect(nodeEl(el, "c").getAttribute("data-status")).toBe("running");
+    const reads = () => model.get.mock.calls.filter(([name]) => name === "rounds").length;
+    const before = reads();
+    for (let i = 0; i < 10; i++) {
+      const rounds = structuredClone(model.get("rounds"));
+      rounds[1].nodes[2] = {
+        ...rounds[1].nodes[2],
+        status: "completed",
+        completed_at: rounds[1].nodes[2].started_at + 4,
+      };
+      model.set("rounds", rounds);
+    }
+    const afterSets = reads();
+    expect(nodeEl(el, "c").getAttribute("data-status")).toBe("running"); // not yet: redraws wait for a frame
+    await nextRedraw();
+    expect(nodeEl(el, "c").getAttribute("data-status")).toBe("completed");
+    expect(nodeEl(el, "c").classList.contains("dagmagic-node--running")).toBe(false);
+    expect(reads() - afterSets).toBe(1); // ten changes, one redraw
+    expect(afterSets - before).toBe(10); // (the test's own reads)
+  });
+
+  it("falls back to a timer when requestAnimationFrame is missing", async () => {
+    vi.stubGlobal("requestAnimationFrame", undefined);
+    vi.stubGlobal("cancelAnimationFrame", undefined);
+    try {
+      const { el, model } = mount();
+      model.set("status", "done");
+      await nextRedraw();
+      expect(el.querySelector(".dagmagic-status")?.getAttribute("data-status")).toBe("done");
+    } finally {
+      vi.unstubAllGlobals();
+    }
+  });
+
+  it("expands the latest round only; earlier ones toggle open with their verdict and replan reason", async () => {
+    const { el } = mount();
+    const r1 = /** @type {Element} */ (el.querySelector('.dagmagic-round[data-round="1"]'));
+    const r2 = /** @type {Element} */ (el.querySelector('.dagmagic-round[data-round="2"]'));
+    expect(r1.getAttribute("data-expanded")).toBe("false");
+    expect(r1.querySelector("svg")).toBeNull();
+    expect(r2.getAttribute("data-expanded")).toBe("true");
+    expect(r1.querySelector(".dagmagic-round-summary")?.textContent).toContain("not achieved 35%");
+
+    click(/** @type {Element} */ (r1.querySelector(".dagmagic-round-toggle")));
+    await nextRedraw();
+    const open = /** @type {Element} */ (el.querySelector('.dagmagic-round[data-round="1"]'));
+    expect(open.getAttribute("data-expanded")).toBe("true");
+    const verdict = /** @type {Element} */ (open.querySelector(".dagmagic-verdict"));
+    expect(verdict.getAttribute("data-achieved")).toBe("false");
+    expect(verdict.textContent).toContain("✗ not achieved");
+    expect(verdict.textContent).toContain("confidence 35%");
+    expect(verdict.textContent).toContain("The comparison is missing.");
+    const decision = /** @type {Element} */ (verdict.querySelector(".dagmagic-decision"));
+    expect(decision.getAttribute("data-action")).toBe("replan");
+    expect(decision.textContent).toContain("Step s2 failed; retry the comparison with another source.");
+  });
+
+  it("shows the header: goal, status, tokens, cost (or a dash), elapsed", async () => {
+    const { el, model } = mount();
+    const header = /** @type {Element} */ (el.querySelector(".dagmagic-header"));
+    expect(header.querySelector(".dagmagic-goal")?.textContent).toBe("Compare the populations of France and Germany");
+    expect(header.querySelector(".dagmagic-status")?.getAttribute("data-status")).toBe("running");
+    expect(header.querySelector(".dagmagic-total-tokens")?.textContent).toBe("tokens 2,220 in · 430 out");
+    expect(header.querySelector(".dagmagic-total-cost")?.textContent).toBe("cost $0.0123");
+    expect(header.querySelector(".dagmagic-total-elapsed")?.textContent).toBe("elapsed 17s");
+    model.set("usage", { input_tokens: 1, output_tokens: 2, requests: 1, cost: null });
+    model.set("error", "Budget exhausted");
+    await nextRedraw();
+    expect(header.querySelector(".dagmagic-total-cost")?.textContent).toBe("cost —");
+    const error = /** @type {HTMLElement} */ (header.querySelector(".dagmagic-error"));
+    expect(error.hidden).toBe(false);
+    expect(error.textContent).toBe("Budget exhausted");
+  });
+});
+
+describe("sanitizing", () => {
+  const evil =
+    'Hello **world** <script>alert(1)</script> <img src=x onerror="alert(1)"> <a href="javascript:alert(1)">x</a> <style>body{display:none}</style> <b style="position:fixed">b</b> [ok](https://example.org)';
+
+  it("renders the answer as inert Markdown", async () => {
+    const { el, model } = mount();
+    model.set("answer", evil);
+    await nextRedraw();
+    const answer = /** @type {HTMLElement} */ (el.querySelector(".dagmagic-answer"));
+    expect(answer.hidden).toBe(false);
+    expect(answer.querySelector("strong")?.textContent).toBe("world");
+    expect(el.querySelector("script")).toBeNull();
+    expect(el.querySelector("style")).toBeNull();
+    expect(el.querySelector("[onerror]")).toBeNull();
+    expect(el.querySelector("[style]")).toBeNull();
+    expect(el.innerHTML).not.toContain("javascript:");
+    expect(answer.querySelector("img")?.getAttribute("src")).toBe("x");
+    const link = /** @type {Element} */ (answer.querySelector('a[href="https://example.org"]'));
+    expect(link.getAttribute("rel")).toBe("noopener noreferrer");
+    expect(link.getAttribute("target")).toBe("_blank");
+  });
+
+  it("streams: each growth of the answer re-renders it, with a fallback note when asked", async () => {
+    const { el, model } = mount();
+    expect(/** @type {HTMLElement} */ (el.querySelector(".dagmagic-answer")).hidden).toBe(true);
+    model.set("answer", "France has");
+    await nextRedraw();
+    expect(el.querySelector(".dagmagic-answer")?.classList.contains("dagmagic-answer--streaming")).toBe(true);
+    model.set("answer", "France has *fewer* people.");
+    model.set("answer_fallback", true);
+    await nextRedraw();
+    expect(el.querySelector(".dagmagic-answer-body em")?.textContent).toBe("fewer");
+    expect(/** @type {HTMLElement} */ (el.querySelector(".dagmagic-answer-fallback")).hidden).toBe(false);
+  });
+
+  it("never turns other LLM text into markup", async () => {
+    const state = sampleState();
+    state.goal = '<img src=x onerror="alert(1)">';
+    state.rounds[1].nodes[0].task = "<script>alert(1)</script>";
+    state.rounds[1].nodes[0].result = evil;
+    state.rounds[1].nodes[0].tool_calls[0].observation = '<img src=x onerror="alert(2)">';
+    state.rounds[0].analysis.reasoning = "<script>alert(3)</script>";
+    const { el } = mount(state);
+    click(nodeEl(el, "a"));
+    await nextRedraw();
+    expect(el.querySelector(".dagmagic-goal")?.textContent).toBe('<img src=x onerror="alert(1)">');
+    expect(el.querySelector(".dagmagic-detail-task")?.textContent).toBe("<script>alert(1)</script>");
+    expect(el.querySelector(".dagmagic-toolcall-obs")?.textContent).toBe('<img src=x onerror="alert(2)">');
+    expect(el.querySelector(".dagmagic-detail-result strong")?.textContent).toBe("world");
+    expect(el.querySelector("script")).toBeNull();
+    expect(el.querySelector("[onerror]")).toBeNull();
+  });
+});
+
+describe("step detail", () => {
+  it("opens on click with the step's task, tool calls and arguments; closes on a second click or ×", async () => {
+    const { el } = mount();
+    expect(el.querySelector(".dagmagic-detail")).toBeNull();
+    click(/** @type {Element} */ (nodeEl(el, "a").querySelector("rect")));
+    await nextRedraw();
+    const detail = /** @type {Element} */ (el.querySelector(".dagmagic-detail"));
+    expect(detail.getAttribute("data-step-id")).toBe("a");
+    expect(nodeEl(el, "a").classList.contains("dagmagic-node--selected")).toBe(true);
+    expect(detail.textContent).toContain("Search the web for Germany's population in 2024");
+    expect(detail.textContent).toContain("openai/gpt-4o-mini");
+    expect(detail.textContent).toContain("tool: web_search");
+    expect(detail.textContent).toContain("1,500 in · 300 out tokens · $0.0020");
+    expect(detail.textContent).toContain("queued 0.0s · ran 2.0s");
+    const call = /** @type {Element} */ (detail.querySelector(".dagmagic-toolcall"));
+    expect(call.getAttribute("data-tool")).toBe("web_search");
+    expect(JSON.parse(String(call.querySelector(".dagmagic-toolcall-args")?.textContent))).toEqual({
+      query: "Germany population 2024",
+      max_results: 3,
+    });
+    expect(call.querySelector(".dagmagic-toolcall-obs")?.textContent).toBe("Destatis: 84.5 million");
+    expect(detail.querySelector(".dagmagic-detail-result")?.textContent?.trim()).toBe("Germany: 84.5 million (2024).");
+
+    click(nodeEl(el, "a"));
+    await nextRedraw();
+    expect(el.querySelector(".dagmagic-detail")).toBeNull();
+
+    click(nodeEl(el, "c"));
+    await nextRedraw();
+    expect(el.querySelector(".dagmagic-detail")?.getAttribute("data-step-id")).toBe("c");
+    click(/** @type {Element} */ (el.querySelector(".dagmagic-detail-close")));
+    await nextRedraw();
+    expect(el.querySelector(".dagmagic-detail")).toBeNull();
+  });
+
+  it("shows errors and attempts, and follows a dependency on an earlier round", async () => {
+    const { el } = mount();
+    click(nodeEl(el, "e"));
+    await nextRedraw();
+    const deps = [...el.querySelectorAll(".dagmagic-detail .dagmagic-dep")].map((d) => d.textContent);
+    expect(deps).toEqual(["c", "d", "r1.s1"]);
+    click(/** @type {Element} */ (el.querySelector('.dagmagic-detail [data-goto-round="1"][data-goto-step="s1"]')));
+    await nextRedraw();
+    expect(el.querySelector('.dagmagic-round[data-round="1"]')?.getAttribute("data-expanded")).toBe("true");
+    expect(el.querySelector(".dagmagic-detail")?.getAttribute("data-step-id")).toBe("s1");
+    expect(el.querySelector(".dagmagic-detail")?.closest(".dagmagic-round")?.getAttribute("data-round")).toBe("1");
+
+    click(nodeEl(el, "s2", 1));
+    await nextRedraw();
+    const detail = /** @type {Element} */ (el.querySelector(".dagmagic-detail"));
+    expect(detail.querySelector(".dagmagic-detail-error")?.textContent).toBe("provider timeout");
+    expect(detail.textContent).toContain("failed · 3 attempts");
+  });
+
+  it("opens with the keyboard too", async () => {
+    const { el } = mount();
+    nodeEl(el, "b").dispatchEvent(new KeyboardEvent("keydown", { key: "Enter", bubbles: true }));
+    await nextRedraw();
+    expect(el.querySelector(".dagmagic-detail")?.getAttribute("data-step-id")).toBe("b");
+  });
+
+  it("keeps the detail open and current while the step changes", async () => {
+    const { el, model } = mount();
+    click(nodeEl(el, "c"));
+    await nextRedraw();
+    const rounds = structuredClone(model.get("rounds"));
+    rounds[1].nodes[2].status = "failed";
+    rounds[1].nodes[2].error = "boom";
+    model.set("rounds", rounds);
+    await nextRedraw();
+    expect(el.querySelector(".dagmagic-detail .dagmagic-detail-error")?.textContent).toBe("boom");
+  });
+});
+
+describe("controls", () => {
+  /** @param {Element} el @param {string} cls */
+  const button = (el, cls) => /** @type {HTMLButtonElement} */ (el.querySelector(`.${cls}`));
+
+  it("sends stop, cancel and follow-ups", async () => {
+    const { el, model } = mount();
+    click(button(el, "dagmagic-stop"));
+    expect(model.send).toHaveBeenLastCalledWith({ type: "stop" });
+    expect(button(el, "dagmagic-stop").disabled).toBe(true); // "Stopping…" until the run ends
+    click(button(el, "dagmagic-cancel"));
+    expect(model.send).toHaveBeenLastCalledWith({ type: "cancel" });
+
+    const input = /** @type {HTMLInputElement} */ (el.querySelector(".dagmagic-followup-input"));
+    input.value = "  also cover Spain ";
+    click(button(el, "dagmagic-followup-send"));
+    expect(model.send).toHaveBeenLastCalledWith({ type: "follow_up", text: "also cover Spain" });
+    expect(input.value).toBe("");
+
+    input.value = "and Italy";
+    input.dispatchEvent(new KeyboardEvent("keydown", { key: "Enter", bubbles: true }));
+    expect(model.send).toHaveBeenLastCalledWith({ type: "follow_up", text: "and Italy" });
+
+    const count = model.send.mock.calls.length;
+    input.value = "   ";
+    input.dispatchEvent(new KeyboardEvent("keydown", { key: "Enter", bubbles: true }));
+    expect(model.send.mock.calls.length).toBe(count); // nothing to send
+    expect(model.sent).toEqual([
+      { type: "stop" },
+      { type: "cancel" },
+      { type: "follow_up", text: "also cover Spain" },
+      { type: "follow_up", text: "and Italy" },
+    ]);
+  });
+
+  it("disables everything unless the run is running", async () => {
+    const { el, model } = mount();
+    const classes = ["dagmagic-stop", "dagmagic-cancel", "dagmagic-followup-send"];
+    for (const cls of classes) expect(button(el, cls).disabled).toBe(false);
+    for (const status of ["done", "failed", "cancelled"]) {
+      model.set("status", status);
+      await nextRedraw();
+      for (const cls of classes) expect(button(el, cls).disabled).toBe(true);
+      expect(/** @type {HTMLInputElement} */ (el.querySelector(".dagmagic-followup-input")).disabled).toBe(true);
+      click(button(el, "dagmagic-stop"));
+      click(button(el, "dagmagic-cancel"));
+    }
+    expect(model.send).not.toHaveBeenCalled();
+  });
+
+  it("shows an error message from Python inline, and lets the user retry", async () => {
+    vi.spyOn(console, "warn").mockImplementation(() => {});
+    vi.spyOn(console, "debug").mockImplementation(() => {});
+    const { el, model } = mount();
+    click(button(el, "dagmagic-stop"));
+    expect(button(el, "dagmagic-stop").disabled).toBe(true);
+    model.receive({ type: "error", message: "Nothing to stop: <b>the run</b> already finished" });
+    const message = /** @type {HTMLElement} */ (el.querySelector(".dagmagic-message"));
+    expect(message.hidden).toBe(false);
+    expect(message.querySelector(".dagmagic-message-text")?.textContent).toBe(
+      "Nothing to stop: <b>the run</b> already finished",
+    );
+    expect(message.querySelector("b")).toBeNull();
+    expect(button(el, "dagmagic-stop").disabled).toBe(false);
+    click(/** @type {Element} */ (message.querySelector(".dagmagic-message-close")));
+    expect(message.hidden).toBe(true);
+    model.receive({ type: "something-else" }); // ignored
+    expect(message.hidden).toBe(true);
+  });
+});
+
+describe("trace", () => {
+  it("lists every call with totals per purpose", async () => {
+    const { el, model } = mount();
+    const trace = /** @type {HTMLDetailsElement} */ (el.querySelector(".dagmagic-trace"));
+    expect(trace.tagName).toBe("DETAILS");
+    expect(trace.open).toBe(false);
+    expect(trace.querySelector("summary")?.textContent).toBe("Trace: 4 LLM calls · 1,720 in · 260 out · $0.0102");
+    const rows = [...trace.querySelectorAll("tbody tr")].map((tr) => [...tr.children].map((td) => td.textContent));
+    expect(rows[2]).toEqual(["step", "openai/gpt-4o-mini", "1", "s2", "", "2", "0", "0", "5.4s", "—"]);
+    expect(trace.querySelector("tbody tr:nth-child(3)")?.classList.contains("dagmagic-trace-error")).toBe(true);
+    const totals = [...trace.querySelectorAll("tfoot tr")].map((tr) => [...tr.children].map((td) => td.textContent));
+    expect(totals).toEqual([
+      ["analyze (1)", "800", "60", "0.9s", "$0.0050"],
+      ["plan (1)", "500", "120", "1.2s", "$0.0040"],
+      ["step (2) · 1 failed", "420", "80", "8.4s", "$0.0012"],
+      ["all (4) · 1 failed", "1,720", "260", "10s", "$0.0102"],
+    ]);
+    trace.open = true;
+    model.set("calls", [
+      ...model.get("calls"),
+      {
+        purpose: "synthesize",
+        model: "m",
+        round: null,
+        step_id: null,
+        level: null,
+        retries: 0,
+        input_tokens: 10,
+        output_tokens: 20,
+        latency: 0.5,
+        cost: null,
+        error: null,
+        stream: true,
+      },
+    ]);
+    await nextRedraw();
+    expect(trace.open).toBe(true); // survives redraws
+    expect(trace.querySelectorAll("tbody tr").length).toBe(5);
+    expect(trace.querySelector("tbody tr:last-child td:nth-child(9)")?.textContent).toBe("0.5s ⇣");
+  });
+});
+
+describe("lifecycle", () => {
+  it("removes its listeners and stops redrawing after cleanup", async () => {
+    const { el, model, cleanup } = mount();
+    expect(model.listenerCount()).toBeGreaterThan(0);
+    const registered = model.on.mock.calls.map(([event, fn]) => [event, fn]);
+    model.set("status", "done"); // a redraw is pending...
+    cleanup(); // ...and is dropped
+    expect(model.off.mock.calls.map(([event, fn]) => [event, fn])).toEqual(registered);
+    expect(model.listenerCount()).toBe(0);
+    expect(el.querySelector(".dagmagic")).toBeNull();
+    const reads = model.get.mock.calls.length;
+    model.set("rounds", []);
+    model.receive({ type: "error", message: "late" });
+    await nextRedraw();
+    expect(model.get.mock.calls.length).toBe(reads);
+    expect(el.childElementCount).toBe(0);
+  });
+
+  it("survives a model with missing or malformed traits", () => {
+    const { el } = mount({ status: "running", rounds: null, calls: undefined, usage: null });
+    expect(el.querySelector(".dagmagic-planning")?.textContent).toBe("Planning…");
+    expect(el.querySelector(".dagmagic-total-cost")?.textContent).toBe("cost —");
+  });
+
+  it("can be rendered again into the same element after cleanup (hot reload)", () => {
+    const { el, model, cleanup } = mount();
+    cleanup();
+    const again = widget.render({ model: /** @type {any} */ (model), el });
+    expect(el.querySelectorAll(".dagmagic").length).toBe(1);
+    expect(el.querySelectorAll(".dagmagic-node").length).toBe(5);
+    again();
+  });
+
+  it("hides an older view of the same run when a newer one renders, and shows it again when that goes", () => {
+    const { el: live, model } = mount();
+    const value = document.createElement("div");
+    document.body.append(value);
+    const cleanup = widget.render({ model: /** @type {any} */ (model), el: value });
+    const [older, newer] = [live, value].map((el) => /** @type {HTMLElement} */ (el.querySelector(".dagmagic")));
+    expect([older.hidden, newer.hidden]).toEqual([true, false]);
+    const other = mount();
+    expect(/** @type {HTMLElement} */ (other.el.querySelector(".dagmagic")).hidden).toBe(false);
+    cleanup();
+    expect(older.hidden).toBe(false);
+  });
+
+  it("says when there is no plan at all", () => {
+    const { el } = mount({ status: "failed", error: "The planner gave up", rounds: [] });
+    expect(el.querySelector(".dagmagic-planning")?.textContent).toBe("No plan.");
+    expect(el.querySelector(".dagmagic-error")?.textContent).toBe("The planner gave up");
+  });
+
+  it("keeps JupyterLab's notebook shortcuts off whatever takes focus in the widget", () => {
+    const { el } = mount();
+    expect(el.querySelector(".dagmagic")?.getAttribute("data-lm-suppress-shortcuts")).toBe("true");
+    const node = /** @type {SVGElement} */ (/** @type {unknown} */ (nodeEl(el, "a")));
+    node.focus();
+    expect(node.getAttribute("data-lm-suppress-shortcuts")).toBe("true");
+    const stop = /** @type {HTMLButtonElement} */ (el.querySelector(".dagmagic-stop"));
+    stop.focus();
+    expect(stop.getAttribute("data-lm-suppress-shortcuts")).toBe("true");
+  });
+
+  it("logs with a [dagmagic] prefix", () => {
+    const debug = vi.spyOn(console, "debug").mockImplementation(() => {});
+    const { model } = mount();
+    model.receive({ type: "unknown" });
+    expect(debug).toHaveBeenCalledWith("[dagmagic]", "ignored message", { type: "unknown" });
+  });
+});
+
+beforeEach(() => {
+  vi.useRealTimers();
+});

@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+import itertools
+
+from dagmagic.engine.run import DagRun
+from dagmagic.models import AnalysisResult, ExecutionPlan, PlanStep, RoundRecord, RunState
+from dagmagic.notebook.fallbacks import run_html, run_markdown, run_mimebundle, svg
+from dagmagic.notebook.layout import layout
+
+
+def plan(*steps: tuple[str, list[str]]) -> ExecutionPlan:
+    return ExecutionPlan(goal="g", steps=[PlanStep(id=i, task=f"task {i}", dependencies=d) for i, d in steps])
+
+
+WIDE = plan(
+    ("s1", []), ("s2", []), ("s3", []), ("s4", ["s1", "s2"]), ("s5", ["s3"]), ("s6", ["s4", "s5"]), ("s7", ["r1.s2"])
+)
+
+
+def test_layout_is_deterministic() -> None:
+    assert layout(WIDE) == layout(WIDE)
+    shuffled = ExecutionPlan(goal="g", steps=list(reversed(WIDE.steps)))
+    assert layout(shuffled) == layout(WIDE)
+
+
+def test_no_two_nodes_overlap_and_edges_point_down() -> None:
+    placed = layout(WIDE)
+    for a, b in itertools.combinations(placed.nodes, 2):
+        apart = a.x + a.w <= b.x or b.x + b.w <= a.x or a.y + a.h <= b.y or b.y + b.h <= a.y
+        assert apart, (a, b)
+    layers = {n.id: n.layer for n in placed.nodes}
+    assert len(placed.edges) == 5  # the earlier-round reference r1.s2 is not drawn
+    for edge in placed.edges:
+        assert layers[edge.source] < layers[edge.target] and edge.y1 < edge.y2
+    assert all(n.x >= 0 and n.x + n.w <= placed.width and n.y + n.h <= placed.height for n in placed.nodes)
+
+
+def test_children_sit_under_their_parents() -> None:
+    placed = {n.id: n for n in layout(plan(("a", []), ("b", []), ("c", ["b"]), ("d", ["a"]))).nodes}
+    assert placed["d"].x < placed["c"].x  # d's parent a is left of c's parent b
+
+
+def test_a_cyclic_plan_is_still_drawable() -> None:
+    placed = layout(plan(("a", ["b"]), ("b", ["a"])))
+    assert [n.id for n in placed.nodes] == ["a", "b"] and placed.edges == []
+
+
+def finished_run(answer: str = "The **answer** <script>alert(1)</script>") -> DagRun:
+    steps = [
+        PlanStep(id="s1", task="look | up", status="completed", result="found <b>it</b>", started_at=1, completed_at=3),
+        PlanStep(id="s2", task="compare", status="failed", error="RuntimeError: boom", dependencies=["s1"]),
+    ]
+    record = RoundRecord(
+        index=1, plan=ExecutionPlan(goal="g", steps=steps), analysis=AnalysisResult(achieved=True, confidence=0.8)
+    )
+    state = RunState(run_id="abc", goal="Compare <x>", status="done", rounds=[record], answer=answer)
+    return DagRun(state)
+
+
+def test_markdown_has_the_answer_and_the_step_table() -> None:
+    text = run_markdown(finished_run())
+    assert "| s1 | completed | look \\| up |" in text
+    assert "| s2 | failed | compare |  |  | RuntimeError: boom |" in text
+    assert "The **answer** &lt;script>alert(1)&lt;/script>" in text
+    assert "achieved: yes · confidence: 0.80" in text
+
+
+def test_html_escapes_everything_the_model_wrote() -> None:
+    page = run_html(finished_run())
+    assert "<script>" not in page and "&lt;script&gt;" in page
+    assert "found &lt;b&gt;it&lt;/b&gt;" in page
+    assert "<table>" in page and "<svg" in page and "Compare &lt;x&gt;" in page
+
+
+def test_svg_colours_nodes_by_status_and_escapes_tasks() -> None:
+    drawing = svg(finished_run().plan)  # type: ignore[arg-type]
+    assert drawing.count("<g data-step-id=") == 2 and "#e53935" in drawing and "look | up" in drawing
+    assert drawing.count("<line") == 1
+
+
+def test_the_static_bundle_is_consistent() -> None:
+    run = finished_run()
+    bundle = run_mimebundle(run)
+    assert bundle["text/plain"] == repr(run)
+    for needle in ("s1", "completed", "RuntimeError: boom", "answer"):
+        assert needle in bundle["text/html"] and needle in bundle["text/markdown"]

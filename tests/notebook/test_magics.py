@@ -1,0 +1,203 @@
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+import dagmagic
+from dagmagic import DagRun
+from dagmagic.notebook.magics import NO_MODEL_HELP
+from dagmagic.notebook.transformer import rewrite_dag_cell
+
+from .conftest import scripted
+
+
+def run_cell(ip: InteractiveShell, code: str) -> object:
+    result = ip.run_cell(code)
+    if result.error_in_exec is not None:
+        raise result.error_in_exec
+    return result.result
+
+
+def usage_error(ip: InteractiveShell, code: str, capsys: pytest.CaptureFixture[str]) -> str:
+    result = ip.run_cell(code)
+    assert type(result.error_in_exec).__name__ == "UsageError", result.error_in_exec
+    out = capsys.readouterr()
+    assert "Traceback" not in out.out + out.err
+    return str(result.error_in_exec)
+
+
+def test_a_dag_cell_returns_the_finished_run(ip: InteractiveShell) -> None:
+    run = run_cell(ip, "%%dag --models llm\nWhat is {x}? Use $HOME literally.")
+    assert isinstance(run, DagRun) and run.status == "done"
+    assert run.answer == "The answer is 42."
+    assert run.goal == "What is {x}? Use $HOME literally."  # taken literally: never interpolated
+    assert dagmagic.last_run() is run
+    assert ip.user_ns["_"] is run
+
+
+def test_output_binds_the_run(ip: InteractiveShell) -> None:
+    run = run_cell(ip, "%%dag --models llm -o myrun\ngoal")
+    assert ip.user_ns["myrun"] is run
+
+
+def test_successive_cells_form_one_conversation_and_new_starts_fresh(ip: InteractiveShell) -> None:
+    llm = ip.user_ns["llm"]
+    run_cell(ip, "%%dag --models llm\nfirst question")
+    run_cell(ip, "%%dag --models llm\nsecond question")
+    assert "User: first question" in llm.requests_for("plan")[1].prompt
+    run_cell(ip, "%%dag --models llm --new\nthird question")
+    assert "Previous conversation" not in llm.requests_for("plan")[2].prompt
+
+
+def test_context_adds_short_reprs_of_variables(ip: InteractiveShell) -> None:
+    ip.user_ns["budget"] = {"eur": 1200}
+    run = run_cell(ip, "%%dag --models llm --context budget\nplan a trip")
+    assert isinstance(run, DagRun)
+    assert run.goal.endswith("Context from the notebook:\n- budget = {'eur': 1200}")
+
+
+def test_tools_are_picked_from_the_namespace(ip: InteractiveShell) -> None:
+    def lookup(q: str) -> str:
+        """Look something up."""
+        return q
+
+    ip.user_ns["lookup"] = lookup
+    run_cell(ip, "%%dag --models llm --tools lookup\ngoal")
+    offered = ip.user_ns["llm"].requests_for("step")[0].tools
+    assert [t["function"]["name"] for t in offered] == ["lookup"]
+
+
+def test_options_override_settings(ip: InteractiveShell) -> None:
+    ip.user_ns["llm"] = scripted(analyze=[{"achieved": False, "confidence": 0.1, "reasoning": "no"}])
+    run = run_cell(ip, "%%dag --models llm --max-rounds 2 --concurrency 1 --step-timeout 30\ngoal")
+    assert isinstance(run, DagRun) and len(run.rounds) == 2
+
+
+def test_config_traits_are_defaults(ip: InteractiveShell) -> None:
+    ip.user_ns["llm"] = scripted(analyze=[{"achieved": False, "confidence": 0.1, "reasoning": "no"}])
+    run_cell(ip, "%config DagMagics.max_rounds = 1")
+    try:
+        run = run_cell(ip, "%%dag --models llm\ngoal")
+        assert isinstance(run, DagRun) and len(run.rounds) == 1
+    finally:
+        run_cell(ip, "%config DagMagics.max_rounds = None")
+
+
+def test_dag_config_sets_settings_for_later_cells(ip: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:
+    ip.user_ns["llm"] = scripted(analyze=[{"achieved": False, "confidence": 0.1, "reasoning": "no"}])
+    run_cell(ip, "%dag config max_replan_rounds=1")
+    run = run_cell(ip, "%%dag --models llm\ngoal")
+    assert isinstance(run, DagRun) and len(run.rounds) == 1
+    message = usage_error(ip, "%dag config max_replan_rounds=0", capsys)
+    assert "max_replan_rounds" in message and "expected an integer >= 1" in message
+
+
+def test_role_options_take_model_variables(ip: InteractiveShell) -> None:
+    ip.user_ns["small"] = scripted(step=["from the small model"])
+    plan = {"steps": [{"id": "s1", "task": "t", "model_hint": "fast"}]}
+    ip.user_ns["llm"] = scripted(plan=[plan])
+    run = run_cell(ip, "%%dag --smart llm --fast small\ngoal")
+    assert isinstance(run, DagRun)
+    assert run.steps["s1"].result == "from the small model" and run.steps["s1"].model == "small"
+
+
+@pytest.mark.parametrize(
+    ("cell", "expected"),
+    [
+        ("%%dag --bogus\ngoal", "unrecognized arguments: --bogus"),
+        ("%%dag --models nothing_here\ngoal", "no variable named 'nothing_here'"),
+        ("%%dag --models llm --tools nope\ngoal", "--tools: there is no variable named 'nope'"),
+        ("%%dag --models llm --context nope\ngoal", "--context: there is no variable named 'nope'"),
+        ("%%dag --models llm\n   ", "needs a goal"),
+        ("%%dag --models llm --smart llm\ngoal", "either --models or the role options"),
+        ("%%dag --models llm --concurrency 0\ngoal", "expected an integer >= 1"),
+        ("%dag", "needs a subcommand"),
+        ("%dag fly", "unknown %dag subcommand 'fly'"),
+        ("%dag stop", "no run is running"),
+        ("%dag show 7", "no runs yet"),
+    ],
+)
+def test_bad_input_is_one_clear_line(
+    ip: InteractiveShell, capsys: pytest.CaptureFixture[str], cell: str, expected: str
+) -> None:
+    assert expected in usage_error(ip, cell, capsys)
+
+
+def test_no_model_configured_names_the_variables_models_and_the_demo(
+    ip: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    message = usage_error(ip, "%%dag\ngoal", capsys)
+    assert message == NO_MODEL_HELP
+    assert "DAG_SMART_MODEL" in message and "--models" in message and "%dag demo" in message
+
+
+def test_background_returns_at_once_and_the_run_can_be_awaited(ip: InteractiveShell) -> None:
+    ip.user_ns["llm"] = scripted(step=["slow"])
+    ip.user_ns["llm"].latency = {"step": 0.3}
+    started = time.perf_counter()
+    run = run_cell(ip, "%%dag --models llm --bg\ngoal")
+    assert isinstance(run, DagRun) and run.status == "running"
+    returned = time.perf_counter() - started
+    finished = run_cell(ip, "await _")
+    assert finished is run and run.status == "done"
+    assert returned < sum(r.run_time or 0 for r in run.steps.values())  # it returned before the steps ran
+
+
+def test_history_show_and_trace(ip: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:
+    run = run_cell(ip, "%%dag --models llm\nfirst goal")
+    capsys.readouterr()
+    run_cell(ip, "%dag history")
+    assert f"1  {run.run_id}  done       'first goal'" in capsys.readouterr().out
+    run_cell(ip, "%dag trace 1")
+    trace = capsys.readouterr().out
+    assert "synthesize" in trace and "total" in trace and "plan" in trace
+
+
+def test_help_lists_every_option_and_subcommand(ip: InteractiveShell) -> None:
+    doc = ip.find_cell_magic("dag").__doc__
+    for option in ("--bg", "--models", "--tools", "--context", "--max-rounds", "--no-widget", "-o"):
+        assert option in doc
+    for sub in ("models", "config", "history", "show", "stop", "followup", "trace", "demo"):
+        assert f"%dag {sub}" in doc
+
+
+def test_the_transformer_rewrites_only_dag_cells() -> None:
+    assert rewrite_dag_cell(["x = 1\n"]) == ["x = 1\n"]
+    assert rewrite_dag_cell(["%%dag?\n"]) == ["%%dag?\n"]
+    assert rewrite_dag_cell(["%%dagger\n", "x\n"]) == ["%%dagger\n", "x\n"]
+
+
+def test_loading_the_extension_is_fast_and_does_not_import_litellm() -> None:
+    code = (
+        "import time, sys\n"
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "ip = InteractiveShell.instance()\n"
+        "t = time.perf_counter(); ip.run_line_magic('load_ext', 'dagmagic'); dt = time.perf_counter() - t\n"
+        "print(dt, 'litellm' in sys.modules)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "LITELLM_LOCAL_MODEL_COST_MAP"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    seconds, imported = out.stdout.split()
+    assert imported == "False"
+    assert float(seconds) > 0  # the figure itself goes to the benchmark, not a test
+
+
+def test_demo_runs_offline(ip: InteractiveShell) -> None:
+    from dagmagic.notebook import demo
+
+    session = demo.demo_session()
+    for model in session.models:
+        model.backend.latency = 0.0  # type: ignore[attr-defined]
+        model.backend.chunk_delay = 0.0  # type: ignore[attr-defined]
+    run = asyncio.run(session.run(demo.DEMO_GOAL))
+    assert run.status == "done" and run.achieved and len(run.rounds) == 2
+    first = run.rounds[0].plan
+    assert first.step("s3").status == "failed" and first.step("s4").status == "skipped"
+    assert "4.7 times" in run.answer
+    assert {c.name for s in first.steps for c in s.tool_calls} == {"city_population", "city_area"}
