@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter
 
-from dagmagic.models import AnalysisResult, Decision, ExecutionPlan, LLMCall, RunStatus, StepStatus
+from dagmagic.models import AnalysisResult, Decision, ExecutionPlan, LLMCall, PlanStep, RunStatus, StepStatus
 
 __all__ = [
     "EVENTS",
@@ -27,6 +27,7 @@ __all__ = [
     "RunWarning",
     "StepCompleted",
     "StepIteration",
+    "StepPlanned",
     "StepQueued",
     "StepStarted",
     "Verification",
@@ -61,6 +62,14 @@ class PlanReady(_Event):
     type: Literal["plan_ready"] = "plan_ready"
     round: int
     plan: ExecutionPlan
+
+
+class StepPlanned(_Event):
+    """A step arrived from a plan that is still streaming (it may run before the plan is whole)."""
+
+    type: Literal["step_planned"] = "step_planned"
+    round: int
+    step: PlanStep
 
 
 class StepQueued(_Event):
@@ -185,6 +194,7 @@ Event = Annotated[
     RunStarted
     | RoundStarted
     | PlanReady
+    | StepPlanned
     | StepQueued
     | StepStarted
     | StepIteration

@@ -87,6 +87,12 @@ class DagSettings(BaseModel):
         json_schema_extra=_env("DAG_HISTORY_FALLBACK_CHARS"),
     )
 
+    streaming_planner: bool = Field(
+        True,
+        description="Start steps while the plan still streams, when the smart model can stream.",
+        json_schema_extra=_env("DAG_STREAMING_PLANNER"),
+    )
+
     # --- executor
     max_concurrency: int = Field(
         5, ge=1, description="Steps running at once.", json_schema_extra=_env("DAG_MAX_CONCURRENCY", "MAX_CONCURRENCY")

@@ -11,6 +11,7 @@ SAMPLES: list[events.Event] = [
     events.RunStarted(run_id="r1", goal="g"),
     events.RoundStarted(round=1),
     events.PlanReady(round=1, plan=ExecutionPlan(goal="g", steps=[PlanStep(id="s1", task="t")])),
+    events.StepPlanned(round=1, step=PlanStep(id="s1", task="t")),
     events.StepQueued(round=1, step_id="s1"),
     events.StepStarted(round=1, step_id="s1", model="m"),
     events.StepIteration(round=1, step_id="s1", iteration=1, tool="search", arguments={"q": "x"}),

@@ -51,7 +51,9 @@ class DagExecutor:
         emit: Callable[[Event], object] | None = None,
         stop: asyncio.Event | None = None,
         earlier: Mapping[str, PlanStep] | None = None,
+        open_ended: bool = False,
     ) -> None:
+        """``open_ended``: the plan is still arriving; ``add()`` its steps, ``close()`` when it is whole."""
         self.plan = plan
         self.run_step = run_step
         self.step_timeout = step_timeout
@@ -65,6 +67,7 @@ class DagExecutor:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._all_settled = asyncio.Event()
         self._cancelling = False
+        self._closed = not open_ended
 
     async def execute(self) -> ExecutionPlan:
         """Run every step that can run; return the plan with every step in a final state."""
@@ -78,8 +81,7 @@ class DagExecutor:
                     self._dispatch(step)
             if self.stop.is_set():
                 self._skip_unstarted()
-            if not self._tasks:
-                self._all_settled.set()
+            self._settle_if_done()
             await self._all_settled.wait()
         except asyncio.CancelledError:
             await self._cancel_all()
@@ -92,10 +94,53 @@ class DagExecutor:
                 self._finish(step, "failed", f"Could not run: dependencies {', '.join(waiting_on)} never completed")
         return self.plan
 
+    def add(self, step: PlanStep) -> None:
+        """Add a step to an open-ended plan and start it if it can run. Its dependencies must already be in
+        the plan (or be completed results of earlier rounds): then it cannot close a cycle.
+        """
+        if self._closed:
+            raise RuntimeError("the plan is closed: no step can be added")
+        if step.id in self._steps:
+            raise ValueError(f"step {step.id!r} is already in the plan")
+        unknown = [d for d in step.dependencies if d not in self._steps and d not in self.earlier]
+        if unknown:
+            raise ValueError(f"step {step.id!r} depends on {', '.join(unknown)}, which are not in the plan yet")
+        if not any(existing is step for existing in self.plan.steps):
+            self.plan.steps.append(step)
+        self._steps[step.id] = step
+        self._dependents[step.id] = []
+        blocked = None
+        waiting = 0
+        for dep in dict.fromkeys(step.dependencies):
+            status = self._status_of(dep)
+            if status in ("failed", "skipped", "cancelled") or (dep not in self._steps and status != "completed"):
+                blocked = blocked or f"Skipped — dependency {dep} {status}"
+            elif status != "completed":
+                waiting += 1
+                self._dependents[dep].append(step.id)
+        self._waiting[step.id] = waiting
+        if blocked is not None:
+            self._finish(step, "skipped", blocked)
+        elif self.stop.is_set():
+            self._finish(step, "skipped", STOPPED_REASON)
+        elif waiting == 0:
+            self._dispatch(step)
+
+    def close(self) -> None:
+        """The plan is whole: ``execute()`` returns once its steps have settled."""
+        self._closed = True
+        self._settle_if_done()
+
+    def _settle_if_done(self) -> None:
+        if not self._tasks and self._closed and not self._cancelling:
+            self._all_settled.set()
+
     def _index_dependencies(self) -> dict[str, str]:
         """Count each step's dependencies inside the plan; return the steps an earlier round's result blocks."""
         blocked: dict[str, str] = {}
         for sid, step in self._steps.items():
+            if sid in self._waiting:  # added (and counted) while the plan streamed, before execution began
+                continue
             inner = [d for d in dict.fromkeys(step.dependencies) if d in self._steps]
             self._waiting[sid] = len(inner)
             for dep in inner:
@@ -125,8 +170,7 @@ class DagExecutor:
                 await self._run_started(step)
         finally:
             del self._tasks[step.id]
-            if not self._tasks and not self._cancelling:
-                self._all_settled.set()
+            self._settle_if_done()
 
     async def _run_started(self, step: PlanStep) -> None:
         step.status = "running"

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from dagmagic.engine.analyzer import Analyzer
 from dagmagic.engine.context import ContextGuard, Exchange, dependency_context, truncate
 from dagmagic.engine.executor import DagExecutor
+from dagmagic.engine.plan_stream import PlanStream
 from dagmagic.engine.planner import Planner
 from dagmagic.engine.routing import classify_domain
 from dagmagic.engine.run import DagRun
@@ -29,6 +30,7 @@ from dagmagic.events import (
     RoundStarted,
     RunFinished,
     RunStarted,
+    StepPlanned,
 )
 from dagmagic.llm import ChatModel, ModelRegistry
 from dagmagic.models import AnalysisResult, Decision, ExecutionPlan, PlanStep, RoundRecord
@@ -151,21 +153,22 @@ class GoalLoop:
             query = await guard.planner_input(run.goal, self.history, run.state.follow_ups, round=index)
             earlier = _reusable(run.rounds)
             context = replan_context(run.rounds, self.settings) if run.rounds else None
+            record = RoundRecord(index=index, plan=_empty_plan(query, index))
+            run.rounds.append(record)
             try:
-                plan = await planner.plan(query, round=index, context=context, earlier=earlier.keys(), domain=domain)
+                if self.settings.streaming_planner and planner.model.entry.capabilities.stream:
+                    await self._stream_round(run, record, planner, guard, context, earlier, domain, goal)
+                else:
+                    plan = await planner.plan(
+                        query, round=index, context=context, earlier=earlier.keys(), domain=domain
+                    )
+                    await self._run_plan(run, record, plan, earlier, guard, goal)
             except PlanningError as exc:
-                run.rounds.append(RoundRecord(index=index, plan=_empty_plan(query, index), error=str(exc)))
-                run.state.error = str(exc)
+                record.error = run.state.error = str(exc)
                 self._answer(run, fallback_answer(run.analysis, _completed(run.rounds)), fallback=True)
                 return
-            for step in plan.steps:
-                step.model = self.registry.for_role(step.model_hint).name
-            record = RoundRecord(index=index, plan=plan)
-            run.rounds.append(record)
-            run.emit(PlanReady(round=index, plan=plan))
-
-            interrupted = run._round_stop.is_set()
-            await self._execute(run, plan, earlier, guard, goal=goal)
+            plan = record.plan
+            interrupted = run._round_stop.is_set() and all(step.attempts == 0 for step in plan.steps)
             seen = _seen_by_round(plan.steps, earlier)
             goal = _goal_with_follow_ups(run)  # judged against follow-ups that arrived during the round too
             if interrupted:
@@ -201,9 +204,16 @@ class GoalLoop:
             run.emit(Replanning(round=index, reason="A follow-up arrived.", follow_up=run._pending_follow_ups[-1]))
             started_by_follow_up = True
 
-    async def _execute(
-        self, run: DagRun, plan: ExecutionPlan, earlier: dict[str, PlanStep], guard: ContextGuard, *, goal: str
-    ) -> None:
+    def _executor(
+        self,
+        run: DagRun,
+        plan: ExecutionPlan,
+        earlier: dict[str, PlanStep],
+        guard: ContextGuard,
+        goal: str,
+        *,
+        open_ended: bool = False,
+    ) -> DagExecutor:
         index = plan.round
 
         async def run_step(step: PlanStep, dependencies: dict[str, PlanStep]) -> str:
@@ -223,7 +233,7 @@ class GoalLoop:
             )
             return await self.step_runner(request)
 
-        executor = DagExecutor(
+        return DagExecutor(
             plan,
             run_step,
             max_concurrency=self.settings.max_concurrency,
@@ -231,8 +241,82 @@ class GoalLoop:
             emit=run.emit,
             stop=run._round_stop,
             earlier=earlier,
+            open_ended=open_ended,
         )
-        await executor.execute()
+
+    async def _run_plan(
+        self,
+        run: DagRun,
+        record: RoundRecord,
+        plan: ExecutionPlan,
+        earlier: dict[str, PlanStep],
+        guard: ContextGuard,
+        goal: str,
+    ) -> None:
+        """Execute a whole plan as the round's."""
+        for step in plan.steps:
+            step.model = self.registry.for_role(step.model_hint).name
+        record.plan = plan
+        run.emit(PlanReady(round=plan.round, plan=plan))
+        await self._executor(run, plan, earlier, guard, goal).execute()
+
+    async def _stream_round(
+        self,
+        run: DagRun,
+        record: RoundRecord,
+        planner: Planner,
+        guard: ContextGuard,
+        context: str | None,
+        earlier: dict[str, PlanStep],
+        domain: str | None,
+        goal: str,
+    ) -> None:
+        """Plan while executing: steps start as they stream in. A plan the final validation rejects is
+        dropped (its started steps cancelled) and re-asked once; an unreadable one is planned again normally.
+        """
+        plan, index = record.plan, record.index
+        executor = self._executor(run, plan, earlier, guard, goal, open_ended=True)
+        execution = asyncio.create_task(executor.execute(), name=f"dagmagic:round:{index}")
+
+        def start(step: PlanStep) -> None:
+            step.model = self.registry.for_role(step.model_hint).name
+            run.emit(StepPlanned(round=index, step=step))
+            executor.add(step)
+
+        try:
+            streamed = await PlanStream(planner, start).run(
+                plan.goal, round=index, context=context, earlier=earlier.keys(), domain=domain
+            )
+            steps, problem = (
+                planner.validate(streamed.drafts, round=index, earlier=earlier.keys())
+                if streamed.readable
+                else ([], "unreadable")
+            )
+            if problem is None:
+                whole = ExecutionPlan(goal=plan.goal, steps=steps, round=index)
+                for layer in whole.layers():
+                    for step in (whole.step(sid) for sid in layer):
+                        if step.id not in streamed.started:
+                            start(step)
+                order = {step.id: position for position, step in enumerate(steps)}
+                plan.steps.sort(key=lambda step: order[step.id])
+                executor.close()
+                run.emit(PlanReady(round=index, plan=plan))
+                await execution
+                return
+        finally:
+            if not execution.done():
+                execution.cancel()
+                await asyncio.wait([execution])
+        if streamed.readable:
+            replanned = await planner.finish(
+                streamed.messages, streamed.drafts, query=plan.goal, round=index, earlier=earlier.keys()
+            )
+        else:
+            replanned = await planner.plan(
+                plan.goal, round=index, context=context, earlier=earlier.keys(), domain=domain
+            )
+        await self._run_plan(run, record, replanned, earlier, guard, goal)
 
     async def _synthesize(
         self, run: DagRun, goal: str, seen: list[tuple[str, PlanStep]], analysis: AnalysisResult, index: int

@@ -22,7 +22,7 @@ from dagmagic.llm.registry import STANDARD_ROLES
 from dagmagic.models import ExecutionPlan, PlanStep, split_round_reference
 from dagmagic.settings import DagSettings
 
-__all__ = ["PlanDraft", "Planner", "StepDraft", "recover_steps", "validate_steps"]
+__all__ = ["PlanDraft", "Planner", "StepDraft", "normalize_step", "recover_steps", "validate_steps"]
 
 
 class StepDraft(BaseModel):
@@ -53,7 +53,7 @@ def recover_steps(raw: Any) -> list[StepDraft]:
     for index, item in enumerate(steps):
         if not isinstance(item, Mapping):
             raise ValueError(f"step {index + 1} is not an object: {item!r}")
-        drafts.append(StepDraft.model_validate(_normalize_step(dict(item), index)))
+        drafts.append(StepDraft.model_validate(normalize_step(dict(item), index)))
     return drafts
 
 
@@ -86,7 +86,8 @@ def _looks_like_step(item: Mapping[str, Any]) -> bool:
     return "task" in item or "description" in item
 
 
-def _normalize_step(item: dict[str, Any], index: int) -> dict[str, Any]:
+def normalize_step(item: dict[str, Any], index: int) -> dict[str, Any]:
+    """One step's fields as models write them, in the shape ``StepDraft`` expects."""
     if "task" not in item and "description" in item:
         item["task"] = item.pop("description")
     item["id"] = str(item["id"]).strip() if item.get("id") is not None else f"s{index + 1}"
@@ -237,26 +238,45 @@ class Planner:
     ) -> ExecutionPlan:
         """A valid plan for ``query``; ``PlanningError`` naming the problem when none could be had."""
         messages = self.messages(query, round=round, context=context, earlier=earlier, domain=domain)
-        problem = ""
+        return await self.finish(
+            messages, await self._draft(messages, round), query=query, round=round, earlier=earlier
+        )
+
+    async def finish(
+        self,
+        messages: list[dict[str, Any]],
+        drafts: list[StepDraft],
+        *,
+        query: str,
+        round: int,
+        earlier: Collection[str] = (),
+    ) -> ExecutionPlan:
+        """Validate a first attempt's steps; on a problem, ONE re-ask quoting it, then ``PlanningError``."""
         for attempt in range(2):
-            drafts = await self._draft(messages, round)
-            steps, problem_or_none = validate_steps(
-                drafts,
-                max_steps=self.settings.plan_max_steps,
-                earlier=earlier,
-                roles=self.roles,
-                warn=lambda message: self._warn(message, round),
-            )
-            if problem_or_none is None:
+            steps, problem = self.validate(drafts, round=round, earlier=earlier)
+            if problem is None:
                 return ExecutionPlan(goal=query, steps=steps, round=round)
-            problem = problem_or_none
-            if attempt == 0:
-                messages = [
-                    *messages,
-                    {"role": "assistant", "content": json.dumps({"steps": [d.model_dump() for d in drafts]})},
-                    {"role": "user", "content": prompts.PLANNER_REASK.format(problem=problem)},
-                ]
+            if attempt == 1:
+                break
+            messages = [
+                *messages,
+                {"role": "assistant", "content": json.dumps({"steps": [d.model_dump() for d in drafts]})},
+                {"role": "user", "content": prompts.PLANNER_REASK.format(problem=problem)},
+            ]
+            drafts = await self._draft(messages, round)
         raise PlanningError(f"Planning failed after one re-ask: {problem}")
+
+    def validate(
+        self, drafts: list[StepDraft], *, round: int, earlier: Collection[str] = ()
+    ) -> tuple[list[PlanStep], str | None]:
+        """``validate_steps`` with this planner's limits and roles, warnings as events."""
+        return validate_steps(
+            drafts,
+            max_steps=self.settings.plan_max_steps,
+            earlier=earlier,
+            roles=self.roles,
+            warn=lambda message: self._warn(message, round),
+        )
 
     async def _draft(self, messages: list[dict[str, Any]], round: int) -> list[StepDraft]:
         try:

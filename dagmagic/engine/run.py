@@ -8,7 +8,7 @@ from collections.abc import Callable, Generator
 from typing import Any, Literal
 
 from dagmagic.errors import DagError
-from dagmagic.events import Event, LLMCallRecorded, PlanReady
+from dagmagic.events import Event, LLMCallRecorded, PlanReady, StepPlanned
 from dagmagic.models import AnalysisResult, ExecutionPlan, LLMCall, PlanStep, RoundRecord, RunState, RunStatus, Usage
 
 __all__ = ["DagRun", "Listener", "RunFailedError"]
@@ -56,6 +56,8 @@ class DagRun:
         elif isinstance(event, PlanReady):
             for step in event.plan.steps:
                 self._steps_by_round[(event.round, step.id)] = step
+        elif isinstance(event, StepPlanned):
+            self._steps_by_round[(event.round, event.step.id)] = event.step
         for listener in list(self._listeners):
             try:
                 listener(event)

@@ -157,7 +157,9 @@ class ChatModel:
         step_id: str | None = None,
         tools: list[dict[str, Any]] | None = None,
         tool_choice: str | dict[str, Any] | None = None,
+        response_format: dict[str, Any] | None = None,
         temperature: float | None = None,
+        structured_level: StructuredLevel | None = None,
     ) -> AsyncIterator[StreamChunk]:
         """The reply in pieces. A transient error before the first piece is retried; after it, raised
         (a retry would repeat text the caller already showed). The call is recorded when the stream ends.
@@ -169,6 +171,7 @@ class ChatModel:
             step_id=step_id,
             tools=tools,
             tool_choice=tool_choice,
+            response_format=response_format,
             temperature=temperature,
         )
         started = time.time()
@@ -207,7 +210,7 @@ class ChatModel:
                 response = response.model_copy(update={"content": "".join(text)})
             self._record(
                 request,
-                level=None,
+                level=structured_level,
                 started=started,
                 retries=retries,
                 response=response,

@@ -25,7 +25,7 @@ from dagmagic.llm.registry import ModelEntry
 from dagmagic.models import LLMCall, Purpose, StructuredLevel, Usage
 from dagmagic.settings import DagSettings
 
-__all__ = ["StructuredResult", "structured_llm_call"]
+__all__ = ["OutputShape", "StructuredResult", "structured_llm_call", "with_instruction"]
 
 T = TypeVar("T")
 
@@ -91,7 +91,7 @@ async def structured_llm_call(
     the text level's replies and returns the raw value or None.
     """
     chat = as_chat_model(model, settings=settings, emit=emit)
-    shape = _Shape(schema, schema_name, parse_fn)
+    shape = OutputShape(schema, schema_name, parse_fn)
     attempts = _Attempts()
     capabilities = chat.entry.capabilities
     call = _Caller(chat, purpose, round, step_id, temperature, attempts)
@@ -120,8 +120,8 @@ async def structured_llm_call(
     )
 
 
-class _Shape:
-    """The requested shape: its schema, its tool, and how raw JSON becomes the value."""
+class OutputShape:
+    """The requested shape: its schema, the tool or format that asks for it, and how raw JSON becomes the value."""
 
     def __init__(
         self, schema: type[BaseModel] | dict[str, Any], name: str | None, parse_fn: Callable[[Any], Any] | None
@@ -137,6 +137,7 @@ class _Shape:
 
     @property
     def tool(self) -> dict[str, Any]:
+        """The function a model is forced to call with the value as its arguments."""
         parameters = (
             {"type": "object", "properties": {"value": self.json_schema}, "required": ["value"]}
             if self.wrapped
@@ -149,10 +150,20 @@ class _Shape:
 
     @property
     def tool_name(self) -> str:
+        """``submit_<shape name>``."""
         cleaned = "".join(c if c.isalnum() else "_" for c in self.name).strip("_").lower()
         return f"submit_{cleaned or 'result'}"[:64]
 
+    def request(self, level: StructuredLevel) -> dict[str, Any]:
+        """The request fields that ask for this shape at ``level`` (tools and choice, or a response format)."""
+        if level == "tool_call":
+            return {"tools": [self.tool], "tool_choice": {"type": "function", "function": {"name": self.tool_name}}}
+        if level == "json_mode":
+            return {"response_format": {"type": "json_object"}}
+        return {}
+
     def instruction(self, level: StructuredLevel) -> str:
+        """What to tell the model at ``level`` so that it answers in this shape."""
         if level == "tool_call":
             return f"Answer by calling the `{self.tool_name}` tool."
         schema = json.dumps(self.json_schema, separators=(",", ":"))
@@ -216,13 +227,9 @@ class _Caller:
         return result
 
 
-async def _tool_level(call: _Caller, messages: list[dict[str, Any]], shape: _Shape, attempts: _Attempts) -> Any:
-    tool = shape.tool
+async def _tool_level(call: _Caller, messages: list[dict[str, Any]], shape: OutputShape, attempts: _Attempts) -> Any:
     reply = await call(
-        _with_instruction(messages, shape.instruction("tool_call")),
-        "tool_call",
-        tools=[tool],
-        tool_choice={"type": "function", "function": {"name": shape.tool_name}},
+        with_instruction(messages, shape.instruction("tool_call")), "tool_call", **shape.request("tool_call")
     )
     if reply is None:
         return _MISSING
@@ -238,13 +245,12 @@ async def _tool_level(call: _Caller, messages: list[dict[str, Any]], shape: _Sha
 
 
 async def _retrying_level(
-    call: _Caller, messages: list[dict[str, Any]], shape: _Shape, attempts: _Attempts, level: StructuredLevel
+    call: _Caller, messages: list[dict[str, Any]], shape: OutputShape, attempts: _Attempts, level: StructuredLevel
 ) -> Any:
     """Two tries at the JSON or text level, the second quoting what was wrong with the first."""
-    conversation = _with_instruction(messages, shape.instruction(level))
-    extra = {"response_format": {"type": "json_object"}} if level == "json_mode" else {}
+    conversation = with_instruction(messages, shape.instruction(level))
     for try_number in range(2):
-        reply = await call(conversation, level, **extra)
+        reply = await call(conversation, level, **shape.request(level))
         if reply is None:
             return _MISSING
         if level == "text":
@@ -265,7 +271,7 @@ async def _retrying_level(
     return _MISSING
 
 
-def _try_convert(text: str, shape: _Shape, attempts: _Attempts, level: str, *, from_tool: bool = False) -> Any:
+def _try_convert(text: str, shape: OutputShape, attempts: _Attempts, level: str, *, from_tool: bool = False) -> Any:
     try:
         return shape.convert(extract_json(text), from_tool=from_tool)
     except ValidationError as exc:
@@ -276,7 +282,7 @@ def _try_convert(text: str, shape: _Shape, attempts: _Attempts, level: str, *, f
     return _MISSING
 
 
-def _from_regex(regex_fallback: Callable[[str], Any], text: str, shape: _Shape) -> Any:
+def _from_regex(regex_fallback: Callable[[str], Any], text: str, shape: OutputShape) -> Any:
     try:
         raw = regex_fallback(text)
         if raw is None:
@@ -293,7 +299,7 @@ def _first_errors(exc: ValidationError, limit: int = 3) -> str:
     return "; ".join(parts)
 
 
-def _with_instruction(messages: list[dict[str, Any]], instruction: str) -> list[dict[str, Any]]:
+def with_instruction(messages: list[dict[str, Any]], instruction: str) -> list[dict[str, Any]]:
     """A copy of ``messages`` with the format instruction appended to the last user message."""
     copied = [dict(message) for message in messages]
     if copied and copied[-1].get("role") == "user" and isinstance(copied[-1].get("content"), str):
