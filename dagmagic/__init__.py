@@ -4,15 +4,52 @@ The public API is re-exported here; everything else lives in subpackages. Import
 import litellm (it is imported on the first model call).
 """
 
-from typing import Any
+from __future__ import annotations
 
-from dagmagic.engine.run import DagRun
-from dagmagic.engine.session import DagSession
-from dagmagic.engine.tools import Tool, tool
-from dagmagic.errors import ConfigurationError, DagError, ProviderError, StructuredOutputError
-from dagmagic.llm.registry import ModelRegistry
-from dagmagic.models import AnalysisResult, ExecutionPlan, LLMCall, PlanStep, RoundRecord, Usage
-from dagmagic.settings import DagSettings
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dagmagic.engine.run import DagRun
+    from dagmagic.engine.session import DagSession
+    from dagmagic.engine.tools import Tool, tool
+    from dagmagic.errors import ConfigurationError, DagError, ProviderError, StructuredOutputError
+    from dagmagic.llm.registry import ModelRegistry
+    from dagmagic.models import AnalysisResult, ExecutionPlan, LLMCall, PlanStep, RoundRecord, Usage
+    from dagmagic.settings import DagSettings
+
+# Exports load on first use: `%load_ext dagmagic` must stay fast, and pydantic models take time to build.
+_EXPORTS = {
+    "AnalysisResult": "dagmagic.models",
+    "ConfigurationError": "dagmagic.errors",
+    "DagError": "dagmagic.errors",
+    "DagRun": "dagmagic.engine.run",
+    "DagSession": "dagmagic.engine.session",
+    "DagSettings": "dagmagic.settings",
+    "ExecutionPlan": "dagmagic.models",
+    "LLMCall": "dagmagic.models",
+    "ModelRegistry": "dagmagic.llm.registry",
+    "PlanStep": "dagmagic.models",
+    "ProviderError": "dagmagic.errors",
+    "RoundRecord": "dagmagic.models",
+    "StructuredOutputError": "dagmagic.errors",
+    "Tool": "dagmagic.engine.tools",
+    "Usage": "dagmagic.models",
+    "tool": "dagmagic.engine.tools",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'dagmagic' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "AnalysisResult",

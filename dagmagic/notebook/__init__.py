@@ -13,13 +13,19 @@ __all__ = ["load_ipython_extension", "unload_ipython_extension"]
 def load_ipython_extension(shell: Any) -> None:
     """``%load_ext dagmagic``: register the magics, the transformer and the display of runs."""
     from dagmagic.notebook import magics, transformer
-    from dagmagic.notebook.display import register_formatters
 
     instance = magics.DagMagics(shell=shell)
     shell.register_magics(instance)
     magics._active = instance
     transformer.install(shell)
-    register_formatters(shell)
+    # by name: the engine (and pydantic) load with the first run, not with the extension
+    shell.display_formatter.mimebundle_formatter.for_type_by_name("dagmagic.engine.run", "DagRun", _display_run)
+
+
+def _display_run(run: Any, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+    from dagmagic.notebook.display import run_bundle
+
+    return run_bundle(run, include, exclude)
 
 
 def unload_ipython_extension(shell: Any) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 from dagmagic.engine.run import DagRun
 from dagmagic.notebook.fallbacks import run_mimebundle
 
-__all__ = ["live_bundle", "register_formatters", "render_static", "run_bundle", "widget_for"]
+__all__ = ["live_bundle", "render_static", "run_bundle", "widget_for"]
 
 _widgets: weakref.WeakKeyDictionary[DagRun, Any] = weakref.WeakKeyDictionary()
 _static_only: weakref.WeakSet[DagRun] = weakref.WeakSet()
@@ -30,9 +30,15 @@ def render_static(run: DagRun) -> None:
     _static_only.add(run)
 
 
+def _widget_bundle(run: DagRun) -> dict[str, Any]:
+    """The widget's own mime bundle (ipywidgets returns it alone or as ``(data, metadata)``)."""
+    bundle = widget_for(run)._repr_mimebundle_()
+    return dict(bundle[0] if isinstance(bundle, tuple) else bundle)
+
+
 def live_bundle(run: DagRun) -> dict[str, Any]:
     """The widget alone, for the live view shown while a cell runs."""
-    bundle = dict(widget_for(run)._repr_mimebundle_())
+    bundle = _widget_bundle(run)
     bundle["text/plain"] = f"dagmagic live view of {run.goal[:60]!r}"
     return bundle
 
@@ -41,13 +47,8 @@ def run_bundle(run: DagRun, include: Any = None, exclude: Any = None) -> dict[st
     """The run's display: the widget view (in a kernel) and the static views for everything else."""
     bundle: dict[str, Any] = run_mimebundle(run)
     if run not in _static_only and _in_kernel():
-        bundle = {**widget_for(run)._repr_mimebundle_(), **bundle}
+        bundle = {**_widget_bundle(run), **bundle}
     return bundle
-
-
-def register_formatters(shell: Any) -> None:
-    """Teach IPython to display ``DagRun`` objects with ``run_bundle``."""
-    shell.display_formatter.mimebundle_formatter.for_type(DagRun, run_bundle)
 
 
 def _in_kernel() -> bool:

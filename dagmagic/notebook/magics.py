@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import shlex
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
@@ -18,12 +18,14 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 from traitlets import Bool, Float, Int, Unicode
 
-from dagmagic.engine.context import Exchange
-from dagmagic.engine.run import DagRun
-from dagmagic.engine.session import DagSession
 from dagmagic.errors import ConfigurationError, DagError
-from dagmagic.llm.registry import ROLE_ENV, STANDARD_ROLES, ModelRegistry
-from dagmagic.settings import DagSettings
+
+if TYPE_CHECKING:  # the engine loads on the first %%dag, not with the extension: loading must stay fast
+    from dagmagic.engine.context import Exchange
+    from dagmagic.engine.run import DagRun
+    from dagmagic.engine.session import DagSession
+    from dagmagic.llm.registry import ModelRegistry
+    from dagmagic.settings import DagSettings
 
 __all__ = ["NO_MODEL_HELP", "DagMagics", "last_run", "run_dag_cell", "run_demo"]
 
@@ -35,6 +37,7 @@ NO_MODEL_HELP = (
 
 _CONTEXT_CHARS = 1000
 _SUBCOMMANDS = ("models", "config", "history", "show", "stop", "followup", "trace", "demo")
+_ROLES = ("smart", "general", "fast", "reasoning")
 
 _active: DagMagics | None = None
 
@@ -201,6 +204,8 @@ class DagMagics(Magics):
             raise UsageError(f"bad %%dag options: {line!r}; see %%dag? for the options") from None
 
     def _settings(self, args: Any) -> DagSettings:
+        from dagmagic.settings import DagSettings
+
         values: dict[str, Any] = {
             "max_concurrency": self.max_concurrency,
             "max_replan_rounds": self.max_rounds,
@@ -219,6 +224,8 @@ class DagMagics(Magics):
             raise UsageError(str(exc)) from None
 
     def _session(self, args: Any) -> DagSession:
+        from dagmagic.engine.session import DagSession
+
         settings = self._settings(args)
         tools = [self._variable(name, "--tools") for name in _names(args.tools)]
         try:
@@ -229,7 +236,9 @@ class DagMagics(Magics):
         return session
 
     def _registry(self, args: Any, settings: DagSettings) -> ModelRegistry:
-        flags = {role: getattr(args, role) for role in STANDARD_ROLES if getattr(args, role)}
+        from dagmagic.llm.registry import ModelRegistry
+
+        flags = {role: getattr(args, role) for role in _ROLES if getattr(args, role)}
         if args.models and flags:
             raise UsageError("use either --models or the role options (--smart, --general, ...), not both")
         if args.models:
@@ -237,9 +246,9 @@ class DagMagics(Magics):
             if isinstance(value, ModelRegistry):
                 return value
             return self._registry_of({role: value for role in ("smart",)})
-        configured = {role: getattr(self, f"{role}_model") for role in STANDARD_ROLES}
-        from_settings = {role: getattr(settings, f"{role}_model") for role in STANDARD_ROLES}
-        specs = {role: flags.get(role) or configured[role] or from_settings[role] for role in STANDARD_ROLES}
+        configured = {role: getattr(self, f"{role}_model") for role in _ROLES}
+        from_settings = {role: getattr(settings, f"{role}_model") for role in _ROLES}
+        specs = {role: flags.get(role) or configured[role] or from_settings[role] for role in _ROLES}
         specs = {role: spec for role, spec in specs.items() if spec}
         if not specs:
             raise UsageError(NO_MODEL_HELP)
@@ -247,6 +256,8 @@ class DagMagics(Magics):
 
     def _registry_of(self, specs: dict[str, Any]) -> ModelRegistry:
         """One entry per distinct model; a spec naming a notebook variable uses that object."""
+        from dagmagic.llm.registry import ModelRegistry
+
         registry = ModelRegistry()
         grouped: dict[int, tuple[str, Any, list[str]]] = {}
         for role, spec in specs.items():
@@ -288,16 +299,21 @@ class DagMagics(Magics):
         return handler(rest)
 
     def _cmd_models(self, _: str) -> None:
-        specs = {role: getattr(self, f"{role}_model") for role in STANDARD_ROLES}
+        from dagmagic.llm.registry import ROLE_ENV
+        from dagmagic.settings import DagSettings
+
+        specs = {role: getattr(self, f"{role}_model") for role in _ROLES}
         settings = DagSettings(**self.overrides)
-        for role in STANDARD_ROLES:
+        for role in _ROLES:
             spec = specs[role] or getattr(settings, f"{role}_model")
             source = "DagMagics" if specs[role] else ROLE_ENV[role]
             print(f"{role:10} {spec or '(falls back)'}" + (f"   [{source}]" if spec else ""))
-        if not any(specs.values()) and not any(getattr(settings, f"{r}_model") for r in STANDARD_ROLES):
+        if not any(specs.values()) and not any(getattr(settings, f"{r}_model") for r in _ROLES):
             print(NO_MODEL_HELP)
 
     def _cmd_config(self, rest: str) -> None:
+        from dagmagic.settings import DagSettings
+
         if not rest:
             for key, value in sorted(self.overrides.items()):
                 print(f"{key} = {value!r}")

@@ -45,7 +45,7 @@ class DagWidget(anywidget.AnyWidget):
     now = traitlets.Float(0.0).tag(sync=True)
     started_at = traitlets.Float(0.0).tag(sync=True)
 
-    def __init__(self, run: DagRun, *, max_rate: float = 20.0, **kwargs: Any) -> None:
+    def __init__(self, run: DagRun, *, max_rate: float = 15.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.run = run
         self.max_rate = max_rate
