@@ -34,6 +34,7 @@ class DagWidget(anywidget.AnyWidget):
     _esm = _STATIC / "widget.js"
     _css = _STATIC / "widget.css"
 
+    run_id = traitlets.Unicode("").tag(sync=True)
     goal = traitlets.Unicode("").tag(sync=True)
     status = traitlets.Unicode("running").tag(sync=True)
     error = traitlets.Unicode("").tag(sync=True)
@@ -113,6 +114,7 @@ def widget_state(run: DagRun) -> dict[str, Any]:
     """Every synced trait's value for the run, as fresh containers."""
     usage = run.usage
     return {
+        "run_id": run.run_id,
         "goal": run.goal,
         "status": run.status,
         "error": run.error or "",

@@ -29,11 +29,12 @@ const FEEDS = /** @type {Record<(typeof TRAITS)[number], Part[]>} */ ({
 const ALL_PARTS = /** @type {Part[]} */ (["header", "rounds", "answer", "controls", "trace"]);
 
 /**
- * The views of each model, oldest first. A `%%dag` cell shows its run live while it runs, then again as the
- * cell's value: the newer view hides the older, so the cell shows one widget.
- * @type {WeakMap<Model, HTMLElement[]>}
+ * The views of each run, oldest first. A `%%dag` cell shows its run live while it runs, then again as the
+ * cell's value: the newer view hides the older, so the cell shows one widget. Keyed by the run's id: the
+ * model object a view receives may be a per-view wrapper.
+ * @type {Map<string, HTMLElement[]>}
  */
-const viewsByModel = new WeakMap();
+const viewsByRun = new Map();
 
 /**
  * One frame later (or a timer's worth, where there are no frames: background tabs, some test environments).
@@ -131,10 +132,13 @@ function render({ model, el }) {
   ALL_PARTS.forEach((p) => dirty.add(p));
   flush(); // the first drawing is synchronous: the view is complete when render returns
   el.append(root);
-  const views = viewsByModel.get(model) ?? [];
-  for (const older of views) older.hidden = true;
-  views.push(root);
-  viewsByModel.set(model, views);
+  const runId = readState(model).run_id;
+  if (runId) {
+    const views = viewsByRun.get(runId) ?? [];
+    for (const older of views) older.hidden = true;
+    views.push(root);
+    viewsByRun.set(runId, views);
+  }
 
   return () => {
     alive = false;
@@ -143,8 +147,9 @@ function render({ model, el }) {
     for (const [event, handler] of handlers) model.off(event, handler);
     controller.abort();
     root.remove();
-    const remaining = (viewsByModel.get(model) ?? []).filter((view) => view !== root);
-    viewsByModel.set(model, remaining);
+    const remaining = (viewsByRun.get(runId) ?? []).filter((view) => view !== root);
+    if (remaining.length) viewsByRun.set(runId, remaining);
+    else viewsByRun.delete(runId);
     const newest = remaining[remaining.length - 1];
     if (newest) newest.hidden = false;
   };

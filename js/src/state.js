@@ -53,6 +53,7 @@ export function readState(model) {
   const status = String(get(model, "status") ?? "running");
   const usage = /** @type {Partial<Traits["usage"]> | null} */ (get(model, "usage")) ?? {};
   return {
+    run_id: String(get(model, "run_id") ?? ""),
     goal: String(get(model, "goal") ?? ""),
     status: /** @type {Traits["status"]} */ (status),
     error: String(get(model, "error") ?? ""),

@@ -84,6 +84,7 @@
 
 /**
  * @typedef {object} Traits
+ * @property {string} run_id  identifies the run: a newer view of the same run hides the older
  * @property {string} goal
  * @property {RunStatus} status
  * @property {string} error

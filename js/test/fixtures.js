@@ -237,6 +237,7 @@ export function sampleState() {
   };
 
   return {
+    run_id: "run-1",
     goal: "Compare the populations of France and Germany",
     status: "running",
     error: "",

@@ -504,7 +504,7 @@ describe("lifecycle", () => {
     const cleanup = widget.render({ model: /** @type {any} */ (model), el: value });
     const [older, newer] = [live, value].map((el) => /** @type {HTMLElement} */ (el.querySelector(".dagmagic")));
     expect([older.hidden, newer.hidden]).toEqual([true, false]);
-    const other = mount();
+    const other = mount({ ...sampleState(), run_id: "run-2" });
     expect(/** @type {HTMLElement} */ (other.el.querySelector(".dagmagic")).hidden).toBe(false);
     cleanup();
     expect(older.hidden).toBe(false);
