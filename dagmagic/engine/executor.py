@@ -68,6 +68,10 @@ class DagExecutor:
         self._all_settled = asyncio.Event()
         self._cancelling = False
         self._closed = not open_ended
+        # One timer serves every running step's deadline: steps share one timeout and enter in start order,
+        # so the first entry is the earliest (a timer per step costs ~5 us and leaves a cancelled heap entry).
+        self._deadlines: dict[str, tuple[float, asyncio.Timeout]] = {}
+        self._deadline_timer: asyncio.TimerHandle | None = None
 
     async def execute(self) -> ExecutionPlan:
         """Run every step that can run; return the plan with every step in a final state."""
@@ -88,6 +92,9 @@ class DagExecutor:
             raise
         finally:
             watcher.cancel()
+            if self._deadline_timer is not None:
+                self._deadline_timer.cancel()
+                self._deadline_timer = None
         for step in self._steps.values():
             if step.status in _UNSTARTED:  # only a plan that skipped validation can get here
                 waiting_on = [d for d in step.dependencies if self._status_of(d) != "completed"]
@@ -179,8 +186,13 @@ class DagExecutor:
         self.emit(StepStarted(round=self.plan.round, step_id=step.id, model=step.model))
         dependencies = {d: self._steps.get(d) or self.earlier[d] for d in step.dependencies}
         try:
-            async with asyncio.timeout(self.step_timeout) as deadline:
-                result = await self.run_step(step, dependencies)
+            async with asyncio.timeout(None) as deadline:
+                self._deadlines[step.id] = (asyncio.get_running_loop().time() + self.step_timeout, deadline)
+                self._arm_deadline_timer()
+                try:
+                    result = await self.run_step(step, dependencies)
+                finally:
+                    self._deadlines.pop(step.id, None)
         except asyncio.CancelledError:
             self._finish(step, "cancelled", "Cancelled")
             raise
@@ -218,6 +230,22 @@ class DagExecutor:
                 self._waiting[child_id] -= 1
                 if self._waiting[child_id] == 0:
                     self._dispatch(child)
+
+    def _arm_deadline_timer(self) -> None:
+        if self._deadline_timer is None and self._deadlines:
+            when = next(iter(self._deadlines.values()))[0]
+            self._deadline_timer = asyncio.get_running_loop().call_at(when, self._expire_deadlines)
+
+    def _expire_deadlines(self) -> None:
+        """Expire the scope of every step past its deadline (it raises TimeoutError, ``expired()`` true)."""
+        self._deadline_timer = None
+        now = asyncio.get_running_loop().time()
+        for sid, (when, scope) in list(self._deadlines.items()):
+            if when > now:
+                break
+            del self._deadlines[sid]
+            scope.reschedule(now)
+        self._arm_deadline_timer()
 
     async def _watch_stop(self) -> None:
         await self.stop.wait()
