@@ -17,6 +17,9 @@ log = logging.getLogger("dagmagic")
 
 Listener = Callable[[Event], object]
 
+WAKE_EVERY = 0.1
+"""Seconds between wake-ups of the event loop while something awaits a run."""
+
 
 class RunFailedError(DagError):
     """``run.raise_for_status()`` on a run that failed; the run itself is on ``.run``."""
@@ -107,9 +110,14 @@ class DagRun:
         return self.state.status != "running"
 
     async def wait(self) -> DagRun:
-        """The run, once it has ended (cancelling the waiter does not cancel the run)."""
-        if self._task is not None and not self._task.done():
-            await asyncio.wait([self._task])
+        """The run, once it has ended (cancelling the waiter does not cancel the run).
+
+        The wait wakes the event loop every ``WAKE_EVERY`` seconds: ipykernel's Interrupt schedules the
+        cell's cancellation with a plain ``call_soon`` that runs only when the loop next wakes (ipykernel
+        issue 881), which could otherwise be the end of a 30 s model call.
+        """
+        while self._task is not None and not self._task.done():
+            await asyncio.wait([self._task], timeout=WAKE_EVERY)
         return self
 
     def __await__(self) -> Generator[Any, None, DagRun]:

@@ -182,7 +182,11 @@ class DagMagics(Magics):
         elif self.widget and not args.no_widget:
             from dagmagic.notebook.display import live_bundle
 
-            display(live_bundle(run), raw=True)
+            try:
+                display(live_bundle(run), raw=True)
+            except BaseException:
+                run.cancel()  # a run whose view failed must not go on unseen in the background
+                raise
         return run
 
     def _goal(self, args: Any, cell: str) -> str:

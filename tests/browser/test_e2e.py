@@ -1,0 +1,192 @@
+"""End to end in JupyterLab 4 and Debian's chromium: a scripted ``%%dag`` run drawn live by the widget.
+
+Steps take about a second each so every state can be seen. Assertions are on the DOM hooks of the widget
+(``.dagmagic-node[data-step-id][data-status]``, ``.dagmagic-answer``, ``.dagmagic-detail``, ...).
+Screenshots land in ``test-output/e2e/`` for humans. Select or deselect these tests with ``-m browser``.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+
+import pytest
+from playwright.sync_api import Locator, expect
+
+from .conftest import CHROMIUM, WAIT_MS, NotebookPage
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.timeout(180),  # the first test also starts JupyterLab and chromium
+    pytest.mark.skipif(not CHROMIUM.exists(), reason=f"Debian's chromium is not installed at {CHROMIUM}"),
+]
+
+ANSWER = (
+    "The answer is **42**: the first half gives six, the second half gives seven, and six times seven makes "
+    "forty-two, as both lookups agree."
+)
+ANSWER_WORDS = ANSWER.split(" ")
+ANSWER_TEXT = ANSWER.replace("**", "")
+"""The answer as the widget shows it, Markdown rendered."""
+
+MODELS = textwrap.dedent(
+    """
+    import asyncio, pathlib
+    from dagmagic.testing import ScriptedLLM
+
+    PLAN = {"steps": [
+        {"id": "s1", "task": "Look up the first half"},
+        {"id": "s2", "task": "Look up the second half"},
+        {"id": "s3", "task": "Multiply both halves", "dependencies": ["s1", "s2"]},
+    ]}
+    ACHIEVED = {"achieved": True, "confidence": 0.9, "reasoning": "Both halves are known.", "final_answer": "42"}
+    RESULTS = {"s1": "six", "s2": "seven", "s3": "forty-two"}
+
+    async def step(request):
+        # round 1's parallel pair waits for the test to create the gate file: their "running" state lasts
+        # exactly as long as the test needs to look at it
+        if request.round == 1 and request.step_id in ("s1", "s2"):
+            while not pathlib.Path(GATE).exists():
+                await asyncio.sleep(0.05)
+        return RESULTS.get(request.step_id, "done")
+
+    def scripted(**overrides):
+        script = {
+            "route": [{"domain": None}],
+            "plan": [PLAN],
+            "step": step,
+            "analyze": [ACHIEVED],
+            "synthesize": [[word + " " for word in ANSWER_WORDS]],
+        }
+        return ScriptedLLM({**script, **overrides}, latency={"step": 1.0}, chunk_delay=0.08)
+    """
+)
+
+
+class Gate:
+    """The file round 1's steps s1 and s2 wait for (in the notebook's folder, the kernel's working directory)."""
+
+    def __init__(self, notebook: NotebookPage, name: str) -> None:
+        self.name = f"{name}.gate"
+        self.path = notebook.lab.root / self.name
+
+    def open(self) -> None:
+        self.path.touch()
+
+
+def cells(gate: Gate, model: str, goal: str) -> list[str]:
+    setup = f"GATE = {gate.name!r}\nANSWER_WORDS = {ANSWER_WORDS!r}\n{MODELS}\nllm = {model}"
+    return ["%load_ext dagmagic", setup, f"%%dag --models llm\n{goal}"]
+
+
+def node(widget: Locator, step: str, round_index: int | None = None) -> Locator:
+    """A step's box, in the given round (or the only one)."""
+    scope = widget.locator(f'.dagmagic-round[data-round="{round_index}"]') if round_index else widget
+    return scope.locator(f'.dagmagic-node[data-step-id="{step}"]')
+
+
+def expect_waiting_for_the_gate(widget: Locator) -> None:
+    """Round 1 planned: s1 and s2 run (held by the gate), s3 waits for both."""
+    expect(widget.locator(".dagmagic-node")).to_have_count(3)
+    expect(node(widget, "s1")).to_have_attribute("data-status", "running")
+    expect(node(widget, "s2")).to_have_attribute("data-status", "running")
+    expect(node(widget, "s3")).to_have_attribute("data-status", "pending")
+
+
+def test_a_live_run_draws_the_dag_streams_the_answer_and_shows_a_steps_detail(notebook: NotebookPage) -> None:
+    gate = Gate(notebook, "live_run")
+    notebook.open("live_run", cells(gate, "scripted()", "What is six times seven?"))
+    notebook.run_all()
+    widget = notebook.widget()
+
+    # the DAG appears with its three steps: the parallel pair runs while the step that needs both waits
+    expect_waiting_for_the_gate(widget)
+    expect(widget.locator(".dagmagic-status")).to_have_attribute("data-status", "running")
+    gate.open()
+    expect(node(widget, "s3")).to_have_attribute("data-status", "running")
+    for step in ("s1", "s2", "s3"):
+        expect(node(widget, step)).to_have_attribute("data-status", "completed")
+
+    # the answer streams: first a part of it, then all of it
+    body = widget.locator(".dagmagic-answer .dagmagic-answer-body")
+    notebook.page.wait_for_function(
+        """([el, full]) => {
+            const text = el.innerText.trim().replace(/\\s+/g, " ");
+            return text.length > 0 && text.length < full.length && full.startsWith(text);
+        }""",
+        arg=[body.element_handle(), ANSWER_TEXT],
+        timeout=WAIT_MS,
+    )
+    expect(body).to_have_text(ANSWER_TEXT)
+    expect(body.locator("strong")).to_have_text("42")  # rendered as Markdown
+    expect(widget.locator(".dagmagic-status")).to_have_attribute("data-status", "done")
+    notebook.wait_until_done()
+    expect(notebook.widgets()).to_have_count(1)  # the live view and the cell's value: one visible widget
+    expect(widget.locator(".dagmagic-verdict")).to_contain_text("achieved")
+    expect(widget.locator(".dagmagic-trace")).to_contain_text("LLM calls")
+
+    # a click on a step shows its detail: task, result
+    node(widget, "s2").click()
+    detail = widget.locator('.dagmagic-detail[data-step-id="s2"]')
+    expect(detail).to_be_visible()
+    expect(detail.locator(".dagmagic-detail-task")).to_have_text("Look up the second half")
+    expect(detail).to_contain_text("seven")
+    notebook.screenshot("live-run", focus=detail)
+    assert notebook.errors == []
+
+
+def test_stop_skips_the_steps_not_started(notebook: NotebookPage) -> None:
+    gate = Gate(notebook, "stop")
+    notebook.open("stop", cells(gate, "scripted()", "Stop me half-way"))
+    notebook.run_all()
+    widget = notebook.widget()
+
+    expect_waiting_for_the_gate(widget)
+    widget.locator(".dagmagic-stop").click()
+    expect(node(widget, "s3")).to_have_attribute("data-status", "skipped")  # at once, while s1 and s2 still run
+    expect(node(widget, "s1")).to_have_attribute("data-status", "running")
+    gate.open()
+    expect(node(widget, "s1")).to_have_attribute("data-status", "completed")  # running steps finish
+    expect(node(widget, "s2")).to_have_attribute("data-status", "completed")
+    expect(widget.locator(".dagmagic-status")).to_have_attribute("data-status", "done")
+    notebook.wait_until_done()
+
+    node(widget, "s3").click()
+    detail = widget.locator('.dagmagic-detail[data-step-id="s3"]')
+    expect(detail).to_contain_text("Skipped — user changed requirements")
+    notebook.screenshot("stop", focus=detail)
+    assert notebook.errors == []
+
+
+def test_a_follow_up_triggers_a_visible_replan(notebook: NotebookPage) -> None:
+    # round 1 alone would end the run: not achieved, but confident enough that replanning would not help;
+    # only the follow-up can bring round 2
+    model = (
+        "scripted("
+        'plan=[PLAN, {"steps": [{"id": "s1", "task": "Redo it in base 13", "dependencies": ["r1.s1", "r1.s2"]}]}], '
+        'analyze=[{"achieved": False, "confidence": 0.95, "reasoning": "Not in the base asked for."}, ACHIEVED])'
+    )
+    gate = Gate(notebook, "follow_up")
+    notebook.open("follow_up", cells(gate, model, "What is six times seven?"))
+    notebook.run_all()
+    widget = notebook.widget()
+
+    expect_waiting_for_the_gate(widget)
+    widget.locator(".dagmagic-followup-input").fill("Give it in base 13")
+    widget.locator(".dagmagic-followup-send").click()
+    expect(node(widget, "s3", 1)).to_have_attribute("data-status", "skipped")  # the follow-up skipped it at once
+    gate.open()
+
+    expect(widget.locator(".dagmagic-round")).to_have_count(2)
+    expect(node(widget, "s1", 2)).to_contain_text("Redo it in base 13")
+    expect(node(widget, "s1", 2)).to_have_attribute("data-status", "completed")
+    expect(widget.locator(".dagmagic-status")).to_have_attribute("data-status", "done")
+    notebook.wait_until_done()
+
+    first = widget.locator('.dagmagic-round[data-round="1"]')
+    expect(first.locator(".dagmagic-round-summary")).to_contain_text("replan")
+    first.locator(".dagmagic-round-toggle").click()  # earlier rounds are collapsed: open it for its verdict
+    decision = first.locator('.dagmagic-decision[data-action="replan"]')
+    expect(decision).to_contain_text(re.compile("follow-up", re.IGNORECASE))
+    notebook.screenshot("follow-up", focus=decision)
+    assert notebook.errors == []

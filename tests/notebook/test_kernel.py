@@ -1,0 +1,360 @@
+"""``%%dag`` in a real ipykernel, driven through jupyter_client the way JupyterLab drives it.
+
+One kernel serves the module. Scripted models are defined inside it from code strings; the widget's
+messages are read from iopub and the front end's are sent on the shell channel. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from jupyter_client.blocking.client import BlockingKernelClient
+from jupyter_client.manager import KernelManager
+
+pytestmark = pytest.mark.timeout(120)  # the first test also starts the kernel
+
+Message = dict[str, Any]
+
+MIN_IPYKERNEL = (7, 4)
+"""Comm messages (the widget's Stop) reach an async cell while it runs only from ipykernel 7.4 on."""
+
+STOPPED_REASON = "Skipped — user changed requirements"
+
+SETUP = textwrap.dedent(
+    """
+    %load_ext dagmagic
+    import asyncio, json
+    import dagmagic
+    from dagmagic.testing import ScriptedLLM
+
+    PLAN = {"steps": [
+        {"id": "s1", "task": "look up the first half"},
+        {"id": "s2", "task": "look up the second half"},
+        {"id": "s3", "task": "combine both halves", "dependencies": ["s1", "s2"]},
+    ]}
+
+    def scripted(latency=0.0, chunk_delay=0.0, **overrides):
+        script = {
+            "route": [{"domain": None}],
+            "plan": [PLAN],
+            "step": ["a result"],
+            "analyze": [{"achieved": True, "confidence": 0.9, "reasoning": "fine", "final_answer": "42"}],
+            "synthesize": [["The answer ", "is 42."]],
+        }
+        return ScriptedLLM({**script, **overrides}, latency=latency, chunk_delay=chunk_delay)
+
+    def steps_of(run, round_index=0):
+        plan = run.rounds[round_index].plan
+        return {step.id: [step.status, step.error] for step in plan.steps}
+
+    import ipykernel
+    print(ipykernel.__version__)
+    """
+)
+
+
+# --- a small jupyter_client driver ---------------------------------------------------------------------------
+
+
+@dataclass
+class CellResult:
+    """One executed cell: its iopub messages, its execute_reply, and when it was sent and finished."""
+
+    messages: list[Message]
+    reply: Message
+    submitted: float
+    finished: float
+    """``time.monotonic()`` when the cell's idle status arrived."""
+
+    @property
+    def duration(self) -> float:
+        return self.finished - self.submitted
+
+    @property
+    def status(self) -> str:
+        return str(self.reply["content"]["status"])
+
+    @property
+    def stdout(self) -> str:
+        return "".join(m["content"]["text"] for m in self.of_type("stream") if m["content"]["name"] == "stdout")
+
+    @property
+    def result(self) -> dict[str, Any]:
+        """The execute_result's data ({} when the cell has no value)."""
+        results = self.of_type("execute_result")
+        return dict(results[-1]["content"]["data"]) if results else {}
+
+    @property
+    def error(self) -> str:
+        """The traceback as plain text ('' when the cell did not fail)."""
+        lines = [line for m in self.of_type("error") for line in m["content"]["traceback"]]
+        return re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(lines))
+
+    def of_type(self, msg_type: str) -> list[Message]:
+        return [m for m in self.messages if m["msg_type"] == msg_type]
+
+
+@dataclass
+class Kernel:
+    """A started kernel, its client, and every iopub message seen so far with its arrival time."""
+
+    manager: KernelManager
+    client: BlockingKernelClient
+    log: list[tuple[float, Message]] = field(default_factory=list)
+
+    def _read(self, deadline: float) -> Message | None:
+        """The next iopub message, or None once the deadline has passed."""
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                msg: Message = self.client.get_iopub_msg(timeout=min(remaining, 0.2))
+            except queue.Empty:
+                continue
+            self.log.append((time.monotonic(), msg))
+            return msg
+        return None
+
+    def submit(self, code: str) -> str:
+        """Send a cell without waiting; returns its msg_id."""
+        return str(self.client.execute(code, allow_stdin=False))
+
+    def wait_for(self, predicate: Callable[[Message], bool], what: str, timeout: float = 20.0) -> Message:
+        """The first iopub message (seen before or arriving now) that satisfies ``predicate``."""
+        for _, msg in self.log:
+            if predicate(msg):
+                return msg
+        deadline = time.monotonic() + timeout
+        while (msg := self._read(deadline)) is not None:
+            if predicate(msg):
+                return msg
+        raise AssertionError(f"no iopub message with {what} within {timeout} s")
+
+    def collect(self, msg_id: str, submitted: float, timeout: float = 30.0) -> CellResult:
+        """Every iopub message of the cell until the kernel is idle again, then its execute_reply."""
+        deadline = time.monotonic() + timeout
+        messages = [m for _, m in self.log if _parent(m) == msg_id]
+        finished = next((t for t, m in self.log if _parent(m) == msg_id and _is_idle(m)), None)
+        while finished is None:
+            msg = self._read(deadline)
+            if msg is None:
+                seen = [(m["msg_type"], str(m["content"])[:160]) for m in messages]
+                raise AssertionError(f"the cell did not finish within {timeout} s; it sent {seen}")
+            if _parent(msg) == msg_id:
+                messages.append(msg)
+                finished = self.log[-1][0] if _is_idle(msg) else None
+        while True:  # the execute_reply follows the idle status closely
+            try:
+                reply: Message = self.client.get_shell_msg(timeout=max(deadline - time.monotonic(), 2.0))
+            except queue.Empty:
+                raise AssertionError(f"no execute_reply for {msg_id}") from None
+            if _parent(reply) == msg_id:
+                return CellResult(messages, reply, submitted, finished)
+
+    def execute(self, code: str, timeout: float = 30.0, *, ok: bool = True) -> CellResult:
+        """Run a cell to its end; unless ``ok=False``, a failing cell fails the test with its traceback."""
+        submitted = time.monotonic()
+        result = self.collect(self.submit(code), submitted, timeout)
+        if ok:
+            assert result.status == "ok", f"the cell failed:\n{code}\n{result.error}"
+        return result
+
+    def send_comm_msg(self, comm_id: str, data: dict[str, Any]) -> None:
+        """What the front end sends when the widget calls ``model.send(...)``."""
+        self.client.shell_channel.send(self.client.session.msg("comm_msg", {"comm_id": comm_id, "data": data}))
+
+    def widget_comm_id(self, msg_id: str) -> str:
+        """The comm id of the dagmagic widget the cell opened."""
+        opened = self.wait_for(
+            lambda m: (
+                m["msg_type"] == "comm_open"
+                and _parent(m) == msg_id
+                and m["content"]["target_name"] == "jupyter.widget"
+                and "goal" in m["content"]["data"]["state"]
+            ),
+            "the widget's comm_open",
+        )
+        return str(opened["content"]["comm_id"])
+
+    def updates(self, comm_id: str) -> list[Message]:
+        """The state updates the widget has sent so far."""
+        return [
+            m
+            for _, m in self.log
+            if m["msg_type"] == "comm_msg"
+            and m["content"]["comm_id"] == comm_id
+            and m["content"]["data"].get("method") == "update"
+        ]
+
+
+def _parent(msg: Message) -> str | None:
+    parent: str | None = msg["parent_header"].get("msg_id")
+    return parent
+
+
+def _is_idle(msg: Message) -> bool:
+    return msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle"
+
+
+def _node_statuses(msg: Message) -> dict[str, str]:
+    """Step id -> status in a widget update that carries the rounds ({} otherwise)."""
+    state = msg["content"]["data"].get("state", {}) if msg["msg_type"] == "comm_msg" else {}
+    rounds = state.get("rounds") or []
+    return {node["id"]: node["status"] for node in rounds[-1]["nodes"]} if rounds else {}
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:2])
+
+
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kernel]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DAG_")}
+    env.update(LITELLM_LOCAL_MODEL_COST_MAP="True", DAG_STORE="none", PYDEVD_DISABLE_FILE_VALIDATION="1")
+    # the "python3" spec runs this interpreter: jupyter_client swaps a leading "python" for sys.executable
+    manager = KernelManager(kernel_name="python3")
+    manager.start_kernel(cwd=str(tmp_path_factory.mktemp("kernel")), env=env)
+    client = manager.client()
+    try:
+        client.start_channels()
+        client.wait_for_ready(timeout=60)
+        session = Kernel(manager, client)
+        setup = session.execute(SETUP, timeout=60)
+        assert _version(setup.stdout) >= MIN_IPYKERNEL, f"ipykernel {setup.stdout.strip()} is too old"
+        yield session
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+
+
+# --- the tests -----------------------------------------------------------------------------------------------
+
+
+def test_a_dag_cell_returns_the_run_with_its_answer(kernel: Kernel) -> None:
+    kernel.execute("llm = scripted()")
+    cell = kernel.execute("%%dag --models llm\nWhat is six times seven?")
+    assert cell.result["text/plain"] == (
+        "<DagRun done: 'What is six times seven?' rounds=1 steps=3/3 completed achieved=True confidence=0.90>"
+    )
+    assert "application/vnd.jupyter.widget-view+json" in cell.result  # the live widget, in a kernel
+    assert "| s3 | completed |" in cell.result["text/markdown"]  # and the static views for everything else
+    (live,) = cell.of_type("display_data")  # the live view shown while the cell ran
+    assert "application/vnd.jupyter.widget-view+json" in live["content"]["data"]
+    assert kernel.execute("print(dagmagic.last_run().answer)").stdout == "The answer is 42.\n"
+
+
+def test_interrupt_cancels_the_run_within_two_seconds(kernel: Kernel, record_property: Any) -> None:
+    kernel.execute('slow = scripted(latency={"step": 30})')
+    submitted = time.monotonic()
+    msg_id = kernel.submit("%%dag --models slow\na goal that takes too long")
+    comm_id = kernel.widget_comm_id(msg_id)
+    kernel.wait_for(
+        lambda m: (
+            _parent(m) == msg_id
+            and m["msg_type"] == "comm_msg"
+            and m["content"]["comm_id"] == comm_id
+            and _node_statuses(m).get("s1") == "running"
+            and _node_statuses(m).get("s2") == "running"
+        ),
+        "s1 and s2 running",
+    )
+    time.sleep(1.0)  # mid-step, with nothing else due on the kernel's loop: the case a user meets
+    interrupted = time.monotonic()
+    kernel.manager.interrupt_kernel()
+    cell = kernel.collect(msg_id, submitted, timeout=40)
+    latency = cell.finished - interrupted
+    record_property("interrupt_latency_s", round(latency, 3))
+    print(f"interrupt latency: {latency:.3f} s")
+    assert latency < 2.0, f"the cell ended {latency:.1f} s after the interrupt"
+    assert cell.status == "error" and cell.reply["content"]["ename"] in ("CancelledError", "KeyboardInterrupt")
+
+    after = kernel.execute(
+        "run = dagmagic.last_run()\n"
+        "print(run.status)\n"
+        "print(json.dumps(steps_of(run)))\n"
+        "print([t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith('dagmagic:') and not t.done()])"
+    )
+    status, steps, leftovers = after.stdout.splitlines()
+    assert status == "cancelled"
+    assert leftovers == "[]"  # nothing of the run is left running on the kernel's loop
+    assert {sid: s for sid, (s, _) in json.loads(steps).items()} == dict.fromkeys(("s1", "s2", "s3"), "cancelled")
+
+
+def test_a_background_run_lets_other_cells_run_and_can_be_awaited(kernel: Kernel) -> None:
+    kernel.execute('bg = scripted(latency={"step": 1.5})')
+    started = kernel.execute("%%dag --models bg --bg -o job\na goal for the background")
+    assert started.duration < 1.5, "--bg must return at once"
+    assert started.result["text/plain"].startswith("<DagRun running: 'a goal for the background'")
+
+    meanwhile = kernel.execute("print(6 * 7, job.status, dagmagic.last_run() is job)")
+    assert meanwhile.stdout == "42 running True\n"  # this cell ran (and finished) while the run went on
+    assert meanwhile.duration < 1.5
+
+    finished = kernel.execute("r = await dagmagic.last_run()\nprint(r is job, r.status, r.answer)", timeout=30)
+    assert finished.stdout == "True done The answer is 42.\n"
+    assert kernel.execute("print(json.dumps(steps_of(job)))").stdout.strip() == json.dumps(
+        {"s1": ["completed", None], "s2": ["completed", None], "s3": ["completed", None]}
+    )
+
+
+def test_the_widgets_stop_message_skips_pending_steps_mid_run(kernel: Kernel) -> None:
+    kernel.execute('stoppable = scripted(latency={"step": 2.0})')
+    submitted = time.monotonic()
+    msg_id = kernel.submit("%%dag --models stoppable\na goal stopped half-way")
+    comm_id = kernel.widget_comm_id(msg_id)
+    kernel.wait_for(
+        lambda m: (
+            m["msg_type"] == "comm_msg"
+            and m["content"]["comm_id"] == comm_id
+            and _node_statuses(m).get("s1") == "running"
+            and _node_statuses(m).get("s2") == "running"
+        ),
+        "s1 and s2 running",
+    )
+    kernel.send_comm_msg(comm_id, {"method": "custom", "content": {"type": "stop"}})
+    cell = kernel.collect(msg_id, submitted, timeout=30)
+    assert cell.status == "ok", cell.error
+    assert cell.result["text/plain"].startswith("<DagRun done: 'a goal stopped half-way' rounds=1 steps=2/3")
+
+    steps = json.loads(kernel.execute("print(json.dumps(steps_of(dagmagic.last_run())))").stdout)
+    assert steps == {"s1": ["completed", None], "s2": ["completed", None], "s3": ["skipped", STOPPED_REASON]}
+    drawn = [_node_statuses(m) for m in kernel.updates(comm_id) if _node_statuses(m)]
+    assert drawn[-1] == {"s1": "completed", "s2": "completed", "s3": "skipped"}  # the front end was told too
+
+
+def test_widget_updates_stay_at_most_20_per_second_while_500_tokens_stream(
+    kernel: Kernel, record_property: Any
+) -> None:
+    kernel.execute('streamer = scripted(synthesize=[[f"t{i} " for i in range(500)]], chunk_delay=0.004)')
+    submitted = time.monotonic()
+    msg_id = kernel.submit("%%dag --models streamer\nstream a long answer")
+    comm_id = kernel.widget_comm_id(msg_id)
+    cell = kernel.collect(msg_id, submitted, timeout=60)
+    assert cell.status == "ok", cell.error
+    full = "".join(f"t{i} " for i in range(500))
+
+    updates = kernel.updates(comm_id)
+    streaming = [m for m in updates if "answer" in m["content"]["data"]["state"]]
+    partial = [m for m in streaming if 0 < len(m["content"]["data"]["state"]["answer"]) < len(full)]
+    assert streaming[-1]["content"]["data"]["state"]["answer"] == full  # the last update carries all of it
+    assert len(partial) >= 2, "the answer did not reach the front end while it streamed"
+
+    sent = [m["header"]["date"].timestamp() for m in streaming]  # the kernel's send times
+    duration = sent[-1] - sent[0]
+    assert duration > 1.0, f"the stream lasted only {duration:.2f} s: too short to measure a rate"
+    rate = (len(streaming) - 1) / duration  # n updates span n - 1 intervals
+    overall = [m["header"]["date"].timestamp() for m in updates]
+    overall_rate = (len(updates) - 1) / (overall[-1] - overall[0])
+    record_property("widget_updates", len(updates))
+    record_property("widget_update_rate_per_s", round(rate, 2))
+    print(f"{len(streaming)} answer updates in {duration:.2f} s: {rate:.1f}/s; all updates: {overall_rate:.1f}/s")
+    assert rate <= 20 * 1.1, f"{rate:.1f} updates/s while streaming"  # 10 % for clock jitter
+    assert overall_rate <= 20 * 1.1, f"{overall_rate:.1f} updates/s over the run"
+    assert len(updates) < 500 / 5  # far fewer messages than tokens

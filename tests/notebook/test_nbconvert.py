@@ -1,0 +1,95 @@
+"""A notebook with a ``%%dag`` cell, executed by nbclient and converted by nbconvert: readers of the saved
+notebook (GitHub, nbconvert, static viewers) see the answer and the step table without the widget.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+pytestmark = pytest.mark.timeout(180)  # a kernel start, a run, then nbconvert in a subprocess
+
+MODEL = textwrap.dedent(
+    """
+    from dagmagic.testing import ScriptedLLM
+
+    llm = ScriptedLLM({
+        "route": [{"domain": None}],
+        "plan": [{"steps": [
+            {"id": "s1", "task": "Find the population of Paris"},
+            {"id": "s2", "task": "Find the population of Berlin"},
+            {"id": "s3", "task": "Compare <both> cities", "dependencies": ["s1", "s2"]},
+        ]}],
+        "step": ["about 2.1 million", "about 3.8 million", "Berlin has more inhabitants"],
+        "analyze": [{"achieved": True, "confidence": 0.9, "reasoning": "both known", "final_answer": "Berlin"}],
+        "synthesize": [["Berlin has ", "more inhabitants ", "than Paris."]],
+    })
+    """
+).strip()
+
+GOAL = "Which city has more inhabitants, Paris or Berlin?"
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DAG_")}
+    env.update(LITELLM_LOCAL_MODEL_COST_MAP="True", DAG_STORE="none", PYDEVD_DISABLE_FILE_VALIDATION="1")
+    return env
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The notebook, executed by nbclient in a real kernel and saved."""
+    folder = tmp_path_factory.mktemp("nbconvert")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("%load_ext dagmagic"),
+        nbformat.v4.new_code_cell(MODEL),
+        nbformat.v4.new_code_cell(f"%%dag --models llm\n{GOAL}"),
+    ]
+    client = NotebookClient(nb, timeout=60, kernel_name="python3", resources={"metadata": {"path": str(folder)}})
+    client.execute(env=_env())
+    path = folder / "dag.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def test_the_executed_notebook_holds_the_run_and_its_static_views(executed: Path) -> None:
+    nb = nbformat.read(executed, as_version=4)
+    *_, dag_cell = nb.cells
+    live, result = dag_cell.outputs
+    assert live.output_type == "display_data" and "application/vnd.jupyter.widget-view+json" in live.data
+    assert result.output_type == "execute_result"
+    assert result.data["text/plain"] == (
+        f"<DagRun done: '{GOAL}' rounds=1 steps=3/3 completed achieved=True confidence=0.90>"
+    )
+    assert {"text/markdown", "text/html", "application/vnd.jupyter.widget-view+json"} <= set(result.data)
+    assert "| s3 | completed | Compare &lt;both&gt; cities |" in result.data["text/markdown"]
+
+
+def test_nbconvert_markdown_shows_the_answer_and_the_step_table(executed: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "nbconvert", "--to", "markdown", str(executed)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_env(),
+    )
+    assert done.returncode == 0, done.stderr
+    markdown = executed.with_suffix(".md").read_text(encoding="utf-8")
+    # nbconvert prefers text/html over text/markdown: the HTML view is what lands in the file
+    assert "<th>step</th><th>status</th><th>task</th><th>model</th><th>s</th><th>result</th>" in markdown
+    for step, task in (("s1", "Find the population of Paris"), ("s2", "Find the population of Berlin")):
+        assert f"<td>{step}</td><td>completed</td><td>{task}</td>" in markdown
+    assert "<td>s3</td><td>completed</td><td>Compare &lt;both&gt; cities</td>" in markdown  # escaped, not a tag
+    assert "<b>Answer</b>" in markdown and "Berlin has more inhabitants than Paris." in markdown
+    assert "<svg" in markdown  # the DAG drawing for static viewers
+    assert f"<DagRun done: '{GOAL}'" not in markdown  # the rich views win over the repr
+    assert re.search(r"dagmagic live view of 'Which city", markdown)  # the live widget's text stand-in
