@@ -109,15 +109,22 @@ class DagRun:
         """Whether the run has ended."""
         return self.state.status != "running"
 
-    async def wait(self) -> DagRun:
-        """The run, once it has ended (cancelling the waiter does not cancel the run).
+    async def wait(self, *, cancel_with_waiter: bool = False) -> DagRun:
+        """The run, once it has ended. Cancelling the waiter leaves the run going, unless
+        ``cancel_with_waiter``: then the run is cancelled too, and waited for, before the cancellation goes on.
 
         The wait wakes the event loop every ``WAKE_EVERY`` seconds: ipykernel's Interrupt schedules the
         cell's cancellation with a plain ``call_soon`` that runs only when the loop next wakes (ipykernel
         issue 881), which could otherwise be the end of a 30 s model call.
         """
-        while self._task is not None and not self._task.done():
-            await asyncio.wait([self._task], timeout=WAKE_EVERY)
+        try:
+            while self._task is not None and not self._task.done():
+                await asyncio.wait([self._task], timeout=WAKE_EVERY)
+        except asyncio.CancelledError:
+            if cancel_with_waiter:
+                self.cancel()
+                await self.wait()
+            raise
         return self
 
     def __await__(self) -> Generator[Any, None, DagRun]:

@@ -77,13 +77,7 @@ class DagSession:
 
     async def run(self, goal: str) -> DagRun:
         """Pursue ``goal`` to its end and return the finished run. Cancelling this cancels the run."""
-        run = self.start(goal)
-        try:
-            return await run.wait()
-        except asyncio.CancelledError:
-            run.cancel()
-            await run.wait()
-            raise
+        return await self.start(goal).wait(cancel_with_waiter=True)
 
     def reset(self) -> None:
         """Forget the conversation: later runs start without history."""

@@ -136,8 +136,6 @@ def demo_session(history: Any = None) -> DagSession:
 
 async def run_demo(magics: DagMagics) -> DagRun:
     """Run the demo like a ``%%dag`` cell: live widget, then the finished run as the cell's value."""
-    from dagmagic.notebook.magics import wait_or_cancel
-
     args = SimpleNamespace(output=None, bg=False, no_widget=False)
     run = magics.launch(demo_session(), DEMO_GOAL, args)
-    return await wait_or_cancel(run)
+    return await run.wait(cancel_with_waiter=True)

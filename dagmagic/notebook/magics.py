@@ -155,7 +155,7 @@ class DagMagics(Magics):
         run = self.launch(self._session(args), self._goal(args, cell), args)
         if args.bg:
             return run
-        return await wait_or_cancel(run)
+        return await run.wait(cancel_with_waiter=True)
 
     def launch(self, session: DagSession, goal: str, args: Any) -> DagRun:
         """Start the run and show it: live above the cell's value, or in the value itself with ``--bg``."""
@@ -387,16 +387,6 @@ class DagMagics(Magics):
             if not run.done():
                 return run
         raise UsageError("no run is running")
-
-
-async def wait_or_cancel(run: DagRun) -> DagRun:
-    """Wait for the run; cancelling the waiter (Interrupt) cancels the run and waits for it to end."""
-    try:
-        return await run.wait()
-    except asyncio.CancelledError:
-        run.cancel()
-        await run.wait()
-        raise
 
 
 def _names(text: str | None) -> list[str]:
