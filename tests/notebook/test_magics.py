@@ -201,3 +201,17 @@ def test_demo_runs_offline(ip: InteractiveShell) -> None:
     assert first.step("s3").status == "failed" and first.step("s4").status == "skipped"
     assert "4.7 times" in run.answer
     assert {c.name for s in first.steps for c in s.tool_calls} == {"city_population", "city_area"}
+
+
+def test_terminal_ipython_prints_a_line_per_step(ip: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:
+    run_cell(ip, "%%dag --models llm\ngoal")
+    out = capsys.readouterr().out
+    for line in ("[round 1] s1 started", "[round 1] s1 completed", "[round 1] s2 completed", "The answer is 42."):
+        assert line in out
+    assert "[done] achieved=True confidence=0.90" in out
+
+
+def test_cell_help_shows_the_options(ip: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:
+    ip.run_cell("%%dag?")
+    shown = capsys.readouterr().out
+    assert "--max-rounds" in shown and "%dag followup TEXT" in shown
