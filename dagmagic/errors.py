@@ -6,7 +6,7 @@ The tree, by whose mistake it is::
     ├── ConfigurationError (ValueError)      the user's set-up: bad setting, no model, duplicate name
     ├── StructuredOutputError (ValueError)   a model never produced output of the requested shape
     ├── PlanningError (ValueError)           no valid plan, even after one re-ask quoting the problem
-    ├── RunNotFinishedError                  a finished run's value was asked for while it still runs
+    ├── RunFailedError                       run.raise_for_status() on a run that failed
     └── ProviderError                        a model provider refused or failed a call
         ├── FatalProviderError               raised at once, never retried
         │   ├── AuthenticationError          missing or wrong API key
@@ -24,6 +24,8 @@ Only ``dagmagic.llm`` turns litellm's exceptions into these, in one place (``llm
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "AuthenticationError",
     "BadRequestError",
@@ -36,7 +38,7 @@ __all__ = [
     "ProviderError",
     "ProviderTimeoutError",
     "RateLimitError",
-    "RunNotFinishedError",
+    "RunFailedError",
     "ServerError",
     "StructuredOutputError",
     "TransientProviderError",
@@ -60,8 +62,12 @@ class PlanningError(DagError, ValueError):
     """The planner produced no usable plan, even after one re-ask quoting the problem."""
 
 
-class RunNotFinishedError(DagError, RuntimeError):
-    """Something that needs a finished run was asked of one still running."""
+class RunFailedError(DagError):
+    """``run.raise_for_status()`` on a run that failed; the run itself is on ``.run``."""
+
+    def __init__(self, run: Any) -> None:
+        super().__init__(f"The run failed: {run.error}")
+        self.run = run
 
 
 class ProviderError(DagError):

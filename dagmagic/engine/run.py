@@ -7,11 +7,11 @@ import logging
 from collections.abc import Callable, Generator
 from typing import Any, Literal
 
-from dagmagic.errors import DagError
+from dagmagic.errors import DagError, RunFailedError
 from dagmagic.events import Event, LLMCallRecorded, PlanReady, StepPlanned
 from dagmagic.models import AnalysisResult, ExecutionPlan, LLMCall, PlanStep, RoundRecord, RunState, RunStatus, Usage
 
-__all__ = ["DagRun", "Listener", "RunFailedError"]
+__all__ = ["DagRun", "Listener"]
 
 log = logging.getLogger("dagmagic")
 
@@ -19,14 +19,6 @@ Listener = Callable[[Event], object]
 
 WAKE_EVERY = 0.1
 """Seconds between wake-ups of the event loop while something awaits a run."""
-
-
-class RunFailedError(DagError):
-    """``run.raise_for_status()`` on a run that failed; the run itself is on ``.run``."""
-
-    def __init__(self, run: DagRun) -> None:
-        super().__init__(f"The run failed: {run.error}")
-        self.run = run
 
 
 class DagRun:

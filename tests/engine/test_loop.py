@@ -237,7 +237,7 @@ async def test_a_planning_failure_fails_the_run_with_a_clear_error_and_still_ans
 
 
 async def test_an_authentication_error_fails_the_run_and_raise_for_status_says_so() -> None:
-    from dagmagic.engine.run import RunFailedError
+    from dagmagic.errors import RunFailedError
 
     run = await session_for(ScriptedLLM(script(plan=[AuthenticationError("invalid key")]))).run("goal")
     assert run.status == "failed" and run.error is not None and "Authentication failed" in run.error
