@@ -100,17 +100,22 @@ class Run:
     events: int
 
 
-async def run_once(config: Config, n: int) -> Run:
-    """Build a fresh plan, execute it and measure it."""
-    plan = config.build(n)
-    log: list[Event] = []
-    executor = DagExecutor(
+def _executor(plan: ExecutionPlan, config: Config, n: int, log: list[Event]) -> DagExecutor:
+    """The executor under test, configured as ``config`` says (events kept in ``log`` when on)."""
+    return DagExecutor(
         plan,
         _run_step,
         max_concurrency=config.concurrency or n,
         step_timeout=600,
         emit=log.append if config.events else None,
     )
+
+
+async def run_once(config: Config, n: int) -> Run:
+    """Build a fresh plan, execute it and measure it."""
+    plan = config.build(n)
+    log: list[Event] = []
+    executor = _executor(plan, config, n, log)
     gc.collect()
     start = time.perf_counter()
     await executor.execute()
@@ -138,13 +143,7 @@ def peak_memory(config: Config, n: int) -> tuple[float, float]:
     log: list[Event] = []
 
     async def execute() -> None:
-        executor = DagExecutor(
-            plan,
-            _run_step,
-            max_concurrency=config.concurrency or n,
-            step_timeout=600,
-            emit=log.append if config.events else None,
-        )
+        executor = _executor(plan, config, n, log)
         await executor.execute()
 
     gc.collect()
