@@ -10,15 +10,26 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter
 
-from dagmagic.models import AnalysisResult, Decision, ExecutionPlan, LLMCall, PlanStep, RunStatus, StepStatus
+from dagmagic.models import (
+    AnalysisResult,
+    Decision,
+    ExecutionPlan,
+    LLMCall,
+    PlanStep,
+    RunPhase,
+    RunStatus,
+    StepStatus,
+)
 
 __all__ = [
     "EVENTS",
     "AnalysisReady",
+    "AnswerCleared",
     "AnswerDelta",
     "AnswerReady",
     "Event",
     "LLMCallRecorded",
+    "PhaseChanged",
     "PlanReady",
     "Replanning",
     "RoundStarted",
@@ -54,6 +65,14 @@ class RoundStarted(_Event):
 
     type: Literal["round_started"] = "round_started"
     round: int
+
+
+class PhaseChanged(_Event):
+    """The run moved to another phase (planning, executing, analyzing, synthesizing, finished)."""
+
+    type: Literal["phase_changed"] = "phase_changed"
+    phase: RunPhase
+    round: int | None = None
 
 
 class PlanReady(_Event):
@@ -155,6 +174,13 @@ class AnswerDelta(_Event):
     text: str
 
 
+class AnswerCleared(_Event):
+    """The answer being written was dropped (a follow-up superseded it); the next one starts afresh."""
+
+    type: Literal["answer_cleared"] = "answer_cleared"
+    reason: str
+
+
 class AnswerReady(_Event):
     """The whole answer."""
 
@@ -162,6 +188,8 @@ class AnswerReady(_Event):
     answer: str
     fallback: bool = False
     """True when the answer came from a fallback rather than the synthesis stream."""
+    partial: bool = False
+    """True when the user stopped the run and the answer covers only what completed."""
 
 
 class RunFinished(_Event):
@@ -192,6 +220,7 @@ class RunWarning(_Event):
 
 Event = Annotated[
     RunStarted
+    | PhaseChanged
     | RoundStarted
     | PlanReady
     | StepPlanned
@@ -204,6 +233,7 @@ Event = Annotated[
     | AnalysisReady
     | Replanning
     | AnswerDelta
+    | AnswerCleared
     | AnswerReady
     | RunFinished
     | LLMCallRecorded

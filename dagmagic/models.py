@@ -13,24 +13,33 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validat
 
 __all__ = [
     "AnalysisResult",
+    "CallStatus",
     "Decision",
     "ExecutionPlan",
     "LLMCall",
     "PlanStep",
     "Purpose",
     "RoundRecord",
+    "RunPhase",
     "RunState",
     "RunStatus",
     "StepStatus",
     "StructuredLevel",
     "ToolCallRecord",
     "Usage",
+    "natural_key",
 ]
 
 StepStatus = Literal["pending", "queued", "running", "retrying", "completed", "failed", "skipped", "cancelled"]
 """A step's life: pending -> queued (ready, waiting for a slot) -> running -> one of the final states."""
 
 RunStatus = Literal["running", "done", "failed", "cancelled"]
+
+RunPhase = Literal["starting", "planning", "executing", "analyzing", "synthesizing", "finished"]
+"""What a run is doing now; user actions take effect by phase (``dagmagic.engine.control``)."""
+
+CallStatus = Literal["ok", "failed", "cancelled"]
+"""How an LLM call ended: a reply, an error, or cancelled before its reply (usage then unknown)."""
 
 Purpose = Literal[
     "history_summary",
@@ -48,6 +57,12 @@ Purpose = Literal[
 StructuredLevel = Literal["tool_call", "json_mode", "text", "regex", "default"]
 
 _EARLIER_ROUND_REF = re.compile(r"^r(\d+)\.(.+)$")
+_DIGITS = re.compile(r"(\d+)")
+
+
+def natural_key(text: str) -> tuple[tuple[int, int | str], ...]:
+    """Sort key that orders numbers by value: ``s2`` before ``s10``."""
+    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in _DIGITS.split(text) if part)
 
 
 class Usage(BaseModel):
@@ -178,7 +193,7 @@ class ExecutionPlan(BaseModel):
         raise KeyError(f"no step {step_id!r} in round {self.round}; steps are {[s.id for s in self.steps]}")
 
     def layers(self) -> list[list[str]]:
-        """Topological levels of step ids, each sorted: level 0 has no dependencies inside the plan.
+        """Topological levels of step ids, each in natural order: level 0 has no dependencies inside the plan.
 
         A step's level is 1 + the highest level of its dependencies. References to earlier rounds
         (``r1.s2``) are already satisfied and do not count. Raises ``ValueError`` naming the steps
@@ -212,7 +227,7 @@ class ExecutionPlan(BaseModel):
         layers: list[list[str]] = [[] for _ in range(max(level.values(), default=-1) + 1)]
         for sid, depth in level.items():
             layers[depth].append(sid)
-        return [sorted(layer) for layer in layers]
+        return [sorted(layer, key=natural_key) for layer in layers]
 
 
 class AnalysisResult(BaseModel):
@@ -265,6 +280,8 @@ class Decision(BaseModel):
     """Why, in words shown to the user."""
     counts_against_budget: bool = True
     """False for a replan caused by a user follow-up."""
+    partial: bool = False
+    """True when the user stopped the run: the answer is written from what completed, and says so."""
 
 
 class LLMCall(BaseModel):
@@ -298,6 +315,8 @@ class LLMCall(BaseModel):
     """Seconds from request to the full reply."""
     error: str | None = None
     """``Type: message`` when the call failed for good."""
+    status: CallStatus = "ok"
+    """``ok``, ``failed``, or ``cancelled`` (the run moved on before the reply; its usage is unknown)."""
 
     @property
     def cost(self) -> float | None:
@@ -329,12 +348,14 @@ class RunState(BaseModel):
     """The user's goal, as written."""
     status: RunStatus = "running"
     """running, done, failed or cancelled."""
+    phase: RunPhase = "starting"
+    """What the run is doing now: planning, executing, analyzing, synthesizing; finished at the end."""
     rounds: list[RoundRecord] = Field(default_factory=list)
     """Every round so far."""
     answer: str = ""
-    """The synthesized answer (grows while it streams)."""
+    """The answer being written now (it grows while it streams; a superseded one is cleared)."""
     follow_ups: list[str] = Field(default_factory=list)
-    """User follow-ups injected during the run."""
+    """User follow-ups a plan or the final answer has seen (one still waiting for that is not here yet)."""
     calls: list[LLMCall] = Field(default_factory=list)
     """Every LLM call, in order."""
     error: str | None = None

@@ -118,6 +118,13 @@ class DagSettings(BaseModel):
         description="Smallest token budget the context guard assumes for any model.",
         json_schema_extra=_env("DAG_CONTEXT_FLOOR_TOKENS"),
     )
+    default_context_tokens: int = Field(
+        8192,
+        ge=1000,
+        description="Context window assumed for a model whose window is unknown (local servers); "
+        "`register(..., context_window=N)` sets one model's.",
+        json_schema_extra=_env("DAG_DEFAULT_CONTEXT_TOKENS"),
+    )
 
     # --- step agent
     step_max_iterations: int = Field(

@@ -9,6 +9,7 @@ from dagmagic.models import AnalysisResult, Decision, ExecutionPlan, LLMCall, Pl
 
 SAMPLES: list[events.Event] = [
     events.RunStarted(run_id="r1", goal="g"),
+    events.PhaseChanged(phase="planning", round=1),
     events.RoundStarted(round=1),
     events.PlanReady(round=1, plan=ExecutionPlan(goal="g", steps=[PlanStep(id="s1", task="t")])),
     events.StepPlanned(round=1, step=PlanStep(id="s1", task="t")),
@@ -21,7 +22,8 @@ SAMPLES: list[events.Event] = [
     events.AnalysisReady(round=1, analysis=AnalysisResult(), decision=Decision(action="replan", reason="low")),
     events.Replanning(round=1, reason="missing data", follow_up="also Spain"),
     events.AnswerDelta(text="Par"),
-    events.AnswerReady(answer="Paris", fallback=True),
+    events.AnswerCleared(reason="a follow-up arrived"),
+    events.AnswerReady(answer="Paris", fallback=True, partial=True),
     events.RunFinished(status="done", achieved=True, confidence=0.9),
     events.LLMCallRecorded(call=LLMCall(purpose="analyze", model="m")),
     events.RunWarning(message="dropped dependency s9"),

@@ -88,8 +88,18 @@ class StepAgent:
             return result
         step = request.step
         request.emit(Verifying(round=request.round, step_id=step.id))
+        checked = result
+        if request.guard is not None:  # the checker reads the answer beside its instructions and the citations
+            checked = await request.guard.fit(
+                result,
+                request.smart,
+                budget=request.guard.budget(request.smart) // 2,
+                task=f"checking these citations: {', '.join(citations)}",
+                round=request.round,
+                step_id=step.id,
+            )
         verdict = await verify_citations(
-            request.smart, step.task, result, citations, round=request.round, step_id=step.id
+            request.smart, step.task, checked, citations, round=request.round, step_id=step.id
         )
         feedback = verdict.feedback or "; ".join(verdict.problems)
         request.emit(Verification(round=request.round, step_id=step.id, passed=verdict.valid, feedback=feedback))
@@ -151,6 +161,7 @@ class StepAgent:
         used = 0
         settings = request.settings
         for iteration in range(1, settings.step_max_iterations + 1):
+            await _fit(request, messages, schemas)
             reply = await model.chat(
                 messages,
                 purpose="step",
@@ -233,9 +244,23 @@ class StepAgent:
             {"role": "assistant", "content": answer},
             {"role": "user", "content": COMPLETION_CHECK.format(count=used)},
         ]
+        await _fit(request, check, None)
         model: ChatModel = request.model
         reply = await model.chat(check, purpose="step", round=request.round, step_id=request.step.id)
         return reply.content.strip() or None
+
+
+async def _fit(request: StepRequest, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> None:
+    """Shorten the conversation in place when it outgrows the step model's window (older observations first)."""
+    if request.guard is not None:
+        await request.guard.fit_transcript(
+            messages,
+            request.model,
+            tools=tools,
+            task=request.step.task,
+            round=request.round,
+            step_id=request.step.id,
+        )
 
 
 def _native_calls(tool_calls: Sequence[Any]) -> list[_Call]:

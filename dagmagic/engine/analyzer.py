@@ -14,13 +14,14 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from dagmagic.engine import prompts
-from dagmagic.engine.context import truncate
+from dagmagic.engine.context import format_results, result_blocks
+from dagmagic.engine.guard import STRUCTURED_RESERVE, ContextGuard
 from dagmagic.events import Event
 from dagmagic.llm import ChatModel, structured_llm_call
 from dagmagic.models import AnalysisResult, PlanStep
 from dagmagic.settings import DagSettings
 
-__all__ = ["SAFE_DEFAULT", "Analyzer", "format_results", "regex_analysis"]
+__all__ = ["SAFE_DEFAULT", "Analyzer", "regex_analysis"]
 
 
 class Verdict(BaseModel):
@@ -37,19 +38,6 @@ SAFE_DEFAULT = AnalysisResult(achieved=False, confidence=0.0, reasoning="Could n
 _BOOL = r'"?achieved"?\s*[:=]\s*"?(true|false|yes|no|1|0)\b'
 _NUMBER = r'"?confidence"?\s*[:=]\s*"?(-?\d+(?:\.\d+)?)'
 _TEXT = r'"?{field}"?\s*[:=]\s*"((?:[^"\\]|\\.)*)"?'
-
-
-def format_results(steps: Iterable[tuple[str, PlanStep]], limit: int) -> str:
-    """Each step as ``[ref] (status) task`` with its result (cut to ``limit`` characters) or its error."""
-    blocks = []
-    for ref, step in steps:
-        block = f"[{ref}] ({step.status}) {step.task}"
-        if step.result:
-            block += f"\nResult: {truncate(step.result, limit)}"
-        if step.error:
-            block += f"\nError: {step.error}"
-        blocks.append(block)
-    return "\n\n".join(blocks) or "(no step ran)"
 
 
 def regex_analysis(text: str) -> dict[str, Any] | None:
@@ -80,24 +68,44 @@ def _parse_verdict(raw: Any) -> AnalysisResult:
 class Analyzer:
     """Judges a round's results against the goal."""
 
-    def __init__(self, model: ChatModel, settings: DagSettings, *, emit: Callable[[Event], object] | None = None):
+    def __init__(
+        self,
+        model: ChatModel,
+        settings: DagSettings,
+        *,
+        emit: Callable[[Event], object] | None = None,
+        guard: ContextGuard | None = None,
+    ):
         self.model = model
         self.settings = settings
         self.emit = emit
+        self.guard = guard
 
-    def messages(self, goal: str, steps: Iterable[tuple[str, PlanStep]]) -> list[dict[str, str]]:
-        """The analyzer's conversation."""
-        results = format_results(steps, self.settings.analyzer_result_chars)
+    @staticmethod
+    def messages(goal: str, results: str) -> list[dict[str, str]]:
+        """The analyzer's conversation, around the formatted results."""
         return [
             {"role": "system", "content": prompts.ANALYZER_SYSTEM},
             {"role": "user", "content": prompts.ANALYZER_USER.format(goal=goal, results=results)},
         ]
 
+    async def prompt(self, goal: str, steps: Iterable[tuple[str, PlanStep]], *, round: int) -> list[dict[str, str]]:
+        """The conversation with every result (each cut to ``analyzer_result_chars``), all within the
+        model's window when there is a guard.
+        """
+        blocks = result_blocks(steps, self.settings.analyzer_result_chars)
+        if self.guard is not None:
+            room = self.guard.room(self.model, self.messages(goal, ""), reserve=STRUCTURED_RESERVE)
+            blocks = await self.guard.fit_blocks(
+                blocks, self.model, room=room, task=f"judging whether this goal was reached: {goal}", round=round
+            )
+        return self.messages(goal, format_results(blocks))
+
     async def analyze(self, goal: str, steps: Iterable[tuple[str, PlanStep]], *, round: int) -> AnalysisResult:
         """The verdict; ``SAFE_DEFAULT`` when nothing readable came back."""
         result = await structured_llm_call(
             self.model,
-            self.messages(goal, steps),
+            await self.prompt(goal, steps, round=round),
             Verdict.model_json_schema(),
             parse_fn=_parse_verdict,  # lenient: what models write is coerced, not refused
             regex_fallback=regex_analysis,

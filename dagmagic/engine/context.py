@@ -1,29 +1,27 @@
-"""What each model gets to read: the enriched query, dependency context, and the context guard.
+"""What each model gets to read: the enriched query, dependency context, step results, and how text is cut.
 
-The guard keeps an input inside the model's window: over budget, the fast model compacts it
-(``compaction``); without a fast model or when that fails, a truncation keeps head and tail.
+How much of it fits a model's window is the context guard's business (``dagmagic.engine.guard``).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from dagmagic.engine import prompts
-from dagmagic.events import Event
-from dagmagic.llm import ChatModel, ModelRegistry
-from dagmagic.llm.tokens import context_window, count_tokens
 from dagmagic.models import PlanStep
 from dagmagic.settings import DagSettings
 
 __all__ = [
     "TRUNCATION_MARKER",
-    "ContextGuard",
     "Exchange",
+    "compose_query",
     "dependency_context",
     "enriched_query",
+    "format_history",
+    "format_results",
     "has_structured_content",
+    "result_blocks",
     "truncate",
     "truncate_middle",
 ]
@@ -37,9 +35,6 @@ _STRUCTURED = re.compile(
     re.MULTILINE | re.IGNORECASE,
 )
 
-GUARD_SHARE = 0.75
-"""Share of a model's window an input may take; the rest is left for the instructions and the reply."""
-
 
 @dataclass(frozen=True)
 class Exchange:
@@ -51,10 +46,11 @@ class Exchange:
 
 def enriched_query(goal: str, history: Sequence[Exchange] = (), follow_ups: Sequence[str] = ()) -> str:
     """The planner's input: earlier exchanges as ``Previous conversation: ...``, the goal, each follow-up."""
-    return _compose(format_history(history) if history else None, goal, follow_ups)
+    return compose_query(format_history(history) if history else None, goal, follow_ups)
 
 
-def _compose(past: str | None, goal: str, follow_ups: Sequence[str]) -> str:
+def compose_query(past: str | None, goal: str, follow_ups: Sequence[str]) -> str:
+    """The planner's input from the (fitted) history text, the goal and the follow-ups."""
     text = f"{past}\n\nCurrent request: {goal}" if past else goal
     return "".join([text, *(f"\n\n[User follow-up]: {follow_up}" for follow_up in follow_ups)])
 
@@ -97,75 +93,19 @@ def dependency_context(dependencies: Mapping[str, PlanStep], settings: DagSettin
     return truncate(text, limit, f"\n{TRUNCATION_MARKER}")
 
 
-class ContextGuard:
-    """Keeps inputs inside each model's window (floor ``context_floor_tokens``)."""
+def result_blocks(steps: Iterable[tuple[str, PlanStep]], limit: int) -> list[str]:
+    """Each step as ``[ref] (status) task`` with its result (cut to ``limit`` characters) or its error."""
+    blocks = []
+    for ref, step in steps:
+        block = f"[{ref}] ({step.status}) {step.task}"
+        if step.result:
+            block += f"\nResult: {truncate(step.result, limit)}"
+        if step.error:
+            block += f"\nError: {step.error}"
+        blocks.append(block)
+    return blocks
 
-    def __init__(
-        self, registry: ModelRegistry, settings: DagSettings, *, emit: Callable[[Event], object] | None = None
-    ) -> None:
-        self.registry = registry
-        self.settings = settings
-        self.emit = emit
 
-    def budget(self, model: ChatModel) -> int | None:
-        """Tokens an input to ``model`` may take; None when its window is unknown (nothing to guard)."""
-        window = context_window(model.entry)
-        if window is None:
-            return None
-        return max(self.settings.context_floor_tokens, int(window * GUARD_SHARE))
-
-    async def fit(self, text: str, model: ChatModel, *, task: str, round: int, step_id: str | None = None) -> str:
-        """``text`` as is when it fits ``model``'s budget, else compacted by the fast model, else truncated."""
-        budget = self.budget(model)
-        if budget is None or count_tokens(model.entry, text) <= budget:
-            return text
-        if self.registry.has_role("fast"):
-            fast = ChatModel(self.registry.for_role("fast"), settings=self.settings, emit=self.emit)
-            target = budget // 2
-            try:
-                result = await fast.chat(
-                    [
-                        {"role": "system", "content": prompts.COMPACTION_SYSTEM.format(tokens=target, task=task)},
-                        {"role": "user", "content": text},
-                    ],
-                    purpose="compaction",
-                    round=round,
-                    step_id=step_id,
-                )
-                if result.content.strip() and count_tokens(model.entry, result.content) <= budget:
-                    return result.content
-            except Exception:  # compaction is an optimization: fall through to truncation
-                pass
-        return truncate_middle(text, budget * 3)  # about three characters a token, to stay safely inside
-
-    async def planner_input(
-        self, goal: str, history: Sequence[Exchange], follow_ups: Sequence[str], *, round: int
-    ) -> str:
-        """The enriched query, its history summarized by the fast model when over ``planner_input_tokens``
-        (or cut to its last ``history_fallback_chars`` without a fast model or when that fails).
-        """
-        query = enriched_query(goal, history, follow_ups)
-        smart = self.registry.for_role("smart")
-        if not history or count_tokens(smart, query) <= self.settings.planner_input_tokens:
-            return query
-        past = format_history(history)
-        summary = None
-        if self.registry.has_role("fast"):
-            fast = ChatModel(self.registry.for_role("fast"), settings=self.settings, emit=self.emit)
-            try:
-                result = await fast.chat(
-                    [
-                        {"role": "system", "content": prompts.HISTORY_SUMMARY_SYSTEM},
-                        {"role": "user", "content": past},
-                    ],
-                    purpose="history_summary",
-                    round=round,
-                )
-                summary = result.content.strip() or None
-            except Exception:  # the fallback below keeps the run going
-                summary = None
-        if summary is not None:
-            past = f"Previous conversation (summary):\n{summary}"
-        else:
-            past = f"Previous conversation (last part):\n...{past[-self.settings.history_fallback_chars :]}"
-        return _compose(past, goal, follow_ups)
+def format_results(blocks: Sequence[str]) -> str:
+    """Result blocks as one text (``(no step ran)`` when there are none)."""
+    return "\n\n".join(blocks) or "(no step ran)"

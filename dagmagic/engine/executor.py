@@ -2,7 +2,7 @@
 
 Dispatch is event-driven: each step keeps a count of unfinished dependencies, and the step that
 completes last starts its dependents on the spot (no polling, no level barrier). Ready steps start in
-sorted id order; a FIFO semaphore holds the concurrency limit, and ``started`` means a slot was acquired.
+plan order; a FIFO semaphore holds the concurrency limit, and ``started`` means a slot was acquired.
 
 Failure never spreads sideways: a failed step's dependents are skipped (naming it), independent
 branches go on. A stop event skips every step not yet started while running ones finish; cancellation
@@ -61,7 +61,7 @@ class DagExecutor:
         self.stop = stop or asyncio.Event()
         self.earlier = dict(earlier or {})
         self._slots = asyncio.Semaphore(max_concurrency)
-        self._steps = {step.id: step for step in sorted(plan.steps, key=lambda s: s.id)}
+        self._steps = {step.id: step for step in plan.steps}  # plan order: the order ready steps start in
         self._dependents: dict[str, list[str]] = {sid: [] for sid in self._steps}
         self._waiting: dict[str, int] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}

@@ -1,7 +1,8 @@
 """The goal loop: plan, execute, analyze, then answer or replan (DESIGN §3).
 
 ``decide`` is the decision table; ``replan_context`` is what the planner learns from earlier rounds;
-``GoalLoop.drive`` runs a ``DagRun`` from its first plan to its answer.
+``visible_results`` is what the analyzer and the answer see; ``GoalLoop.drive`` runs a ``DagRun`` from its
+first plan to its answer, taking the user's Stop and follow-ups as ``dagmagic.engine.control`` says.
 """
 
 from __future__ import annotations
@@ -12,17 +13,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from dagmagic.engine.analyzer import Analyzer
-from dagmagic.engine.context import ContextGuard, Exchange, dependency_context, truncate
+from dagmagic.engine.context import Exchange, compose_query, dependency_context, truncate
+from dagmagic.engine.control import Interrupted
 from dagmagic.engine.executor import DagExecutor
-from dagmagic.engine.plan_stream import PlanStream
+from dagmagic.engine.guard import PLANNER_RESERVE, ContextGuard, HistoryDigests
+from dagmagic.engine.plan_stream import PlanStream, StreamedPlan
 from dagmagic.engine.planner import Planner
 from dagmagic.engine.routing import classify_domain
 from dagmagic.engine.run import DagRun
-from dagmagic.engine.steps import StepRequest, StepRunner
+from dagmagic.engine.steps import StepRequest, StepRunner, step_messages
 from dagmagic.engine.synthesis import fallback_answer, synthesize
 from dagmagic.errors import PlanningError
 from dagmagic.events import (
     AnalysisReady,
+    AnswerCleared,
     AnswerDelta,
     AnswerReady,
     PlanReady,
@@ -36,9 +40,12 @@ from dagmagic.llm import ChatModel, ModelRegistry
 from dagmagic.models import AnalysisResult, Decision, ExecutionPlan, PlanStep, RoundRecord
 from dagmagic.settings import DagSettings
 
-__all__ = ["GoalLoop", "decide", "replan_context"]
+__all__ = ["GoalLoop", "decide", "replan_context", "visible_results"]
 
-INTERRUPTED = "The round was interrupted before its steps ran."
+STOPPED_WHILE_PLANNING = "Stopped by the user before the round's plan was ready."
+STOPPED_BEFORE_ROUND = "Stopped by the user before the round began."
+FOLLOW_UP_WHILE_PLANNING = "A follow-up arrived while planning: this plan was dropped for one that includes it."
+FOLLOW_UP_WHILE_ANSWERING = "A follow-up arrived while the answer was being written: it gets its own round."
 
 
 def decide(
@@ -49,13 +56,15 @@ def decide(
     autonomous_rounds: int,
     settings: DagSettings,
 ) -> Decision:
-    """What follows a round, in DESIGN §3's order: achieved, follow-up, (user stop), budget, confidence."""
+    """What follows a round: achieved, then the user's latest word (a Stop answers now from what completed;
+    a follow-up not yet planned for gets a round outside the budget), then the budget, then confidence.
+    """
     if analysis.achieved:
         return Decision(action="synthesize", reason="The goal was achieved.")
+    if stopped:  # a follow-up after the Stop would have cleared it: the Stop is the latest word
+        return Decision(action="synthesize", reason="Stopped by the user: answering from what completed.", partial=True)
     if follow_up:
         return Decision(action="replan", reason="A follow-up changed the goal.", counts_against_budget=False)
-    if stopped:
-        return Decision(action="stop", reason="Stopped by the user.")
     if autonomous_rounds >= settings.max_replan_rounds:
         return Decision(action="stop", reason=f"No rounds left ({autonomous_rounds} of {settings.max_replan_rounds}).")
     if analysis.confidence >= settings.replan_stop_confidence:
@@ -79,6 +88,8 @@ def replan_context(rounds: Sequence[RoundRecord], settings: DagSettings) -> str:
             f"Analysis: {analysis.reasoning or '(none)'}",
             f"Achieved: {analysis.achieved}, confidence: {analysis.confidence:.2f}",
         ]
+        if record.decision is not None and record.analysis is None:
+            lines.append(f"Interrupted: {record.decision.reason}")
         if record.error:
             lines.append(f"Error: {record.error}")
         for step in record.plan.steps:
@@ -91,6 +102,33 @@ def replan_context(rounds: Sequence[RoundRecord], settings: DagSettings) -> str:
     return "\n\n".join(parts)
 
 
+def visible_results(rounds: Sequence[RoundRecord]) -> list[tuple[str, PlanStep]]:
+    """What the analyzer and the answer see: every completed result of earlier rounds that no later round
+    redid (same task, completed again), as ``rN.id``, then each step of the latest round by its id.
+    """
+    if not rounds:
+        return []
+    *earlier, latest = rounds
+    visible: list[tuple[str, PlanStep]] = []
+    for position, record in enumerate(earlier):
+        redone = {
+            _task_key(step.task)
+            for later in rounds[position + 1 :]
+            for step in later.plan.steps
+            if step.status == "completed"
+        }
+        visible += [
+            (f"r{record.index}.{step.id}", step)
+            for step in record.plan.steps
+            if step.status == "completed" and _task_key(step.task) not in redone
+        ]
+    return [*visible, *((step.id, step) for step in latest.plan.steps)]
+
+
+def _task_key(task: str) -> str:
+    return " ".join(task.lower().split())
+
+
 @dataclass
 class GoalLoop:
     """Everything a run needs besides its own state."""
@@ -100,6 +138,8 @@ class GoalLoop:
     step_runner: StepRunner
     history: Sequence[Exchange] = ()
     tool_names: Sequence[str] = field(default_factory=list)
+    digests: HistoryDigests | None = None
+    """The session's history summaries, so a history is summarized once however many runs read it."""
 
     async def drive(self, run: DagRun) -> None:
         """Pursue the run's goal to an answer. Cancellation ends it ``cancelled`` and propagates."""
@@ -118,6 +158,7 @@ class GoalLoop:
                 self._answer(run, fallback_answer(run.analysis, _completed(run.rounds)), fallback=True)
         finally:
             run.state.finished_at = time.time()
+            run.control.enter("finished")
             run.emit(
                 RunFinished(
                     status=run.state.status, achieved=run.achieved, confidence=run.confidence, error=run.state.error
@@ -128,7 +169,7 @@ class GoalLoop:
         return ChatModel(self.registry.for_role(role), settings=self.settings, emit=run.emit)
 
     async def _rounds(self, run: DagRun) -> None:
-        guard = ContextGuard(self.registry, self.settings, emit=run.emit)
+        guard = ContextGuard(self.registry, self.settings, emit=run.emit, digests=self.digests)
         planner = Planner(
             self._model("smart", run),
             self.settings,
@@ -139,70 +180,143 @@ class GoalLoop:
         domain = None
         if self.settings.domain_routing:
             domain = await classify_domain(self._model("fast", run), run.goal, round=1)
-        autonomous = 0
-        started_by_follow_up = False
+        past = await guard.history(self.history, limit=guard.history_limit(), round=1)
+        budget = _Budget()
+        while not await self._round(run, guard, planner, past, domain, budget):
+            pass
+
+    async def _round(
+        self,
+        run: DagRun,
+        guard: ContextGuard,
+        planner: Planner,
+        past: str | None,
+        domain: str | None,
+        budget: _Budget,
+    ) -> bool:
+        """One round: plan, execute, judge, then answer (True) or leave the next round to the caller (False)."""
+        control = run.control
+        if control.stopped:
+            answered = await self._answer_now(run, guard, STOPPED_BEFORE_ROUND)
+            return answered or self._free_round(run, budget, FOLLOW_UP_WHILE_ANSWERING)
+        index = len(run.rounds) + 1
+        control.new_round()
+        control.enter("planning", index)
+        run.emit(RoundStarted(round=index))
+        query = compose_query(past, run.goal, [*run.state.follow_ups, *control.pending])
+        record = RoundRecord(index=index, plan=ExecutionPlan(goal=query, steps=[], round=index))
+        planning = _Planning(
+            record=record,
+            planner=planner,
+            guard=guard,
+            earlier=_reusable(run.rounds),
+            previous=list(run.rounds),
+            domain=domain,
+            follow_ups=len(control.pending),
+        )
+        run.rounds.append(record)
+        try:
+            ran = await self._plan_and_execute(run, planning)
+        except PlanningError as exc:
+            record.error = run.state.error = str(exc)
+            self._answer(run, fallback_answer(run.analysis, _completed(run.rounds)), fallback=True)
+            return True
+        if not ran:  # a Stop or a follow-up interrupted the planning: no verdict, no budget used
+            if control.stopped:
+                record.decision = Decision(action="synthesize", reason=STOPPED_WHILE_PLANNING, partial=True)
+                answered = await self._answer_now(run, guard, STOPPED_WHILE_PLANNING)
+                return answered or self._free_round(run, budget, FOLLOW_UP_WHILE_ANSWERING)
+            return self._free_round(run, budget, FOLLOW_UP_WHILE_PLANNING)
+        if not budget.next_free:
+            budget.used += 1
+        analysis = await self._judge(run, guard, index)
+        decision = decide(
+            analysis,
+            follow_up=bool(control.pending),
+            stopped=control.stopped,
+            autonomous_rounds=budget.used,
+            settings=self.settings,
+        )
+        record.analysis, record.decision = analysis, decision
+        run.emit(AnalysisReady(round=index, analysis=analysis, decision=decision))
+        if decision.action == "replan":
+            run.emit(Replanning(round=index, reason=decision.reason, follow_up=_latest(control.pending)))
+            budget.next_free = not decision.counts_against_budget
+            return False
+        if decision.action == "stop":
+            self._answer(run, fallback_answer(analysis, _completed(run.rounds)), fallback=True)
+            return True
+        answered = await self._synthesize(run, guard, analysis, index, partial=decision.partial)
+        return answered or self._free_round(run, budget, FOLLOW_UP_WHILE_ANSWERING)
+
+    @staticmethod
+    def _free_round(run: DagRun, budget: _Budget, reason: str) -> bool:
+        """A follow-up asks for another round, outside the budget: the last round's decision says so.
+        Returns False: the run goes on.
+        """
+        decision = Decision(action="replan", reason=reason, counts_against_budget=False)
+        if run.rounds:
+            run.rounds[-1].decision = decision
+        run.emit(Replanning(round=len(run.rounds), reason=reason, follow_up=_latest(run.control.pending)))
+        budget.next_free = True
+        return False
+
+    async def _replan_context(self, planning: _Planning) -> str | None:
+        """What earlier rounds taught, fitted into the planner's window beside its instructions and the query."""
+        if not planning.previous:
+            return None
+        planner, index = planning.planner, planning.record.index
+        fixed = planner.messages(
+            planning.query, round=index, context=" ", earlier=planning.earlier.keys(), domain=planning.domain
+        )
+        room = planning.guard.room(planner.model, fixed, reserve=PLANNER_RESERVE)
+        text = replan_context(planning.previous, self.settings)
+        return await planning.guard.fit(text, planner.model, budget=room, task="planning the next round", round=index)
+
+    async def _plan(self, planning: _Planning) -> ExecutionPlan:
+        """A whole plan from the planner (the planning phase's work when it does not stream)."""
+        context = await self._replan_context(planning)
+        return await planning.planner.plan(
+            planning.query,
+            round=planning.record.index,
+            context=context,
+            earlier=planning.earlier.keys(),
+            domain=planning.domain,
+        )
+
+    async def _plan_and_execute(self, run: DagRun, planning: _Planning) -> bool:
+        """Plan the round and run its steps; False when a Stop or a follow-up interrupted the planning."""
+        planner, record = planning.planner, planning.record
+        if self.settings.streaming_planner and planner.model.entry.capabilities.stream:
+            return await self._stream_round(run, planning)
+        plan = await run.control.interruptible(
+            "planning", self._plan(planning), round=record.index, name=f"dagmagic:plan:{record.index}"
+        )
+        if isinstance(plan, Interrupted):
+            return False
+        self._planned(run, planning.follow_ups)
+        await self._run_plan(run, record, plan, planning.earlier, planning.guard)
+        return True
+
+    def _planned(self, run: DagRun, count: int) -> None:
+        """The follow-ups the round's plan saw are handled now."""
+        run.state.follow_ups.extend(run.control.seen(count))
+
+    async def _judge(self, run: DagRun, guard: ContextGuard, index: int) -> AnalysisResult:
+        """The round's verdict against the goal and every follow-up so far; judged again when a follow-up
+        arrives meanwhile.
+        """
+        analyzer = Analyzer(self._model("smart", run), self.settings, guard=guard)
         while True:
-            index = len(run.rounds) + 1
-            run.state.follow_ups.extend(run._pending_follow_ups)
-            run._pending_follow_ups.clear()
-            run._round_stop = asyncio.Event()
-            if run._stopped:
-                run._round_stop.set()
-            run.emit(RoundStarted(round=index))
-            goal = _goal_with_follow_ups(run)
-            query = await guard.planner_input(run.goal, self.history, run.state.follow_ups, round=index)
-            earlier = _reusable(run.rounds)
-            context = replan_context(run.rounds, self.settings) if run.rounds else None
-            record = RoundRecord(index=index, plan=_empty_plan(query, index))
-            run.rounds.append(record)
-            try:
-                if self.settings.streaming_planner and planner.model.entry.capabilities.stream:
-                    await self._stream_round(run, record, planner, guard, context, earlier, domain, goal)
-                else:
-                    plan = await planner.plan(
-                        query, round=index, context=context, earlier=earlier.keys(), domain=domain
-                    )
-                    await self._run_plan(run, record, plan, earlier, guard, goal)
-            except PlanningError as exc:
-                record.error = run.state.error = str(exc)
-                self._answer(run, fallback_answer(run.analysis, _completed(run.rounds)), fallback=True)
-                return
-            plan = record.plan
-            interrupted = run._round_stop.is_set() and all(step.attempts == 0 for step in plan.steps)
-            seen = _seen_by_round(plan.steps, earlier)
-            goal = _goal_with_follow_ups(run)  # judged against follow-ups that arrived during the round too
-            if interrupted:
-                analysis = AnalysisResult(reasoning=INTERRUPTED)
-            else:
-                analysis = await Analyzer(self._model("smart", run), self.settings).analyze(goal, seen, round=index)
-            if not started_by_follow_up:
-                autonomous += 1
-            follow_up = bool(run._pending_follow_ups)
-            decision = decide(
-                analysis,
-                follow_up=follow_up,
-                stopped=run._stopped,
-                autonomous_rounds=autonomous,
-                settings=self.settings,
+            waiting = len(run.control.pending)
+            verdict = await run.control.interruptible(
+                "analyzing",
+                analyzer.analyze(_goal_with_follow_ups(run), visible_results(run.rounds), round=index),
+                round=index,
+                name=f"dagmagic:analyze:{index}",
             )
-            record.analysis, record.decision = analysis, decision
-            run.emit(AnalysisReady(round=index, analysis=analysis, decision=decision))
-            if decision.action == "replan":
-                run.emit(Replanning(round=index, reason=decision.reason, follow_up=_latest(run._pending_follow_ups)))
-                started_by_follow_up = follow_up
-                continue
-            if decision.action == "synthesize":
-                # follow-ups the analyzer already judged against are answered now, not in another round
-                run.state.follow_ups.extend(run._pending_follow_ups)
-                run._pending_follow_ups.clear()
-                await self._synthesize(run, goal, seen, analysis, index)
-            else:
-                self._answer(run, fallback_answer(analysis, _completed(run.rounds)), fallback=True)
-            if not run._pending_follow_ups or run._stopped:
-                return
-            # a follow-up arrived while the answer was being written: it still gets its round
-            run.emit(Replanning(round=index, reason="A follow-up arrived.", follow_up=run._pending_follow_ups[-1]))
-            started_by_follow_up = True
+            if not isinstance(verdict, Interrupted) and len(run.control.pending) == waiting:
+                return verdict
 
     def _executor(
         self,
@@ -210,27 +324,38 @@ class GoalLoop:
         plan: ExecutionPlan,
         earlier: dict[str, PlanStep],
         guard: ContextGuard,
-        goal: str,
         *,
         open_ended: bool = False,
     ) -> DagExecutor:
         index = plan.round
+        goal = _goal_with_follow_ups(run)
+        reserve_for_tools = bool(self.tool_names)
 
         async def run_step(step: PlanStep, dependencies: dict[str, PlanStep]) -> str:
             model = self._model(step.model_hint, run)
-            context = dependency_context(dependencies, self.settings) if dependencies else ""
-            if context:
-                context = await guard.fit(context, model, task=step.task, round=index, step_id=step.id)
             request = StepRequest(
                 goal=goal,
                 step=step,
-                context=context,
+                context="",
                 model=model,
                 round=index,
                 settings=self.settings,
                 emit=run.emit,
                 smart=self._model("smart", run),
+                guard=guard,
             )
+            if dependencies:
+                # the step's instructions, and a third of the window for its tool turns, come first
+                reserve = guard.budget(model) // 3 if reserve_for_tools else 0
+                room = guard.room(model, step_messages(request), reserve=reserve)
+                request.context = await guard.fit(
+                    dependency_context(dependencies, self.settings),
+                    model,
+                    budget=room,
+                    task=step.task,
+                    round=index,
+                    step_id=step.id,
+                )
             return await self.step_runner(request)
 
         return DagExecutor(
@@ -239,7 +364,7 @@ class GoalLoop:
             max_concurrency=self.settings.max_concurrency,
             step_timeout=self.settings.step_timeout,
             emit=run.emit,
-            stop=run._round_stop,
+            stop=run.control.round_stop,
             earlier=earlier,
             open_ended=open_ended,
         )
@@ -251,31 +376,23 @@ class GoalLoop:
         plan: ExecutionPlan,
         earlier: dict[str, PlanStep],
         guard: ContextGuard,
-        goal: str,
     ) -> None:
         """Execute a whole plan as the round's."""
         for step in plan.steps:
             step.model = self.registry.for_role(step.model_hint).name
         record.plan = plan
+        run.control.enter("executing", plan.round)
         run.emit(PlanReady(round=plan.round, plan=plan))
-        await self._executor(run, plan, earlier, guard, goal).execute()
+        await self._executor(run, plan, earlier, guard).execute()
 
-    async def _stream_round(
-        self,
-        run: DagRun,
-        record: RoundRecord,
-        planner: Planner,
-        guard: ContextGuard,
-        context: str | None,
-        earlier: dict[str, PlanStep],
-        domain: str | None,
-        goal: str,
-    ) -> None:
+    async def _stream_round(self, run: DagRun, planning: _Planning) -> bool:
         """Plan while executing: steps start as they stream in. A plan the final validation rejects is
         dropped (its started steps cancelled) and re-asked once; an unreadable one is planned again normally.
+        An interruption ends the stream; steps already running finish, the others are skipped.
         """
-        plan, index = record.plan, record.index
-        executor = self._executor(run, plan, earlier, guard, goal, open_ended=True)
+        control, planner, plan, index = run.control, planning.planner, planning.record.plan, planning.record.index
+        earlier = planning.earlier
+        executor = self._executor(run, plan, earlier, planning.guard, open_ended=True)
         execution = asyncio.create_task(executor.execute(), name=f"dagmagic:round:{index}")
 
         def start(step: PlanStep) -> None:
@@ -283,16 +400,28 @@ class GoalLoop:
             run.emit(StepPlanned(round=index, step=step))
             executor.add(step)
 
-        try:
+        async def stream() -> tuple[StreamedPlan, str | None]:
+            context = await self._replan_context(planning)
             streamed = await PlanStream(planner, start).run(
-                plan.goal, round=index, context=context, earlier=earlier.keys(), domain=domain
+                plan.goal, round=index, context=context, earlier=earlier.keys(), domain=planning.domain
             )
+            return streamed, context
+
+        try:
+            outcome = await control.interruptible("planning", stream(), round=index, name=f"dagmagic:plan:{index}")
+            if isinstance(outcome, Interrupted):
+                executor.close()
+                control.enter("executing", index)
+                await execution
+                return False
+            streamed, context = outcome
             steps, problem = (
                 planner.validate(streamed.drafts, round=index, earlier=earlier.keys())
                 if streamed.readable
                 else ([], "unreadable")
             )
             if problem is None:
+                self._planned(run, planning.follow_ups)
                 whole = ExecutionPlan(goal=plan.goal, steps=steps, round=index)
                 for layer in whole.layers():
                     for step in (whole.step(sid) for sid in layer):
@@ -301,44 +430,122 @@ class GoalLoop:
                 order = {step.id: position for position, step in enumerate(steps)}
                 plan.steps.sort(key=lambda step: order[step.id])
                 executor.close()
+                control.enter("executing", index)
                 run.emit(PlanReady(round=index, plan=plan))
                 await execution
-                return
+                return True
         finally:
             if not execution.done():
                 execution.cancel()
                 await asyncio.wait([execution])
         if streamed.readable:
-            replanned = await planner.finish(
+            again = planner.finish(
                 streamed.messages, streamed.drafts, query=plan.goal, round=index, earlier=earlier.keys()
             )
         else:
-            replanned = await planner.plan(
-                plan.goal, round=index, context=context, earlier=earlier.keys(), domain=domain
+            again = planner.plan(
+                plan.goal, round=index, context=context, earlier=earlier.keys(), domain=planning.domain
             )
-        await self._run_plan(run, record, replanned, earlier, guard, goal)
+        replanned = await control.interruptible("planning", again, round=index, name=f"dagmagic:plan:{index}")
+        if isinstance(replanned, Interrupted):
+            return False
+        self._planned(run, planning.follow_ups)
+        await self._run_plan(run, planning.record, replanned, earlier, planning.guard)
+        return True
 
     async def _synthesize(
-        self, run: DagRun, goal: str, seen: list[tuple[str, PlanStep]], analysis: AnalysisResult, index: int
-    ) -> None:
+        self, run: DagRun, guard: ContextGuard, analysis: AnalysisResult, index: int, *, partial: bool = False
+    ) -> bool:
+        """Write the answer; False when a follow-up arrived meanwhile (the answer is dropped for a new round)."""
+        control = run.control
+        waiting = len(control.pending)
+
         def on_delta(text: str) -> None:
+            if control.interrupted:  # outdated: the cancellation lands at the stream's next pause
+                return
             run.state.answer += text
             run.emit(AnswerDelta(text=text))
 
-        answer, fallback = await synthesize(
-            self._model("smart", run), goal, seen, analysis, self.settings, round=index, on_delta=on_delta
+        outcome = await control.interruptible(
+            "synthesizing",
+            synthesize(
+                self._model("smart", run),
+                _goal_with_follow_ups(run),
+                visible_results(run.rounds),
+                analysis,
+                self.settings,
+                round=index,
+                on_delta=on_delta,
+                guard=guard,
+                partial=partial,
+            ),
+            round=index,
+            name=f"dagmagic:synthesize:{index}",
+            on_interrupt=lambda: self._clear_answer(run),
         )
-        self._answer(run, answer, fallback=fallback)
+        if isinstance(outcome, Interrupted) or len(control.pending) > waiting:
+            self._clear_answer(run)
+            return False
+        run.state.follow_ups.extend(control.seen(waiting))
+        answer, fallback = outcome
+        self._answer(run, answer, fallback=fallback, partial=partial)
+        return True
+
+    async def _answer_now(self, run: DagRun, guard: ContextGuard, reason: str) -> bool:
+        """After a Stop with no new verdict to go on: an answer written from whatever completed, if anything
+        did. False when a follow-up arrived while it was written (the Stop is overridden; the run goes on).
+        """
+        if not _completed(run.rounds):
+            self._answer(run, fallback_answer(AnalysisResult(reasoning=reason), ()), fallback=True, partial=True)
+            return True
+        analysis = run.analysis or AnalysisResult(reasoning=reason)
+        return await self._synthesize(run, guard, analysis, max(len(run.rounds), 1), partial=True)
 
     @staticmethod
-    def _answer(run: DagRun, answer: str, *, fallback: bool) -> None:
+    def _clear_answer(run: DagRun) -> None:
+        """Drop the answer being written: a follow-up made it outdated."""
+        if run.state.answer:
+            run.state.answer = ""
+            run.emit(AnswerCleared(reason=FOLLOW_UP_WHILE_ANSWERING))
+
+    @staticmethod
+    def _answer(run: DagRun, answer: str, *, fallback: bool, partial: bool = False) -> None:
         run.state.answer = answer
-        run.emit(AnswerReady(answer=answer, fallback=fallback))
+        run.emit(AnswerReady(answer=answer, fallback=fallback, partial=partial))
+
+
+@dataclass
+class _Planning:
+    """What planning one round needs."""
+
+    record: RoundRecord
+    planner: Planner
+    guard: ContextGuard
+    earlier: dict[str, PlanStep]
+    """Completed results of earlier rounds, by ``rN.id``."""
+    previous: list[RoundRecord]
+    """The rounds before this one."""
+    domain: str | None
+    follow_ups: int
+    """How many pending follow-ups the plan sees (they are handled once it is made)."""
+
+    @property
+    def query(self) -> str:
+        """The enriched query the round plans for."""
+        return self.record.plan.goal
+
+
+@dataclass
+class _Budget:
+    """The autonomous rounds a run has used, and whether the coming round is the user's (free)."""
+
+    used: int = 0
+    next_free: bool = False
 
 
 def _goal_with_follow_ups(run: DagRun) -> str:
     """The goal with every follow-up so far, those not yet planned for included."""
-    follow_ups = [*run.state.follow_ups, *run._pending_follow_ups]
+    follow_ups = [*run.state.follow_ups, *run.control.pending]
     return "".join([run.goal, *(f"\n\n[User follow-up]: {text}" for text in follow_ups)])
 
 
@@ -356,12 +563,6 @@ def _reusable(rounds: Sequence[RoundRecord]) -> dict[str, PlanStep]:
     }
 
 
-def _seen_by_round(steps: list[PlanStep], earlier: dict[str, PlanStep]) -> list[tuple[str, PlanStep]]:
-    """The round's steps, plus the earlier results they reused, as (reference, step)."""
-    reused = {dep: earlier[dep] for step in steps for dep in step.dependencies if dep in earlier}
-    return [*reused.items(), *((step.id, step) for step in steps)]
-
-
 def _completed(rounds: Sequence[RoundRecord]) -> list[tuple[str, PlanStep]]:
     """Every completed step of every round; steps of earlier rounds are named ``rN.id``."""
     last = rounds[-1].index if rounds else 0
@@ -371,7 +572,3 @@ def _completed(rounds: Sequence[RoundRecord]) -> list[tuple[str, PlanStep]]:
         for step in record.plan.steps
         if step.status == "completed"
     ]
-
-
-def _empty_plan(goal: str, index: int) -> ExecutionPlan:
-    return ExecutionPlan(goal=goal, steps=[], round=index)

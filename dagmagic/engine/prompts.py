@@ -8,6 +8,7 @@ __all__ = [
     "HISTORY_SUMMARY_SYSTEM",
     "PLANNER_SYSTEM",
     "STEP_SYSTEM",
+    "SYNTHESIS_PARTIAL",
     "SYNTHESIS_SYSTEM",
 ]
 
@@ -85,6 +86,11 @@ What the analysis concluded: {reasoning}
 
 Step results:
 {results}"""
+
+SYNTHESIS_PARTIAL = """
+
+The user stopped the run before it finished: answer from these results only. Begin with one sentence saying
+that the answer is partial and what is still missing, then give what the results do establish."""
 
 HISTORY_SUMMARY_SYSTEM = """\
 Summarize this conversation so a planner can continue it: keep every fact, number, name, decision and

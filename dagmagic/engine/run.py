@@ -7,9 +7,20 @@ import logging
 from collections.abc import Callable, Generator
 from typing import Any, Literal
 
+from dagmagic.engine.control import RunControl
 from dagmagic.errors import DagError, RunFailedError
 from dagmagic.events import Event, LLMCallRecorded, PlanReady, StepPlanned
-from dagmagic.models import AnalysisResult, ExecutionPlan, LLMCall, PlanStep, RoundRecord, RunState, RunStatus, Usage
+from dagmagic.models import (
+    AnalysisResult,
+    ExecutionPlan,
+    LLMCall,
+    PlanStep,
+    RoundRecord,
+    RunPhase,
+    RunState,
+    RunStatus,
+    Usage,
+)
 
 __all__ = ["DagRun", "Listener"]
 
@@ -24,9 +35,11 @@ WAKE_EVERY = 0.1
 class DagRun:
     """A goal being pursued. Await it for the finished run; read it at any time for where it stands.
 
-    Controls: ``stop()`` (pending steps skipped, running ones finish, then an answer from what there is),
-    ``follow_up(text)`` (pending steps skipped, then a replan that includes the text; uses no budget),
-    ``cancel()`` (running steps cancelled now; status ``cancelled``).
+    Controls: ``stop()`` (steps not started are skipped, running ones finish, then an answer written from what
+    completed, marked partial), ``follow_up(text)`` (the text joins the goal: a plan being made or an answer
+    being written for the old goal is dropped, steps not started are skipped; uses no budget), ``cancel()``
+    (running steps cancelled now; status ``cancelled``). ``dagmagic.engine.control`` says what each does in
+    each phase.
     """
 
     def __init__(self, state: RunState) -> None:
@@ -37,9 +50,8 @@ class DagRun:
         self._listeners: list[Listener] = []
         self._steps_by_round: dict[tuple[int, str], PlanStep] = {}
         self._task: asyncio.Task[None] | None = None
-        self._pending_follow_ups: list[str] = []
-        self._round_stop = asyncio.Event()
-        self._stopped = False
+        self.control = RunControl(state, self.emit)
+        """The run's inbox: what the loop reads the user's stop and follow-ups from."""
 
     # --- the event stream -------------------------------------------------------------------------
 
@@ -74,22 +86,24 @@ class DagRun:
     # --- controls -------------------------------------------------------------------------------
 
     def stop(self) -> None:
-        """Finish gracefully: steps not started are skipped, running ones finish, then the run answers."""
-        self._stopped = True
-        self._round_stop.set()
+        """Answer now: steps not started are skipped, running ones finish, no new round begins, and the answer
+        is written from what completed (marked partial). Does nothing once the run has ended.
+        """
+        if not self.done():
+            self.control.send("stop")
 
     def follow_up(self, text: str) -> None:
-        """Steer the run: skip steps not started, then replan with ``text`` added (no budget used)."""
-        text = text.strip()
-        if not text:
+        """Steer the run: ``text`` joins the goal; it is planned for in a new round or seen by the answer
+        (no budget used). It wins over an earlier ``stop()``.
+        """
+        if not isinstance(text, str) or not text.strip():
             raise ValueError("a follow-up needs some text")
         if self.done():
             raise DagError(
                 f"this run is {self.status}; a follow-up can only steer a running run. "
                 "Start a new one in the same session to continue the conversation."
             )
-        self._pending_follow_ups.append(text)
-        self._round_stop.set()
+        self.control.send("follow_up", text.strip())
 
     def cancel(self) -> bool:
         """Abort now: running steps are cancelled and the run ends ``cancelled``. False if already done."""
@@ -146,9 +160,32 @@ class DagRun:
         return self.state.status
 
     @property
+    def phase(self) -> RunPhase:
+        """What the run is doing: ``starting``, ``planning``, ``executing``, ``analyzing``, ``synthesizing``,
+        ``finished``.
+        """
+        return self.state.phase
+
+    @property
     def answer(self) -> str:
-        """The answer (it grows while synthesis streams)."""
+        """The answer being written now (it grows while synthesis streams; a superseded one is cleared)."""
         return self.state.answer
+
+    @property
+    def partial(self) -> bool:
+        """Whether the answer covers only what completed before the user stopped the run."""
+        decision = self.rounds[-1].decision if self.rounds else None
+        return bool(decision and decision.partial)
+
+    @property
+    def follow_ups(self) -> list[str]:
+        """Follow-ups a plan or the final answer has seen; ``pending_follow_ups`` holds those still waiting."""
+        return list(self.state.follow_ups)
+
+    @property
+    def pending_follow_ups(self) -> list[str]:
+        """Follow-ups no plan and no answer has seen yet."""
+        return list(self.control.pending)
 
     @property
     def error(self) -> str | None:

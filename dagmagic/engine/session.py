@@ -11,6 +11,7 @@ from typing import Any
 from dagmagic.engine.agent import StepAgent
 from dagmagic.engine.code_tool import python_tool
 from dagmagic.engine.context import Exchange
+from dagmagic.engine.guard import HistoryDigests
 from dagmagic.engine.loop import GoalLoop
 from dagmagic.engine.run import DagRun
 from dagmagic.engine.steps import StepRunner
@@ -48,6 +49,7 @@ class DagSession:
         self.step_runner = step_runner or StepAgent(self.tools)
         self.history: list[Exchange] = []
         self.runs: list[DagRun] = []
+        self._digests: HistoryDigests = {}
         self._active: set[asyncio.Task[None]] = set()
 
     def start(self, goal: str) -> DagRun:
@@ -67,6 +69,7 @@ class DagSession:
             self.step_runner,
             history=tuple(self.history),
             tool_names=[t.name for t in self.tools],
+            digests=self._digests,
         )
         task = loop.create_task(driver.drive(run), name=f"dagmagic:run:{run.run_id}")
         run._task = task
@@ -82,6 +85,7 @@ class DagSession:
     def reset(self) -> None:
         """Forget the conversation: later runs start without history."""
         self.history.clear()
+        self._digests.clear()
 
     def _finished(self, run: DagRun, task: asyncio.Task[None]) -> None:
         self._active.discard(task)

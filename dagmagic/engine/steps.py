@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from dagmagic.engine import prompts
+from dagmagic.engine.guard import ContextGuard
 from dagmagic.events import Event
 from dagmagic.llm import ChatModel
 from dagmagic.models import PlanStep
@@ -37,6 +38,8 @@ class StepRequest:
     emit: Callable[[Event], object]
     smart: ChatModel | None = None
     """The smart model, for checks on the step's result (citations)."""
+    guard: ContextGuard | None = None
+    """Keeps the step's growing conversation inside its model's window (older observations compacted)."""
 
 
 class StepRunner(Protocol):

@@ -1,8 +1,9 @@
-"""The answer: streamed by the smart model when the goal was reached, and never empty.
+"""The answer: streamed by the smart model, and never empty.
 
 Fallbacks: a failing or empty stream gives the analyzer's ``final_answer``; a goal not reached gives the
 analyzer's reasoning and each completed step as ``**id**: result``; nothing completed gives
-``(goal not achieved)`` and the reasoning.
+``(goal not achieved)`` and the reasoning. After a Stop the answer is written from what completed and says
+that it is partial.
 """
 
 from __future__ import annotations
@@ -10,14 +11,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from dagmagic.engine import prompts
-from dagmagic.engine.analyzer import format_results
+from dagmagic.engine.context import format_results, result_blocks, truncate
+from dagmagic.engine.guard import ContextGuard
 from dagmagic.llm import ChatModel
 from dagmagic.models import AnalysisResult, PlanStep
 from dagmagic.settings import DagSettings
 
-__all__ = ["NOT_ACHIEVED", "fallback_answer", "synthesize"]
+__all__ = ["NOT_ACHIEVED", "REASONING_CHARS", "fallback_answer", "synthesis_messages", "synthesize"]
 
 NOT_ACHIEVED = "(goal not achieved)"
+REASONING_CHARS = 4000
+"""The analyzer's reasoning as synthesis sees it, in characters."""
 _SEPARATOR = "\n\n---\n\n"
 
 
@@ -30,6 +34,14 @@ def fallback_answer(analysis: AnalysisResult | None, completed: Iterable[tuple[s
     return _SEPARATOR.join([reasoning, *blocks] if reasoning else blocks)
 
 
+def synthesis_messages(goal: str, reasoning: str, results: str, *, partial: bool = False) -> list[dict[str, str]]:
+    """The synthesis conversation around the formatted results."""
+    user = prompts.SYNTHESIS_USER.format(goal=goal, reasoning=truncate(reasoning, REASONING_CHARS), results=results)
+    if partial:
+        user += prompts.SYNTHESIS_PARTIAL
+    return [{"role": "system", "content": prompts.SYNTHESIS_SYSTEM}, {"role": "user", "content": user}]
+
+
 async def synthesize(
     model: ChatModel,
     goal: str,
@@ -39,16 +51,17 @@ async def synthesize(
     *,
     round: int,
     on_delta: Callable[[str], object],
+    guard: ContextGuard | None = None,
+    partial: bool = False,
 ) -> tuple[str, bool]:
     """The streamed answer and False, or a fallback answer and True."""
-    results = format_results(steps, settings.synthesis_result_chars)
-    messages = [
-        {"role": "system", "content": prompts.SYNTHESIS_SYSTEM},
-        {
-            "role": "user",
-            "content": prompts.SYNTHESIS_USER.format(goal=goal, reasoning=analysis.reasoning, results=results),
-        },
-    ]
+    blocks = result_blocks(steps, settings.synthesis_result_chars)
+    if guard is not None:
+        room = guard.room(model, synthesis_messages(goal, analysis.reasoning, "", partial=partial))
+        blocks = await guard.fit_blocks(
+            blocks, model, room=room, task=f"writing the answer to this goal: {goal}", round=round
+        )
+    messages = synthesis_messages(goal, analysis.reasoning, format_results(blocks), partial=partial)
     pieces: list[str] = []
     try:
         if model.entry.capabilities.stream:

@@ -21,6 +21,10 @@ def import_litellm() -> ModuleType:
     import litellm
 
     litellm.suppress_debug_info = True  # else unknown models print a provider list to stdout
+    if litellm.disable_hf_tokenizer_download is None:
+        # counting tokens for a llama-named model would otherwise fetch a tokenizer from the Hugging Face hub,
+        # blocking the event loop (23 s of retries offline); tiktoken's count is close enough for the guard
+        litellm.disable_hf_tokenizer_download = True
     return litellm
 
 

@@ -67,6 +67,7 @@ class ChatModel:
         response: ChatResponse | None = None,
         error: BaseException | None = None,
         stream: bool = False,
+        cancelled: bool = False,
     ) -> LLMCall:
         response = response or ChatResponse()
         call = LLMCall(
@@ -89,6 +90,7 @@ class ChatModel:
             started_at=started,
             latency=time.time() - started,
             error=None if error is None else f"{type(error).__name__}: {error}",
+            status="cancelled" if cancelled else "failed" if error is not None else "ok",
         )
         if self.emit is not None:
             self.emit(LLMCallRecorded(call=call))
@@ -133,7 +135,8 @@ class ChatModel:
             try:
                 response = await self.entry.backend.complete(request)
                 break
-            except asyncio.CancelledError:
+            except asyncio.CancelledError:  # the run moved on: the call still counts, its usage unknown
+                self._record(request, level=structured_level, started=started, retries=retries, cancelled=True)
                 raise
             except Exception as exc:
                 error = translate_error(exc, self.name)
@@ -179,6 +182,7 @@ class ChatModel:
         text: list[str] = []
         final: ChatResponse | None = None
         failure: BaseException | None = None
+        cancelled = False
         try:
             while True:  # retry only until the first piece arrives
                 pieces = aiter(self.entry.backend.stream(request))
@@ -198,6 +202,7 @@ class ChatModel:
                     yield chunk
                 chunk = await anext(pieces, None)
         except asyncio.CancelledError:
+            cancelled = True
             raise
         except Exception as exc:
             failure = translate_error(exc, self.name)
@@ -216,6 +221,7 @@ class ChatModel:
                 response=response,
                 error=failure,
                 stream=True,
+                cancelled=cancelled,
             )
 
 

@@ -43,6 +43,7 @@ class ModelEntry:
         roles: tuple[str, ...],
         options: Mapping[str, Any],
         capabilities: Capabilities | None,
+        context_window: int | None = None,
     ) -> None:
         self.name = name
         self.target = target
@@ -51,6 +52,8 @@ class ModelEntry:
         self.roles = roles
         self.options = dict(options)
         self._capabilities = capabilities
+        self.context_window = context_window
+        """Input tokens the model accepts, as declared at registration (None: ask litellm, else the default)."""
 
     @property
     def capabilities(self) -> Capabilities:
@@ -90,6 +93,7 @@ class ModelRegistry:
         *,
         capabilities: Capabilities | Iterable[str] | Mapping[str, bool] | None = None,
         model_group: str | None = None,
+        context_window: int | None = None,
         **litellm_kwargs: Any,
     ) -> ModelRegistry:
         """Add a model and return the registry (calls chain).
@@ -97,13 +101,19 @@ class ModelRegistry:
         ``model`` is a litellm model string (``"openai/gpt-4.1-mini"``), an object implementing
         ``ChatBackend`` (such as ``ScriptedLLM``), or a ``litellm.Router``; for a router, ``model_group``
         names the group to call (optional when the router has one group). ``capabilities`` overrides
-        detection, e.g. ``("tool_call", "json_mode")`` for a local server litellm does not know.
+        detection, e.g. ``("tool_call", "json_mode")`` for a local server litellm does not know;
+        ``context_window`` is the input tokens it accepts (else litellm's figure, else
+        ``DagSettings.default_context_tokens``): the context guard keeps every prompt inside it.
         ``litellm_kwargs`` (``api_base``, ``api_key``, ``timeout``...) go to every call.
         """
         if not isinstance(name, str) or not name.strip():
             raise ConfigurationError(f"a model needs a non-empty name, got {name!r}")
         if name in self._entries:
             raise ConfigurationError(f"a model named {name!r} is already registered; pick another name")
+        if context_window is not None and (not isinstance(context_window, int) or context_window < 256):
+            raise ConfigurationError(
+                f"model {name!r}: context_window must be a number of tokens (at least 256), got {context_window!r}"
+            )
         roles = tuple(roles)
         for role in roles:
             if role in self._roles:
@@ -113,7 +123,7 @@ class ModelRegistry:
                 )
         target, backend = _resolve(name, model, model_group)
         declared = Capabilities.of(capabilities) if capabilities is not None else None
-        self._entries[name] = ModelEntry(name, target, backend, roles, litellm_kwargs, declared)
+        self._entries[name] = ModelEntry(name, target, backend, roles, litellm_kwargs, declared, context_window)
         for role in roles:
             self._roles[role] = name
         return self

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from dagmagic.engine.analyzer import SAFE_DEFAULT, Analyzer, Verdict, format_results, regex_analysis
+from dagmagic.engine.analyzer import SAFE_DEFAULT, Analyzer, Verdict, regex_analysis
 from dagmagic.events import LLMCallRecorded
 from dagmagic.llm import ChatModel, ModelRegistry
 from dagmagic.models import AnalysisResult, PlanStep
@@ -126,12 +126,6 @@ async def test_failed_and_skipped_steps_show_their_error() -> None:
     user = harness.requests[0].messages[-1]["content"]
     assert "[s2] (failed) Query the API\nError: TimeoutError: timed out after 600s" in user
     assert "[s3] (skipped) Summarize\nError: dependency s2 failed" in user
-
-
-def test_format_results_keeps_partial_notes_of_a_failed_step_and_says_when_nothing_ran() -> None:
-    step = PlanStep(id="s1", task="t", status="failed", result="notes so far", error="ValueError: bad")
-    assert format_results([("s1", step)], 100) == "[s1] (failed) t\nResult: notes so far\nError: ValueError: bad"
-    assert format_results([], 100) == "(no step ran)"
 
 
 # --- coercion of what the model wrote --------------------------------------------------------------------------

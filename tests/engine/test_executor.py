@@ -85,16 +85,16 @@ def statuses(p: ExecutionPlan) -> dict[str, str]:
 # --- concurrency and order
 
 
-async def test_concurrency_one_runs_steps_one_at_a_time_in_sorted_id_order() -> None:
+async def test_concurrency_one_runs_steps_one_at_a_time_in_plan_order() -> None:
     rec = Recorder(default=0.2)
     p = plan("s3", "s1", "s2")
     await executor(p, rec, concurrency=1).execute()
 
     assert statuses(p) == {"s1": "completed", "s2": "completed", "s3": "completed"}
-    assert rec.started == ["s1", "s2", "s3"]
+    assert rec.started == ["s3", "s1", "s2"]
     assert rec.max_running == 1
     ordered = sorted(p.steps, key=lambda s: s.started_at or 0)
-    assert [s.id for s in ordered] == ["s1", "s2", "s3"]
+    assert [s.id for s in ordered] == ["s3", "s1", "s2"]
     for before, after in pairwise(ordered):  # no two recorded run intervals overlap
         assert after.started_at is not None and before.completed_at is not None
         assert after.started_at >= before.completed_at
@@ -107,7 +107,7 @@ async def test_concurrency_three_runs_three_independent_steps_together() -> None
     await executor(p, rec, concurrency=3).execute()
 
     assert statuses(p) == {"s1": "completed", "s2": "completed", "s3": "completed"}
-    assert rec.started == ["s1", "s2", "s3"]  # launched in sorted id order
+    assert rec.started == ["s3", "s1", "s2"]  # launched in plan order
     assert rec.max_running == 3
     latest_start = max(s.started_at for s in p.steps if s.started_at)
     earliest_end = min(s.completed_at for s in p.steps if s.completed_at)
@@ -128,12 +128,26 @@ async def test_concurrency_two_of_three_limits_to_two_and_speeds_up_over_serial(
     assert makespan(serial) / makespan(parallel) > 1.3
 
 
-async def test_newly_ready_dependents_start_in_sorted_id_order() -> None:
+async def test_newly_ready_dependents_start_in_plan_order() -> None:
     rec = Recorder(default=0.02)
     p = plan(("s4", ["s1"]), ("s2", ["s1"]), ("s3", ["s1"]), "s1")
     await executor(p, rec, concurrency=1).execute()
 
-    assert rec.started == ["s1", "s2", "s3", "s4"]
+    assert rec.started == ["s1", "s4", "s2", "s3"]
+
+
+async def test_ready_steps_start_s2_before_s10() -> None:
+    # string order would start s1, s10, s11, s2, ...: the plan's order is the natural one
+    ids = [f"s{i}" for i in range(1, 12)]
+    rec = Recorder(default=0.0)
+    p = plan(*ids)
+    await executor(p, rec, concurrency=1).execute()
+    assert rec.started == ids
+
+    rec = Recorder(default=0.0)
+    p = plan("s1", *((sid, ["s1"]) for sid in ids[1:]))
+    await executor(p, rec, concurrency=1).execute()
+    assert rec.started == ids
 
 
 # --- dispatch without a barrier
@@ -169,7 +183,7 @@ async def test_a_step_waits_for_its_last_dependency_not_its_first() -> None:
 
 async def test_queue_time_and_run_time_are_recorded_apart() -> None:
     rec = Recorder(latency={"s1": 0.2, "s2": 0.1})
-    p = plan("s2", "s1")
+    p = plan("s1", "s2")
     await executor(p, rec, concurrency=1).execute()
 
     s1, s2 = p.step("s1"), p.step("s2")

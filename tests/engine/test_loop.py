@@ -34,27 +34,30 @@ def script(**overrides: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    ("analysis", "kwargs", "action", "budget"),
+    ("analysis", "kwargs", "action", "budget", "partial"),
     [
         (
             AnalysisResult(achieved=True, confidence=0.1),
-            {"follow_up": True, "autonomous_rounds": 9},
+            {"follow_up": True, "stopped": True, "autonomous_rounds": 9},
             "synthesize",
             True,
+            False,
         ),
-        (AnalysisResult(confidence=0.95), {"follow_up": True, "autonomous_rounds": 9}, "replan", False),
-        (AnalysisResult(confidence=0.1), {"stopped": True}, "stop", True),
-        (AnalysisResult(confidence=0.1), {"autonomous_rounds": 3}, "stop", True),
-        (AnalysisResult(confidence=0.8), {"autonomous_rounds": 1}, "stop", True),
-        (AnalysisResult(confidence=0.79), {"autonomous_rounds": 2}, "replan", True),
+        (AnalysisResult(confidence=0.95), {"follow_up": True, "autonomous_rounds": 9}, "replan", False, False),
+        (AnalysisResult(confidence=0.1), {"stopped": True}, "synthesize", True, True),
+        # a Stop that came after a follow-up: the Stop is the latest word (a follow-up after it clears it)
+        (AnalysisResult(confidence=0.1), {"stopped": True, "follow_up": True}, "synthesize", True, True),
+        (AnalysisResult(confidence=0.1), {"autonomous_rounds": 3}, "stop", True, False),
+        (AnalysisResult(confidence=0.8), {"autonomous_rounds": 1}, "stop", True, False),
+        (AnalysisResult(confidence=0.79), {"autonomous_rounds": 2}, "replan", True, False),
     ],
 )
 def test_decide_follows_the_design_order(
-    analysis: AnalysisResult, kwargs: dict[str, Any], action: str, budget: bool
+    analysis: AnalysisResult, kwargs: dict[str, Any], action: str, budget: bool, partial: bool
 ) -> None:
     arguments = {"follow_up": False, "stopped": False, "autonomous_rounds": 1, **kwargs}
     decision = decide(analysis, settings=DagSettings(), **arguments)
-    assert (decision.action, decision.counts_against_budget) == (action, budget)
+    assert (decision.action, decision.counts_against_budget, decision.partial) == (action, budget, partial)
 
 
 def test_replan_context_previews_the_latest_round_longer() -> None:
@@ -319,3 +322,45 @@ async def test_a_follow_up_is_judged_with_the_goal() -> None:
     assert "[User follow-up]: in French" in llm.requests_for("analyze")[0].prompt
     assert "[User follow-up]: in French" in llm.requests_for("synthesize")[0].prompt
     assert len(run.rounds) == 1 and run.state.follow_ups == ["in French"]
+
+
+# --- results across rounds -----------------------------------------------------------------------------
+
+
+PARALLEL_HALVES = plan_reply(("s1", [], "fetch the first half"), ("s2", [], "fetch the second half"))
+
+
+async def test_a_round_that_repairs_only_what_failed_is_judged_and_answered_with_the_earlier_good_results() -> None:
+    def step(request: ScriptedRequest) -> str:
+        if request.round == 1 and request.step_id == "s2":
+            raise RuntimeError("source down")
+        return f"result of {request.step_id} in round {request.round}"
+
+    def judge(request: ScriptedRequest) -> dict[str, Any]:
+        both = "result of s1 in round 1" in request.prompt and "result of s1 in round 2" in request.prompt
+        return verdict(both, 0.9 if both else 0.3, "both halves" if both else "the second half is missing")
+
+    repair = plan_reply(("s1", [], "fetch the second half from another source"))
+    llm = ScriptedLLM(script(plan=[PARALLEL_HALVES, repair], step=step, analyze=judge))
+    run = await session_for(llm).run("goal")
+
+    assert len(run.rounds) == 2 and run.achieved
+    second_verdict = llm.requests_for("analyze")[1].prompt
+    assert "[r1.s1] (completed) fetch the first half\nResult: result of s1 in round 1" in second_verdict
+    assert "[s1] (completed) fetch the second half from another source" in second_verdict
+    assert "[r1.s2]" not in second_verdict  # an earlier failure is history, not a result
+    assert "result of s1 in round 1" in llm.requests_for("synthesize")[0].prompt
+    assert run.answer == "The answer." and [e.fallback for e in run.events if isinstance(e, AnswerReady)] == [False]
+
+
+async def test_an_earlier_result_redone_by_a_later_round_is_not_shown_twice() -> None:
+    again = plan_reply(("s1", [], "fetch the first half"), ("s2", [], "fetch the rest"))
+    llm = ScriptedLLM(
+        script(plan=[PARALLEL_HALVES, again], analyze=[verdict(False, 0.3, "unsure"), verdict(True, 0.9)])
+    )
+    run = await session_for(llm).run("goal")
+    second_verdict = llm.requests_for("analyze")[1].prompt
+    assert "[r1.s1]" not in second_verdict  # "fetch the first half" was done again in round 2
+    assert "[r1.s2] (completed) fetch the second half" in second_verdict
+    assert "[s1] (completed) fetch the first half\nResult: result of s1 in round 2" in second_verdict
+    assert len(run.rounds) == 2

@@ -64,8 +64,11 @@ async def test_stop_skips_pending_steps_lets_running_ones_finish_and_answers() -
     assert run.status == "done" and len(run.rounds) == 1
     assert (run.steps["s1"].status, run.steps["s2"].status) == ("completed", "completed")
     assert (run.steps["s3"].status, run.steps["s3"].error) == ("skipped", STOPPED_REASON)
-    assert run.rounds[0].decision is not None and run.rounds[0].decision.reason == "Stopped by the user."
-    assert "**s1**: result of s1" in run.answer
+    decision = run.rounds[0].decision
+    assert decision is not None and decision.action == "synthesize" and decision.partial
+    assert run.answer == "Answer text." and run.partial  # written from what completed, and marked partial
+    (synthesis,) = llm.requests_for("synthesize")
+    assert "result of s1" in synthesis.prompt and "the answer is partial" in synthesis.prompt
 
 
 async def test_cancel_cancels_running_steps_and_leaves_no_task_behind() -> None:
@@ -174,3 +177,30 @@ async def test_step_models_follow_their_hints() -> None:
     run = await DagSession(registry, DagSettings(store="none")).run("goal")
     assert (run.steps["s1"].model, run.steps["s1"].result) == ("small", "small")
     assert (run.steps["s2"].model, run.steps["s2"].result) == ("big", "big")
+
+
+async def test_a_long_history_is_summarized_once_per_run_and_reused_while_it_is_unchanged() -> None:
+    from dagmagic import ModelRegistry
+    from dagmagic.engine.context import Exchange
+
+    smart = ScriptedLLM(script("r", analyze=[verdict(False, 0.3, "not yet")]))
+    fast = ScriptedLLM({"history_summary": lambda r: f"summary {r.index}", "step": ["r"], "route": [{"domain": None}]})
+    registry = ModelRegistry().register("smart", smart, roles=["smart"]).register("fast", fast, roles=["fast"])
+    session = DagSession(registry, DagSettings(store="none"))
+    session.history = [Exchange(f"question {i}", "a long answer " * 400) for i in range(6)]
+
+    first = await session.run("a goal that takes three rounds")
+    assert len(first.rounds) == 3
+    assert len(fast.requests_for("history_summary")) == 1  # not once per round
+    assert all("summary 0" in request.prompt for request in smart.requests_for("plan"))
+
+    cancelled = session.start("a run that is cancelled while it plans")  # leaves the history as it is
+    while not smart.requests_for("plan")[3:]:
+        await asyncio.sleep(0.001)
+    cancelled.cancel()
+    await cancelled
+    assert len(fast.requests_for("history_summary")) == 2  # the history had grown by the first run
+
+    await session.run("another goal")
+    assert len(fast.requests_for("history_summary")) == 2  # unchanged history: its summary is reused
+    assert "summary 1" in smart.requests_for("plan")[-1].prompt

@@ -141,3 +141,48 @@ def test_builtin_timeouts_and_connection_errors_are_transient() -> None:
     assert isinstance(translate_error(ConnectionResetError("x"), "m"), errors.ProviderConnectionError)
     cancelled = asyncio.CancelledError()
     assert translate_error(cancelled, "m") is cancelled
+
+
+async def test_a_call_cancelled_before_its_reply_is_recorded_as_cancelled() -> None:
+    events: list[Event] = []
+    model = chat_model({"step": ["late"]}, events, latency=5.0)
+    call = asyncio.ensure_future(model.chat(HELLO, purpose="step", round=2, step_id="s1"))
+    await asyncio.sleep(0.05)
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    (event,) = events
+    assert isinstance(event, LLMCallRecorded)
+    record = event.call
+    assert (record.status, record.purpose, record.round, record.step_id) == ("cancelled", "step", 2, "s1")
+    assert record.usage.requests == 1 and record.usage.total_tokens == 0 and record.cost is None  # unknown
+    assert record.messages == HELLO and record.latency >= 0.04
+
+
+async def test_a_stream_cancelled_mid_way_is_recorded_as_cancelled_with_what_arrived() -> None:
+    events: list[Event] = []
+    model = chat_model({"synthesize": [["one ", "two ", "three"]]}, events, chunk_delay=1.0)
+    pieces: list[str] = []
+
+    async def consume() -> None:
+        async for chunk in model.stream(HELLO, purpose="synthesize"):
+            pieces.append(chunk.text)
+
+    task = asyncio.ensure_future(consume())
+    while not pieces:
+        await asyncio.sleep(0.005)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    (event,) = events
+    assert isinstance(event, LLMCallRecorded)
+    assert (event.call.status, event.call.reply, event.call.stream) == ("cancelled", "one ", True)
+
+
+async def test_failed_and_successful_calls_say_so() -> None:
+    events: list[Event] = []
+    model = chat_model({"step": [errors.AuthenticationError("bad key"), "fine"]}, events)
+    with pytest.raises(errors.AuthenticationError):
+        await model.chat(HELLO, purpose="step")
+    await model.chat(HELLO, purpose="step")
+    assert [e.call.status for e in events if isinstance(e, LLMCallRecorded)] == ["failed", "ok"]

@@ -1,0 +1,396 @@
+"""The context guard: budgets from windows, fitting one text, many texts, a transcript, and the history."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dagmagic import DagSession
+from dagmagic.engine.context import Exchange, enriched_query, format_history
+from dagmagic.engine.guard import ContextGuard
+from dagmagic.events import Event, LLMCallRecorded
+from dagmagic.llm import ChatModel, ModelRegistry
+from dagmagic.settings import DagSettings
+from dagmagic.testing import ScriptedLLM, ScriptedRequest, ToolCall
+
+from .conftest import plan_reply, verdict
+
+SETTINGS = DagSettings(max_message_chars=1000, structured_context_multiplier=3.0, llm_retries=0)
+
+
+def litellm_tokens(text: str) -> int:
+    import litellm
+
+    return int(litellm.token_counter(model="", text=text))
+
+
+# --- planner input
+
+
+def long_history() -> list[Exchange]:
+    """About 8000 characters (2000 estimated tokens): over a 1000-token planner input; the last exchange short."""
+    long = [Exchange(f"question number {i}", f"answer {i}: " + "lorem ipsum " * 160) for i in range(4)]
+    return [*long, Exchange("question number 4", "the short last answer")]
+
+
+PLANNER_SETTINGS = DagSettings(planner_input_tokens=1000, history_fallback_chars=1000, llm_retries=0)
+
+
+def registry(smart: ScriptedLLM, fast: ScriptedLLM | None = None) -> ModelRegistry:
+    models = ModelRegistry().register("smart", smart, roles=["smart"])
+    if fast is not None:
+        models.register("fast", fast, roles=["fast"])
+    return models
+
+
+async def test_planner_input_under_budget_is_the_enriched_query() -> None:
+    smart, fast = ScriptedLLM({}), ScriptedLLM({"history_summary": "unused"})
+    guard = ContextGuard(registry(smart, fast), PLANNER_SETTINGS)
+    history = [Exchange("short question", "short answer")]
+
+    text = await guard.planner_input("the goal", history, ["a follow-up"], round=1)
+
+    assert text == enriched_query("the goal", history, ["a follow-up"])
+    assert fast.requests == [] and smart.requests == []
+
+
+async def test_planner_input_over_budget_is_summarized_by_the_fast_model() -> None:
+    smart = ScriptedLLM({})
+    fast = ScriptedLLM({"history_summary": "SUMMARY: five questions about lorem ipsum"})
+    events: list[Event] = []
+    guard = ContextGuard(registry(smart, fast), PLANNER_SETTINGS, emit=events.append)
+
+    text = await guard.planner_input("the goal", long_history(), ["also cover Spain"], round=2)
+
+    calls = fast.requests_for("history_summary")
+    assert len(calls) == 1
+    assert len(fast.requests) == 1 and smart.requests == []
+    assert "question number 0" in calls[0].prompt and "question number 4" in calls[0].prompt
+    assert calls[0].round == 2
+    assert "SUMMARY: five questions about lorem ipsum" in text
+    assert "lorem ipsum lorem ipsum" not in text  # the long history itself is gone
+    assert "Current request: the goal" in text
+    assert text.endswith("[User follow-up]: also cover Spain")
+    recorded = [e.call for e in events if isinstance(e, LLMCallRecorded)]
+    assert [(c.purpose, c.model, c.error) for c in recorded] == [("history_summary", "fast", None)]
+
+
+async def test_planner_input_without_a_fast_model_keeps_the_last_characters() -> None:
+    smart = ScriptedLLM({})
+    guard = ContextGuard(registry(smart), PLANNER_SETTINGS)
+    history = long_history()
+
+    text = await guard.planner_input("the goal", history, (), round=1)
+
+    assert smart.requests == []  # no LLM call at all
+    assert format_history(history)[-1000:] in text
+    assert format_history(history)[-1001:] not in text
+    assert "question number 0" not in text
+    assert "question number 4" in text  # the last exchange survives
+    assert text.endswith("Current request: the goal")
+    assert len(text) < 1000 + 200
+
+
+async def test_planner_input_falls_back_when_the_summary_fails() -> None:
+    smart = ScriptedLLM({})
+    fast = ScriptedLLM({"history_summary": RuntimeError("fast model is down")})
+    guard = ContextGuard(registry(smart, fast), PLANNER_SETTINGS)
+    history = long_history()
+
+    text = await guard.planner_input("the goal", history, ["also cover Spain"], round=1)
+
+    assert len(fast.requests_for("history_summary")) == 1
+    assert format_history(history)[-1000:] in text
+    assert "question number 0" not in text
+    assert "fast model is down" not in text
+    assert text.endswith("Current request: the goal\n\n[User follow-up]: also cover Spain")
+
+
+async def test_planner_input_falls_back_when_the_summary_is_empty() -> None:
+    fast = ScriptedLLM({"history_summary": "   "})
+    guard = ContextGuard(registry(ScriptedLLM({}), fast), PLANNER_SETTINGS)
+    history = long_history()
+
+    text = await guard.planner_input("the goal", history, (), round=1)
+
+    assert format_history(history)[-1000:] in text
+    assert "question number 0" not in text
+
+
+# --- context guard: fit
+
+BIG = "HEAD-MARK " + "filler text " * 4000 + " TAIL-MARK"  # ~48000 characters, ~12000 estimated tokens
+
+
+def guarded(window: int | None, fast: ScriptedLLM | None) -> tuple[ContextGuard, ChatModel, ScriptedLLM]:
+    smart = ScriptedLLM({}, context_window=window)
+    models = registry(smart, fast)
+    return ContextGuard(models, SETTINGS), ChatModel(models.get("smart"), settings=SETTINGS), smart
+
+
+def test_budget_is_a_share_of_the_window_with_a_floor_but_always_inside_the_window() -> None:
+    guard, model, _ = guarded(100_000, None)
+    assert guard.budget(model) == 75_000
+    guard, model, _ = guarded(5_000, None)
+    assert guard.budget(model) == SETTINGS.context_floor_tokens == 4000  # the floor, above 75 %
+    guard, model, _ = guarded(2_000, None)
+    assert guard.budget(model) == 2_000 - 512  # never so much that no reply fits
+
+
+def test_a_model_whose_window_nobody_knows_gets_the_default_window() -> None:
+    guard, model, _ = guarded(None, None)
+    assert guard.window(model) == 8192 and guard.budget(model) == 6144
+    settings = DagSettings(default_context_tokens=32_000)
+    models = registry(ScriptedLLM({}))
+    assert ContextGuard(models, settings).window(ChatModel(models.get("smart"))) == 32_000
+
+
+def test_a_window_declared_at_registration_wins() -> None:
+    models = ModelRegistry().register("local", ScriptedLLM({}, context_window=100_000), context_window=4096)
+    guard = ContextGuard(models, SETTINGS)
+    assert guard.window(ChatModel(models.get("local"))) == 4096
+    # litellm does not know a local server's model: the default applies, unless declared
+    unknown = ModelRegistry().register("a", "openai/my-local-qwen", api_base="http://127.0.0.1:9/v1")
+    unknown.register("b", "openai/my-local-qwen", context_window=16_384)
+    assert ContextGuard(unknown, SETTINGS).window(ChatModel(unknown.get("a"))) == 8192
+    assert ContextGuard(unknown, SETTINGS).window(ChatModel(unknown.get("b"))) == 16_384
+
+
+@pytest.mark.parametrize("bad", [0, 100, -5, "8k"])
+def test_a_nonsense_context_window_is_refused_at_registration(bad: object) -> None:
+    from dagmagic import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="context_window must be a number of tokens"):
+        ModelRegistry().register("m", ScriptedLLM({}), context_window=bad)  # type: ignore[arg-type]
+
+
+async def test_fit_returns_text_that_fits_unchanged() -> None:
+    fast = ScriptedLLM({"compaction": "unused"})
+    guard, model, smart = guarded(5000, fast)
+
+    assert await guard.fit("a short input", model, task="t", round=1) == "a short input"
+    assert fast.requests == [] and smart.requests == []
+
+
+async def test_fit_over_budget_is_compacted_by_the_fast_model() -> None:
+    fast = ScriptedLLM({"compaction": "the compacted facts"})
+    guard, model, smart = guarded(5000, fast)
+
+    text = await guard.fit(BIG, model, task="Summarize the filler", round=3, step_id="s2")
+
+    assert text == "the compacted facts"
+    calls = fast.requests_for("compaction")
+    assert len(calls) == 1 and len(fast.requests) == 1
+    assert smart.requests == []
+    assert calls[0].step_id == "s2" and calls[0].round == 3
+    assert "Summarize the filler" in calls[0].prompt
+    assert "HEAD-MARK" in calls[0].prompt and "TAIL-MARK" in calls[0].prompt
+
+
+async def test_fit_truncates_head_and_tail_when_compaction_fails() -> None:
+    fast = ScriptedLLM({"compaction": RuntimeError("fast model is down")})
+    guard, model, _ = guarded(5000, fast)
+
+    text = await guard.fit(BIG, model, task="t", round=1)
+
+    assert len(fast.requests_for("compaction")) == 1
+    assert "characters omitted" in text
+    assert text.startswith("HEAD-MARK") and text.endswith("TAIL-MARK")
+    assert 3500 < litellm_tokens(text) <= 4000  # inside the budget, without wasting it
+
+
+async def test_fit_truncates_when_the_compacted_text_is_still_too_long() -> None:
+    fast = ScriptedLLM({"compaction": "still long " * 3000})
+    guard, model, _ = guarded(5000, fast)
+
+    text = await guard.fit(BIG, model, task="t", round=1)
+
+    assert "characters omitted" in text
+    assert text.startswith("HEAD-MARK")
+
+
+async def test_fit_truncates_without_a_fast_model() -> None:
+    guard, model, smart = guarded(5000, None)
+
+    text = await guard.fit(BIG, model, task="t", round=1)
+
+    assert smart.requests == []
+    assert "characters omitted" in text
+    assert text.startswith("HEAD-MARK") and text.endswith("TAIL-MARK")
+
+
+async def test_fit_guards_a_model_whose_window_is_unknown_with_the_default() -> None:
+    guard, model, _ = guarded(None, None)
+    huge = "HEAD-MARK " + "a dependency result that goes on " * 12_000 + " TAIL-MARK"  # ~400,000 characters
+
+    text = await guard.fit(huge, model, task="t", round=1)
+
+    assert len(huge) > 390_000 and litellm_tokens(text) <= 6144
+    assert text.startswith("HEAD-MARK") and text.endswith("TAIL-MARK")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Population 2023: 1234567, 2345678, 3456789; " * 3000,  # digits: fewer than 4 characters a token
+        "東京都の人口は約1400万人です。" * 2000,  # CJK: about one token a character
+    ],
+    ids=["numbers", "cjk"],
+)
+async def test_truncation_counts_tokens_not_characters(text: str) -> None:
+    guard, model, _ = guarded(8000, None)
+    cut = await guard.fit(text, model, task="t", round=1, budget=3000)
+    assert 2500 < litellm_tokens(cut) <= 3000
+
+
+# --- a whole run against an 8,000-token window
+
+
+WINDOW = 8000
+PROSE = "The 2023 census counted 2,102,650 people in Paris and 3,755,251 in Berlin; growth was 0.4 % a year. "
+
+
+def request_tokens_measured(request: ScriptedRequest) -> int:
+    """What the request costs by litellm's counter (tiktoken's default encoding), tools included."""
+    import litellm
+
+    return int(litellm.token_counter(model="", messages=request.messages, tools=request.tools or None))
+
+
+async def test_no_request_of_a_run_exceeds_an_8000_token_window() -> None:
+    """Every call site at once: a long history, a 400,000-character dependency, a step whose tool
+    observations outgrow the window, an analyzer and a synthesis over many large results, a long replan
+    context. Each request is measured with litellm's token counter.
+    """
+    huge = PROSE * 4000  # ~400,000 characters
+    plans = [
+        plan_reply(
+            ("s1", [], "fetch the census tables"),
+            ("s2", ["s1"], "read the tables with the tool"),
+            ("s3", [], "fetch the growth series"),
+            ("s4", [], "fetch the housing series"),
+        ),
+        plan_reply(("s1", ["r1.s1", "r1.s3"], "combine the census and the growth"), ("s2", ["r1.s4"], "check housing")),
+    ]
+    lookups = [ToolCall("census", {"page": page}) for page in range(12)]
+    smart = ScriptedLLM(
+        {
+            "route": [{"domain": None}],
+            "plan": plans,
+            "step:s2": [*lookups, "the tool pages agree: " + PROSE * 50],
+            "step": lambda r: huge if r.round == 1 else PROSE * 400,
+            "analyze": [
+                verdict(False, 0.3, "Missing the housing comparison. " + PROSE * 200),
+                verdict(True, 0.9, "complete"),
+            ],
+            "synthesize": [["Paris ", "and ", "Berlin."]],
+        },
+        context_window=WINDOW,
+    )
+    fast = ScriptedLLM(
+        {"compaction": lambda r: "compacted: " + PROSE * 3, "history_summary": ["summary of the conversation"]},
+        context_window=WINDOW,
+    )
+
+    def census(page: int) -> str:
+        """A page of the census (8000 characters)."""
+        return (f"page {page}: " + PROSE * 100)[:8000]
+
+    registry = (
+        ModelRegistry().register("smart", smart, roles=["smart", "general"]).register("fast", fast, roles=["fast"])
+    )
+    session = DagSession(registry, DagSettings(store="none", llm_retries=0), tools=[census])
+    session.history = [Exchange(f"earlier question {i}", PROSE * 120) for i in range(8)]  # ~96,000 characters
+    run = await session.run("Compare the populations of Paris and Berlin")
+
+    assert run.status == "done" and run.answer == "Paris and Berlin." and len(run.rounds) == 2
+    sizes = {
+        (r.purpose, r.round, r.step_id, n): request_tokens_measured(r)
+        for n, r in enumerate([*smart.requests, *fast.requests])
+    }
+    over = {key: size for key, size in sizes.items() if size > WINDOW}
+    assert not over, f"requests over the {WINDOW}-token window: {over}"
+    purposes = {purpose for purpose, *_ in sizes}
+    assert {"plan", "step", "analyze", "synthesize", "compaction", "history_summary"} <= purposes
+    assert len(fast.requests_for("history_summary")) == 1  # once per run, though two rounds planned
+    assert len(smart.requests_for("step", "s2")) >= 13  # all its turns ran, older observations compacted
+    assert any("[Earlier observation, shortened]" in r.prompt for r in smart.requests_for("step", "s2"))
+    assert max(sizes.values()) > WINDOW * 0.5  # the window was used, not avoided
+
+
+async def test_a_dependency_of_400000_characters_is_not_sent_whole_to_a_model_whose_window_is_unknown() -> None:
+    llm = ScriptedLLM(  # no context_window: like every local server, litellm does not know it
+        {
+            "route": [{"domain": None}],
+            "plan": [plan_reply(("s1", []), ("s2", ["s1"]))],
+            "step": lambda r: PROSE * 4000 if r.step_id == "s1" else "done",
+            "analyze": [verdict(True, 0.9, "ok")],
+            "synthesize": [["ok"]],
+        }
+    )
+    session = DagSession(ModelRegistry().register("local", llm), DagSettings(store="none"))
+    await session.run("goal")
+    (s2,) = llm.requests_for("step", "s2")
+    assert "characters omitted" in s2.prompt  # no fast model of its own: truncated, head and tail kept
+    assert request_tokens_measured(s2) <= 8192 * 0.75
+    assert all(request_tokens_measured(r) <= 8192 for r in llm.requests)
+
+
+# --- many texts, and a transcript
+
+
+def test_water_fill_keeps_small_sizes_and_splits_the_rest() -> None:
+    from dagmagic.engine.guard import water_fill
+
+    assert water_fill([10, 100, 1000], 300) == [10, 100, 190]
+    assert water_fill([10, 100, 1000], 5000) == [10, 100, 1000]
+    assert water_fill([500, 500, 500], 300) == [100, 100, 100]
+    assert water_fill([], 100) == []
+
+
+async def test_fit_blocks_compacts_only_the_blocks_over_their_share() -> None:
+    fast = ScriptedLLM({"compaction": lambda r: "short version"})
+    guard, model, _ = guarded(8000, fast)
+    small, big = "a small result", "a big result " * 3000
+    fitted = await guard.fit_blocks([small, big, big + "!"], model, room=2000, task="judge", round=1)
+    assert fitted[0] == small and fitted[1:] == ["short version", "short version"]
+    assert len(fast.requests_for("compaction")) == 2
+
+
+def transcript(observations: int, size: int) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You carry out one step."},
+        {"role": "user", "content": "Your task: read every page."},
+    ]
+    for page in range(observations):
+        messages.append({"role": "assistant", "content": f'{{"tool": "page", "arguments": {{"n": {page}}}}}'})
+        messages.append({"role": "user", "content": f"Result of page:\npage {page} " + PROSE * (size // len(PROSE))})
+    return messages
+
+
+async def test_a_transcript_over_the_window_has_its_older_observations_compacted_first() -> None:
+    fast = ScriptedLLM({"compaction": lambda r: "the gist of that page"})
+    guard, model, _ = guarded(8000, fast)
+    messages = transcript(6, 8000)
+    latest = messages[-1]["content"]
+    await guard.fit_transcript(messages, model, tools=None, task="read", round=1, step_id="s1")
+
+    assert litellm_tokens("\n".join(m["content"] for m in messages)) <= guard.budget(model)
+    assert messages[-1]["content"] == latest  # the newest observation is untouched
+    assert messages[3]["content"] == "[Earlier observation, shortened]\nthe gist of that page"  # the oldest first
+    assert all(fast_request.step_id == "s1" for fast_request in fast.requests_for("compaction"))
+    compacted = len(fast.requests_for("compaction"))
+    assert 1 <= compacted < 6  # only as many as needed
+
+    await guard.fit_transcript(messages, model, tools=None, task="read", round=1, step_id="s1")
+    assert len(fast.requests_for("compaction")) == compacted  # nothing more to do
+
+
+async def test_a_transcript_is_truncated_when_nothing_can_compact_it() -> None:
+    guard, model, _ = guarded(8000, ScriptedLLM({"compaction": RuntimeError("down")}))
+    messages = transcript(10, 8000)
+    await guard.fit_transcript(messages, model, tools=None, task="read", round=1, step_id="s1")
+    assert litellm_tokens("\n".join(m["content"] for m in messages)) <= guard.budget(model)
+    assert "characters omitted" in messages[3]["content"]
+    assert messages[-1]["content"].startswith("Result of page:\npage 9")
