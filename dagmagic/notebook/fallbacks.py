@@ -26,6 +26,8 @@ STATUS_COLORS = {
 
 _PREVIEW = 160
 
+PARTIAL_NOTE = "partial: the run was stopped before it finished"
+
 
 def step_rows(plan: ExecutionPlan | None) -> list[tuple[str, str, str, str, str, str]]:
     """(id, status, task, model, seconds, result or error) for each step, texts shortened."""
@@ -48,7 +50,8 @@ def run_markdown(run: DagRun) -> str:
         lines += ["| " + " | ".join(_md(cell) for cell in row) + " |" for row in rows]
         lines.append("")
     if run.answer:
-        lines += ["**Answer**", "", run.answer.replace("<", "&lt;")]  # Markdown stays, tags go inert
+        title = f"**Answer** ({PARTIAL_NOTE})" if run.partial else "**Answer**"
+        lines += [title, "", run.answer.replace("<", "&lt;")]  # Markdown stays, tags go inert
     return "\n".join(lines)
 
 
@@ -63,10 +66,9 @@ def run_html(run: DagRun) -> str:
         if rows
         else ""
     )
+    title = f"<b>Answer</b> ({PARTIAL_NOTE})" if run.partial else "<b>Answer</b>"
     answer = (
-        f'<div><b>Answer</b><div style="white-space: pre-wrap">{html.escape(run.answer)}</div></div>'
-        if run.answer
-        else ""
+        f'<div>{title}<div style="white-space: pre-wrap">{html.escape(run.answer)}</div></div>' if run.answer else ""
     )
     drawing = svg(run.plan) if run.plan is not None and run.plan.steps else ""
     return (

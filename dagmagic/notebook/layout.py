@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dagmagic.models import ExecutionPlan
+from dagmagic.models import ExecutionPlan, natural_key
 
 __all__ = ["NODE_HEIGHT", "NODE_WIDTH", "Edge", "Layout", "Node", "layout"]
 
@@ -56,7 +56,7 @@ def layout(plan: ExecutionPlan) -> Layout:
     try:
         layers = plan.layers()
     except ValueError:  # a plan that never validated: one row, no edges, still drawable
-        layers = [sorted(step.id for step in plan.steps)]
+        layers = [sorted((step.id for step in plan.steps), key=natural_key)]
     parents = {step.id: [d for d in step.dependencies if d in {s.id for s in plan.steps}] for step in plan.steps}
     ordered = _order(layers, parents)
     widest = max((len(layer) for layer in ordered), default=0)
@@ -85,16 +85,18 @@ def layout(plan: ExecutionPlan) -> Layout:
 
 
 def _order(layers: list[list[str]], parents: dict[str, list[str]]) -> list[list[str]]:
-    """Each layer sorted by the mean position of its nodes' parents (ties by id): fewer crossings."""
+    """Each layer sorted by the mean position of its nodes' parents (ties by id, s2 before s10): fewer
+    crossings.
+    """
     ordered: list[list[str]] = []
     position: dict[str, float] = {}
     for layer in layers:
 
-        def barycentre(step_id: str) -> tuple[float, str]:
+        def barycentre(step_id: str) -> tuple[float, tuple[tuple[int, int | str], ...]]:
             placed = [position[p] for p in parents.get(step_id, []) if p in position]
-            return (sum(placed) / len(placed) if placed else float("inf"), step_id)
+            return (sum(placed) / len(placed) if placed else float("inf"), natural_key(step_id))
 
-        row = sorted(layer, key=barycentre) if ordered else sorted(layer)
+        row = sorted(layer, key=barycentre) if ordered else sorted(layer, key=natural_key)
         for index, step_id in enumerate(row):
             position[step_id] = index
         ordered.append(row)

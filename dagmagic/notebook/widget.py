@@ -17,7 +17,7 @@ import traitlets
 
 from dagmagic.engine.run import DagRun
 from dagmagic.events import Event, RunFinished
-from dagmagic.models import ExecutionPlan, LLMCall, PlanStep, RoundRecord
+from dagmagic.models import ExecutionPlan, LLMCall, PlanStep, RoundRecord, natural_key
 from dagmagic.notebook.layout import layout
 
 __all__ = ["DagWidget", "widget_state"]
@@ -37,9 +37,11 @@ class DagWidget(anywidget.AnyWidget):
     run_id = traitlets.Unicode("").tag(sync=True)
     goal = traitlets.Unicode("").tag(sync=True)
     status = traitlets.Unicode("running").tag(sync=True)
+    phase = traitlets.Unicode("starting").tag(sync=True)
     error = traitlets.Unicode("").tag(sync=True)
     answer = traitlets.Unicode("").tag(sync=True)
     answer_fallback = traitlets.Bool(False).tag(sync=True)
+    answer_partial = traitlets.Bool(False).tag(sync=True)
     usage = traitlets.Dict().tag(sync=True)
     rounds: traitlets.List[dict[str, Any]] = traitlets.List().tag(sync=True)
     calls: traitlets.List[dict[str, Any]] = traitlets.List().tag(sync=True)
@@ -117,9 +119,11 @@ def widget_state(run: DagRun) -> dict[str, Any]:
         "run_id": run.run_id,
         "goal": run.goal,
         "status": run.status,
+        "phase": run.phase,
         "error": run.error or "",
         "answer": run.answer,
         "answer_fallback": _answer_is_fallback(run),
+        "answer_partial": run.partial and bool(run.answer),
         "usage": {
             "input_tokens": usage.input_tokens,
             "output_tokens": usage.output_tokens,
@@ -158,7 +162,7 @@ def _round_state(record: RoundRecord) -> dict[str, Any]:
 
 
 def _ordered(plan: ExecutionPlan) -> list[PlanStep]:
-    return sorted(plan.steps, key=lambda step: step.id)
+    return sorted(plan.steps, key=lambda step: natural_key(step.id))
 
 
 def _step_state(step: PlanStep) -> dict[str, Any]:

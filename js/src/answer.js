@@ -1,4 +1,5 @@
-// The answer: streamed Markdown, sanitized, with a note when it is a fallback rather than a synthesis.
+// The answer: streamed Markdown, sanitized, with a note when it is partial (the user stopped the run) or a
+// fallback rather than a synthesis.
 
 import { h } from "./dom.js";
 import { renderMarkdown } from "./markdown.js";
@@ -9,9 +10,13 @@ export function createAnswer() {
   const note = h("div", { class: "dagmagic-answer-fallback", hidden: true }, [
     "Fallback answer: the run did not synthesize one, so this is assembled from the step results.",
   ]);
+  const partial = h("div", { class: "dagmagic-answer-partial", hidden: true }, [
+    "Partial answer: the run was stopped before it finished, so this covers only the steps that completed.",
+  ]);
   const body = h("div", { class: "dagmagic-answer-body dagmagic-markdown" });
   const el = h("section", { class: "dagmagic-answer", "aria-label": "Answer", hidden: true }, [
     h("h3", { class: "dagmagic-section-title" }, ["Answer"]),
+    partial,
     note,
     body,
   ]);
@@ -22,6 +27,7 @@ export function createAnswer() {
   function update(state) {
     el.hidden = !state.answer;
     note.hidden = !state.answer_fallback;
+    partial.hidden = !state.answer_partial;
     el.classList.toggle("dagmagic-answer--streaming", state.status === "running" && Boolean(state.answer));
     if (state.answer !== shown) {
       shown = state.answer;

@@ -13,6 +13,15 @@ const STATUS_LABEL = /** @type {Record<string, string>} */ ({
   cancelled: "cancelled",
 });
 
+/** What a running run is doing, in words. */
+const PHASE_LABEL = /** @type {Record<string, string>} */ ({
+  starting: "starting…",
+  planning: "planning…",
+  executing: "running steps…",
+  analyzing: "judging…",
+  synthesizing: "writing the answer…",
+});
+
 export function createHeader() {
   const goal = h("div", { class: "dagmagic-goal" });
   const status = h("span", { class: "dagmagic-status", role: "status" });
@@ -28,8 +37,10 @@ export function createHeader() {
   function update(state) {
     goal.textContent = state.goal;
     goal.title = state.goal;
-    status.textContent = STATUS_LABEL[state.status] ?? state.status;
+    const doing = state.status === "running" ? PHASE_LABEL[state.phase] : undefined;
+    status.textContent = doing ?? STATUS_LABEL[state.status] ?? state.status;
     status.dataset.status = state.status;
+    status.dataset.phase = state.phase;
     const { usage } = state;
     const items = [
       ["tokens", `${formatInt(usage.input_tokens)} in · ${formatInt(usage.output_tokens)} out`],

@@ -16,9 +16,11 @@ import { createTrace } from "./trace.js";
 const FEEDS = /** @type {Record<(typeof TRAITS)[number], Part[]>} */ ({
   goal: ["header"],
   status: ["header", "rounds", "answer", "controls"],
+  phase: ["header"],
   error: ["header"],
   answer: ["answer"],
   answer_fallback: ["answer"],
+  answer_partial: ["answer"],
   usage: ["header"],
   rounds: ["rounds", "header"],
   calls: ["trace"],

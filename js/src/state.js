@@ -12,9 +12,11 @@ import { num } from "./format.js";
 export const TRAITS = /** @type {const} */ ([
   "goal",
   "status",
+  "phase",
   "error",
   "answer",
   "answer_fallback",
+  "answer_partial",
   "usage",
   "rounds",
   "calls",
@@ -56,9 +58,13 @@ export function readState(model) {
     run_id: String(get(model, "run_id") ?? ""),
     goal: String(get(model, "goal") ?? ""),
     status: /** @type {Traits["status"]} */ (status),
+    phase: /** @type {Traits["phase"]} */ (
+      String(get(model, "phase") ?? (status === "running" ? "starting" : "finished"))
+    ),
     error: String(get(model, "error") ?? ""),
     answer: String(get(model, "answer") ?? ""),
     answer_fallback: Boolean(get(model, "answer_fallback")),
+    answer_partial: Boolean(get(model, "answer_partial")),
     usage: {
       input_tokens: num(usage.input_tokens) ?? 0,
       output_tokens: num(usage.output_tokens) ?? 0,

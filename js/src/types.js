@@ -82,14 +82,18 @@
 
 /** @typedef {{input_tokens: number, output_tokens: number, requests: number, cost: number | null}} Usage */
 
+/** @typedef {"starting" | "planning" | "executing" | "analyzing" | "synthesizing" | "finished"} RunPhase */
+
 /**
  * @typedef {object} Traits
  * @property {string} run_id  identifies the run: a newer view of the same run hides the older
  * @property {string} goal
  * @property {RunStatus} status
+ * @property {RunPhase} phase  what a running run is doing now
  * @property {string} error
  * @property {string} answer  Markdown, grows while streaming
  * @property {boolean} answer_fallback
+ * @property {boolean} answer_partial  the user stopped the run: the answer covers what completed
  * @property {Usage} usage
  * @property {Round[]} rounds
  * @property {CallRecord[]} calls

@@ -240,9 +240,11 @@ export function sampleState() {
     run_id: "run-1",
     goal: "Compare the populations of France and Germany",
     status: "running",
+    phase: "executing",
     error: "",
     answer: "",
     answer_fallback: false,
+    answer_partial: false,
     usage: { input_tokens: 2220, output_tokens: 430, requests: 6, cost: 0.0123 },
     rounds: [round1, round2],
     calls: [

@@ -259,6 +259,29 @@ describe("sanitizing", () => {
     expect(/** @type {HTMLElement} */ (el.querySelector(".dagmagic-answer-fallback")).hidden).toBe(false);
   });
 
+  it("says what a running run is doing, and marks a partial answer", async () => {
+    const { el, model } = mount();
+    const status = /** @type {HTMLElement} */ (el.querySelector(".dagmagic-status"));
+    expect(status.textContent).toBe("running steps…");
+    model.set("phase", "analyzing");
+    await nextRedraw();
+    expect(status.textContent).toBe("judging…");
+    expect(status.getAttribute("data-phase")).toBe("analyzing");
+    model.set("phase", "synthesizing");
+    model.set("answer", "Only France: Germany was not fetched.");
+    model.set("answer_partial", true);
+    await nextRedraw();
+    expect(status.textContent).toBe("writing the answer…");
+    const partial = /** @type {HTMLElement} */ (el.querySelector(".dagmagic-answer-partial"));
+    expect(partial.hidden).toBe(false);
+    expect(partial.textContent).toContain("Partial answer");
+    model.set("status", "done");
+    model.set("phase", "finished");
+    await nextRedraw();
+    expect(status.textContent).toBe("done");
+    expect(partial.hidden).toBe(false);
+  });
+
   it("never turns other LLM text into markup", async () => {
     const state = sampleState();
     state.goal = '<img src=x onerror="alert(1)">';

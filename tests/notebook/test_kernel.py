@@ -358,3 +358,44 @@ def test_widget_updates_stay_at_most_20_per_second_while_500_tokens_stream(
     assert rate <= 20 * 1.1, f"{rate:.1f} updates/s while streaming"  # 10 % for clock jitter
     assert overall_rate <= 20 * 1.1, f"{overall_rate:.1f} updates/s over the run"
     assert len(updates) < 500 / 5  # far fewer messages than tokens
+
+
+def test_a_follow_up_typed_while_the_analyzer_runs_reaches_the_next_plan(kernel: Kernel) -> None:
+    kernel.execute(
+        textwrap.dedent(
+            """
+            async def judge(request):
+                if request.index == 0:
+                    await asyncio.sleep(3)  # the first verdict takes a while: the user types meanwhile
+                if "[User follow-up]: and in euros" in request.prompt and request.round == 1:
+                    return {"achieved": False, "confidence": 0.3, "reasoning": "euros are missing"}
+                return {"achieved": True, "confidence": 0.9, "reasoning": "fine"}
+
+            judging = scripted(analyze=judge)
+            """
+        )
+    )
+    submitted = time.monotonic()
+    msg_id = kernel.submit("%%dag --models judging\nthe price of a baguette")
+    comm_id = kernel.widget_comm_id(msg_id)
+    kernel.wait_for(
+        lambda m: (
+            m["msg_type"] == "comm_msg"
+            and m["content"]["comm_id"] == comm_id
+            and m["content"]["data"].get("state", {}).get("phase") == "analyzing"
+        ),
+        "the widget showing the analyzer at work",
+    )
+    kernel.send_comm_msg(comm_id, {"method": "custom", "content": {"type": "follow_up", "text": "and in euros"}})
+    cell = kernel.collect(msg_id, submitted, timeout=30)
+    assert cell.status == "ok", cell.error
+
+    report = kernel.execute(
+        "run = dagmagic.last_run()\n"
+        "plans = judging.requests_for('plan')\n"
+        "print(json.dumps([len(run.rounds), run.follow_ups, [('and in euros' in p.prompt) for p in plans],"
+        " run.status, run.answer]))"
+    )
+    rounds, handled, seen_by_plans, status, answer = json.loads(report.stdout)
+    assert seen_by_plans == [False, True]  # the next plan saw the follow-up
+    assert (rounds, handled, status, answer) == (2, ["and in euros"], "done", "The answer is 42.")

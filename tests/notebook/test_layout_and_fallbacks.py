@@ -84,3 +84,19 @@ def test_the_static_bundle_is_consistent() -> None:
     assert bundle["text/plain"] == repr(run)
     for needle in ("s1", "completed", "RuntimeError: boom", "answer"):
         assert needle in bundle["text/html"] and needle in bundle["text/markdown"]
+
+
+def test_a_partial_answer_says_so_in_every_static_view() -> None:
+    from dagmagic.models import Decision
+
+    run = finished_run()
+    assert "partial" not in run_markdown(run) and "partial" not in run_html(run)
+    run.rounds[-1].decision = Decision(action="synthesize", reason="Stopped by the user.", partial=True)
+    assert "**Answer** (partial: the run was stopped before it finished)" in run_markdown(run)
+    assert "<b>Answer</b> (partial: the run was stopped before it finished)" in run_html(run)
+
+
+def test_layers_put_s2_before_s10() -> None:
+    steps = plan(*((f"s{i}", []) for i in (10, 2, 1)))
+    assert steps.layers() == [["s1", "s2", "s10"]]
+    assert [node.id for node in sorted(layout(steps).nodes, key=lambda n: n.x)] == ["s1", "s2", "s10"]

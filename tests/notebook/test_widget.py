@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from dagmagic import DagSession, DagSettings, ModelRegistry
+from dagmagic import DagRun, DagSession, DagSettings, ModelRegistry
 from dagmagic.notebook.widget import DagWidget, widget_state
 
 from .conftest import scripted
@@ -69,7 +69,7 @@ async def test_messages_from_the_front_end_drive_the_run() -> None:
     await gate.wait()
     widget._on_message(widget, {"type": "follow_up", "text": "also Spain"}, [])
     await asyncio.sleep(0)
-    assert run._pending_follow_ups == ["also Spain"] or run.state.follow_ups == ["also Spain"]
+    assert run.pending_follow_ups == ["also Spain"] and run.follow_ups == []  # not seen by a plan yet
     widget._on_message(widget, {"type": "stop"}, [])
     await run
     assert run.rounds[0].plan.step("s2").status == "skipped"
@@ -111,3 +111,75 @@ def test_the_bundle_is_shipped(name: str) -> None:
     text = path.read_text()
     for remote in ('from"https:', 'from "https:', 'import("https:', "@import url(http"):
         assert remote not in text  # everything is bundled: nothing is fetched from a CDN
+
+
+class Agreement:
+    """Checks, whenever asked, that the run's answer is the one being written (as its events tell it), that
+    status and phase agree, and that the widget's state is the run's.
+    """
+
+    def __init__(self, run: DagRun) -> None:
+        self.run = run
+        self.written = ""
+        self.seen: set[str] = {""}
+        self.problems: list[str] = []
+
+    def on_event(self, event: Any) -> None:
+        if event.type == "answer_delta":
+            self.written += event.text
+        elif event.type == "answer_cleared":
+            self.written = ""
+        elif event.type == "answer_ready":
+            self.written = event.answer
+        self.check(event.type)
+
+    def check(self, where: str) -> None:
+        run, state = self.run, widget_state(self.run)
+        self.seen.add(run.answer)
+        if (state["answer"], state["status"], state["phase"]) != (run.answer, run.status, run.phase):
+            self.problems.append(f"{where}: the widget state differs from the run")
+        if (run.status == "running") != (run.phase != "finished"):
+            self.problems.append(f"{where}: status {run.status} in phase {run.phase}")
+        if run.answer != self.written:
+            self.problems.append(f"{where}: answer {run.answer[:30]!r} is not the one being written")
+        if "first" in run.answer and "second" in run.answer:
+            self.problems.append(f"{where}: two answers mixed")
+
+    async def sample(self) -> None:
+        while not self.run.done():
+            self.check("sample")
+            await asyncio.sleep(0.002)
+
+
+async def test_answer_status_phase_and_widget_agree_at_every_moment() -> None:
+    """Sampled at every event and every 2 ms through a run whose first answer is dropped by a follow-up:
+    ``run.answer`` is always the answer being written now, status and phase agree, and the widget only
+    ever shows what the run showed.
+    """
+    first, second = [f"first{i} " for i in range(40)], [f"second{i} " for i in range(40)]
+    llm = scripted(synthesize=[first, second], analyze=[{"achieved": True, "confidence": 0.9, "reasoning": "ok"}])
+    llm.chunk_delay = 0.004
+    settings = DagSettings(store="none", streaming_planner=False)
+    run = DagSession(ModelRegistry().register("m", llm), settings).start("goal")
+    widget = DagWidget(run, max_rate=50)
+    shown: list[tuple[str, str, str]] = []
+    real_sync = widget.sync
+
+    def recording_sync() -> None:
+        real_sync()
+        shown.append((widget.answer, widget.status, widget.phase))
+
+    widget.sync = recording_sync  # type: ignore[method-assign]
+    agreement = Agreement(run)
+    run.subscribe(agreement.on_event)
+    run.subscribe(lambda e: run.follow_up("and in euros") if getattr(e, "text", None) == "first5 " else None)
+    sampler = asyncio.create_task(agreement.sample())
+    await run
+    await sampler
+    widget.close()
+
+    assert agreement.problems == []
+    assert run.answer == "".join(second) and len(run.rounds) == 2
+    assert shown and shown[-1] == (run.answer, "done", "finished")
+    assert all(answer in agreement.seen for answer, _, _ in shown)  # never a mix the run did not show
+    assert any("first" in answer for answer, _, _ in shown)  # the dropped answer was visible while written
