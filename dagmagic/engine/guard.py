@@ -20,6 +20,7 @@ from dagmagic.engine.context import Exchange, compose_query, format_history, tru
 from dagmagic.events import Event
 from dagmagic.llm import ChatModel, ModelRegistry
 from dagmagic.llm.tokens import context_window, count_tokens, fits, request_tokens
+from dagmagic.models import Purpose
 from dagmagic.settings import DagSettings
 
 __all__ = [
@@ -157,24 +158,36 @@ class ContextGuard:
         earlier = self._compacted.get(key)
         if earlier is not None and fits(model.entry, earlier, budget):
             return earlier
-        fast = ChatModel(self.registry.for_role("fast"), settings=self.settings, emit=self.emit)
+        fast = self._fast()
         target = max(min(budget // 2, self.window(fast) - self.budget(fast)), 50)
         system = prompts.COMPACTION_SYSTEM.format(tokens=target, task=task)
-        source = self.truncate(text, fast, self.room(fast, [{"role": "system", "content": system}]))
-        try:
-            result = await fast.chat(
-                [{"role": "system", "content": system}, {"role": "user", "content": source}],
-                purpose="compaction",
-                round=round,
-                step_id=step_id,
-            )
-        except Exception:  # compaction is an optimization: the caller truncates instead
-            return None
-        compacted = result.content.strip()
+        compacted = await self._ask_fast(system, text, purpose="compaction", round=round, step_id=step_id)
         if not compacted or not fits(model.entry, compacted, budget):
             return None
         self._compacted[key] = compacted
         return compacted
+
+    def _fast(self) -> ChatModel:
+        return ChatModel(self.registry.for_role("fast"), settings=self.settings, emit=self.emit)
+
+    async def _ask_fast(
+        self, system: str, text: str, *, purpose: Purpose, round: int | None, step_id: str | None = None
+    ) -> str:
+        """The fast model's reply to ``system`` about ``text`` (cut to fit it first); "" when it fails: a
+        shortening is an optimization, the caller falls back to cutting.
+        """
+        fast = self._fast()
+        source = self.truncate(text, fast, self.room(fast, [{"role": "system", "content": system}]))
+        try:
+            result = await fast.chat(
+                [{"role": "system", "content": system}, {"role": "user", "content": source}],
+                purpose=purpose,
+                round=round,
+                step_id=step_id,
+            )
+        except Exception:  # any failure: the caller cuts instead
+            return ""
+        return result.content.strip()
 
     # --- fitting many texts
 
@@ -265,18 +278,7 @@ class ContextGuard:
         return self.truncate(tail, smart, limit)
 
     async def _summarize(self, past: str, limit: int, *, round: int | None) -> str | None:
-        fast = ChatModel(self.registry.for_role("fast"), settings=self.settings, emit=self.emit)
-        system = prompts.HISTORY_SUMMARY_SYSTEM
-        source = self.truncate(past, fast, self.room(fast, [{"role": "system", "content": system}]))
-        try:
-            result = await fast.chat(
-                [{"role": "system", "content": system}, {"role": "user", "content": source}],
-                purpose="history_summary",
-                round=round,
-            )
-        except Exception:  # the caller keeps the last part of the history instead
-            return None
-        summary = result.content.strip()
+        summary = await self._ask_fast(prompts.HISTORY_SUMMARY_SYSTEM, past, purpose="history_summary", round=round)
         smart = ChatModel(self.registry.for_role("smart"), settings=self.settings)
         return self.truncate(summary, smart, limit) if summary else None
 

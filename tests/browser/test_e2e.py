@@ -135,13 +135,15 @@ def test_a_live_run_draws_the_dag_streams_the_answer_and_shows_a_steps_detail(no
     assert notebook.errors == []
 
 
-def test_stop_skips_the_steps_not_started(notebook: NotebookPage) -> None:
+def test_stop_skips_the_steps_not_started_and_answers_from_what_completed(notebook: NotebookPage) -> None:
     gate = Gate(notebook, "stop")
-    notebook.open("stop", cells(gate, "scripted()", "Stop me half-way"))
+    model = 'scripted(analyze=[{"achieved": False, "confidence": 0.4, "reasoning": "s3 never ran."}])'
+    notebook.open("stop", cells(gate, model, "Stop me half-way"))
     notebook.run_all()
     widget = notebook.widget()
 
     expect_waiting_for_the_gate(widget)
+    expect(widget.locator(".dagmagic-status")).to_have_text("running steps…")  # what the run is doing
     widget.locator(".dagmagic-stop").click()
     expect(node(widget, "s3")).to_have_attribute("data-status", "skipped")  # at once, while s1 and s2 still run
     expect(node(widget, "s1")).to_have_attribute("data-status", "running")
@@ -151,10 +153,16 @@ def test_stop_skips_the_steps_not_started(notebook: NotebookPage) -> None:
     expect(widget.locator(".dagmagic-status")).to_have_attribute("data-status", "done")
     notebook.wait_until_done()
 
+    # the answer is written from s1 and s2, streamed like any other, and says it is partial
+    expect(widget.locator(".dagmagic-answer .dagmagic-answer-body")).to_have_text(ANSWER_TEXT)
+    expect(widget.locator(".dagmagic-answer-partial")).to_be_visible()
+    expect(widget.locator(".dagmagic-answer-partial")).to_contain_text("Partial answer")
+    expect(widget.locator(".dagmagic-answer-fallback")).to_be_hidden()
+
     node(widget, "s3").click()
     detail = widget.locator('.dagmagic-detail[data-step-id="s3"]')
     expect(detail).to_contain_text("Skipped — user changed requirements")
-    notebook.screenshot("stop", focus=detail)
+    notebook.screenshot("stop", focus=widget.locator(".dagmagic-answer"))
     assert notebook.errors == []
 
 

@@ -183,6 +183,12 @@ class Kernel:
         )
         return str(opened["content"]["comm_id"])
 
+    def wait_for_update(self, comm_id: str, check: Callable[[Message], bool], what: str) -> Message:
+        """The first state update of the widget ``comm_id`` that satisfies ``check``."""
+        return self.wait_for(
+            lambda m: m["msg_type"] == "comm_msg" and m["content"]["comm_id"] == comm_id and check(m), what
+        )
+
     def updates(self, comm_id: str) -> list[Message]:
         """The state updates the widget has sent so far."""
         return [
@@ -208,6 +214,11 @@ def _node_statuses(msg: Message) -> dict[str, str]:
     state = msg["content"]["data"].get("state", {}) if msg["msg_type"] == "comm_msg" else {}
     rounds = state.get("rounds") or []
     return {node["id"]: node["status"] for node in rounds[-1]["nodes"]} if rounds else {}
+
+
+def _both_running(msg: Message) -> bool:
+    statuses = _node_statuses(msg)
+    return statuses.get("s1") == "running" and statuses.get("s2") == "running"
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -255,16 +266,7 @@ def test_interrupt_cancels_the_run_within_two_seconds(kernel: Kernel, record_pro
     submitted = time.monotonic()
     msg_id = kernel.submit("%%dag --models slow\na goal that takes too long")
     comm_id = kernel.widget_comm_id(msg_id)
-    kernel.wait_for(
-        lambda m: (
-            _parent(m) == msg_id
-            and m["msg_type"] == "comm_msg"
-            and m["content"]["comm_id"] == comm_id
-            and _node_statuses(m).get("s1") == "running"
-            and _node_statuses(m).get("s2") == "running"
-        ),
-        "s1 and s2 running",
-    )
+    kernel.wait_for_update(comm_id, lambda m: _parent(m) == msg_id and _both_running(m), "s1 and s2 running")
     time.sleep(1.0)  # mid-step, with nothing else due on the kernel's loop: the case a user meets
     interrupted = time.monotonic()
     kernel.manager.interrupt_kernel()
@@ -309,15 +311,7 @@ def test_the_widgets_stop_message_skips_pending_steps_mid_run(kernel: Kernel) ->
     submitted = time.monotonic()
     msg_id = kernel.submit("%%dag --models stoppable\na goal stopped half-way")
     comm_id = kernel.widget_comm_id(msg_id)
-    kernel.wait_for(
-        lambda m: (
-            m["msg_type"] == "comm_msg"
-            and m["content"]["comm_id"] == comm_id
-            and _node_statuses(m).get("s1") == "running"
-            and _node_statuses(m).get("s2") == "running"
-        ),
-        "s1 and s2 running",
-    )
+    kernel.wait_for_update(comm_id, _both_running, "s1 and s2 running")
     kernel.send_comm_msg(comm_id, {"method": "custom", "content": {"type": "stop"}})
     cell = kernel.collect(msg_id, submitted, timeout=30)
     assert cell.status == "ok", cell.error
@@ -378,12 +372,9 @@ def test_a_follow_up_typed_while_the_analyzer_runs_reaches_the_next_plan(kernel:
     submitted = time.monotonic()
     msg_id = kernel.submit("%%dag --models judging\nthe price of a baguette")
     comm_id = kernel.widget_comm_id(msg_id)
-    kernel.wait_for(
-        lambda m: (
-            m["msg_type"] == "comm_msg"
-            and m["content"]["comm_id"] == comm_id
-            and m["content"]["data"].get("state", {}).get("phase") == "analyzing"
-        ),
+    kernel.wait_for_update(
+        comm_id,
+        lambda m: m["content"]["data"].get("state", {}).get("phase") == "analyzing",
         "the widget showing the analyzer at work",
     )
     kernel.send_comm_msg(comm_id, {"method": "custom", "content": {"type": "follow_up", "text": "and in euros"}})
