@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dagmagic.engine.run import DagRun
-from dagmagic.events import AnswerReady, Event, Replanning, RunFinished, StepCompleted, StepStarted
+from dagmagic.events import AnswerCleared, AnswerReady, Event, Replanning, RunFinished, StepCompleted, StepStarted
 
 __all__ = ["print_progress", "progress_line", "trace_table"]
 
@@ -17,8 +17,11 @@ def progress_line(event: Event) -> str | None:
         return f"[round {event.round}] {event.step_id} {event.status}{detail}"
     if isinstance(event, Replanning):
         return f"[round {event.round}] replanning: {event.reason}"
+    if isinstance(event, AnswerCleared):
+        return f"(the answer being written was dropped: {event.reason})"
     if isinstance(event, AnswerReady):
-        return f"\n{event.answer}\n"
+        note = "(partial answer: the run was stopped before it finished)\n" if event.partial else ""
+        return f"\n{note}{event.answer}\n"
     if isinstance(event, RunFinished):
         return f"[{event.status}] achieved={event.achieved} confidence={event.confidence:.2f}"
     return None

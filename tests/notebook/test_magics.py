@@ -215,3 +215,16 @@ def test_cell_help_shows_the_options(ip: InteractiveShell, capsys: pytest.Captur
     ip.run_cell("%%dag?")
     shown = capsys.readouterr().out
     assert "--max-rounds" in shown and "%dag followup TEXT" in shown
+
+
+def test_terminal_lines_say_when_an_answer_is_dropped_or_partial() -> None:
+    from dagmagic.events import AnswerCleared, AnswerReady
+    from dagmagic.notebook.progress import progress_line
+
+    assert progress_line(AnswerCleared(reason="a follow-up arrived")) == (
+        "(the answer being written was dropped: a follow-up arrived)"
+    )
+    assert progress_line(AnswerReady(answer="Only Paris.", partial=True)) == (
+        "\n(partial answer: the run was stopped before it finished)\nOnly Paris.\n"
+    )
+    assert progress_line(AnswerReady(answer="Both.")) == "\nBoth.\n"
