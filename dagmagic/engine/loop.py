@@ -411,7 +411,8 @@ class GoalLoop:
             outcome = await control.interruptible("planning", stream(), round=index, name=f"dagmagic:plan:{index}")
             if isinstance(outcome, Interrupted):
                 executor.close()
-                control.enter("executing", index)
+                if plan.steps:  # steps that started while the plan streamed finish
+                    control.enter("executing", index)
                 await execution
                 return False
             streamed, context = outcome
