@@ -209,6 +209,7 @@ def _call_state(call: LLMCall) -> dict[str, Any]:
         "cost": call.cost,
         "error": call.error,
         "stream": call.stream,
+        "status": call.status,
     }
 
 

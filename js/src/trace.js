@@ -10,7 +10,7 @@ import { formatCost, formatDuration, formatInt, num } from "./format.js";
 const COLUMNS = ["purpose", "model", "round", "step", "level", "retries", "in", "out", "latency", "cost"];
 
 /**
- * @typedef {{calls: number, input: number, output: number, latency: number, cost: number | null, errors: number}} Totals
+ * @typedef {{calls: number, input: number, output: number, latency: number, cost: number | null, errors: number, cancelled: number}} Totals
  */
 
 export function createTrace() {
@@ -41,7 +41,7 @@ export function createTrace() {
       return;
     }
     const rows = calls.map((call) =>
-      h("tr", { class: call.error ? "dagmagic-trace-error" : null, title: call.error ? String(call.error) : null }, [
+      h("tr", rowAttributes(call), [
         h("td", {}, [String(call.purpose ?? "")]),
         h("td", {}, [String(call.model ?? "")]),
         h("td", { class: "dagmagic-num" }, [call.round === null || call.round === undefined ? "" : String(call.round)]),
@@ -78,7 +78,18 @@ export function createTrace() {
 
 /** @returns {Totals} */
 function emptyTotals() {
-  return { calls: 0, input: 0, output: 0, latency: 0, cost: null, errors: 0 };
+  return { calls: 0, input: 0, output: 0, latency: 0, cost: null, errors: 0, cancelled: 0 };
+}
+
+/**
+ * A failed call is marked with its error, a cancelled one with why its usage is missing.
+ * @param {CallRecord} call
+ */
+function rowAttributes(call) {
+  if (call.status === "cancelled") {
+    return { class: "dagmagic-trace-cancelled", title: "Cancelled before its reply: its usage is unknown." };
+  }
+  return { class: call.error ? "dagmagic-trace-error" : null, title: call.error ? String(call.error) : null };
 }
 
 /**
@@ -93,6 +104,7 @@ function add(t, call) {
   const cost = num(call.cost);
   if (cost !== null) t.cost = (t.cost ?? 0) + cost;
   if (call.error) t.errors += 1;
+  if (call.status === "cancelled") t.cancelled += 1;
 }
 
 /**
@@ -102,7 +114,9 @@ function add(t, call) {
  */
 function totalsRow(label, t, cls) {
   return h("tr", { class: cls }, [
-    h("th", { scope: "row", colspan: 6 }, [label + (t.errors ? ` · ${t.errors} failed` : "")]),
+    h("th", { scope: "row", colspan: 6 }, [
+      label + (t.errors ? ` · ${t.errors} failed` : "") + (t.cancelled ? ` · ${t.cancelled} cancelled` : ""),
+    ]),
     h("td", { class: "dagmagic-num" }, [formatInt(t.input)]),
     h("td", { class: "dagmagic-num" }, [formatInt(t.output)]),
     h("td", { class: "dagmagic-num" }, [formatDuration(t.latency)]),

@@ -78,6 +78,7 @@
  * @property {number | null} cost
  * @property {string | null} error
  * @property {boolean} stream
+ * @property {"ok" | "failed" | "cancelled"} [status]  cancelled: the run moved on before the reply (usage unknown)
  */
 
 /** @typedef {{input_tokens: number, output_tokens: number, requests: number, cost: number | null}} Usage */

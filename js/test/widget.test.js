@@ -485,6 +485,32 @@ describe("trace", () => {
     expect(trace.querySelectorAll("tbody tr").length).toBe(5);
     expect(trace.querySelector("tbody tr:last-child td:nth-child(9)")?.textContent).toBe("0.5s ⇣");
   });
+
+  it("marks a call cancelled before its reply, whose usage is unknown", async () => {
+    const { el, model } = mount();
+    model.set("calls", [
+      {
+        purpose: "analyze",
+        model: "m",
+        round: 1,
+        step_id: null,
+        level: "tool_call",
+        retries: 0,
+        input_tokens: 0,
+        output_tokens: 0,
+        latency: 3.2,
+        cost: null,
+        error: null,
+        stream: false,
+        status: "cancelled",
+      },
+    ]);
+    await nextRedraw();
+    const row = /** @type {HTMLElement} */ (el.querySelector(".dagmagic-trace tbody tr"));
+    expect(row.classList.contains("dagmagic-trace-cancelled")).toBe(true);
+    expect(row.title).toContain("usage is unknown");
+    expect(el.querySelector(".dagmagic-trace tfoot tr:last-child th")?.textContent).toBe("all (1) · 1 cancelled");
+  });
 });
 
 describe("lifecycle", () => {
