@@ -92,7 +92,8 @@ class DagSession:
         if not task.cancelled():
             task.exception()  # retrieved: the loop records failures on the run itself
         if run.status in ("done", "failed") and run.answer:
-            goal = "".join([run.goal, *(f"\n\n[User follow-up]: {text}" for text in run.state.follow_ups)])
+            follow_ups = [*run.follow_ups, *run.pending_follow_ups]  # one sent just before a Stop counts too
+            goal = "".join([run.goal, *(f"\n\n[User follow-up]: {text}" for text in follow_ups)])
             self.history.append(Exchange(goal=goal, answer=run.answer))
 
     def __repr__(self) -> str:
