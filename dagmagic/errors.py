@@ -5,21 +5,23 @@ The tree, by whose mistake it is::
     DagError
     ├── ConfigurationError (ValueError)      the user's set-up: bad setting, no model, duplicate name
     ├── StructuredOutputError (ValueError)   a model never produced output of the requested shape
-    ├── PlanningError (ValueError)           no valid plan, even after one re-ask quoting the problem
+    ├── PlanningError (ValueError)           the model gave no readable plan
     ├── RunFailedError                       run.raise_for_status() on a run that failed
     └── ProviderError                        a model provider refused or failed a call
         ├── FatalProviderError               raised at once, never retried
-        │   ├── AuthenticationError          missing or wrong API key
-        │   ├── PermissionDeniedError        the key may not use this model
+        │   ├── AuthenticationError *        missing or wrong API key
+        │   ├── PermissionDeniedError *      the key may not use this model
         │   ├── BadRequestError              the provider rejected the request itself
-        │   └── UnknownModelError            no such model or provider
+        │   └── UnknownModelError *          no such model or provider
         └── TransientProviderError           retried with backoff before giving up
             ├── RateLimitError
             ├── ProviderTimeoutError
             ├── ServerError                  5xx from the provider
             └── ProviderConnectionError
 
-Only ``dagmagic.llm`` turns litellm's exceptions into these, in one place (``llm/_litellm.py``).
+``*``: ``RUN_ENDING``, a step meeting one ends the whole run (every other call would meet it too); a bad
+request ends only its step. ``PlanningError`` remains for callers of the planner; the goal loop repairs a
+plan instead. Only ``dagmagic.llm`` turns litellm's exceptions into these, in one place (``llm/_litellm.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "RUN_ENDING",
     "AuthenticationError",
     "BadRequestError",
     "ConfigurationError",
@@ -59,7 +62,7 @@ class StructuredOutputError(DagError, ValueError):
 
 
 class PlanningError(DagError, ValueError):
-    """The planner produced no usable plan, even after one re-ask quoting the problem."""
+    """The model gave no readable plan (the planner then plans the goal as one step)."""
 
 
 class RunFailedError(DagError):
@@ -161,3 +164,7 @@ class ProviderConnectionError(TransientProviderError):
 
     kind = "Connection failed"
     hint = "check the network and the model's api_base."
+
+
+RUN_ENDING: tuple[type[ProviderError], ...] = (AuthenticationError, PermissionDeniedError, UnknownModelError)
+"""Errors that end a whole run when a step meets one: every other call would meet it too."""

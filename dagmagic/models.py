@@ -153,6 +153,8 @@ class PlanStep(BaseModel):
     """Tokens and cost of its LLM calls."""
     tool_calls: list[ToolCallRecord] = Field(default_factory=list)
     """Every tool call it made, in order."""
+    warnings: list[str] = Field(default_factory=list)
+    """What the user should know about its result (e.g. its citations could not be verified)."""
 
     @property
     def queue_time(self) -> float | None:
@@ -236,7 +238,7 @@ class AnalysisResult(BaseModel):
     achieved: bool = False
     """Whether the goal was reached."""
     confidence: float = 0.0
-    """0..1; out-of-range values are clamped, non-numbers become 0."""
+    """0..1; a percentage (``"85%"``, ``85``) is divided by 100, the rest clamped; non-numbers become 0."""
     reasoning: str = ""
     """Why, naming contradictions between sources."""
     final_answer: str | None = None
@@ -247,17 +249,23 @@ class AnalysisResult(BaseModel):
     def _coerce_achieved(cls, value: Any) -> bool:
         if isinstance(value, str):
             return value.strip().lower() in {"true", "yes", "y", "1", "achieved"}
-        return bool(value)
+        if isinstance(value, bool | int | float) or value is None:
+            return bool(value)
+        # an object here is a schema echoed back ({"type": "boolean", ...}), not a verdict
+        raise ValueError(f"achieved must be true or false, not {type(value).__name__}")
 
     @field_validator("confidence", mode="before")
     @classmethod
     def _clamp_confidence(cls, value: Any) -> float:
+        percent = isinstance(value, str) and value.strip().endswith("%")
         try:
-            number = float(str(value).strip().rstrip("%")) if isinstance(value, str) else float(value)
+            number = float(str(value).strip().rstrip("%").strip()) if isinstance(value, str) else float(value)
         except (TypeError, ValueError):
             return 0.0
         if number != number:  # NaN
             return 0.0
+        if percent or 1.0 < number <= 100.0:  # "85%" or 85: a percentage
+            number /= 100.0
         return min(1.0, max(0.0, number))
 
     @field_validator("reasoning", mode="before")
@@ -337,6 +345,8 @@ class RoundRecord(BaseModel):
     """What came next."""
     error: str | None = None
     """Why the round failed, when it could not plan."""
+    warnings: list[str] = Field(default_factory=list)
+    """What was fixed on the way (a dependency dropped, a plan repaired), for the user to see."""
 
 
 class RunState(BaseModel):

@@ -198,6 +198,13 @@ class DagSettings(BaseModel):
     )
 
     # --- retries
+    llm_timeout: float = Field(
+        120.0,
+        gt=0,
+        description="Seconds one LLM call may take (a stream: between two pieces) before it counts as timed out "
+        "and is retried; raise it for slow local models.",
+        json_schema_extra=_env("DAG_LLM_TIMEOUT"),
+    )
     llm_retries: int = Field(
         2,
         ge=0,

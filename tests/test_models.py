@@ -68,12 +68,25 @@ def test_usage_adds_and_sums_known_costs() -> None:
     assert Usage.total([]) == Usage()
 
 
+def test_an_echoed_schema_is_not_a_verdict() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="achieved must be true or false"):
+        AnalysisResult.model_validate({"achieved": {"type": "boolean", "description": "True only if..."}})
+
+
 @pytest.mark.parametrize(
     ("raw", "achieved", "confidence"),
     [
         ({"achieved": "false", "confidence": 0.4}, False, 0.4),
         ({"achieved": "no", "confidence": "0.5"}, False, 0.5),
-        ({"achieved": 0, "confidence": 5.0}, False, 1.0),
+        ({"achieved": 0, "confidence": 5.0}, False, 0.05),  # above 1: a percentage
+        ({"achieved": 0, "confidence": "5%"}, False, 0.05),
+        ({"achieved": 0, "confidence": "85 %"}, False, 0.85),
+        ({"achieved": 0, "confidence": 85}, False, 0.85),
+        ({"achieved": 0, "confidence": 1}, False, 1.0),
+        ({"achieved": 0, "confidence": 150}, False, 1.0),
+        ({"achieved": 0, "confidence": "0.5%"}, False, 0.005),
         ({"achieved": "true", "confidence": -0.5}, True, 0.0),
         ({"achieved": True, "confidence": "abc"}, True, 0.0),
         ({"achieved": "yes", "confidence": None}, True, 0.0),

@@ -1,16 +1,22 @@
 """The step agent: a fresh, memoryless ReAct loop per step.
 
 Native tool calling when the step's model supports it, else a JSON action format parsed like structured
-output. The loop ends when the model answers without calling a tool. Guards: the same call with the same
-arguments a second time gets a warning instead of a result, a third time ends the step with what it has;
-observations are capped; at ``step_max_iterations`` the step fails, keeping its notes. Then, optionally,
-a completion check (3+ tools used, a short answer) and a citation check with one re-run on failure.
+output; a call a model offered native tools writes as text instead (``{"name": ..., "arguments": ...}``,
+the JSON action, ``<tool_call>...</tool_call>``) is recognised and run too. The loop ends when the model
+answers without calling a tool. Guards: the same call with the same arguments a second time gets a warning
+instead of a result; a third time the model is asked once, without tools, for its answer from what it has
+(else the step fails, keeping its notes); observations are capped; at ``step_max_iterations`` the step fails,
+keeping its notes. Then, optionally, a completion check (3+ tools used, a short answer) and a citation check
+with one re-run on failure; a check that cannot run leaves the result standing, flagged as not verified.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import json
+import re
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -18,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from dagmagic.engine.citations import extract_citations, verify_citations
+from dagmagic.engine.citations import CitationVerdict, extract_citations, verify_citations
 from dagmagic.engine.context import truncate
 from dagmagic.engine.executor import StepFailure
 from dagmagic.engine.steps import StepRequest, step_messages
@@ -50,6 +56,15 @@ COMPLETION_CHECK = (
     "You used {count} tools but your answer is short. Check it against your task and the results above, "
     "then reply with the complete final answer (plain text, no tool calls)."
 )
+
+FORCE_ANSWER = (
+    "You called {name} three times with the same arguments. Do not call any tool again: reply now with your "
+    "final answer to your task from the results above, as plain text."
+)
+
+NOT_VERIFIED = "citations not verified: the check failed ({error})"
+
+_TOOL_CALL_TAG = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 
 CITATION_FEEDBACK = (
     "\n\nA reviewer checked the citations in your previous answer and found problems:\n{feedback}\n"
@@ -88,24 +103,36 @@ class StepAgent:
             return result
         step = request.step
         request.emit(Verifying(round=request.round, step_id=step.id))
-        checked = result
-        if request.guard is not None:  # the checker reads the answer beside its instructions and the citations
-            checked = await request.guard.fit(
-                result,
-                request.smart,
-                budget=request.guard.budget(request.smart) // 2,
-                task=f"checking these citations: {', '.join(citations)}",
-                round=request.round,
-                step_id=step.id,
-            )
-        verdict = await verify_citations(
-            request.smart, step.task, checked, citations, round=request.round, step_id=step.id
-        )
+        try:
+            verdict = await self._check_citations(request, result, citations)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a check that cannot run never costs the step its result
+            note = NOT_VERIFIED.format(error=f"{type(exc).__name__}: {exc}")
+            step.warnings.append(note)
+            request.emit(Verification(round=request.round, step_id=step.id, passed=False, feedback=note))
+            return result
         feedback = verdict.feedback or "; ".join(verdict.problems)
         request.emit(Verification(round=request.round, step_id=step.id, passed=verdict.valid, feedback=feedback))
         if verdict.valid:
             return result
         return await self._react(request, tools, feedback=CITATION_FEEDBACK.format(feedback=feedback))
+
+    @staticmethod
+    async def _check_citations(request: StepRequest, result: str, citations: list[str]) -> CitationVerdict:
+        step, smart = request.step, request.smart
+        assert smart is not None
+        checked = result
+        if request.guard is not None:  # the checker reads the answer beside its instructions and the citations
+            checked = await request.guard.fit(
+                result,
+                smart,
+                budget=request.guard.budget(smart) // 2,
+                task=f"checking these citations: {', '.join(citations)}",
+                round=request.round,
+                step_id=step.id,
+            )
+        return await verify_citations(smart, step.task, checked, citations, round=request.round, step_id=step.id)
 
     async def _select(self, request: StepRequest) -> list[Tool]:
         """All tools, or at most ``tool_selection_max`` picked by the step's model above the threshold."""
@@ -170,7 +197,7 @@ class StepAgent:
                 tools=schemas,
                 tool_choice="auto" if native else None,
             )
-            calls = _native_calls(reply.response.tool_calls) if native else _json_actions(reply.content, tools)
+            calls = _native_calls(reply.response.tool_calls) or _text_calls(reply.content, tools)
             if not calls:
                 answer = reply.content.strip()
                 if used >= 3 and len(answer) < SHORT_ANSWER_CHARS:
@@ -184,7 +211,7 @@ class StepAgent:
                 seen[key] += 1
                 if seen[key] >= 3:
                     notes.append(f"Stopped: {call.name} was called a third time with the same arguments.")
-                    return _notes(notes)
+                    return await self._forced_answer(request, messages, call.name, tools, notes)
                 outcome = await self._call(call, tools, request, repeated=seen[key] == 2)
                 used += 1
                 self._record(request, iteration, call, outcome)
@@ -193,6 +220,24 @@ class StepAgent:
         raise StepFailure(
             f"iteration limit ({settings.step_max_iterations}) reached without a final answer", notes=_notes(notes)
         )
+
+    @staticmethod
+    async def _forced_answer(
+        request: StepRequest, messages: list[dict[str, Any]], name: str, tools: list[Tool], notes: list[str]
+    ) -> str:
+        """A stuck step's last chance: its answer from what it has, asked once without tools."""
+        turn = max(i for i, message in enumerate(messages) if message.get("role") == "assistant")
+        messages = messages[:turn]  # this turn's calls stay unanswered: most providers refuse that
+        ask = [*messages, {"role": "user", "content": FORCE_ANSWER.format(name=name)}]
+        await _fit(request, ask, None)
+        reply = await request.model.chat(ask, purpose="step", round=request.round, step_id=request.step.id)
+        answer = reply.content.strip()
+        if not answer or _text_calls(answer, tools):
+            raise StepFailure(
+                f"stuck: {name} was called three times with the same arguments, and no answer came after",
+                notes=_notes(notes),
+            )
+        return answer
 
     async def _call(self, call: _Call, tools: list[Tool], request: StepRequest, *, repeated: bool) -> ToolOutcome:
         if repeated:
@@ -274,20 +319,41 @@ def _native_calls(tool_calls: Sequence[Any]) -> list[_Call]:
     return calls
 
 
-def _json_actions(content: str, tools: list[Tool]) -> list[_Call]:
-    """Tool calls written as ``{"tool": ..., "arguments": ...}`` (or a list of them) in the reply."""
-    if not tools:
+def _text_calls(content: str, tools: list[Tool]) -> list[_Call]:
+    """Tool calls written in the reply's text: the JSON action format (``{"tool": ..., "arguments": ...}``),
+    an OpenAI-style call (``{"name": ..., "arguments": ...}``, or under ``"function"``), a list of them, or
+    Qwen's ``<tool_call>...</tool_call>``; only calls naming a tool the step was offered count.
+    """
+    if not tools or not content.strip():
         return []
-    try:
-        value = extract_json(content)
-    except ValueError:
-        return []
-    actions = value if isinstance(value, list) else [value]
-    calls = []
-    for index, action in enumerate(actions):
-        if isinstance(action, dict) and isinstance(action.get("tool"), str):
-            calls.append(_Call(f"action_{index}", action["tool"], action.get("arguments", {})))
+    offered = {tool.name for tool in tools}
+    tagged = [match.group(1) for match in _TOOL_CALL_TAG.finditer(content)]
+    calls: list[_Call] = []
+    for text in tagged or [content]:
+        try:
+            value = extract_json(text)
+        except ValueError:
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            call = _as_call(item, len(calls))
+            if call is not None and call.name in offered:
+                calls.append(call)
     return calls
+
+
+def _as_call(item: Any, index: int) -> _Call | None:
+    if not isinstance(item, dict):
+        return None
+    if isinstance(item.get("function"), dict):
+        item = item["function"]
+    name = item.get("tool", item.get("name"))
+    if not isinstance(name, str):
+        return None
+    arguments = item.get("arguments", item.get("parameters", {}))
+    if isinstance(arguments, str):
+        with contextlib.suppress(json.JSONDecodeError):  # left as text, validation tells the model what is wrong
+            arguments = json.loads(arguments) if arguments.strip() else {}
+    return _Call(f"call_text_{index}", name, arguments)
 
 
 def _assistant_message(content: str, calls: list[_Call], native: bool) -> dict[str, Any]:

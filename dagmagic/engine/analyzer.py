@@ -36,7 +36,7 @@ class Verdict(BaseModel):
 SAFE_DEFAULT = AnalysisResult(achieved=False, confidence=0.0, reasoning="Could not parse analysis response")
 
 _BOOL = r'"?achieved"?\s*[:=]\s*"?(true|false|yes|no|1|0)\b'
-_NUMBER = r'"?confidence"?\s*[:=]\s*"?(-?\d+(?:\.\d+)?)'
+_NUMBER = r'"?confidence"?\s*[:=]\s*"?(-?\d+(?:\.\d+)?(?:[ \t]*%)?)'
 _TEXT = r'"?{field}"?\s*[:=]\s*"((?:[^"\\]|\\.)*)"?'
 
 

@@ -5,8 +5,10 @@ completes last starts its dependents on the spot (no polling, no level barrier).
 plan order; a FIFO semaphore holds the concurrency limit, and ``started`` means a slot was acquired.
 
 Failure never spreads sideways: a failed step's dependents are skipped (naming it), independent
-branches go on. A stop event skips every step not yet started while running ones finish; cancellation
-cancels running steps, waits for them, marks them cancelled and re-raises.
+branches go on; only an exception of a ``fatal`` type (a provider refusing the key, say: every other step
+would meet it too) ends the plan: running steps are cancelled and the exception is raised. A stop event
+skips every step not yet started while running ones finish; cancellation cancels running steps, waits for
+them, marks them cancelled and re-raises.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Final
 
 from dagmagic.events import Event, StepCompleted, StepQueued, StepStarted
+from dagmagic.llm.secrets import mask_secrets
 from dagmagic.models import ExecutionPlan, PlanStep, StepStatus
 
 __all__ = ["STOPPED_REASON", "DagExecutor", "RunStep", "StepFailure"]
@@ -52,8 +55,11 @@ class DagExecutor:
         stop: asyncio.Event | None = None,
         earlier: Mapping[str, PlanStep] | None = None,
         open_ended: bool = False,
+        fatal: tuple[type[BaseException], ...] = (),
     ) -> None:
-        """``open_ended``: the plan is still arriving; ``add()`` its steps, ``close()`` when it is whole."""
+        """``open_ended``: the plan is still arriving; ``add()`` its steps, ``close()`` when it is whole.
+        ``fatal``: exception types that end the whole plan when a step raises one.
+        """
         self.plan = plan
         self.run_step = run_step
         self.step_timeout = step_timeout
@@ -68,6 +74,9 @@ class DagExecutor:
         self._all_settled = asyncio.Event()
         self._cancelling = False
         self._closed = not open_ended
+        self._fatal_types = fatal
+        self._fatal: BaseException | None = None
+        self._withdrawn: set[int] = set()  # ids of step objects taken out of the plan: they report nothing
         # One timer serves every running step's deadline: steps share one timeout and enter in start order,
         # so the first entry is the earliest (a timer per step costs ~5 us and leaves a cancelled heap entry).
         self._deadlines: dict[str, tuple[float, asyncio.Timeout]] = {}
@@ -87,6 +96,9 @@ class DagExecutor:
                 self._skip_unstarted()
             self._settle_if_done()
             await self._all_settled.wait()
+            if self._fatal is not None:
+                await self._cancel_all()
+                raise self._fatal
         except asyncio.CancelledError:
             await self._cancel_all()
             raise
@@ -128,10 +140,29 @@ class DagExecutor:
         self._waiting[step.id] = waiting
         if blocked is not None:
             self._finish(step, "skipped", blocked)
+        elif self._fatal is not None:
+            self._finish(step, "cancelled", "Cancelled before it started")
         elif self.stop.is_set():
             self._finish(step, "skipped", STOPPED_REASON)
         elif waiting == 0:
             self._dispatch(step)
+
+    def withdraw(self, step_id: str) -> None:
+        """Take a step out of an open-ended plan (a new plan replaces it): cancelled if it was started.
+        Steps that depend on it must be withdrawn first.
+        """
+        step = self._steps.pop(step_id)
+        self.plan.steps.remove(step)
+        self._waiting.pop(step_id, None)
+        self._dependents.pop(step_id, None)
+        for children in self._dependents.values():
+            if step_id in children:
+                children.remove(step_id)
+        self._withdrawn.add(id(step))
+        task = self._tasks.pop(step_id, None)
+        if task is not None:
+            task.cancel()  # it ends cancelled, quietly; nothing waits on it any more
+        self._settle_if_done()
 
     def close(self) -> None:
         """The plan is whole: ``execute()`` returns once its steps have settled."""
@@ -176,7 +207,8 @@ class DagExecutor:
                     return
                 await self._run_started(step)
         finally:
-            del self._tasks[step.id]
+            if self._tasks.get(step.id) is asyncio.current_task():  # a withdrawn step's id may be reused
+                del self._tasks[step.id]
             self._settle_if_done()
 
     async def _run_started(self, step: PlanStep) -> None:
@@ -202,9 +234,14 @@ class DagExecutor:
             else:  # the step's own TimeoutError (e.g. an HTTP client's): an ordinary failure
                 self._finish(step, "failed", f"{type(exc).__name__}: {exc}")
         except StepFailure as failure:
-            self._finish(step, "failed", failure.reason, result=failure.notes)
+            self._finish(step, "failed", mask_secrets(failure.reason), result=failure.notes)
+        except self._fatal_types as exc:
+            self._finish(step, "failed", mask_secrets(f"{type(exc).__name__}: {exc}"))
+            if self._fatal is None:
+                self._fatal = exc
+                self._all_settled.set()  # execute() wakes, cancels the rest and raises it
         except Exception as exc:
-            self._finish(step, "failed", f"{type(exc).__name__}: {exc}")
+            self._finish(step, "failed", mask_secrets(f"{type(exc).__name__}: {exc}"))
         else:
             self._finish(step, "completed", None, result=result)
 
@@ -212,13 +249,15 @@ class DagExecutor:
         """Put a step in a final state, then release or skip its dependents."""
         step.status = status
         step.error = error
+        if id(step) in self._withdrawn:
+            return
         if result is not None:
             step.result = result
         step.completed_at = time.time()
         self.emit(StepCompleted(round=self.plan.round, step_id=step.id, status=status, error=error))
         if self._cancelling:
             return
-        for child_id in self._dependents[step.id]:
+        for child_id in self._dependents.get(step.id, ()):
             child = self._steps[child_id]
             if child.status != "pending":
                 continue

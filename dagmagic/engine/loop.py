@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from dagmagic.engine.analyzer import Analyzer
@@ -23,7 +23,7 @@ from dagmagic.engine.routing import classify_domain
 from dagmagic.engine.run import DagRun
 from dagmagic.engine.steps import StepRequest, StepRunner, step_messages
 from dagmagic.engine.synthesis import fallback_answer, synthesize
-from dagmagic.errors import PlanningError
+from dagmagic.errors import RUN_ENDING, ConfigurationError, PlanningError, TransientProviderError
 from dagmagic.events import (
     AnalysisReady,
     AnswerCleared,
@@ -34,9 +34,11 @@ from dagmagic.events import (
     RoundStarted,
     RunFinished,
     RunStarted,
+    RunWarning,
     StepPlanned,
 )
 from dagmagic.llm import ChatModel, ModelRegistry
+from dagmagic.llm.secrets import mask_secrets, scrub_exception
 from dagmagic.models import AnalysisResult, Decision, ExecutionPlan, PlanStep, RoundRecord
 from dagmagic.settings import DagSettings
 
@@ -145,14 +147,15 @@ class GoalLoop:
         """Pursue the run's goal to an answer. Cancellation ends it ``cancelled`` and propagates."""
         run.emit(RunStarted(run_id=run.run_id, goal=run.goal))
         try:
+            self._check_credentials()
             await self._rounds(run)
             run.state.status = "failed" if run.state.error else "done"
         except asyncio.CancelledError:
             run.state.status = "cancelled"
             raise
-        except Exception as exc:  # an unexpected failure: keep what was done, say what happened
-            run.exception = exc
-            run.state.error = f"{type(exc).__name__}: {exc}"
+        except Exception as exc:  # a failure: keep what was done, say what happened (never a key)
+            run.exception = scrub_exception(exc)
+            run.state.error = mask_secrets(f"{type(exc).__name__}: {exc}")
             run.state.status = "failed"
             if not run.state.answer:
                 self._answer(run, fallback_answer(run.analysis, _completed(run.rounds)), fallback=True)
@@ -163,6 +166,17 @@ class GoalLoop:
                 RunFinished(
                     status=run.state.status, achieved=run.achieved, confidence=run.confidence, error=run.state.error
                 )
+            )
+
+    def _check_credentials(self) -> None:
+        """A model whose provider key is not set fails the run before its first call, naming the variable."""
+        missing = self.registry.missing_credentials()
+        if missing:
+            needs = "; ".join(f"{name!r} needs {' or '.join(variables)}" for name, variables in sorted(missing.items()))
+            raise ConfigurationError(
+                f"{needs}, which the kernel's environment does not have. Set it where Jupyter starts (or "
+                "os.environ[...] in a cell) and run again, or pass api_key=... to ModelRegistry.register(). "
+                "No call was made."
             )
 
     def _model(self, role: str | None, run: DagRun) -> ChatModel:
@@ -213,6 +227,7 @@ class GoalLoop:
             previous=list(run.rounds),
             domain=domain,
             follow_ups=len(control.pending),
+            goal=_goal_with_follow_ups(run),
         )
         run.rounds.append(record)
         try:
@@ -282,6 +297,7 @@ class GoalLoop:
             context=context,
             earlier=planning.earlier.keys(),
             domain=planning.domain,
+            goal=planning.goal,
         )
 
     async def _plan_and_execute(self, run: DagRun, planning: _Planning) -> bool:
@@ -367,6 +383,7 @@ class GoalLoop:
             stop=run.control.round_stop,
             earlier=earlier,
             open_ended=open_ended,
+            fatal=RUN_ENDING,
         )
 
     async def _run_plan(
@@ -387,17 +404,20 @@ class GoalLoop:
 
     async def _stream_round(self, run: DagRun, planning: _Planning) -> bool:
         """Plan while executing: steps start as they stream in. A plan the final validation rejects is
-        dropped (its started steps cancelled) and re-asked once; an unreadable one is planned again normally.
-        An interruption ends the stream; steps already running finish, the others are skipped.
+        dropped (its started steps cancelled) and re-asked once; an unreadable one is planned again normally,
+        and so is one whose stream broke (steps it started that the new plan holds unchanged go on). An
+        interruption ends the stream; steps already running finish, the others are skipped.
         """
         control, planner, plan, index = run.control, planning.planner, planning.record.plan, planning.record.index
         earlier = planning.earlier
         executor = self._executor(run, plan, earlier, planning.guard, open_ended=True)
         execution = asyncio.create_task(executor.execute(), name=f"dagmagic:round:{index}")
+        started: dict[str, PlanStep] = {}
 
         def start(step: PlanStep) -> None:
             step.model = self.registry.for_role(step.model_hint).name
             run.emit(StepPlanned(round=index, step=step))
+            started[step.id] = step
             executor.add(step)
 
         async def stream() -> tuple[StreamedPlan, str | None]:
@@ -408,28 +428,33 @@ class GoalLoop:
             return streamed, context
 
         try:
-            outcome = await control.interruptible("planning", stream(), round=index, name=f"dagmagic:plan:{index}")
+            try:
+                outcome: tuple[StreamedPlan, str | None] | ExecutionPlan | Interrupted = await control.interruptible(
+                    "planning", stream(), round=index, name=f"dagmagic:plan:{index}"
+                )
+            except TransientProviderError as broken:  # the stream broke mid-way: plan again, without streaming
+                self._warn(run, index, f"the plan's stream broke ({broken.kind}): planned again without streaming")
+                outcome = await control.interruptible(
+                    "planning", self._plan(planning), round=index, name=f"dagmagic:plan:{index}"
+                )
             if isinstance(outcome, Interrupted):
                 executor.close()
                 if plan.steps:  # steps that started while the plan streamed finish
                     control.enter("executing", index)
                 await execution
                 return False
-            streamed, context = outcome
-            steps, problem = (
-                planner.validate(streamed.drafts, round=index, earlier=earlier.keys())
-                if streamed.readable
-                else ([], "unreadable")
-            )
+            if isinstance(outcome, ExecutionPlan):
+                steps, problem = outcome.steps, None
+            else:
+                streamed, context = outcome
+                steps, problem = (
+                    planner.validate(streamed.drafts, round=index, earlier=earlier.keys())
+                    if streamed.readable
+                    else ([], "unreadable")
+                )
             if problem is None:
                 self._planned(run, planning.follow_ups)
-                whole = ExecutionPlan(goal=plan.goal, steps=steps, round=index)
-                for layer in whole.layers():
-                    for step in (whole.step(sid) for sid in layer):
-                        if step.id not in streamed.started:
-                            start(step)
-                order = {step.id: position for position, step in enumerate(steps)}
-                plan.steps.sort(key=lambda step: order[step.id])
+                self._adopt(executor, plan, steps, started, start)
                 executor.close()
                 control.enter("executing", index)
                 run.emit(PlanReady(round=index, plan=plan))
@@ -441,11 +466,21 @@ class GoalLoop:
                 await asyncio.wait([execution])
         if streamed.readable:
             again = planner.finish(
-                streamed.messages, streamed.drafts, query=plan.goal, round=index, earlier=earlier.keys()
+                streamed.messages,
+                streamed.drafts,
+                query=plan.goal,
+                round=index,
+                earlier=earlier.keys(),
+                goal=planning.goal,
             )
         else:
             again = planner.plan(
-                plan.goal, round=index, context=context, earlier=earlier.keys(), domain=planning.domain
+                plan.goal,
+                round=index,
+                context=context,
+                earlier=earlier.keys(),
+                domain=planning.domain,
+                goal=planning.goal,
             )
         replanned = await control.interruptible("planning", again, round=index, name=f"dagmagic:plan:{index}")
         if isinstance(replanned, Interrupted):
@@ -453,6 +488,44 @@ class GoalLoop:
         self._planned(run, planning.follow_ups)
         await self._run_plan(run, planning.record, replanned, earlier, planning.guard)
         return True
+
+    @staticmethod
+    def _adopt(
+        executor: DagExecutor,
+        plan: ExecutionPlan,
+        steps: list[PlanStep],
+        started: dict[str, PlanStep],
+        start: Callable[[PlanStep], None],
+    ) -> None:
+        """Make the plan being executed the whole plan ``steps``: a started step the whole plan holds
+        unchanged (id, task, dependencies, and its dependencies kept too) goes on; the others are withdrawn,
+        and the whole plan's other steps start, layer by layer.
+        """
+        whole = {step.id: step for step in steps}
+        order = [
+            sid for layer in ExecutionPlan(goal=plan.goal, steps=steps, round=plan.round).layers() for sid in layer
+        ]
+        kept: set[str] = set()
+        for sid in order:
+            old, new = started.get(sid), whole[sid]
+            if (
+                old is not None
+                and (old.task, set(old.dependencies)) == (new.task, set(new.dependencies))
+                and all(dep in kept or dep not in started for dep in old.dependencies)
+            ):
+                kept.add(sid)
+        for sid in reversed(list(started)):  # dependents were started after their dependencies: they go first
+            if sid not in kept:
+                executor.withdraw(sid)
+        for sid in order:
+            if sid not in kept:
+                start(whole[sid])
+        position = {sid: index for index, sid in enumerate(whole)}
+        plan.steps.sort(key=lambda step: position[step.id])
+
+    @staticmethod
+    def _warn(run: DagRun, index: int, message: str) -> None:
+        run.emit(RunWarning(message=message, round=index))
 
     async def _synthesize(
         self, run: DagRun, guard: ContextGuard, analysis: AnalysisResult, index: int, *, partial: bool = False
@@ -529,6 +602,8 @@ class _Planning:
     domain: str | None
     follow_ups: int
     """How many pending follow-ups the plan sees (they are handled once it is made)."""
+    goal: str
+    """The goal with its follow-ups: the one step of the last-resort plan."""
 
     @property
     def query(self) -> str:

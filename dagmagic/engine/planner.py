@@ -2,11 +2,14 @@
 
 One ``structured_llm_call`` to the smart model at temperature 0; the reply is recovered from the shapes
 models actually write, then validated with Kahn's algorithm. A cycle, duplicate ids, an empty plan or
-too many steps get ONE re-ask quoting the problem; a second failure raises ``PlanningError``.
+too many steps get ONE re-ask quoting the problem. A plan still unusable after it is repaired, every change
+a warning on the round: duplicate ids renamed, the first ``plan_max_steps`` kept, dependencies that close a
+cycle dropped. A reply with no usable step at all becomes one step: the goal itself. The loop always answers.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 from collections.abc import Callable, Collection, Mapping
@@ -19,10 +22,19 @@ from dagmagic.errors import PlanningError, StructuredOutputError
 from dagmagic.events import Event, RunWarning
 from dagmagic.llm import ChatModel, extract_json, structured_llm_call
 from dagmagic.llm.registry import STANDARD_ROLES
+from dagmagic.llm.secrets import mask_secrets
 from dagmagic.models import ExecutionPlan, PlanStep, split_round_reference
 from dagmagic.settings import DagSettings
 
-__all__ = ["PlanDraft", "Planner", "StepDraft", "normalize_step", "recover_steps", "validate_steps"]
+__all__ = [
+    "PlanDraft",
+    "Planner",
+    "StepDraft",
+    "normalize_step",
+    "recover_steps",
+    "repair_steps",
+    "validate_steps",
+]
 
 
 class StepDraft(BaseModel):
@@ -129,6 +141,18 @@ def validate_steps(
     if duplicates:
         counts = ", ".join(f"{i} ({ids.count(i)} times)" for i in duplicates)
         return [], f"step ids must be unique, but these repeat: {counts}"
+    steps = _plan_steps(drafts, earlier=earlier, roles=roles, warn=warn)
+    cycle = _cycle(steps)
+    if cycle:
+        return [], f"the steps {', '.join(sorted(set(cycle)))} form a cycle ({' needs '.join(cycle)})"
+    return steps, None
+
+
+def _plan_steps(
+    drafts: list[StepDraft], *, earlier: Collection[str], roles: Collection[str], warn: Callable[[str], None]
+) -> list[PlanStep]:
+    """Plan steps from drafts with unique ids: unknown dependencies and model hints dropped, with warnings."""
+    ids = [draft.id for draft in drafts]
     known = set(ids)
     steps: list[PlanStep] = []
     dropped: list[str] = []
@@ -149,10 +173,89 @@ def validate_steps(
         )
     if dropped:
         warn(f"dropped dependencies on unknown steps: {', '.join(dropped)}")
-    cycle = _cycle(steps)
-    if cycle:
-        return [], f"the steps {', '.join(sorted(set(cycle)))} form a cycle ({' needs '.join(cycle)})"
-    return steps, None
+    return steps
+
+
+def repair_steps(
+    drafts: list[StepDraft],
+    *,
+    max_steps: int,
+    earlier: Collection[str] = (),
+    roles: Collection[str] = STANDARD_ROLES,
+    warn: Callable[[str], None] = lambda message: None,
+) -> list[PlanStep]:
+    """The usable part of a plan that stayed invalid: the first ``max_steps`` steps, repeated ids renamed,
+    unknown dependencies dropped, and the dependencies that close a cycle dropped (those on a step listed
+    later first). Each change goes to ``warn``. Empty only when there is no step at all.
+    """
+    if len(drafts) > max_steps:
+        dropped = ", ".join(draft.id for draft in drafts[max_steps:])
+        warn(f"the plan had {len(drafts)} steps: kept the first {max_steps}, dropped {dropped}")
+        drafts = drafts[:max_steps]
+    unique: list[StepDraft] = []
+    taken = {draft.id for draft in drafts}
+    seen: set[str] = set()
+    for draft in drafts:
+        if draft.id in seen:
+            new_id = _free_id(draft.id, taken)
+            taken.add(new_id)
+            warn(f"step id {draft.id} was used twice: the second step is now {new_id}")
+            draft = draft.model_copy(update={"id": new_id})
+        seen.add(draft.id)
+        unique.append(draft)
+    steps = _plan_steps(unique, earlier=earlier, roles=roles, warn=warn)
+    _break_cycles(steps, warn)
+    return steps
+
+
+def _free_id(taken_id: str, taken: set[str]) -> str:
+    number = 2
+    while f"{taken_id}_{number}" in taken:
+        number += 1
+    return f"{taken_id}_{number}"
+
+
+def _break_cycles(steps: list[PlanStep], warn: Callable[[str], None]) -> None:
+    """Drop, inside each cycle, every dependency on the step itself or on a step listed later: what is
+    left only points back up the list, so it cannot loop.
+    """
+    position = {step.id: index for index, step in enumerate(steps)}
+    for component in _cycles(steps):
+        for step in steps:
+            if step.id not in component:
+                continue
+            closing = [d for d in step.dependencies if d in component and position[d] >= position[step.id]]
+            for dependency in closing:
+                step.dependencies.remove(dependency)
+                warn(f"step {step.id} no longer depends on {dependency}: that dependency closed a cycle")
+
+
+def _cycles(steps: list[PlanStep]) -> list[set[str]]:
+    """The groups of steps that reach one another through their dependencies (each group holds a loop)."""
+    ids = {step.id for step in steps}
+    deps = {step.id: [d for d in step.dependencies if d in ids] for step in steps}
+    reach = {sid: _reachable(sid, deps) for sid in deps}  # plans are small: a search per step is cheap
+    groups: list[set[str]] = []
+    placed: set[str] = set()
+    for sid in deps:
+        if sid in placed or sid not in reach[sid]:
+            continue
+        group = {other for other in reach[sid] if sid in reach[other]}
+        placed |= group
+        groups.append(group)
+    return groups
+
+
+def _reachable(start: str, deps: dict[str, list[str]]) -> set[str]:
+    """Every step ``start`` depends on, directly or not (itself only through a loop)."""
+    seen: set[str] = set()
+    frontier = list(deps[start])
+    while frontier:
+        sid = frontier.pop()
+        if sid not in seen:
+            seen.add(sid)
+            frontier.extend(deps[sid])
+    return seen
 
 
 def _cycle(steps: list[PlanStep]) -> list[str]:
@@ -235,12 +338,17 @@ class Planner:
         context: str | None = None,
         earlier: Collection[str] = (),
         domain: str | None = None,
+        goal: str | None = None,
     ) -> ExecutionPlan:
-        """A valid plan for ``query``; ``PlanningError`` naming the problem when none could be had."""
+        """A valid plan for ``query``: as the model wrote it, corrected once, repaired, or at worst one step
+        whose task is ``goal`` (default: the query). Provider errors propagate.
+        """
         messages = self.messages(query, round=round, context=context, earlier=earlier, domain=domain)
-        return await self.finish(
-            messages, await self._draft(messages, round), query=query, round=round, earlier=earlier
-        )
+        try:
+            drafts = await self._draft(messages, round)
+        except PlanningError as exc:
+            return self.goal_step(query, goal, round=round, why=str(exc))
+        return await self.finish(messages, drafts, query=query, round=round, earlier=earlier, goal=goal)
 
     async def finish(
         self,
@@ -250,21 +358,39 @@ class Planner:
         query: str,
         round: int,
         earlier: Collection[str] = (),
+        goal: str | None = None,
     ) -> ExecutionPlan:
-        """Validate a first attempt's steps; on a problem, ONE re-ask quoting it, then ``PlanningError``."""
-        for attempt in range(2):
-            steps, problem = self.validate(drafts, round=round, earlier=earlier)
-            if problem is None:
-                return ExecutionPlan(goal=query, steps=steps, round=round)
-            if attempt == 1:
-                break
-            messages = [
-                *messages,
-                {"role": "assistant", "content": json.dumps({"steps": [d.model_dump() for d in drafts]})},
-                {"role": "user", "content": prompts.PLANNER_REASK.format(problem=problem)},
-            ]
+        """Validate a first attempt's steps; on a problem, ONE re-ask quoting it; then repair what came back."""
+        steps, problem = self.validate(drafts, round=round, earlier=earlier)
+        if problem is None:
+            return ExecutionPlan(goal=query, steps=steps, round=round)
+        messages = [
+            *messages,
+            {"role": "assistant", "content": json.dumps({"steps": [d.model_dump() for d in drafts]})},
+            {"role": "user", "content": prompts.PLANNER_REASK.format(problem=problem)},
+        ]
+        with contextlib.suppress(PlanningError):  # an unreadable correction: the first attempt is repaired
             drafts = await self._draft(messages, round)
-        raise PlanningError(f"Planning failed after one re-ask: {problem}")
+        steps, problem = self.validate(drafts, round=round, earlier=earlier)
+        if problem is None:
+            return ExecutionPlan(goal=query, steps=steps, round=round)
+        self._warn(f"the plan was still unusable after one correction ({problem}); repaired it", round)
+        steps = repair_steps(
+            drafts,
+            max_steps=self.settings.plan_max_steps,
+            earlier=earlier,
+            roles=self.roles,
+            warn=lambda message: self._warn(message, round),
+        )
+        if not steps:
+            return self.goal_step(query, goal, round=round, why=problem)
+        return ExecutionPlan(goal=query, steps=steps, round=round)
+
+    def goal_step(self, query: str, goal: str | None, *, round: int, why: str) -> ExecutionPlan:
+        """The last resort: one step whose task is the goal itself (a warning says why)."""
+        self._warn(f"no usable plan ({why}): the goal is planned as one step", round)
+        step = PlanStep(id="s1", task=goal or query)
+        return ExecutionPlan(goal=query, steps=[step], round=round)
 
     def validate(
         self, drafts: list[StepDraft], *, round: int, earlier: Collection[str] = ()
@@ -298,4 +424,4 @@ class Planner:
 
     def _warn(self, message: str, round: int) -> None:
         if self.emit is not None:
-            self.emit(RunWarning(message=message, round=round))
+            self.emit(RunWarning(message=mask_secrets(message), round=round))

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from dagmagic.engine.control import RunControl
 from dagmagic.errors import DagError, RunFailedError
-from dagmagic.events import Event, LLMCallRecorded, PlanReady, StepPlanned
+from dagmagic.events import Event, LLMCallRecorded, PlanReady, RunWarning, StepPlanned
 from dagmagic.models import (
     AnalysisResult,
     ExecutionPlan,
@@ -65,6 +65,10 @@ class DagRun:
                 self._steps_by_round[(event.round, step.id)] = step
         elif isinstance(event, StepPlanned):
             self._steps_by_round[(event.round, event.step.id)] = event.step
+        elif isinstance(event, RunWarning) and event.round is not None:
+            for record in self.state.rounds:
+                if record.index == event.round:
+                    record.warnings.append(event.message)
         for listener in list(self._listeners):
             try:
                 listener(event)

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import sys
 from types import ModuleType
 
 from dagmagic import errors
+from dagmagic.llm.secrets import mask_secrets
 
 __all__ = ["import_litellm", "mask_secrets", "translate_error"]
-
-_KEYLIKE = re.compile(r"\b(sk|pk|rk|key|api|gsk|xai|hf)[-_][A-Za-z0-9_\-]{8,}|\bAIza[0-9A-Za-z_\-]{20,}")
 
 
 def import_litellm() -> ModuleType:
@@ -26,14 +24,6 @@ def import_litellm() -> ModuleType:
         # blocking the event loop (23 s of retries offline); tiktoken's count is close enough for the guard
         litellm.disable_hf_tokenizer_download = True
     return litellm
-
-
-def mask_secrets(text: str) -> str:
-    """``text`` with API keys (from the environment, or anything shaped like one) replaced by ``***``."""
-    for name, value in os.environ.items():
-        if len(value) >= 12 and name.upper().endswith(("_API_KEY", "_TOKEN", "_SECRET", "_KEY")):
-            text = text.replace(value, "***")
-    return _KEYLIKE.sub("***", text)
 
 
 def _litellm_classes() -> list[tuple[type[BaseException], type[errors.ProviderError]]]:

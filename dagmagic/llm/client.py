@@ -16,6 +16,7 @@ from dagmagic.events import Event, LLMCallRecorded
 from dagmagic.llm._litellm import translate_error
 from dagmagic.llm.backend import ChatBackend, ChatRequest, ChatResponse, StreamChunk
 from dagmagic.llm.registry import ModelEntry, ModelRegistry
+from dagmagic.llm.secrets import mask_secrets
 from dagmagic.models import LLMCall, Purpose, StructuredLevel, Usage
 from dagmagic.settings import DagSettings
 
@@ -76,7 +77,7 @@ class ChatModel:
             round=request.round,
             step_id=request.step_id,
             messages=request.messages,
-            reply=response.content,
+            reply=mask_secrets(response.content),
             tool_calls=[tc.model_dump() for tc in response.tool_calls],
             structured_level=level,
             stream=stream,
@@ -89,21 +90,31 @@ class ChatModel:
             ),
             started_at=started,
             latency=time.time() - started,
-            error=None if error is None else f"{type(error).__name__}: {error}",
+            error=None if error is None else mask_secrets(f"{type(error).__name__}: {error}"),
             status="cancelled" if cancelled else "failed" if error is not None else "ok",
         )
         if self.emit is not None:
             self.emit(LLMCallRecorded(call=call))
         return call
 
-    async def _backoff_or_raise(self, error: BaseException, cause: BaseException, retries: int) -> None:
-        """Sleep before the next try when ``error`` is transient and retries remain; raise otherwise."""
+    async def _backoff_or_raise(self, error: BaseException, retries: int) -> None:
+        """Sleep before the next try when ``error`` is transient and retries remain; raise otherwise.
+
+        A translated error is raised without the provider's exception chained to it: its words are in the
+        message already, masked, where the chained original may show a key.
+        """
         if isinstance(error, errors.TransientProviderError) and retries < self.settings.llm_retries:
             await asyncio.sleep(self.settings.llm_retry_backoff * 2**retries)
             return
-        if error is cause:
-            raise error
-        raise error from cause
+        raise error from None
+
+    def _translate(self, exc: BaseException) -> BaseException:
+        """Our error for a backend's exception; a timeout of our own bound says which bound it was."""
+        if isinstance(exc, TimeoutError) and not str(exc):
+            return errors.ProviderTimeoutError(
+                f"no reply within {self.settings.llm_timeout:g} s (DAG_LLM_TIMEOUT)", model=self.name
+            )
+        return translate_error(exc, self.name)
 
     async def chat(
         self,
@@ -133,15 +144,16 @@ class ChatModel:
         retries = 0
         while True:
             try:
-                response = await self.entry.backend.complete(request)
+                async with asyncio.timeout(self.settings.llm_timeout):
+                    response = await self.entry.backend.complete(request)
                 break
             except asyncio.CancelledError:  # the run moved on: the call still counts, its usage unknown
                 self._record(request, level=structured_level, started=started, retries=retries, cancelled=True)
                 raise
             except Exception as exc:
-                error = translate_error(exc, self.name)
+                error = self._translate(exc)
                 try:
-                    await self._backoff_or_raise(error, exc, retries)
+                    await self._backoff_or_raise(error, retries)
                 except BaseException:
                     call = self._record(request, level=structured_level, started=started, retries=retries, error=error)
                     if isinstance(error, errors.ProviderError):
@@ -150,6 +162,10 @@ class ChatModel:
                 retries += 1
         call = self._record(request, level=structured_level, started=started, retries=retries, response=response)
         return ChatResult(response, call)
+
+    async def _next(self, pieces: AsyncIterator[StreamChunk]) -> StreamChunk | None:
+        """The stream's next piece, waited for at most ``llm_timeout`` seconds."""
+        return await _next_within(pieces, self.settings.llm_timeout)
 
     async def stream(
         self,
@@ -187,12 +203,12 @@ class ChatModel:
             while True:  # retry only until the first piece arrives
                 pieces = aiter(self.entry.backend.stream(request))
                 try:
-                    chunk = await anext(pieces, None)
+                    chunk = await self._next(pieces)
                     break
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
-                    await self._backoff_or_raise(translate_error(exc, self.name), exc, retries)
+                    await self._backoff_or_raise(self._translate(exc), retries)
                     retries += 1
             while chunk is not None:
                 if chunk.final is not None:
@@ -200,15 +216,13 @@ class ChatModel:
                 elif chunk.text or chunk.tool_calls:
                     text.append(chunk.text)
                     yield chunk
-                chunk = await anext(pieces, None)
+                chunk = await self._next(pieces)
         except asyncio.CancelledError:
             cancelled = True
             raise
         except Exception as exc:
-            failure = translate_error(exc, self.name)
-            if failure is exc:
-                raise
-            raise failure from exc
+            failure = self._translate(exc)
+            raise failure from None
         finally:
             response = final or ChatResponse()
             if not response.content:
@@ -223,6 +237,11 @@ class ChatModel:
                 stream=True,
                 cancelled=cancelled,
             )
+
+
+async def _next_within(pieces: AsyncIterator[StreamChunk], seconds: float) -> StreamChunk | None:
+    async with asyncio.timeout(seconds):
+        return await anext(pieces, None)
 
 
 def as_chat_model(

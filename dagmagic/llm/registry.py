@@ -7,7 +7,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from dagmagic.errors import ConfigurationError
+from dagmagic.llm._litellm import import_litellm
 from dagmagic.llm.backend import Capabilities, ChatBackend, LiteLLMBackend, is_router, router_deployments
+from dagmagic.llm.secrets import is_secret_option, remember_secrets
 
 __all__ = ["ROLE_ENV", "STANDARD_ROLES", "ModelEntry", "ModelRegistry"]
 
@@ -23,7 +25,8 @@ _FALLBACKS: dict[str, tuple[str, ...]] = {
 }
 _CUSTOM_FALLBACK = ("general", "smart")
 
-_SECRET_OPTIONS = ("api_key", "key", "token", "secret", "password")
+_NO_KEY_PROVIDERS = ("bedrock", "sagemaker", "vertex_ai", "ollama", "ollama_chat")
+"""Providers whose credentials come from somewhere else (a cloud profile) or that need none."""
 
 NO_MODEL_MESSAGE = (
     "No model is configured. Set DAG_SMART_MODEL (and optionally DAG_GENERAL_MODEL, DAG_FAST_MODEL, "
@@ -64,10 +67,7 @@ class ModelEntry:
 
     def describe(self) -> dict[str, Any]:
         """A summary safe to show or save: secrets in the options are masked."""
-        options = {
-            key: "***" if any(word in key.lower() for word in _SECRET_OPTIONS) else value
-            for key, value in self.options.items()
-        }
+        options = {key: "***" if is_secret_option(key) else value for key, value in self.options.items()}
         return {"name": self.name, "model": self.target, "roles": list(self.roles), "options": options}
 
     def __repr__(self) -> str:
@@ -122,6 +122,10 @@ class ModelRegistry:
                     "a role has one model (use a litellm Router to spread one role over deployments)"
                 )
         target, backend = _resolve(name, model, model_group)
+        remember_secrets(litellm_kwargs)
+        if is_router(model):
+            for deployment in router_deployments(model):
+                remember_secrets(deployment.get("litellm_params") or {})
         declared = Capabilities.of(capabilities) if capabilities is not None else None
         self._entries[name] = ModelEntry(name, target, backend, roles, litellm_kwargs, declared, context_window)
         for role in roles:
@@ -167,6 +171,28 @@ class ModelRegistry:
 
     def __repr__(self) -> str:
         return f"ModelRegistry({list(self._entries.values())!r})"
+
+    def missing_credentials(self) -> dict[str, list[str]]:
+        """For each litellm model with no key of its own, the key variables litellm says it needs and the
+        environment lacks (``validate_environment``); checked before a run makes its first call.
+        """
+        missing: dict[str, list[str]] = {}
+        for entry in self._entries.values():
+            backend = entry.backend
+            if not isinstance(backend, LiteLLMBackend) or backend.router is not None:
+                continue
+            if any(is_secret_option(option) for option in entry.options):
+                continue
+            if entry.target.split("/", 1)[0] in _NO_KEY_PROVIDERS:
+                continue
+            try:
+                report = import_litellm().validate_environment(model=entry.target)
+            except Exception:  # a model litellm cannot place: its first call will say so
+                continue
+            names = [name for name in report.get("missing_keys") or [] if name.upper().endswith(("_KEY", "_TOKEN"))]
+            if names and not report.get("keys_in_environment"):
+                missing[entry.name] = names
+        return missing
 
     @classmethod
     def from_settings(cls, settings: Any) -> ModelRegistry:

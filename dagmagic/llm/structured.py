@@ -25,7 +25,7 @@ from dagmagic.llm.registry import ModelEntry
 from dagmagic.models import LLMCall, Purpose, StructuredLevel, Usage
 from dagmagic.settings import DagSettings
 
-__all__ = ["OutputShape", "StructuredResult", "structured_llm_call", "with_instruction"]
+__all__ = ["OutputShape", "StructuredResult", "echoes_schema", "structured_llm_call", "with_instruction"]
 
 T = TypeVar("T")
 
@@ -271,9 +271,46 @@ async def _retrying_level(
     return _MISSING
 
 
+_SCHEMA_WORDS = frozenset(
+    {
+        "$defs", "$ref", "$schema", "additionalProperties", "allOf", "anyOf", "default", "description", "enum",
+        "format", "items", "maximum", "minimum", "oneOf", "properties", "required", "title", "type",
+    }
+)  # fmt: skip
+
+
+def echoes_schema(value: Any, schema: dict[str, Any]) -> bool:
+    """Whether a reply is the JSON schema written back (small models do this) instead of a value: the schema
+    itself, or its properties each given as a schema fragment (``{"type": "boolean", "description": ...}``).
+    """
+    if not isinstance(value, dict) or not value:
+        return False
+    if value == schema or (isinstance(value.get("properties"), dict) and set(value) <= _SCHEMA_WORDS):
+        return True
+    properties = schema.get("properties")
+    if not isinstance(properties, dict):
+        return False
+    given = [name for name in properties if name in value]
+    return bool(given) and all(_is_schema_fragment(value[name]) for name in given)
+
+
+def _is_schema_fragment(value: Any) -> bool:
+    return (
+        isinstance(value, dict)
+        and bool(value)
+        and set(value) <= _SCHEMA_WORDS
+        and any(word in value for word in ("type", "anyOf", "oneOf", "$ref"))
+    )
+
+
 def _try_convert(text: str, shape: OutputShape, attempts: _Attempts, level: str, *, from_tool: bool = False) -> Any:
     try:
-        return shape.convert(extract_json(text), from_tool=from_tool)
+        raw = extract_json(text)
+        if echoes_schema(raw, shape.json_schema) or (
+            shape.wrapped and isinstance(raw, dict) and echoes_schema(raw.get("value"), shape.json_schema)
+        ):
+            raise ValueError("it repeats the JSON schema instead of giving a value that matches it")
+        return shape.convert(raw, from_tool=from_tool)
     except ValidationError as exc:
         problem = f"it does not match the schema ({_first_errors(exc)})"
     except Exception as exc:  # parse_fn is the caller's code: any exception is a failed attempt

@@ -26,6 +26,7 @@ _STATIC = Path(__file__).resolve().parent.parent / "static"
 RESULT_CHARS = 4000
 OBSERVATION_CHARS = 600
 TRACE_CALLS = 400
+WARNINGS = 20
 
 
 class DagWidget(anywidget.AnyWidget):
@@ -150,6 +151,7 @@ def _round_state(record: RoundRecord) -> dict[str, Any]:
     return {
         "index": record.index,
         "error": record.error,
+        "warnings": [_cap(warning, 300) for warning in record.warnings[-WARNINGS:]],
         "width": placed.width,
         "height": placed.height,
         "nodes": [{**_step_state(step), **vars(boxes[step.id])} for step in _ordered(record.plan) if step.id in boxes],
@@ -182,6 +184,7 @@ def _step_state(step: PlanStep) -> dict[str, Any]:
         "input_tokens": step.usage.input_tokens,
         "output_tokens": step.usage.output_tokens,
         "cost": step.usage.cost,
+        "warnings": [_cap(warning, 300) for warning in step.warnings[-WARNINGS:]],
         "tool_calls": [
             {
                 "name": call.name,

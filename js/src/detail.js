@@ -36,6 +36,11 @@ export function renderDetail(node, round, rounds, now) {
     field("Dependencies", dependencies(node, round, rounds)),
     field("Status", statusLine(node)),
     node.error && field("Error", h("pre", { class: "dagmagic-detail-error" }, [node.error])),
+    node.warnings.length > 0 &&
+      field(
+        "Note",
+        node.warnings.map((w) => h("div", { class: "dagmagic-detail-warning" }, [w])),
+      ),
     field("Model", node.model ?? "—"),
     (node.model_hint || node.tool_hint) &&
       field(

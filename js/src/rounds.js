@@ -156,6 +156,13 @@ function renderRound(round, state, expanded, selected, isLatest) {
   const body = expanded
     ? h("div", { class: "dagmagic-round-body" }, [
         round.error && h("div", { class: "dagmagic-round-error", role: "alert" }, [round.error]),
+        round.warnings.length
+          ? h(
+              "ul",
+              { class: "dagmagic-round-warnings", "aria-label": "Fixed on the way" },
+              round.warnings.map((w) => h("li", {}, [w])),
+            )
+          : null,
         round.nodes.length
           ? h("div", { class: "dagmagic-graph-wrap" }, [renderGraph(round, state.now, selected)])
           : h("div", { class: "dagmagic-muted" }, ["No steps."]),

@@ -88,6 +88,7 @@ function normalizeRound(round, position) {
   return {
     index: num(r.index) ?? position + 1,
     error: r.error ? String(r.error) : null,
+    warnings: list(r.warnings).map(String),
     width: num(r.width) ?? 0,
     height: num(r.height) ?? 0,
     nodes: list(r.nodes).map(normalizeNode),
@@ -110,6 +111,7 @@ function normalizeNode(node) {
     status: n.status ?? "pending",
     dependencies: list(n.dependencies).map(String),
     tool_calls: list(n.tool_calls),
+    warnings: list(n.warnings).map(String),
     attempts: num(n.attempts) ?? 0,
   };
 }

@@ -37,6 +37,7 @@
  * @property {number} output_tokens
  * @property {number | null} cost
  * @property {ToolCall[]} tool_calls
+ * @property {string[]} warnings  what to know about its result (e.g. citations not verified)
  */
 
 /**
@@ -56,6 +57,7 @@
  * @typedef {object} Round
  * @property {number} index
  * @property {string | null} error
+ * @property {string[]} warnings  what was fixed on the way (a dependency dropped, a plan repaired)
  * @property {number} width
  * @property {number} height
  * @property {DagNode[]} nodes

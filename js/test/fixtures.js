@@ -118,6 +118,7 @@ function node(id, extra = {}) {
     output_tokens: 0,
     cost: null,
     tool_calls: [],
+    warnings: [],
     ...extra,
   };
 }
@@ -129,6 +130,7 @@ export function sampleState() {
   const round1 = {
     index: 1,
     error: null,
+    warnings: [],
     width: l1.width,
     height: l1.height,
     nodes: [
@@ -169,6 +171,7 @@ export function sampleState() {
   const round2 = {
     index: 2,
     error: null,
+    warnings: [],
     width: l2.width,
     height: l2.height,
     nodes: [

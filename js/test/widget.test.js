@@ -282,6 +282,31 @@ describe("sanitizing", () => {
     expect(partial.hidden).toBe(false);
   });
 
+  it("shows a step's notes in its detail", async () => {
+    const state = sampleState();
+    state.rounds[1].nodes[0].warnings = ["citations not verified: the check failed (AuthenticationError: bad key)"];
+    const { el } = mount(state);
+    const id = state.rounds[1].nodes[0].id;
+    /** @type {HTMLElement} */ (
+      el.querySelector(`.dagmagic-round[data-round="2"] [data-step-id="${id}"]`)
+    ).dispatchEvent(new MouseEvent("click", { bubbles: true }));
+    await nextRedraw();
+    expect(el.querySelector(".dagmagic-detail-warning")?.textContent).toBe(state.rounds[1].nodes[0].warnings[0]);
+  });
+
+  it("lists what was fixed on the way in a round, as text", async () => {
+    const state = sampleState();
+    state.rounds[1].warnings = [
+      "step s3 no longer depends on s4: that dependency closed a cycle",
+      '<img src=x onerror="alert(1)">',
+    ];
+    const { el } = mount(state);
+    const items = [...el.querySelectorAll('.dagmagic-round[data-round="2"] .dagmagic-round-warnings li')];
+    expect(items.map((li) => li.textContent)).toEqual(state.rounds[1].warnings);
+    expect(el.querySelector(".dagmagic-round-warnings img")).toBeNull();
+    expect(el.querySelector('.dagmagic-round[data-round="1"] .dagmagic-round-warnings')).toBeNull(); // collapsed
+  });
+
   it("never turns other LLM text into markup", async () => {
     const state = sampleState();
     state.goal = '<img src=x onerror="alert(1)">';

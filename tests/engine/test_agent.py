@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from dagmagic import DagRun, DagSession, DagSettings, ModelRegistry
+from dagmagic import DagRun, DagSession, DagSettings, ModelRegistry, errors
 from dagmagic.engine import prompts
-from dagmagic.engine.agent import COMPLETION_CHECK, REPEAT_WARNING, SHORT_ANSWER_CHARS
+from dagmagic.engine.agent import COMPLETION_CHECK, FORCE_ANSWER, REPEAT_WARNING, SHORT_ANSWER_CHARS
 from dagmagic.engine.citations import extract_citations
 from dagmagic.engine.tools import Tool
 from dagmagic.events import Event, StepIteration, Verification, Verifying
@@ -312,24 +312,69 @@ def lookup_tool(log: list[str]) -> Callable[[str], str]:
     return lookup
 
 
-async def test_a_repeated_call_gets_a_warning_and_a_third_one_ends_the_step_with_its_notes() -> None:
+async def test_a_repeated_call_gets_a_warning_and_a_third_one_asks_for_the_answer_without_tools() -> None:
     log: list[str] = []
     same = ToolCall("lookup", {"q": "x"})
-    llm = ScriptedLLM(script([same, same, same, "never asked"]))
+    llm = ScriptedLLM(script([same, same, same, "x is found: that is the answer", "never asked"]))
     run = await session(llm, [lookup_tool(log)]).run("goal")
 
     assert log == ["x"]  # executed once: the repeat got a warning, the third call nothing
     requests = llm.requests_for("step", "s1")
-    assert len(requests) == 3
+    assert len(requests) == 4
     warning = REPEAT_WARNING.format(name="lookup")
     assert requests[1].messages[-1] == {"role": "tool", "tool_call_id": "call_0", "content": "found x"}
     assert requests[2].messages[-1]["role"] == "tool" and requests[2].messages[-1]["content"] == warning
+    last = requests[3]
+    assert last.tools == [] and last.messages[-1]["content"] == FORCE_ANSWER.format(name="lookup")
+    assert last.messages[-2] == requests[2].messages[-1]  # the turn with the third call is left out: none unanswered
     step = run.steps["s1"]
-    assert step.status == "completed" and step.error is None
-    assert step.result is not None and step.result.startswith("Partial notes (tool calls so far):")
-    assert "- lookup(q='x') -> found x" in step.result
-    assert "third time with the same arguments" in step.result
+    assert (step.status, step.result, step.error) == ("completed", "x is found: that is the answer", None)
     assert [(c.observation, c.error) for c in step.tool_calls] == [("found x", None), (warning, "repeated call")]
+
+
+@pytest.mark.parametrize("forced", ["", ToolCall("lookup", {"q": "x"})], ids=["empty", "another call"])
+async def test_a_stuck_step_that_still_gives_no_answer_fails_with_its_notes(forced: Any) -> None:
+    same = ToolCall("lookup", {"q": "x"})
+    llm = ScriptedLLM(script([same, same, same, forced], analyze=[verdict(False, 0.9, "stuck")]))
+    run = await session(llm, [lookup_tool([])]).run("goal")
+    step = run.steps["s1"]
+    assert step.status == "failed" and step.error is not None and "stuck: lookup was called three times" in step.error
+    assert step.result is not None and step.result.startswith("Partial notes") and "found x" in step.result
+
+
+# --- tool calls written as text ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        '{"name": "lookup", "arguments": {"q": "x"}}',
+        '{"name": "lookup", "arguments": "{\\"q\\": \\"x\\"}"}',
+        '{"tool": "lookup", "arguments": {"q": "x"}}',
+        '```json\n{"function": {"name": "lookup", "arguments": {"q": "x"}}}\n```',
+        'I will look it up.\n<tool_call>\n{"name": "lookup", "arguments": {"q": "x"}}\n</tool_call>',
+        '[{"name": "lookup", "arguments": {"q": "x"}}]',
+    ],
+    ids=["openai", "arguments as text", "json action", "fenced function", "qwen tag", "list"],
+)
+async def test_a_tool_call_written_as_text_by_a_model_offered_native_tools_is_run(written: str) -> None:
+    log: list[str] = []
+    llm = ScriptedLLM(script([written, "x was found"]))  # native tool calling is offered
+    run = await session(llm, [lookup_tool(log)]).run("goal")
+    assert log == ["x"]
+    step = run.steps["s1"]
+    assert (step.status, step.result) == ("completed", "x was found")
+    second = llm.requests_for("step", "s1")[1]
+    calls = second.messages[-2]["tool_calls"]
+    assert [c["function"]["name"] for c in calls] == ["lookup"]
+    assert second.messages[-1] == {"role": "tool", "tool_call_id": calls[0]["id"], "content": "found x"}
+
+
+async def test_json_that_names_no_offered_tool_is_an_answer() -> None:
+    answer = '{"name": "Paris", "population": 2102650}'
+    llm = ScriptedLLM(script([answer]))
+    run = await session(llm, [lookup_tool([])]).run("goal")
+    assert run.steps["s1"].result == answer
 
 
 async def test_the_iteration_limit_fails_the_step_and_keeps_its_notes_for_the_analyzer() -> None:
@@ -459,6 +504,26 @@ async def test_an_unreadable_verdict_lets_the_result_pass() -> None:
     run = await session(llm).run("goal")
     assert run.steps["s1"].result == CITING and len(llm.requests_for("step")) == 1
     assert [e.passed for e in events_of(run, Verification)] == [True]
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        errors.AuthenticationError("invalid key", model="m"),
+        errors.BadRequestError("prompt too long", model="m"),
+        RuntimeError("the checker crashed"),
+    ],
+    ids=["authentication", "bad request", "unexpected"],
+)
+async def test_a_check_that_cannot_run_leaves_the_result_standing_flagged(failure: Exception) -> None:
+    llm = ScriptedLLM(script([CITING, "never asked"], citation_check=[failure]))
+    run = await session(llm, llm_retries=0).run("goal")
+    step = run.steps["s1"]
+    assert (step.status, step.result) == ("completed", CITING)
+    assert len(step.warnings) == 1 and step.warnings[0].startswith("citations not verified: the check failed")
+    assert type(failure).__name__ in step.warnings[0]
+    assert [e.passed for e in events_of(run, Verification)] == [False]
+    assert run.status == "done"
 
 
 async def test_citation_verification_can_be_turned_off() -> None:

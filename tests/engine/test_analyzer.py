@@ -139,7 +139,8 @@ async def test_failed_and_skipped_steps_show_their_error() -> None:
         ({"achieved": 0}, False, 0.9),
         ({"achieved": "true"}, True, 0.9),
         ({"achieved": "yes"}, True, 0.9),
-        ({"confidence": 5.0}, True, 1.0),
+        ({"confidence": 5.0}, True, 0.05),
+        ({"confidence": "85%"}, True, 0.85),
         ({"confidence": -0.5}, True, 0.0),
         ({"confidence": "abc"}, True, 0.0),
         ({"confidence": "0.35"}, True, 0.35),
@@ -214,6 +215,14 @@ def test_regex_analysis_reads_prose_and_escaped_text() -> None:
     found = regex_analysis('achieved: no\nconfidence = 0.3\n"reasoning": "the \\"2024\\" figure is missing\\nstill"')
     assert found == {"achieved": "no", "confidence": "0.3", "reasoning": 'the "2024" figure is missing\nstill'}
     assert AnalysisResult.model_validate(found).achieved is False
+
+
+def test_regex_analysis_reads_a_percentage_as_one() -> None:
+    from dagmagic.models import AnalysisResult
+
+    for text, confidence in [("achieved: no, confidence: 5%", 0.05), ('"achieved": false, "confidence": 85', 0.85)]:
+        found = regex_analysis(text)
+        assert found is not None and AnalysisResult.model_validate(found).confidence == confidence
 
 
 def test_regex_analysis_reads_the_final_answer_and_needs_achieved() -> None:

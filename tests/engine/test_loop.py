@@ -5,11 +5,12 @@ from typing import Any
 
 import pytest
 
+from dagmagic import errors
 from dagmagic.engine.executor import STOPPED_REASON
 from dagmagic.engine.loop import decide, replan_context
 from dagmagic.engine.synthesis import NOT_ACHIEVED
 from dagmagic.errors import AuthenticationError
-from dagmagic.events import AnswerDelta, AnswerReady, Event, Replanning, StepStarted
+from dagmagic.events import AnswerDelta, AnswerReady, Event, Replanning, RunWarning, StepStarted
 from dagmagic.models import AnalysisResult, ExecutionPlan, PlanStep, RoundRecord, Usage
 from dagmagic.settings import DagSettings
 from dagmagic.testing import ScriptedLLM, ScriptedRequest
@@ -230,13 +231,18 @@ async def test_nothing_completed_says_goal_not_achieved_with_the_reasoning() -> 
 # --- failures ------------------------------------------------------------------------------------
 
 
-async def test_a_planning_failure_fails_the_run_with_a_clear_error_and_still_answers() -> None:
+async def test_a_cyclic_plan_written_twice_is_repaired_and_the_run_answers() -> None:
     cycle = plan_reply(("s1", ["s2"]), ("s2", ["s1"]))
-    run = await session_for(ScriptedLLM(script(plan=[cycle]))).run("goal")
-    assert run.status == "failed" and run.error is not None
-    assert "s1, s2 form a cycle" in run.error
-    assert run.answer.startswith(NOT_ACHIEVED)
-    assert run.rounds[0].error == run.error
+    llm = ScriptedLLM(script(plan=[cycle]))
+    run = await session_for(llm).run("goal")
+    assert run.status == "done" and run.answer == "The answer." and run.error is None
+    assert [(s.id, s.dependencies, s.status) for s in run.plan.steps] == [
+        ("s1", [], "completed"),
+        ("s2", ["s1"], "completed"),
+    ]
+    warnings = run.rounds[0].warnings
+    assert any("form a cycle" in w for w in warnings) and "step s1 no longer depends on s2" in " ".join(warnings)
+    assert [e.message for e in run.events if isinstance(e, RunWarning)] == warnings  # the widget shows them
 
 
 async def test_an_authentication_error_fails_the_run_and_raise_for_status_says_so() -> None:
@@ -364,3 +370,121 @@ async def test_an_earlier_result_redone_by_a_later_round_is_not_shown_twice() ->
     assert "[r1.s2] (completed) fetch the second half" in second_verdict
     assert "[s1] (completed) fetch the first half\nResult: result of s1 in round 2" in second_verdict
     assert len(run.rounds) == 2
+
+
+# --- real providers: a broken plan stream, a refused key, a missing key, a call that never ends -------------
+
+
+def plan_chunks(*steps: str, then: BaseException | None = None) -> list[Any]:
+    """A plan streamed as text, each step its own piece, optionally breaking after them."""
+    pieces: list[Any] = ['{"steps": [']
+    pieces += [f"{step}," for step in steps]
+    if then is not None:
+        pieces.append(then)
+    return pieces
+
+
+S1 = '{"id": "s1", "task": "fetch the first half"}'
+S2 = '{"id": "s2", "task": "fetch the second half"}'
+
+
+@pytest.mark.parametrize(
+    ("again", "s1_requests"),
+    [
+        (plan_reply(("s1", [], "fetch the first half"), ("s3", ["s1"], "combine")), 1),
+        (plan_reply(("s1", [], "fetch it all differently"), ("s3", ["s1"], "combine")), 2),
+    ],
+    ids=["same step kept", "changed step redone"],
+)
+async def test_a_plan_stream_that_breaks_mid_way_is_planned_again_and_the_run_goes_on(
+    again: dict[str, Any], s1_requests: int
+) -> None:
+    from dagmagic.errors import ProviderConnectionError
+
+    broken = plan_chunks(S1, S2, then=ProviderConnectionError("connection reset by peer"))
+
+    def plan(request: ScriptedRequest) -> Any:
+        return broken if request.stream else again
+
+    async def step(request: ScriptedRequest) -> str:
+        await asyncio.sleep(0.05)
+        return f"result of {request.step_id}"
+
+    llm = ScriptedLLM(script(plan=plan, step=step), chunk_delay=0.02)
+    run = await session_for(llm, llm_retries=0).run("goal")
+
+    assert run.status == "done" and run.answer == "The answer."
+    assert [(r.stream, r.level) for r in llm.requests_for("plan")] == [(True, "tool_call"), (False, "tool_call")]
+    assert [(s.id, s.status) for s in run.plan.steps] == [("s1", "completed"), ("s3", "completed")]
+    assert len(llm.requests_for("step", "s1")) == s1_requests  # kept when unchanged, redone when not
+    assert all(call.step_id != "s2" or call.status == "cancelled" for call in run.calls)  # s2 was withdrawn
+    assert any("stream broke" in warning for warning in run.rounds[0].warnings)
+
+
+@pytest.mark.parametrize("error", [errors.AuthenticationError, errors.PermissionDeniedError, errors.UnknownModelError])
+async def test_a_refused_key_in_a_step_ends_the_run_at_once(error: type[errors.ProviderError]) -> None:
+    async def step(request: ScriptedRequest) -> str:
+        if request.step_id == "s2":
+            raise error("the provider refused", model="scripted")
+        await asyncio.sleep(5)  # a sibling still running: cancelled, not waited for
+        return "never"
+
+    llm = ScriptedLLM(script(plan=[PARALLEL_HALVES], step=step, analyze=[verdict(False, 0.3, "retry")]))
+    run = await session_for(llm).run("goal")
+    assert run.status == "failed" and len(run.rounds) == 1
+    assert run.error is not None and error.kind in run.error and "the provider refused" in run.error
+    assert error.hint and error.hint in run.error
+    assert llm.requests_for("analyze") == [] and len(llm.requests_for("plan")) == 1  # no replanning
+    assert {s.id: s.status for s in run.plan.steps} == {"s1": "cancelled", "s2": "failed"}
+    with pytest.raises(errors.RunFailedError) as caught:
+        run.raise_for_status()
+    assert isinstance(caught.value.__cause__, error)
+
+
+async def test_a_bad_request_in_one_step_fails_only_that_step() -> None:
+    def step(request: ScriptedRequest) -> str:
+        if request.step_id == "s2":
+            raise errors.BadRequestError("this prompt is too long", model="scripted")
+        return "ok"
+
+    llm = ScriptedLLM(script(plan=[PARALLEL_HALVES], step=step))
+    run = await session_for(llm).run("goal")
+    assert run.status == "done" and {s.id: s.status for s in run.plan.steps} == {"s1": "completed", "s2": "failed"}
+
+
+async def test_a_missing_provider_key_fails_the_run_before_any_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dagmagic import DagSession, ModelRegistry
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    registry = ModelRegistry().register("gpt", "openai/gpt-4.1-mini")
+    run = await DagSession(registry, DagSettings(store="none")).run("goal")
+    assert run.status == "failed" and run.calls == []
+    assert run.error is not None and "'gpt' needs OPENAI_API_KEY" in run.error and "api_key=" in run.error
+    keyed = ModelRegistry().register("gpt", "openai/gpt-4.1-mini", api_key="sk-test-not-a-real-key-123")
+    assert keyed.missing_credentials() == {}
+    local = ModelRegistry().register("ollama", "ollama/qwen3")
+    assert local.missing_credentials() == {}
+
+
+async def test_a_call_that_never_answers_is_bounded_and_the_run_still_answers() -> None:
+    async def never(request: ScriptedRequest) -> str:
+        await asyncio.sleep(3600)
+        return "too late"
+
+    llm = ScriptedLLM(script(step=never, analyze=[verdict(False, 0.3, "the steps timed out")]))
+    run = await session_for(llm, llm_timeout=0.1, llm_retries=1, llm_retry_backoff=0.01, max_replan_rounds=1).run("g")
+    assert run.status == "done" and run.answer.startswith(NOT_ACHIEVED)
+    step = run.rounds[0].plan.step("s1")
+    assert (
+        step.status == "failed" and step.error is not None and "no reply within 0.1 s (DAG_LLM_TIMEOUT)" in step.error
+    )
+    timed_out = [c for c in run.calls if c.purpose == "step"]
+    assert timed_out and all(c.status == "failed" and c.retries == 1 for c in timed_out)
+
+
+async def test_a_stream_that_stops_sending_is_bounded_too() -> None:
+    llm = ScriptedLLM(script(synthesize=[["The ", "answer ", "never ends"]]), chunk_delay=3600)
+    run = await session_for(llm, llm_timeout=0.1, llm_retries=0).run("goal")
+    assert run.status == "done" and run.answer == "fallback answer"  # the analyzer's, as the stream failed
+    (synthesis,) = [c for c in run.calls if c.purpose == "synthesize"]
+    assert synthesis.status == "failed" and "DAG_LLM_TIMEOUT" in (synthesis.error or "")

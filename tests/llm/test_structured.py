@@ -203,3 +203,43 @@ async def test_calls_are_tagged_with_purpose_round_and_step_and_emitted() -> Non
     assert recorded == result.calls
     assert {(c.purpose, c.model, c.round, c.step_id) for c in recorded} == {("analyze", "judge", 2, "s3")}
     assert all(c.latency >= 0 and c.usage.requests == 1 for c in recorded)
+
+
+# --- a schema written back is not a value
+
+
+class Flexible(BaseModel):
+    """Every field optional: an echoed schema would validate as one."""
+
+    note: str | None = None
+    score: float | None = None
+
+
+@pytest.mark.parametrize(
+    "echo",
+    [
+        Flexible.model_json_schema(),  # the whole schema
+        {"properties": Flexible.model_json_schema()["properties"], "type": "object"},  # its heart
+        {"note": {"type": "string", "description": "a note"}, "score": {"type": "number"}},  # fields as schemas
+    ],
+    ids=["schema", "properties", "fields"],
+)
+async def test_a_schema_echo_is_a_failed_level_and_the_next_level_is_tried(echo: dict[str, Any]) -> None:
+    llm = ScriptedLLM({"analyze": [echo, {"note": "fine", "score": 0.5}]}, capabilities=BOTH)
+    result = await structured_llm_call(llm, MESSAGES, Flexible, purpose="analyze", settings=FAST_RETRY)
+    assert result.value == Flexible(note="fine", score=0.5)
+    assert (result.level_used, result.llm_calls) == ("json_mode", 2)
+
+
+async def test_a_schema_echo_at_every_level_is_a_structured_output_error_saying_so() -> None:
+    llm = ScriptedLLM({"analyze": [Flexible.model_json_schema()]}, capabilities=BOTH)
+    with pytest.raises(StructuredOutputError, match="repeats the JSON schema"):
+        await structured_llm_call(llm, MESSAGES, Flexible, purpose="analyze", settings=FAST_RETRY)
+
+
+def test_ordinary_values_are_not_taken_for_schema_echoes() -> None:
+    from dagmagic.llm.structured import echoes_schema
+
+    schema = Flexible.model_json_schema()
+    for value in ({"note": "type", "score": 1}, {"note": None}, {}, [], {"properties": {"a": 1}, "name": "x"}):
+        assert not echoes_schema(value, schema)
