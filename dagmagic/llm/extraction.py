@@ -1,124 +1,165 @@
-"""Finding the JSON value in what a model wrote: bare, fenced, inside prose, or slightly broken."""
+"""Finding the JSON value in what a model wrote: bare, fenced, inside prose, or slightly broken.
+
+The work is linear in the text (a few passes at most), whatever it holds: a reply is model output, and a
+megabyte of brackets must not stall the caller. JSON nested deeper than Python's recursion limit is no
+JSON here, as for any other unparsable text.
+"""
 
 from __future__ import annotations
 
 import json
 import re
 from collections.abc import Iterator
+from itertools import islice
 from typing import Any
 
-__all__ = ["extract_json"]
+__all__ = ["extract_json", "parse_json"]
 
 _FENCE = re.compile(r"```[ \t]*(?:json|JSON|javascript|js)?[ \t]*\n?(.*?)```", re.DOTALL)
-_JSON_ESCAPES = frozenset('"\\/bfnrtu')
-# \b \f \r \t followed by a letter is LaTeX (\frac, \beta, \right, \text), not a control character.
-_LATEX_LOOKALIKES = frozenset("bfrt")
 _TRAILING_COMMA = re.compile(r",\s*([}\]])")
 _CONTROL_FROM_LATEX = ("\b", "\f")
+# \b \f \r \t followed by a letter is LaTeX (\frac, \beta, \right, \text), not a control character.
+_LATEX_LOOKALIKES = frozenset("bfrt")
 _MAX_STARTS = 32
+# One pass over the text settles every start it meets outside a string; a start it meets inside one (the
+# text's quotes pair up differently from there) needs a pass of its own. Capped so that adversarial text
+# costs a few passes rather than one per start; starts still unsettled after them are not tried.
+_MAX_PASSES = 4
+_OPENER = re.compile(r"[{\[]")
+_BRACKET_TOKEN = re.compile(r'[{}\[\]"\\]')
+# A string as the repair sees it: to the next quote that no backslash escapes, or to the end.
+_STRING = re.compile(r'"(?:[^"\\]+|\\.?)*"?', re.DOTALL)
+# A backslash with the escape it starts, when that is a JSON escape.
+_BACKSLASH = re.compile(r'\\(["\\/bfnrtu])?')
 
 
 def extract_json(text: str) -> Any:
     """The first JSON object or array in ``text``; ``ValueError`` saying why when there is none.
 
-    Tried in order: the whole text, each code fence, then every balanced ``{...}``/``[...]`` span.
-    Each candidate is parsed as is (raw newlines inside strings allowed), then repaired: LaTeX
-    backslashes (``\\frac``, ``\\alpha``) doubled, trailing commas dropped.
+    Tried in order: the whole text, each code fence, then every balanced ``{...}``/``[...]`` span (of the
+    first 32 that open). Each candidate is parsed as is (raw newlines inside strings allowed), then
+    repaired: LaTeX backslashes (``\\frac``, ``\\alpha``) doubled, trailing commas dropped.
     """
     if not isinstance(text, str) or not text.strip():
         raise ValueError("the reply is empty")
     for candidate in _candidates(text):
-        value = _parse(candidate)
+        value = parse_json(candidate)
         if value is not None:
             return value
     raise ValueError("no JSON object or array found in the reply")
+
+
+def parse_json(candidate: str) -> Any:
+    """The object or array that ``candidate`` is as a whole, repaired as ``extract_json`` repairs; else None.
+
+    None too for anything nested deeper than the JSON parser can follow.
+    """
+    if not candidate or candidate[0] not in "{[":
+        return None
+    strict = _loads(candidate)
+    if strict is not None and not _has_latex_damage(strict):
+        return strict
+    repaired_text = _TRAILING_COMMA.sub(r"\1", _escape_stray_backslashes(candidate))
+    repaired = _loads(repaired_text) if repaired_text != candidate else None
+    return strict if repaired is None else repaired
 
 
 def _candidates(text: str) -> Iterator[str]:
     yield text.strip()
     for match in _FENCE.finditer(text):
         yield match.group(1).strip()
-    starts = [i for i, char in enumerate(text) if char in "{["][:_MAX_STARTS]
+    starts = [match.start() for match in islice(_OPENER.finditer(text), _MAX_STARTS)]
+    ends = _balanced_ends(text, starts)
     for start in starts:
-        end = _balanced_end(text, start)
-        if end is not None:
-            yield text[start : end + 1]
+        if start in ends:
+            yield text[start : ends[start] + 1]
 
 
-def _balanced_end(text: str, start: int) -> int | None:
-    """Index of the bracket closing the one at ``start``, skipping brackets inside strings."""
-    depth = 0
+def _balanced_ends(text: str, starts: list[int]) -> dict[int, int]:
+    """For each start bracket that closes, the index of the bracket closing it, skipping brackets inside
+    strings (each start read as if outside a string, as a model's JSON after prose would be).
+    """
+    ends: dict[int, int] = {}
+    pending = starts
+    for _ in range(_MAX_PASSES):
+        if not pending:
+            break
+        in_strings = _match_brackets(text, pending, ends)
+        pending = [start for start in pending if start in in_strings]
+    return ends
+
+
+def _match_brackets(text: str, starts: list[int], ends: dict[int, int]) -> set[int]:
+    """One pass from ``starts[0]``: fills ``ends`` for the starts met outside strings and returns the
+    starts met inside one. Brackets are matched with a stack, so the pass is linear however deep they go.
+    """
+    wanted = set(starts)
+    last = starts[-1]
+    in_strings: set[int] = set()
+    stack: list[int] = []
+    open_wanted = 0  # wanted starts on the stack: the pass can stop once none is left after the last start
     in_string = False
-    escaped = False
-    for index in range(start, len(text)):
-        char = text[index]
+    skip_to = 0  # the character after a backslash inside a string is escaped
+    for match in _BRACKET_TOKEN.finditer(text, starts[0]):
+        index, char = match.start(), match.group()
         if in_string:
-            if escaped:
-                escaped = False
+            if index < skip_to or char not in '"\\':  # an escaped character, or a bracket in the string
+                if index in wanted:
+                    in_strings.add(index)
             elif char == "\\":
-                escaped = True
-            elif char == '"':
+                skip_to = index + 2
+            else:
                 in_string = False
         elif char == '"':
             in_string = True
         elif char in "{[":
-            depth += 1
-        elif char in "}]":
-            depth -= 1
-            if depth == 0:
-                return index
-    return None
-
-
-def _parse(candidate: str) -> Any:
-    """The object or array in ``candidate``, or None."""
-    if not candidate or candidate[0] not in "{[":
-        return None
-    strict = _loads(candidate)
-    if strict is not None and not _has_latex_damage(strict):
-        return strict
-    repaired = _loads(_TRAILING_COMMA.sub(r"\1", _escape_stray_backslashes(candidate)))
-    return strict if repaired is None else repaired
+            stack.append(index)
+            open_wanted += index in wanted
+        elif stack and char in "}]":
+            opened = stack.pop()
+            if opened in wanted:
+                ends[opened] = index
+                open_wanted -= 1
+        if index >= last and not open_wanted:
+            break
+    return in_strings
 
 
 def _escape_stray_backslashes(candidate: str) -> str:
     """Double every backslash inside a string that does not start a JSON escape (or starts a LaTeX one)."""
-    out: list[str] = []
-    in_string = False
-    index = 0
-    while index < len(candidate):
-        char = candidate[index]
-        if in_string and char == "\\":
-            following = candidate[index + 1 : index + 3]
-            nxt = following[:1]
-            latex = nxt in _LATEX_LOOKALIKES and following[1:2].isalpha()
-            if nxt in _JSON_ESCAPES and not latex:
-                out.append(candidate[index : index + 2])
-                index += 2
-                continue
-            out.append("\\\\")
-        else:
-            if char == '"':
-                in_string = not in_string
-            out.append(char)
-        index += 1
-    return "".join(out)
+    if "\\" not in candidate:
+        return candidate
+    return _STRING.sub(lambda string: _BACKSLASH.sub(_escape_one, string.group()), candidate)
+
+
+def _escape_one(match: re.Match[str]) -> str:
+    escape = match.group(1)
+    if escape is None:
+        return "\\\\"
+    after = match.string[match.end() : match.end() + 1]
+    if escape in _LATEX_LOOKALIKES and after.isalpha():
+        return "\\\\" + escape
+    return match.group()
 
 
 def _loads(candidate: str) -> Any:
     try:
         value = json.loads(candidate, strict=False)  # strict=False: raw newlines inside strings
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser follows
         return None
     return value if isinstance(value, dict | list) else None
 
 
 def _has_latex_damage(value: Any) -> bool:
     """Whether a parsed value holds backspace or form-feed characters: ``\\b``/``\\f`` written as LaTeX."""
-    if isinstance(value, str):
-        return any(char in value for char in _CONTROL_FROM_LATEX)
-    if isinstance(value, dict):
-        return any(_has_latex_damage(v) for v in value.values())
-    if isinstance(value, list):
-        return any(_has_latex_damage(v) for v in value)
+    pending = [value]
+    while pending:  # iterative: the parser accepts values nested nearly as deep as the recursion limit
+        item = pending.pop()
+        if isinstance(item, str):
+            if any(char in item for char in _CONTROL_FROM_LATEX):
+                return True
+        elif isinstance(item, dict):
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
     return False

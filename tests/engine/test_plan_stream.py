@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 from typing import Any
 
+import pytest
+
+from dagmagic.engine import plan_stream as plan_stream_module
+from dagmagic.engine import planner as planner_module
 from dagmagic.engine.executor import DagExecutor
+from dagmagic.engine.plan_stream import PlanStream, StreamedPlan
+from dagmagic.engine.planner import Planner
 from dagmagic.events import LLMCallRecorded, PlanReady, RunWarning, StepPlanned, StepStarted
+from dagmagic.llm import ChatModel, ModelRegistry, extraction
+from dagmagic.llm.backend import StreamChunk, ToolCallDelta
 from dagmagic.models import ExecutionPlan, PlanStep
+from dagmagic.settings import DagSettings
 from dagmagic.testing import ScriptedLLM
 
 from .conftest import session_for, verdict
@@ -167,3 +178,202 @@ async def test_an_open_ended_executor_counts_steps_added_before_it_began() -> No
     executor.close()
     await task
     assert plan.step("c").status == "skipped" and "c" not in finished
+
+
+# --- the incremental parser: PlanStream.run on replies streamed in pieces of about one token
+
+
+S1 = '{"id": "s1", "task": "search the first fact"}'
+S2 = '{"id": "s2", "task": "search the second fact"}'
+S3 = '{"id": "s3", "task": "add them", "dependencies": ["s1"]}'
+DEEP_ARRAYS = "[" * 3000 + "]" * 3000
+DEEP_OBJECTS = '{"a":' * 3000 + "1" + "}" * 3000
+
+
+def chop(text: str, size: int = 4) -> list[str]:
+    return [text[start : start + size] for start in range(0, len(text), size)]
+
+
+def plan_stream(
+    pieces: list[Any], *, capabilities: tuple[str, ...] = ("json_mode", "stream"), max_steps: int = 6
+) -> tuple[PlanStream, list[PlanStep]]:
+    llm = ScriptedLLM({"plan": [pieces]}, capabilities=capabilities)
+    settings = DagSettings(store="none", plan_max_steps=max_steps)
+    model = ChatModel(ModelRegistry().register("m", llm).get("m"), settings=settings)
+    started: list[PlanStep] = []
+    return PlanStream(Planner(model, settings), started.append), started
+
+
+async def stream_text(text: str, **kwargs: Any) -> tuple[StreamedPlan, list[str]]:
+    """The streamed plan and the ids handed over on the way, for ``text`` in pieces of 4 characters."""
+    stream, started = plan_stream(chop(text), **kwargs)
+    streamed = await stream.run("goal", round=1)
+    assert [step.id for step in started] == list(streamed.started)
+    return streamed, [step.id for step in started]
+
+
+def outcome(streamed: StreamedPlan) -> list[str] | str:
+    """What the final parse reports: the drafts' ids, or "unreadable"."""
+    if not streamed.readable:
+        assert streamed.drafts == []
+        return "unreadable"
+    drafts = {draft.id: draft for draft in streamed.drafts}
+    for step in streamed.started.values():  # a started step is the step the whole plan has under its id
+        assert (step.task, step.dependencies) == (drafts[step.id].task, drafts[step.id].dependencies)
+    return [draft.id for draft in streamed.drafts]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f'{{"steps": [{S1}, {S2}, {S3}]}}',
+        f"[{S1},{S2},{S3}]",
+        "Here is the plan:\n```json\n" + json.dumps({"steps": [json.loads(s) for s in (S1, S2, S3)]}, indent=2) + "\n```",
+        f'{{"plan": {{"goal": "g", "steps": [{S1}, {S2}, {S3}]}}}}',
+        f'I split it [in three] parts, "quoted {{x}}": {{"steps": [{S1}, {S2}, {S3}]}} Done.',
+        f'{{"reasoning": "not \\"steps\\": [{{\\"id\\": \\"x\\"}}]", "meta": {{"steps": [{{"id": "x", "task": "no"}}]}}, '
+        f'"steps": [{S1}, {S2}, {S3}]}}',
+        f'{{"steps": [], "steps": [{S1}, {S2}, {S3}]}}',
+    ],
+    ids=["object", "bare array", "fence", "plan.steps", "prose brackets", "decoys", "empty then full"],
+)
+async def test_every_shape_streams_its_steps(text: str) -> None:
+    streamed, started = await stream_text(text)
+    assert started == ["s1", "s2", "s3"]
+    assert outcome(streamed) == ["s1", "s2", "s3"]
+
+
+async def test_a_step_is_handed_over_when_its_closing_brace_arrives() -> None:
+    text = f'{{"steps": [{S1}, {S2}'
+    stream, started = plan_stream([*chop(text), RuntimeError("the connection dropped")])
+    with pytest.raises(RuntimeError):
+        await stream.run("goal", round=1)
+    assert [step.id for step in started] == ["s1", "s2"]  # s2 is whole, though nothing followed it
+
+
+async def test_tool_call_argument_deltas_stream_and_text_before_them_is_not_the_plan() -> None:
+    arguments = json.dumps({"steps": [json.loads(s) for s in (S1, S2, S3)]})
+    pieces: list[Any] = [StreamChunk(text="Let me plan [carefully]. ")]
+    pieces += [StreamChunk(tool_calls=[ToolCallDelta(index=0, id="c0", name="PlanDraft")])]
+    for piece in chop(arguments, 3):
+        pieces.append(StreamChunk(tool_calls=[ToolCallDelta(index=0, arguments=piece), ToolCallDelta(index=1, arguments="[")]))
+    stream, started = plan_stream(pieces, capabilities=("tool_call", "json_mode", "stream"))
+    streamed = await stream.run("goal", round=1)
+    assert [step.id for step in started] == ["s1", "s2", "s3"]
+    assert outcome(streamed) == ["s1", "s2", "s3"]
+
+
+async def test_waiting_steps_start_in_plan_order_once_what_they_need_is_known() -> None:
+    text = json.dumps(
+        {
+            "steps": [
+                {"id": "a", "task": "needs c", "dependencies": ["c"]},
+                {"id": "b", "task": "needs a", "dependencies": ["a"]},
+                {"id": "d", "task": "needs c too", "dependencies": ["c"]},
+                {"id": "e", "task": "needs itself", "dependencies": ["e"]},
+                {"id": "c", "task": "the base"},
+            ]
+        }
+    )
+    streamed, started = await stream_text(text)
+    assert started == ["c", "a", "b", "d"]  # e waits for itself: the final validation names the cycle
+    assert outcome(streamed) == ["a", "b", "d", "e", "c"]
+
+
+async def test_no_more_steps_start_than_a_plan_may_have() -> None:
+    text = json.dumps({"steps": [{"id": f"s{i}", "task": f"t{i}"} for i in range(1, 6)]})
+    streamed, started = await stream_text(text, max_steps=2)
+    assert started == ["s1", "s2"] and len(outcome(streamed)) == 5  # the validation rejects the plan
+
+
+MALFORMED: dict[str, tuple[str, list[str], list[str] | str]] = {
+    # name: (reply, steps handed over while streaming, what the final parse reports)
+    "null id": (f'{{"steps": [{S1}, {{"id": null, "task": "b"}}, {S3}]}}', ["s1", "s2", "s3"], ["s1", "s2", "s3"]),
+    "list id": (
+        f'{{"steps": [{S1}, {{"id": ["x", 1], "task": "b"}}, {S3}]}}',
+        ["s1", "['x', 1]", "s3"],
+        ["s1", "['x', 1]", "s3"],
+    ),
+    "number task": (f'{{"steps": [{S1}, {{"id": "s2", "task": 42}}, {S3}]}}', ["s1", "s3"], "unreadable"),
+    "object task": (f'{{"steps": [{S1}, {{"id": "s2", "task": {{"text": "b"}}}}, {S3}]}}', ["s1", "s3"], "unreadable"),
+    "steps not objects": (f'{{"steps": [{S1}, 7, "s2", null, true, [{S2}], {S3}]}}', ["s1", "s3"], "unreadable"),
+    # the whole reply is too deep to parse; what extract_json falls back to lacks s3, which started
+    "nested arrays as a step": (f'{{"steps": [{S1}, {DEEP_ARRAYS}, {S3}]}}', ["s1", "s3"], "unreadable"),
+    "nested objects as a step": (f'{{"steps": [{S1}, {DEEP_OBJECTS}, {S3}]}}', ["s1", "s3"], "unreadable"),
+    "nested arrays": (DEEP_ARRAYS, [], "unreadable"),
+    "nested objects": (DEEP_OBJECTS, [], "unreadable"),
+    "nested plan objects": ('{"plan": ' * 3000 + f'{{"steps": [{S1}]}}' + "}" * 3000, [], "unreadable"),
+    "unclosed arrays": ("[" * 100_000, [], "unreadable"),
+    "unclosed objects": ('{"steps": [{"a": ' * 20_000, [], "unreadable"),
+    "steps a string": ('{"steps": "first search, then add"}', [], "unreadable"),
+    "steps a JSON string": ('{"steps": "[{\\"id\\": \\"s1\\", \\"task\\": \\"a\\"}]"}', [], ["s1"]),
+    "steps a number": ('{"steps": 3}', [], "unreadable"),
+    "cut off in a step": (f'{{"steps": [{S1}, {{"id": "s2", "ta', ["s1"], ["s1"]),
+    "repeated id": (f'{{"steps": [{S1}, {S1}, {S3}]}}', ["s1", "s3"], ["s1", "s1", "s3"]),
+    "list of numbers as dependencies": (
+        f'{{"steps": [{S1}, {{"id": "2", "task": "b", "dependencies": [1, null, 1]}}]}}',
+        ["s1"],  # "1" is not known while streaming: it waits; the validation drops it
+        ["s1", "2"],
+    ),
+}
+
+
+@pytest.mark.parametrize(("text", "handed_over", "reported"), MALFORMED.values(), ids=MALFORMED.keys())
+async def test_a_malformed_plan_is_skipped_or_reported_never_raised(
+    text: str, handed_over: list[str], reported: list[str] | str
+) -> None:
+    streamed, started = await stream_text(text)
+    assert started == handed_over
+    assert outcome(streamed) == reported
+
+
+@pytest.mark.parametrize("dependencies", ["1.5", "NaN", "-0.0"])
+async def test_a_float_for_dependencies_skips_the_step(dependencies: str) -> None:
+    text = f'{{"steps": [{S1}, {{"id": "s2", "task": "b", "dependencies": {dependencies}}}, {S3}]}}'
+    streamed, started = await stream_text(text)
+    assert started == ["s1", "s3"]
+    # normalize_step raises TypeError on a float today, which the final parse counts as an unreadable reply
+    # (as the normal planner does); a planner that reads it as a step would report all three
+    assert outcome(streamed) in ("unreadable", ["s1", "s2", "s3"])
+
+
+class CountingPattern:
+    """A compiled pattern that counts the characters its ``search`` looked at."""
+
+    def __init__(self, pattern: re.Pattern[str]) -> None:
+        self.pattern = pattern
+        self.scanned = 0
+
+    def search(self, string: str, pos: int = 0) -> re.Match[str] | None:
+        match = self.pattern.search(string, pos)
+        self.scanned += (match.end() if match else len(string)) - pos
+        return match
+
+
+async def test_the_work_per_piece_is_bounded_each_step_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    task = 'a "quoted" {brace} [bracket] \\ and a backslash'
+    steps = [{"id": f"s{i}", "task": f"step {i}: {task}", "dependencies": [f"s{i - 1}"][: i - 1]} for i in range(1, 801)]
+    text = "Plan:\n```json\n" + json.dumps({"steps": steps}) + "\n```"
+    parsed: list[str] = []
+    whole: list[str] = []
+
+    def parse_json(candidate: str) -> Any:
+        parsed.append(candidate)
+        return extraction.parse_json(candidate)
+
+    def recover_steps(raw: Any) -> Any:
+        whole.append(raw)
+        return planner_module.recover_steps(raw)
+
+    structure = CountingPattern(plan_stream_module._STRUCTURE)
+    string = CountingPattern(plan_stream_module._STRING_STOP)
+    monkeypatch.setattr(plan_stream_module, "parse_json", parse_json)
+    monkeypatch.setattr(plan_stream_module, "recover_steps", recover_steps)
+    monkeypatch.setattr(plan_stream_module, "_STRUCTURE", structure)
+    monkeypatch.setattr(plan_stream_module, "_STRING_STOP", string)
+    streamed, started = await stream_text(text, max_steps=1000)
+    assert len(started) == 800 and outcome(streamed) == [f"s{i}" for i in range(1, 801)]
+    # every character is looked at once, each step object parsed once, the whole reply parsed once at the end
+    assert structure.scanned + string.scanned <= len(text)
+    assert len(parsed) == 800 and sum(len(candidate) for candidate in parsed) < len(text)
+    assert whole == [text]

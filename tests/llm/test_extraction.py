@@ -1,8 +1,13 @@
 from __future__ import annotations
 
+import random
+import re
+from collections.abc import Iterator
+
 import pytest
 
-from dagmagic.llm import extract_json
+from dagmagic.llm import extract_json, extraction
+from dagmagic.llm.extraction import parse_json
 
 
 @pytest.mark.parametrize(
@@ -47,3 +52,119 @@ def test_latex_inside_a_fence_inside_prose() -> None:
 def test_no_json_raises_value_error(text: str) -> None:
     with pytest.raises(ValueError):
         extract_json(text)
+
+
+DEEP_ARRAYS = "[" * 3000 + "]" * 3000
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        DEEP_ARRAYS,
+        '{"a":' * 3000 + "1" + "}" * 3000,
+        "[" * 100_000,
+        '{"a": [' * 50_000,
+        "The plan: " + DEEP_ARRAYS + " as promised",
+        "```json\n" + DEEP_ARRAYS + "\n```",
+        '{"a": "\\x", "b": ' + "[" * 3000 + "]" * 3000 + "}",  # the repair cannot help either
+    ],
+    ids=["arrays", "objects", "unclosed arrays", "unclosed objects", "in prose", "in a fence", "needing repair"],
+)
+def test_json_nested_deeper_than_the_parser_follows_is_no_json(text: str) -> None:
+    with pytest.raises(ValueError, match="no JSON object or array"):
+        extract_json(text)
+    assert parse_json(text.strip()) is None
+
+
+@pytest.mark.parametrize("depth", [10, 400, 900, 990, 1100])
+def test_nesting_parses_up_to_the_parsers_limit(depth: int) -> None:
+    text = '{"a": ' + "[" * depth + '"\\frac{1}{2}"' + "]" * depth + "}"  # LaTeX: the damage check descends
+    try:
+        value = extract_json(text)
+    except ValueError:
+        assert depth > 400  # too deep for json from here: no JSON, and no RecursionError
+        return
+    value = value["a"]
+    for _ in range(depth):
+        (value,) = value
+    assert value == "\\frac{1}{2}"
+
+
+class CountingTokens:
+    """A compiled pattern that counts the matches its ``finditer`` handed out."""
+
+    def __init__(self, pattern: re.Pattern[str]) -> None:
+        self.pattern = pattern
+        self.tokens = 0
+
+    def finditer(self, string: str, pos: int = 0) -> Iterator[re.Match[str]]:
+        for match in self.pattern.finditer(string, pos):
+            self.tokens += 1
+            yield match
+
+
+@pytest.mark.parametrize(
+    ("text", "passes"),
+    [
+        ("[" * 500_000 + "]" * 500_000, 1),
+        ("[" * 1_000_000, 1),
+        ('{"[\\"{' * 160_000, extraction._MAX_PASSES),  # quotes that pair up differently from each start
+    ],
+    ids=["balanced", "unclosed", "quotes and escapes"],
+)
+def test_a_megabyte_of_brackets_costs_a_few_passes(
+    monkeypatch: pytest.MonkeyPatch, text: str, passes: int
+) -> None:
+    tokens = CountingTokens(extraction._BRACKET_TOKEN)
+    monkeypatch.setattr(extraction, "_BRACKET_TOKEN", tokens)
+    with pytest.raises(ValueError):
+        extract_json(text)
+    assert 0 < tokens.tokens <= passes * len(text)
+
+
+def reference_balanced_end(text: str, start: int) -> int | None:
+    """The bracket closing the one at ``start``, scanning from it alone (what each start must get)."""
+    depth, in_string, escaped = 0, False, False
+    for index in range(start, len(text)):
+        char = text[index]
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (char == "\\", char != '"')
+        elif char == '"':
+            in_string = True
+        elif char in "{[":
+            depth += 1
+        elif char in "}]":
+            depth -= 1
+            if depth == 0:
+                return index
+    return None
+
+
+def reference_escape(candidate: str) -> str:
+    """Stray backslashes in strings doubled, one character at a time."""
+    out, in_string, index = [], False, 0
+    while index < len(candidate):
+        char = candidate[index]
+        if in_string and char == "\\":
+            nxt, after = candidate[index + 1 : index + 2], candidate[index + 2 : index + 3]
+            if nxt and nxt in '"\\/bfnrtu' and not (nxt in "bfrt" and after.isalpha()):
+                out.append(candidate[index : index + 2])
+                index += 2
+                continue
+            out.append("\\\\")
+        else:
+            in_string ^= char == '"'
+            out.append(char)
+        index += 1
+    return "".join(out)
+
+
+def test_the_single_pass_finds_what_scanning_from_each_start_finds() -> None:
+    rng = random.Random(20261130)
+    for _ in range(20_000):
+        text = "".join(rng.choice('{}[]"\\ab,:\nfé') for _ in range(rng.randint(1, 24)))
+        starts = [index for index, char in enumerate(text) if char in "{["]
+        if starts:
+            ends = extraction._balanced_ends(text, starts)
+            assert {s: ends.get(s) for s in starts} == {s: reference_balanced_end(text, s) for s in starts}, text
+        assert extraction._escape_stray_backslashes(text) == reference_escape(text), text
