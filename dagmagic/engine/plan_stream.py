@@ -42,7 +42,7 @@ class StreamedPlan:
     started: dict[str, PlanStep] = field(default_factory=dict)
     """Steps handed over while the plan streamed, by id."""
     readable: bool = True
-    """False when the reply held no plan at all, or none that includes every step handed over."""
+    """False when the reply held no plan at all."""
 
 
 class PlanStream:
@@ -82,11 +82,13 @@ class PlanStream:
         ):
             for index, text in reply.add(chunk):
                 handover.offer(parse_json(text), index)
-        drafts = _final_drafts(reply.whole(), streamed.started)
-        if drafts is None:
+        try:
+            streamed.drafts = recover_steps(reply.whole())  # the whole reply, parsed once
+        except (ValueError, TypeError, RecursionError):
+            # ValueError (pydantic's ValidationError is one): no plan, or a step that is not one; the others
+            # guard against shapes no one has met yet. The normal planner counts any exception as an unreadable
+            # reply; so does this one.
             streamed.readable = False
-        else:
-            streamed.drafts = drafts
         return streamed
 
 
@@ -296,31 +298,13 @@ class _Waiting:
     missing: set[str] = field(compare=False)
 
 
-def _final_drafts(whole: str, started: Collection[str]) -> list[StepDraft] | None:
-    """The steps of the whole reply (parsed once, at the end); None when it holds no plan that includes
-    every step already handed over.
-    """
-    try:
-        drafts = recover_steps(whole)
-    except (ValueError, TypeError, RecursionError):
-        # ValueError (pydantic's ValidationError is one): no plan, or a step that is not one. TypeError and
-        # RecursionError: normalize_step on odd values (dependencies: 1.5). The normal planner counts any
-        # exception as an unreadable reply; so does this one.
-        return None
-    if not set(started) <= {draft.id for draft in drafts}:
-        # The reply read as a whole differs from its steps read one by one (extract_json fell back to a part
-        # of it, e.g. when one element is nested too deep to parse): no plan to build the started steps on.
-        return None
-    return drafts
-
-
 def _draft(item: Any, index: int) -> StepDraft | None:
     """The step an element describes; None when it is unusable (the final validation names why)."""
     if not isinstance(item, dict) or not (item.get("task") or item.get("description")):
         return None
     try:
         return StepDraft.model_validate(normalize_step(dict(item), index))
-    except (ValueError, TypeError, RecursionError):  # see PlanStream.run: normalize_step on odd values
+    except (ValueError, TypeError, RecursionError):  # as in PlanStream.run: an element that is no step
         return None
 
 

@@ -106,16 +106,32 @@ def normalize_step(item: dict[str, Any], index: int) -> dict[str, Any]:
     for key in _DEPENDENCY_KEYS[1:]:
         if key in item and "dependencies" not in item:
             item["dependencies"] = item.pop(key)
-    deps = item.get("dependencies")
-    if deps is None:
-        deps = []
-    elif isinstance(deps, str | int):
-        deps = [part for part in str(deps).replace(";", ",").split(",") if part.strip()]
-    item["dependencies"] = [str(dep).strip() for dep in deps if dep is not None and str(dep).strip()]
+    if isinstance(item.get("task"), int | float) and not isinstance(item.get("task"), bool):
+        item["task"] = str(item["task"])
+    item["dependencies"] = _dependency_ids(item.get("dependencies"))
     for hint in ("tool_hint", "model_hint"):
         value = item.get(hint)
         item[hint] = None if value in (None, "", "null", "none", "None") else str(value).strip()
     return item
+
+
+def _dependency_ids(deps: Any) -> list[str]:
+    """Dependencies as models write them (a list, ``"s1, s2"``, ``2``, ``{"id": "s1"}`` items, ``null``) as
+    ids; what cannot name a step (``1.5``, an object without an id) is left out here and not guessed at.
+    """
+    if isinstance(deps, str):
+        deps = deps.replace(";", ",").split(",")
+    elif not isinstance(deps, list | tuple):
+        deps = [deps]
+    ids = []
+    for dep in deps:
+        if isinstance(dep, dict):
+            dep = dep.get("id")
+        if isinstance(dep, float) and dep.is_integer():
+            dep = int(dep)
+        if isinstance(dep, str | int) and not isinstance(dep, bool) and str(dep).strip():
+            ids.append(str(dep).strip())
+    return ids
 
 
 def validate_steps(

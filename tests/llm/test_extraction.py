@@ -112,9 +112,7 @@ class CountingTokens:
     ],
     ids=["balanced", "unclosed", "quotes and escapes"],
 )
-def test_a_megabyte_of_brackets_costs_a_few_passes(
-    monkeypatch: pytest.MonkeyPatch, text: str, passes: int
-) -> None:
+def test_a_megabyte_of_brackets_costs_a_few_passes(monkeypatch: pytest.MonkeyPatch, text: str, passes: int) -> None:
     tokens = CountingTokens(extraction._BRACKET_TOKEN)
     monkeypatch.setattr(extraction, "_BRACKET_TOKEN", tokens)
     with pytest.raises(ValueError):
