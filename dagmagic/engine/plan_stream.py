@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dagmagic.engine.planner import PlanDraft, Planner, StepDraft, normalize_step, recover_steps
+from dagmagic.errors import TransientProviderError
 from dagmagic.llm.backend import StreamChunk
 from dagmagic.llm.extraction import parse_json
 from dagmagic.llm.structured import OutputShape, with_instruction
@@ -77,11 +78,17 @@ class PlanStream:
         streamed = StreamedPlan(messages=messages)
         handover = _Handover(self, streamed, earlier, planner.settings.plan_max_steps)
         reply = _Reply()
-        async for chunk in planner.model.stream(
-            messages, purpose="plan", round=round, temperature=0.0, structured_level=level, **shape.request(level)
-        ):
-            for index, text in reply.add(chunk):
-                handover.offer(parse_json(text), index)
+        try:
+            async for chunk in planner.model.stream(
+                messages, purpose="plan", round=round, temperature=0.0, structured_level=level, **shape.request(level)
+            ):
+                for index, text in reply.add(chunk):
+                    handover.offer(parse_json(text), index)
+        except TransientProviderError:
+            # llama.cpp's server ends a streamed tool call without a finish reason, which litellm reports as a
+            # broken stream: a whole plan that came through is still a plan; a cut one is not
+            if not reply.complete:
+                raise
         try:
             streamed.drafts = recover_steps(reply.whole())  # the whole reply, parsed once
         except (ValueError, TypeError, RecursionError):
@@ -112,6 +119,11 @@ class _Reply:
         if not self.arguments and chunk.text:  # text before a tool call is preamble, not the plan
             closed += self._text_steps.feed(chunk.text)
         return closed
+
+    @property
+    def complete(self) -> bool:
+        """Whether the plan's steps array has closed."""
+        return (self._argument_steps if self.arguments else self._text_steps).done
 
     def whole(self) -> str:
         """Everything received (joined once, at the end)."""

@@ -185,8 +185,12 @@ class ModelRegistry:
                 continue
             if entry.target.split("/", 1)[0] in _NO_KEY_PROVIDERS:
                 continue
+            litellm = import_litellm()
+            provider = entry.target.split("/", 1)[0]
+            if getattr(litellm, "api_key", None) or getattr(litellm, f"{provider}_key", None):
+                continue  # set on litellm itself (litellm.api_key, litellm.openai_key, ...)
             try:
-                report = import_litellm().validate_environment(model=entry.target)
+                report = litellm.validate_environment(model=entry.target)
             except Exception:  # a model litellm cannot place: its first call will say so
                 continue
             names = [name for name in report.get("missing_keys") or [] if name.upper().endswith(("_KEY", "_TOKEN"))]

@@ -488,3 +488,29 @@ async def test_a_stream_that_stops_sending_is_bounded_too() -> None:
     assert run.status == "done" and run.answer == "fallback answer"  # the analyzer's, as the stream failed
     (synthesis,) = [c for c in run.calls if c.purpose == "synthesize"]
     assert synthesis.status == "failed" and "DAG_LLM_TIMEOUT" in (synthesis.error or "")
+
+
+def test_a_key_set_on_litellm_itself_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    import litellm
+
+    from dagmagic import ModelRegistry
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    registry = ModelRegistry().register("gpt", "openai/gpt-4.1-mini")
+    assert registry.missing_credentials() == {"gpt": ["OPENAI_API_KEY"]}
+    monkeypatch.setattr(litellm, "openai_key", "sk-set-on-litellm-0000000000", raising=False)
+    assert registry.missing_credentials() == {}
+
+
+async def test_a_whole_plan_whose_stream_ends_without_a_finish_reason_is_used() -> None:
+    """llama.cpp's server ends a streamed tool call without a finish reason; litellm reports a broken stream
+    ("Stream ended before a finish_reason was received") after the whole plan came through.
+    """
+    from dagmagic.errors import ServerError
+
+    ended = ServerError("MidStreamFallbackError: Stream ended before a finish_reason was received")
+    whole = [*plan_chunks(S1, S2), '{"id": "s3", "task": "combine", "dependencies": ["s1", "s2"]}]}', ended]
+    llm = ScriptedLLM(script(plan=[whole]))
+    run = await session_for(llm, llm_retries=0).run("goal")
+    assert run.status == "done" and len(llm.requests_for("plan")) == 1  # not planned a second time
+    assert [s.id for s in run.plan.steps] == ["s1", "s2", "s3"] and run.rounds[0].warnings == []
