@@ -188,7 +188,8 @@ def _plan_steps(
             PlanStep(id=draft.id, task=draft.task, dependencies=kept, tool_hint=draft.tool_hint, model_hint=hint)
         )
     if dropped:
-        warn(f"dropped dependencies on unknown steps: {', '.join(dropped)}")
+        more = f" and {len(dropped) - 10} more" if len(dropped) > 10 else ""
+        warn(f"dropped dependencies on unknown steps: {', '.join(dropped[:10])}{more}")
     return steps
 
 
@@ -275,8 +276,12 @@ def _reachable(start: str, deps: dict[str, list[str]]) -> set[str]:
 
 
 def _cycle(steps: list[PlanStep]) -> list[str]:
-    """One cycle as a path ``[a, b, a]``, or an empty list when the steps form a DAG."""
-    deps = {s.id: {d for d in s.dependencies if split_round_reference(d) is None} for s in steps}
+    """One cycle as a path ``[a, b, a]``, or an empty list when the steps form a DAG. A dependency naming a
+    step of the plan is inside it, even when it looks like an earlier round's (``r1.s2`` as a step's own id,
+    which small models write): ``ExecutionPlan.layers()`` and the executor read it so too.
+    """
+    ids = {s.id for s in steps}
+    deps = {s.id: {d for d in s.dependencies if d in ids} for s in steps}
     remaining = set(deps)
     progress = True
     while progress:  # Kahn's algorithm: peel off steps whose dependencies are all gone

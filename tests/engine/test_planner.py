@@ -461,3 +461,26 @@ def test_validate_steps_problem_order_empty_then_size_then_duplicates() -> None:
     oversize = drafts(("s1", []), ("s1", []), ("s2", []))
     assert "3 steps but at most 2" in str(validate_steps(oversize, max_steps=2)[1])
     assert "s1 (2 times)" in str(validate_steps(oversize, max_steps=3)[1])
+
+
+async def test_step_ids_that_look_like_earlier_references_still_count_in_cycles() -> None:
+    # seen with Qwen2.5-0.5B in round 2: steps named "r1.submit_plandraft" depending on each other in a loop;
+    # validation missed the loop and the run failed later in ExecutionPlan.layers()
+    looped = {
+        "steps": [
+            {"id": "r1.a", "task": "x", "dependencies": ["r2.a"]},
+            {"id": "r2.a", "task": "y", "dependencies": ["r1.a"]},
+        ]
+    }
+    harness = Harness([looped])
+    plan = await harness.planner.plan("goal", round=2)
+    assert [(s.id, s.dependencies) for s in plan.steps] == [("r1.a", []), ("r2.a", ["r1.a"])]
+    assert "form a cycle" in harness.last_user_message(1)
+    plan.layers()
+
+
+async def test_a_long_list_of_dropped_dependencies_is_named_briefly() -> None:
+    harness = Harness([{"steps": [{"id": "s1", "task": "x", "dependencies": list(range(3, 101))}]}])
+    await harness.planner.plan("goal")
+    (warning,) = harness.warnings
+    assert warning.endswith("s1 -> 12 and 88 more") and len(warning) < 200
