@@ -64,6 +64,9 @@ FORCE_ANSWER = (
 
 NOT_VERIFIED = "citations not verified: the check failed ({error})"
 
+CALL_TEXT_CHARS = 2000
+"""Text of a turn that calls tools, kept in the conversation."""
+
 _TOOL_CALL_TAG = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 
 CITATION_FEEDBACK = (
@@ -357,6 +360,9 @@ def _as_call(item: Any, index: int) -> _Call | None:
 
 
 def _assistant_message(content: str, calls: list[_Call], native: bool) -> dict[str, Any]:
+    # what matters in a turn that calls tools is the calls: text around them is kept short (a small model once
+    # wrote 7,720 tokens before its call, and the next turn no longer fit its window)
+    content = truncate(content, CALL_TEXT_CHARS, "\n[... cut]")
     if not native:
         return {"role": "assistant", "content": content}
     return {

@@ -225,7 +225,8 @@ class ContextGuard:
         step_id: str | None,
     ) -> None:
         """Shorten a step agent's conversation in place until it fits: older observations first (compacted,
-        else truncated), then every observation and the step's own prompt, harder.
+        else truncated), then every observation and the model's own turns, oldest first, and the step's own
+        prompt last, harder.
         """
         budget = self.budget(model)
         if request_tokens(model.entry, messages, tools) <= budget:
@@ -244,7 +245,12 @@ class ContextGuard:
             messages[index] = {**messages[index], "content": SHORTENED_MARKER + shorter}
             if request_tokens(model.entry, messages, tools) <= budget:
                 return
-        for index in [*observations, 1]:  # still over: cut harder, the step's prompt last
+        said = [
+            i
+            for i, message in enumerate(messages)
+            if i >= 2 and message.get("role") == "assistant" and isinstance(message.get("content"), str)
+        ]
+        for index in [*sorted([*observations, *said]), 1]:  # still over: cut harder, oldest first, the prompt last
             over = request_tokens(model.entry, messages, tools) - budget
             if over <= 0:
                 return

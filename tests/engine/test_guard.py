@@ -426,3 +426,41 @@ async def test_a_numeric_table_leaves_room_for_the_verdict_on_a_per_digit_tokeni
     assert run.achieved and len(llm.requests_for("analyze")) == 1
     for request in llm.requests:
         assert request_tokens_measured(request) <= 8192 * 0.75, (request.purpose, request.step_id)
+
+
+async def test_a_runaway_turn_before_a_tool_call_does_not_push_the_next_turn_out_of_the_window() -> None:
+    """Seen with Qwen2.5-0.5B: a step wrote 7,720 tokens of text before a tool call; the next turn, holding
+    that text, asked the server for 8,247 tokens of an 8,192-token window and the step failed.
+    """
+    from dagmagic.testing import ToolCall
+
+    runaway = "I will now look it up. " + "population data " * 8000  # ~130,000 characters
+
+    def census(city: str) -> int:
+        """The census."""
+        return 2102650
+
+    llm = ScriptedLLM(
+        {
+            "route": [{"domain": None}],
+            "plan": [plan_reply(("s1", [], "find the population of Paris"))],
+            "step": lambda r: [ToolCall("census", {"city": "Paris"})] if r.index == 0 else "2,102,650 people.",
+            "analyze": [verdict(True, 0.9, "ok")],
+            "synthesize": [["Paris: 2,102,650."]],
+        },
+        context_window=8000,
+    )
+    # the runaway text rides along with the tool call, as a model writes it
+    original = llm._render
+
+    def render(request: Any, reply: Any) -> Any:
+        content, calls = original(request, reply)
+        return (runaway if calls else content), calls
+
+    llm._render = render  # type: ignore[method-assign]
+    session = DagSession(ModelRegistry().register("local", llm), DagSettings(store="none"), tools=[census])
+    run = await session.run("How many people live in Paris?")
+    assert run.steps["s1"].status == "completed" and run.steps["s1"].result == "2,102,650 people."
+    second = llm.requests_for("step", "s1")[1]
+    assert request_tokens_measured(second) <= 8000 * 0.75
+    assert second.messages[-2]["tool_calls"][0]["function"]["name"] == "census"
