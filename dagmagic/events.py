@@ -40,7 +40,9 @@ __all__ = [
     "StepIteration",
     "StepPlanned",
     "StepQueued",
+    "StepRetrying",
     "StepStarted",
+    "UserAction",
     "Verification",
     "Verifying",
     "parse_event",
@@ -139,6 +141,19 @@ class Verification(_Event):
     feedback: str = ""
 
 
+class StepRetrying(_Event):
+    """A step failed with a transient error and will be tried again at ``retry_at`` (its slot is free meanwhile)."""
+
+    type: Literal["step_retrying"] = "step_retrying"
+    round: int
+    step_id: str
+    failures: int
+    """Transient failures so far."""
+    retry_at: float
+    """Epoch seconds of the next try."""
+    error: str
+
+
 class StepCompleted(_Event):
     """A step reached a final state."""
 
@@ -209,6 +224,15 @@ class LLMCallRecorded(_Event):
     call: LLMCall
 
 
+class UserAction(_Event):
+    """The user stopped the run, sent a follow-up, or asked a waiting step to retry now."""
+
+    type: Literal["user_action"] = "user_action"
+    action: Literal["stop", "follow_up", "retry_now"]
+    text: str = ""
+    """The follow-up, or the step to retry."""
+
+
 class RunWarning(_Event):
     """Something the user should know that did not stop the run (a dropped dependency, say)."""
 
@@ -229,6 +253,7 @@ Event = Annotated[
     | StepIteration
     | Verifying
     | Verification
+    | StepRetrying
     | StepCompleted
     | AnalysisReady
     | Replanning
@@ -237,6 +262,7 @@ Event = Annotated[
     | AnswerReady
     | RunFinished
     | LLMCallRecorded
+    | UserAction
     | RunWarning,
     Field(discriminator="type"),
 ]

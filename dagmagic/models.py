@@ -155,6 +155,10 @@ class PlanStep(BaseModel):
     """Every tool call it made, in order."""
     warnings: list[str] = Field(default_factory=list)
     """What the user should know about its result (e.g. its citations could not be verified)."""
+    failures: int = 0
+    """Transient failures so far (rate limit, timeout, 5xx, connection): they pick the retry tier."""
+    retry_at: float | None = None
+    """Epoch seconds of the next try while the step is ``retrying``."""
 
     @property
     def queue_time(self) -> float | None:
@@ -347,6 +351,8 @@ class RoundRecord(BaseModel):
     """Why the round failed, when it could not plan."""
     warnings: list[str] = Field(default_factory=list)
     """What was fixed on the way (a dependency dropped, a plan repaired), for the user to see."""
+    free: bool = False
+    """Planned at the user's request (a follow-up): it uses none of the replanning budget."""
 
 
 class RunState(BaseModel):
@@ -366,6 +372,10 @@ class RunState(BaseModel):
     """The answer being written now (it grows while it streams; a superseded one is cleared)."""
     follow_ups: list[str] = Field(default_factory=list)
     """User follow-ups a plan or the final answer has seen (one still waiting for that is not here yet)."""
+    pending_follow_ups: list[str] = Field(default_factory=list)
+    """Follow-ups no plan and no final answer has seen yet, oldest first."""
+    domain: str | None = None
+    """The goal's domain (legal, medical, financial), classified once at the start."""
     calls: list[LLMCall] = Field(default_factory=list)
     """Every LLM call, in order."""
     error: str | None = None

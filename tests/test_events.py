@@ -18,6 +18,7 @@ SAMPLES: list[events.Event] = [
     events.StepIteration(round=1, step_id="s1", iteration=1, tool="search", arguments={"q": "x"}),
     events.Verifying(round=1, step_id="s1"),
     events.Verification(round=1, step_id="s1", passed=False, feedback="Art. 99 does not exist"),
+    events.StepRetrying(round=1, step_id="s1", failures=2, retry_at=1.5, error="RateLimitError: 429"),
     events.StepCompleted(round=1, step_id="s1", status="failed", error="TimeoutError: x"),
     events.AnalysisReady(round=1, analysis=AnalysisResult(), decision=Decision(action="replan", reason="low")),
     events.Replanning(round=1, reason="missing data", follow_up="also Spain"),
@@ -26,6 +27,7 @@ SAMPLES: list[events.Event] = [
     events.AnswerReady(answer="Paris", fallback=True, partial=True),
     events.RunFinished(status="done", achieved=True, confidence=0.9),
     events.LLMCallRecorded(call=LLMCall(purpose="analyze", model="m")),
+    events.UserAction(action="follow_up", text="also Spain"),
     events.RunWarning(message="dropped dependency s9"),
 ]
 

@@ -22,7 +22,7 @@ import asyncio
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Final, Literal, TypeVar
 
-from dagmagic.events import Event, PhaseChanged
+from dagmagic.events import Event, PhaseChanged, UserAction
 from dagmagic.models import RunPhase, RunState
 
 __all__ = ["EFFECTS", "INTERRUPTED", "Action", "Effect", "Interrupted", "RunControl"]
@@ -66,13 +66,18 @@ class RunControl:
         self.emit = emit
         self.stopped = False
         """A Stop arrived and no follow-up came after it."""
-        self.pending: list[str] = []
-        """Follow-ups no plan and no final answer has seen yet, oldest first."""
         self.round_stop = asyncio.Event()
         """Set when the current round's steps not started must be skipped."""
+        self.executor: Any = None
+        """The executor of the round being run, which a ``retry_now`` reaches."""
         self._work: asyncio.Task[Any] | None = None
         self._on_interrupt: Callable[[], object] | None = None
         self._interrupted = False
+
+    @property
+    def pending(self) -> list[str]:
+        """Follow-ups no plan and no final answer has seen yet, oldest first (kept in the run's state)."""
+        return self.state.pending_follow_ups
 
     @property
     def phase(self) -> RunPhase:
@@ -86,6 +91,7 @@ class RunControl:
             self.stopped = False
         else:
             self.stopped = True
+        self.emit(UserAction(action=action, text=text))
         effect = EFFECTS[(self.phase, action)]
         if effect != "later":
             self.round_stop.set()
@@ -95,6 +101,10 @@ class RunControl:
             if self._on_interrupt is not None:
                 self._on_interrupt()
         return effect
+
+    def retry_now(self, step_id: str) -> bool:
+        """Wake a step of the current round that waits for a delayed retry; False when none is waiting."""
+        return bool(self.executor is not None and self.executor.retry_now(step_id))
 
     @property
     def interrupted(self) -> bool:
@@ -116,7 +126,7 @@ class RunControl:
         """The first ``count`` pending follow-ups, which a plan or the final answer has now seen; they
         leave ``pending``.
         """
-        taken, self.pending = self.pending[:count], self.pending[count:]
+        taken, self.state.pending_follow_ups = self.pending[:count], self.pending[count:]
         return taken
 
     async def interruptible(

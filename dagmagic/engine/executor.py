@@ -4,6 +4,10 @@ Dispatch is event-driven: each step keeps a count of unfinished dependencies, an
 completes last starts its dependents on the spot (no polling, no level barrier). Ready steps start in
 plan order; a FIFO semaphore holds the concurrency limit, and ``started`` means a slot was acquired.
 
+A step that fails with a ``transient`` error is tried again as its ``RetryPolicy`` says (at once, then after
+growing delays, its slot free meanwhile: status ``retrying`` with ``retry_at``; ``retry_now`` cuts a wait
+short), then fails for good. Steps already completed when execution begins (a resumed run) count as done.
+
 Failure never spreads sideways: a failed step's dependents are skipped (naming it), independent
 branches go on; only an exception of a ``fatal`` type (a provider refusing the key, say: every other step
 would meet it too) ends the plan: running steps are cancelled and the exception is raised. A stop event
@@ -14,11 +18,13 @@ them, marks them cancelled and re-raises.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Final
 
-from dagmagic.events import Event, StepCompleted, StepQueued, StepStarted
+from dagmagic.engine.retries import RetryPolicy
+from dagmagic.events import Event, StepCompleted, StepQueued, StepRetrying, StepStarted
 from dagmagic.llm.secrets import mask_secrets
 from dagmagic.models import ExecutionPlan, PlanStep, StepStatus
 
@@ -30,6 +36,7 @@ RunStep = Callable[[PlanStep, dict[str, PlanStep]], Awaitable[str]]
 """Runs one step given its completed dependencies (by reference: ``s1`` or ``r1.s2``); returns its result."""
 
 _UNSTARTED: Final = ("pending", "queued")
+_ENDED_BADLY: Final = ("failed", "skipped", "cancelled")
 
 
 class StepFailure(Exception):
@@ -56,9 +63,12 @@ class DagExecutor:
         earlier: Mapping[str, PlanStep] | None = None,
         open_ended: bool = False,
         fatal: tuple[type[BaseException], ...] = (),
+        transient: tuple[type[BaseException], ...] = (),
+        retries: RetryPolicy | None = None,
     ) -> None:
         """``open_ended``: the plan is still arriving; ``add()`` its steps, ``close()`` when it is whole.
-        ``fatal``: exception types that end the whole plan when a step raises one.
+        ``fatal``: exception types that end the whole plan when a step raises one; ``transient``: those that
+        get the step tried again as ``retries`` says (no retries without a policy).
         """
         self.plan = plan
         self.run_step = run_step
@@ -76,6 +86,9 @@ class DagExecutor:
         self._closed = not open_ended
         self._fatal_types = fatal
         self._fatal: BaseException | None = None
+        self._transient_types = transient
+        self.retries = retries or RetryPolicy(immediate=0, delays=())
+        self._wakeups: dict[str, asyncio.Event] = {}  # steps waiting for a delayed retry
         self._withdrawn: set[int] = set()  # ids of step objects taken out of the plan: they report nothing
         # One timer serves every running step's deadline: steps share one timeout and enter in start order,
         # so the first entry is the earliest (a timer per step costs ~5 us and leaves a cancelled heap entry).
@@ -90,8 +103,12 @@ class DagExecutor:
             for sid, reason in blocked.items():
                 self._finish(self._steps[sid], "skipped", reason)
             for sid, step in self._steps.items():
-                if step.status == "pending" and self._waiting[sid] == 0 and not self.stop.is_set():
+                if self.stop.is_set():
+                    break
+                if step.status == "pending" and self._waiting[sid] == 0:
                     self._dispatch(step)
+                elif step.status == "retrying":  # a resumed run: it waits out what is left of its delay
+                    self._tasks[sid] = asyncio.create_task(self._run(step, resumed=True), name=f"dagmagic:step:{sid}")
             if self.stop.is_set():
                 self._skip_unstarted()
             self._settle_if_done()
@@ -180,13 +197,15 @@ class DagExecutor:
             if sid in self._waiting:  # added (and counted) while the plan streamed, before execution began
                 continue
             inner = [d for d in dict.fromkeys(step.dependencies) if d in self._steps]
-            self._waiting[sid] = len(inner)
-            for dep in inner:
+            unfinished = [d for d in inner if self._steps[d].status != "completed"]  # a resumed run's are done
+            self._waiting[sid] = len(unfinished)
+            for dep in unfinished:
                 self._dependents[dep].append(sid)
+            if step.status != "pending":
+                continue
             for dep in step.dependencies:
-                earlier = self.earlier.get(dep)
-                if dep not in self._steps and (earlier is None or earlier.status != "completed"):
-                    status = earlier.status if earlier is not None else "unknown"
+                status = self._status_of(dep)
+                if status in _ENDED_BADLY or (dep not in self._steps and status != "completed"):
                     blocked.setdefault(sid, f"Skipped — dependency {dep} {status}")
         return blocked
 
@@ -200,19 +219,32 @@ class DagExecutor:
         self.emit(StepQueued(round=self.plan.round, step_id=step.id))
         self._tasks[step.id] = asyncio.create_task(self._run(step), name=f"dagmagic:step:{step.id}")
 
-    async def _run(self, step: PlanStep) -> None:
+    async def _run(self, step: PlanStep, *, resumed: bool = False) -> None:
         try:
-            async with self._slots:
-                if step.status != "queued":  # skipped by a stop while it waited for a slot
+            if resumed and not await self._wait_to_retry(step):
+                return
+            while True:
+                async with self._slots:
+                    if step.status != "queued":  # skipped by a stop while it waited for a slot
+                        return
+                    delay = await self._run_started(step)
+                    while delay == 0.0:  # an immediate retry keeps the slot
+                        self._schedule_retry(step, 0.0)
+                        delay = await self._run_started(step)
+                if delay is None:
                     return
-                await self._run_started(step)
+                self._schedule_retry(step, delay)
+                if not await self._wait_to_retry(step):
+                    return
         finally:
             if self._tasks.get(step.id) is asyncio.current_task():  # a withdrawn step's id may be reused
                 del self._tasks[step.id]
             self._settle_if_done()
 
-    async def _run_started(self, step: PlanStep) -> None:
+    async def _run_started(self, step: PlanStep) -> float | None:
+        """One try of a started step; the seconds to wait before the next try, or None when it is done."""
         step.status = "running"
+        step.retry_at = None
         step.started_at = time.time()
         step.attempts += 1
         self.emit(StepStarted(round=self.plan.round, step_id=step.id, model=step.model))
@@ -240,10 +272,61 @@ class DagExecutor:
             if self._fatal is None:
                 self._fatal = exc
                 self._all_settled.set()  # execute() wakes, cancels the rest and raises it
+        except self._transient_types as exc:
+            step.failures += 1
+            step.error = mask_secrets(f"{type(exc).__name__}: {exc}")
+            delay = self.retries.delay_after(step.failures)
+            if delay is not None:
+                return delay
+            self._finish(step, "failed", f"Failed for good after {step.failures} tries: {step.error}")
         except Exception as exc:
             self._finish(step, "failed", mask_secrets(f"{type(exc).__name__}: {exc}"))
         else:
             self._finish(step, "completed", None, result=result)
+        return None
+
+    def _schedule_retry(self, step: PlanStep, delay: float) -> None:
+        step.status = "retrying"
+        step.retry_at = time.time() + delay
+        self.emit(
+            StepRetrying(
+                round=self.plan.round,
+                step_id=step.id,
+                failures=step.failures,
+                retry_at=step.retry_at,
+                error=step.error or "",
+            )
+        )
+
+    async def _wait_to_retry(self, step: PlanStep) -> bool:
+        """Wait, slot free, until the step's ``retry_at`` (or ``retry_now``); False when a stop ended it."""
+        wake = self._wakeups.setdefault(step.id, asyncio.Event())
+        wake.clear()
+        try:
+            remaining = (step.retry_at or 0.0) - time.time()
+            if remaining > 0 and not self.stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(remaining):
+                        await wake.wait()
+        except asyncio.CancelledError:
+            self._finish(step, "cancelled", "Cancelled while waiting to retry")
+            raise
+        finally:
+            self._wakeups.pop(step.id, None)
+        step.retry_at = None
+        if self.stop.is_set():
+            self._finish(step, "failed", f"{step.error} (not tried again: the run was stopped)")
+            return False
+        step.status = "queued"
+        return True
+
+    def retry_now(self, step_id: str) -> bool:
+        """Cut short the wait of a step waiting for a delayed retry; False when it is not waiting."""
+        wake = self._wakeups.get(step_id)
+        if wake is None:
+            return False
+        wake.set()
+        return True
 
     def _finish(self, step: PlanStep, status: StepStatus, error: str | None, *, result: str | None = None) -> None:
         """Put a step in a final state, then release or skip its dependents."""
@@ -289,6 +372,8 @@ class DagExecutor:
     async def _watch_stop(self) -> None:
         await self.stop.wait()
         self._skip_unstarted()
+        for wake in self._wakeups.values():  # a step waiting to retry is not tried again
+            wake.set()
 
     def _skip_unstarted(self) -> None:
         for step in self._steps.values():

@@ -19,6 +19,7 @@ from dagmagic.engine.executor import DagExecutor
 from dagmagic.engine.guard import PLANNER_RESERVE, ContextGuard, HistoryDigests
 from dagmagic.engine.plan_stream import PlanStream, StreamedPlan
 from dagmagic.engine.planner import Planner
+from dagmagic.engine.retries import RetryPolicy
 from dagmagic.engine.routing import classify_domain
 from dagmagic.engine.run import DagRun
 from dagmagic.engine.steps import StepRequest, StepRunner, step_messages
@@ -374,7 +375,7 @@ class GoalLoop:
                 )
             return await self.step_runner(request)
 
-        return DagExecutor(
+        executor = DagExecutor(
             plan,
             run_step,
             max_concurrency=self.settings.max_concurrency,
@@ -384,7 +385,11 @@ class GoalLoop:
             earlier=earlier,
             open_ended=open_ended,
             fatal=RUN_ENDING,
+            transient=(TransientProviderError,),
+            retries=RetryPolicy(self.settings.step_immediate_retries, tuple(self.settings.step_retry_delays)),
         )
+        run.control.executor = executor
+        return executor
 
     async def _run_plan(
         self,

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from dagmagic.engine.control import RunControl
 from dagmagic.errors import DagError, RunFailedError
-from dagmagic.events import Event, LLMCallRecorded, PlanReady, RunWarning, StepPlanned
+from dagmagic.events import Event, LLMCallRecorded, PlanReady, RunWarning, StepPlanned, UserAction
 from dagmagic.models import (
     AnalysisResult,
     ExecutionPlan,
@@ -108,6 +108,15 @@ class DagRun:
                 "Start a new one in the same session to continue the conversation."
             )
         self.control.send("follow_up", text.strip())
+
+    def retry_now(self, step_id: str) -> bool:
+        """Try a step waiting for a delayed retry now instead of at its ``retry_at``; False when no step of the
+        current round by that id is waiting.
+        """
+        woke = self.control.retry_now(step_id)
+        if woke:
+            self.emit(UserAction(action="retry_now", text=step_id))
+        return woke
 
     def cancel(self) -> bool:
         """Abort now: running steps are cancelled and the run ends ``cancelled``. False if already done."""

@@ -421,3 +421,149 @@ async def test_events_come_queued_started_completed_per_step() -> None:
     started = {e.step_id: e.at for e in events if isinstance(e, StepStarted)}
     for sid, at in started.items():
         assert abs(at - (p.step(sid).started_at or 0)) < 0.05
+
+
+# --- retries in three tiers
+
+
+class Flaky:
+    """A ``run_step`` whose steps raise the given errors in turn before they succeed; records every try."""
+
+    def __init__(self, failures: Mapping[str, list[BaseException]], latency: float = 0.02) -> None:
+        self.failures = {sid: list(errors) for sid, errors in failures.items()}
+        self.latency = latency
+        self.tries: list[tuple[str, float]] = []
+
+    async def __call__(self, step: PlanStep, deps: dict[str, PlanStep]) -> str:
+        self.tries.append((step.id, time.time()))
+        await asyncio.sleep(self.latency)
+        pending = self.failures.get(step.id)
+        if pending:
+            raise pending.pop(0)
+        return f"result of {step.id}"
+
+    def count(self, sid: str) -> int:
+        return sum(1 for tried, _ in self.tries if tried == sid)
+
+
+def retrying(p: ExecutionPlan, flaky: Flaky, *, delays: tuple[float, ...] = (0.3, 5.0), **kw: object) -> DagExecutor:
+    from dagmagic.engine.retries import RetryPolicy
+    from dagmagic.errors import TransientProviderError
+
+    return DagExecutor(
+        p,
+        flaky,
+        max_concurrency=kw.pop("concurrency", 4),  # type: ignore[arg-type]
+        step_timeout=30.0,
+        transient=(TransientProviderError,),
+        retries=RetryPolicy(immediate=1, delays=delays),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def rate_limited() -> BaseException:
+    from dagmagic.errors import RateLimitError
+
+    return RateLimitError("429 slow down", model="m")
+
+
+def test_the_retry_policy_counts_its_tiers() -> None:
+    from dagmagic.engine.retries import RetryPolicy
+
+    policy = RetryPolicy(immediate=1, delays=(30.0, 120.0, 600.0))
+    assert [policy.delay_after(n) for n in range(1, 6)] == [0.0, 30.0, 120.0, 600.0, None]
+    assert policy.tries == 5
+    assert RetryPolicy(immediate=0, delays=()).delay_after(1) is None
+
+
+async def test_a_step_failing_twice_with_a_rate_limit_completes_on_tier_two_while_its_sibling_runs() -> None:
+    events: list[Event] = []
+    flaky = Flaky({"s1": [rate_limited(), rate_limited()]}, latency=0.05)
+    p = plan("s1", "s2", ("s3", ["s1", "s2"]))
+    await finishes(retrying(p, flaky, concurrency=1, emit=events.append).execute())
+
+    assert statuses(p) == dict.fromkeys(("s1", "s2", "s3"), "completed")
+    s1 = p.step("s1")
+    assert (s1.attempts, s1.failures, s1.retry_at) == (3, 2, None)
+    assert [sid for sid, _ in flaky.tries] == ["s1", "s1", "s2", "s1", "s3"]  # s2 ran in s1's freed slot
+    times = [at for _, at in flaky.tries]
+    assert times[3] - times[1] >= 0.3 * 0.95  # the third try waited its delay; the second came at once
+    retries = [e for e in events if e.type == "step_retrying"]
+    assert [(e.step_id, e.failures) for e in retries] == [("s1", 1), ("s1", 2)]
+    assert "RateLimitError" in retries[0].error
+    assert retries[1].retry_at - retries[1].at == pytest.approx(0.3, abs=0.05)
+
+
+async def test_retries_run_out_then_the_step_fails_for_good_and_only_its_branch_stops() -> None:
+    flaky = Flaky({"s1": [rate_limited() for _ in range(5)]}, latency=0.0)
+    p = plan("s1", ("s2", ["s1"]), "s3", ("s4", ["s3"]))
+    await finishes(retrying(p, flaky, delays=(0.05, 0.05)).execute())
+
+    assert statuses(p) == {"s1": "failed", "s2": "skipped", "s3": "completed", "s4": "completed"}
+    s1 = p.step("s1")
+    assert flaky.count("s1") == 4  # the try, one at once, two delayed
+    assert s1.error is not None and s1.error.startswith("Failed for good after 4 tries: RateLimitError")
+    assert p.step("s2").error == "Skipped — dependency s1 failed"
+
+
+async def test_errors_that_are_not_transient_are_not_retried() -> None:
+    flaky = Flaky({"s1": [ValueError("a tool's own complaint")]}, latency=0.0)
+    p = plan("s1")
+    await finishes(retrying(p, flaky).execute())
+    assert flaky.count("s1") == 1 and p.step("s1").error == "ValueError: a tool's own complaint"
+
+
+async def test_retry_now_cuts_the_wait_short() -> None:
+    flaky = Flaky({"s1": [rate_limited(), rate_limited()]}, latency=0.0)
+    p = plan("s1")
+    runner = retrying(p, flaky, delays=(30.0,))
+    execution = asyncio.ensure_future(runner.execute())
+    while p.step("s1").status != "retrying" or p.step("s1").failures < 2:
+        await asyncio.sleep(0.005)
+    assert p.step("s1").retry_at is not None and p.step("s1").retry_at > time.time() + 20
+    assert runner.retry_now("s1") and not runner.retry_now("nope")
+    await finishes(execution)
+    assert p.step("s1").status == "completed" and flaky.count("s1") == 3
+
+
+async def test_a_stop_ends_a_wait_for_a_retry_and_a_cancel_cancels_it() -> None:
+    for action in ("stop", "cancel"):
+        flaky = Flaky({"s1": [rate_limited(), rate_limited()]}, latency=0.0)
+        p = plan("s1", ("s2", ["s1"]))
+        stop = asyncio.Event()
+        execution = asyncio.ensure_future(retrying(p, flaky, delays=(30.0,), stop=stop).execute())
+        while p.step("s1").status != "retrying" or p.step("s1").failures < 2:
+            await asyncio.sleep(0.005)
+        if action == "stop":
+            stop.set()
+            await finishes(execution)
+            s1 = p.step("s1")
+            assert s1.status == "failed" and s1.error is not None and s1.error.endswith("the run was stopped)")
+            assert p.step("s2").status == "skipped"
+        else:
+            execution.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await execution
+            assert statuses(p) == {"s1": "cancelled", "s2": "cancelled"}
+        assert flaky.count("s1") == 2
+
+
+async def test_a_resumed_step_waiting_for_its_retry_waits_out_what_is_left_and_keeps_its_tier() -> None:
+    flaky = Flaky({"s1": [rate_limited()]}, latency=0.0)  # it fails once more after the resume
+    p = plan("s1")
+    s1 = p.step("s1")
+    s1.status, s1.failures, s1.attempts, s1.retry_at = "retrying", 2, 3, time.time() + 0.2
+    started = time.time()
+    await finishes(retrying(p, flaky, delays=(0.05, 0.1)).execute())
+    assert flaky.tries[0][1] - started >= 0.2 * 0.9  # waited what was left of the delay
+    assert s1.status == "completed" and s1.failures == 3 and flaky.count("s1") == 2  # tier 3 used the 0.1 s delay
+
+
+async def test_steps_completed_before_execution_count_as_done() -> None:
+    rec = Recorder()
+    p = plan("s1", ("s2", ["s1"]), ("s3", ["s2"]))
+    s1 = p.step("s1")
+    s1.status, s1.result = "completed", "kept from before"
+    await finishes(executor(p, rec).execute())
+    assert rec.started == ["s2", "s3"] and statuses(p) == dict.fromkeys(("s1", "s2", "s3"), "completed")
+    assert rec.seen_deps["s2"]["s1"].result == "kept from before"

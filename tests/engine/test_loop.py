@@ -472,7 +472,15 @@ async def test_a_call_that_never_answers_is_bounded_and_the_run_still_answers() 
         return "too late"
 
     llm = ScriptedLLM(script(step=never, analyze=[verdict(False, 0.3, "the steps timed out")]))
-    run = await session_for(llm, llm_timeout=0.1, llm_retries=1, llm_retry_backoff=0.01, max_replan_rounds=1).run("g")
+    run = await session_for(
+        llm,
+        llm_timeout=0.1,
+        llm_retries=1,
+        llm_retry_backoff=0.01,
+        max_replan_rounds=1,
+        step_immediate_retries=0,
+        step_retry_delays=(),
+    ).run("g")
     assert run.status == "done" and run.answer.startswith(NOT_ACHIEVED)
     step = run.rounds[0].plan.step("s1")
     assert (

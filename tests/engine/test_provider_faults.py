@@ -114,7 +114,14 @@ async def test_a_key_the_provider_echoes_is_never_shown(
 async def test_a_provider_that_never_answers_cannot_hold_the_run(provider: Provider) -> None:
     provider.mode = "hang"
     registry = ModelRegistry().register("gpt", MODEL, api_base=provider.base, api_key="sk-local-test-key-000000")
-    settings = DagSettings(store="none", llm_timeout=0.3, llm_retries=0, max_replan_rounds=1)
+    settings = DagSettings(
+        store="none",
+        llm_timeout=0.3,
+        llm_retries=0,
+        max_replan_rounds=1,
+        step_immediate_retries=0,
+        step_retry_delays=(),
+    )
     run = await DagSession(registry, settings).run("goal")
 
     assert run.status == "done" and run.answer  # the loop always answers, degraded
