@@ -7,6 +7,7 @@ The tree, by whose mistake it is::
     ├── StructuredOutputError (ValueError)   a model never produced output of the requested shape
     ├── PlanningError (ValueError)           the model gave no readable plan
     ├── RunFailedError                       run.raise_for_status() on a run that failed
+    ├── StoreError                           the run store's file cannot be used (foreign, damaged, newer)
     └── ProviderError                        a model provider refused or failed a call
         ├── FatalProviderError               raised at once, never retried
         │   ├── AuthenticationError *        missing or wrong API key
@@ -43,6 +44,7 @@ __all__ = [
     "RateLimitError",
     "RunFailedError",
     "ServerError",
+    "StoreError",
     "StructuredOutputError",
     "TransientProviderError",
     "UnknownModelError",
@@ -71,6 +73,12 @@ class RunFailedError(DagError):
     def __init__(self, run: Any) -> None:
         super().__init__(f"The run failed: {run.error}")
         self.run = run
+
+
+class StoreError(DagError):
+    """The run store's file cannot be used: it is another program's, damaged, or from a newer dagmagic.
+    The message names the path and what to do; the file is left as it is.
+    """
 
 
 class ProviderError(DagError):

@@ -192,13 +192,30 @@ class GoalLoop:
             tool_names=self.tool_names,
             roles=self.registry.roles.keys(),
         )
-        domain = None
-        if self.settings.domain_routing:
-            domain = await classify_domain(self._model("fast", run), run.goal, round=1)
+        domain = run.state.domain
+        if self.settings.domain_routing and not run.rounds:
+            domain = run.state.domain = await classify_domain(self._model("fast", run), run.goal, round=1)
         past = await guard.history(self.history, limit=guard.history_limit(), round=1)
-        budget = _Budget()
+        budget = _Budget.of(run.rounds)
+        if run.rounds and await self._resume_round(run, guard, budget):
+            return
         while not await self._round(run, guard, planner, past, domain, budget):
             pass
+
+    async def _resume_round(self, run: DagRun, guard: ContextGuard, budget: _Budget) -> bool:
+        """A resumed run's last round, from where it was: True when the run is answered."""
+        record = run.rounds[-1]
+        if record.decision is not None:
+            return await self._act(run, record, record.decision, guard, budget)
+        if not record.plan.steps:  # it was being planned: plan it again
+            run.rounds.pop()
+            return False
+        for step in record.plan.steps:  # what had not completed runs again; a retry keeps its tier and time
+            if step.status in ("pending", "queued", "running", "cancelled"):
+                step.status, step.error = "pending", None
+        run.control.new_round()
+        await self._run_plan(run, record, record.plan, _reusable(run.rounds[:-1]), guard)
+        return await self._conclude(run, record, guard, budget)
 
     async def _round(
         self,
@@ -219,7 +236,7 @@ class GoalLoop:
         control.enter("planning", index)
         run.emit(RoundStarted(round=index))
         query = compose_query(past, run.goal, [*run.state.follow_ups, *control.pending])
-        record = RoundRecord(index=index, plan=ExecutionPlan(goal=query, steps=[], round=index))
+        record = RoundRecord(index=index, plan=ExecutionPlan(goal=query, steps=[], round=index), free=budget.next_free)
         planning = _Planning(
             record=record,
             planner=planner,
@@ -243,7 +260,12 @@ class GoalLoop:
                 answered = await self._answer_now(run, guard, STOPPED_WHILE_PLANNING)
                 return answered or self._free_round(run, budget, FOLLOW_UP_WHILE_ANSWERING)
             return self._free_round(run, budget, FOLLOW_UP_WHILE_PLANNING)
-        if not budget.next_free:
+        return await self._conclude(run, record, guard, budget)
+
+    async def _conclude(self, run: DagRun, record: RoundRecord, guard: ContextGuard, budget: _Budget) -> bool:
+        """Judge a round whose steps ran, decide what follows, and act on it."""
+        control, index = run.control, record.index
+        if not record.free:
             budget.used += 1
         analysis = await self._judge(run, guard, index)
         decision = decide(
@@ -257,12 +279,20 @@ class GoalLoop:
         run.emit(AnalysisReady(round=index, analysis=analysis, decision=decision))
         if decision.action == "replan":
             run.emit(Replanning(round=index, reason=decision.reason, follow_up=_latest(control.pending)))
+        return await self._act(run, record, decision, guard, budget)
+
+    async def _act(
+        self, run: DagRun, record: RoundRecord, decision: Decision, guard: ContextGuard, budget: _Budget
+    ) -> bool:
+        """Carry out a round's decision: True when the run is answered, False when another round follows."""
+        if decision.action == "replan":
             budget.next_free = not decision.counts_against_budget
             return False
         if decision.action == "stop":
-            self._answer(run, fallback_answer(analysis, _completed(run.rounds)), fallback=True)
+            self._answer(run, fallback_answer(record.analysis, _completed(run.rounds)), fallback=True)
             return True
-        answered = await self._synthesize(run, guard, analysis, index, partial=decision.partial)
+        analysis = record.analysis or AnalysisResult()
+        answered = await self._synthesize(run, guard, analysis, record.index, partial=decision.partial)
         return answered or self._free_round(run, budget, FOLLOW_UP_WHILE_ANSWERING)
 
     @staticmethod
@@ -622,6 +652,13 @@ class _Budget:
 
     used: int = 0
     next_free: bool = False
+
+    @classmethod
+    def of(cls, rounds: Sequence[RoundRecord]) -> _Budget:
+        """The budget a resumed run had used: rounds judged that were not the user's."""
+        used = sum(1 for record in rounds if record.analysis is not None and not record.free)
+        last = rounds[-1].decision if rounds else None
+        return cls(used=used, next_free=last is not None and not last.counts_against_budget)
 
 
 def _goal_with_follow_ups(run: DagRun) -> str:

@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Generator
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from dagmagic.engine.control import RunControl
+
+if TYPE_CHECKING:
+    from dagmagic.engine.store import RunStore
 from dagmagic.errors import DagError, RunFailedError
 from dagmagic.events import Event, LLMCallRecorded, PlanReady, RunWarning, StepPlanned, UserAction
 from dagmagic.models import (
@@ -42,21 +45,26 @@ class DagRun:
     each phase.
     """
 
-    def __init__(self, state: RunState) -> None:
+    def __init__(self, state: RunState, *, events: list[Event] | None = None, read_only: bool = False) -> None:
         self.state = state
-        self.events: list[Event] = []
+        self.events: list[Event] = list(events or [])
         self.exception: BaseException | None = None
         """The unexpected exception that failed the run, if one did (the run's ``error`` describes it)."""
+        self.read_only = read_only
+        """A run read back from the store (``dagmagic.load_run``): to continue it, ``session.resume(run_id)``."""
         self._listeners: list[Listener] = []
-        self._steps_by_round: dict[tuple[int, str], PlanStep] = {}
+        self._steps_by_round = {(record.index, step.id): step for record in state.rounds for step in record.plan.steps}
         self._task: asyncio.Task[None] | None = None
+        self._store: RunStore | None = None
         self.control = RunControl(state, self.emit)
         """The run's inbox: what the loop reads the user's stop and follow-ups from."""
 
     # --- the event stream -------------------------------------------------------------------------
 
     def emit(self, event: Event) -> None:
-        """Record an event, fold it into the state, and tell every listener."""
+        """Record an event, fold it into the state, save it, and only then tell every listener (a step's
+        result is on disk before anyone hears that it completed).
+        """
         self.events.append(event)
         if isinstance(event, LLMCallRecorded):
             self._record_call(event.call)
@@ -69,11 +77,36 @@ class DagRun:
             for record in self.state.rounds:
                 if record.index == event.round:
                     record.warnings.append(event.message)
+        if self._store is not None:
+            self._save(event)
         for listener in list(self._listeners):
             try:
                 listener(event)
             except Exception:  # a broken view must never break the run
                 log.exception("[dagmagic] a run listener failed on %s", event.type)
+
+    def save_to(self, store: RunStore, history: list[Any]) -> None:
+        """Checkpoint this run to ``store`` from now on (``history``: the conversation it is planned in)."""
+        store.attach(self, history)
+        self._store = store
+
+    @property
+    def durable(self) -> bool:
+        """Whether the run is being saved to a run store (and can be resumed after a crash)."""
+        return self._store is not None
+
+    def _save(self, event: Event) -> None:
+        assert self._store is not None
+        try:
+            self._store.record(self, event)
+        except Exception as exc:  # a full disk must not end a run: it goes on, unsaved, and says so
+            log.exception("[dagmagic] the run store failed on %s", event.type)
+            self._store = None
+            self.emit(RunWarning(message=f"This run is no longer saved: the run store failed ({exc}).", round=None))
+
+    def step_of(self, round: int, step_id: str) -> PlanStep | None:
+        """The step ``step_id`` of round ``round`` (also while its plan still streams)."""
+        return self._steps_by_round.get((round, step_id))
 
     def _record_call(self, call: LLMCall) -> None:
         self.state.calls.append(call)
@@ -93,6 +126,7 @@ class DagRun:
         """Answer now: steps not started are skipped, running ones finish, no new round begins, and the answer
         is written from what completed (marked partial). Does nothing once the run has ended.
         """
+        self._writable()
         if not self.done():
             self.control.send("stop")
 
@@ -100,6 +134,7 @@ class DagRun:
         """Steer the run: ``text`` joins the goal; it is planned for in a new round or seen by the answer
         (no budget used). It wins over an earlier ``stop()``.
         """
+        self._writable()
         if not isinstance(text, str) or not text.strip():
             raise ValueError("a follow-up needs some text")
         if self.done():
@@ -109,10 +144,18 @@ class DagRun:
             )
         self.control.send("follow_up", text.strip())
 
+    def _writable(self) -> None:
+        if self.read_only:
+            raise DagError(
+                f"run {self.run_id} was read back from the run store and does not run here; "
+                f"continue it with `await session.resume({self.run_id!r})` (or `%dag resume {self.run_id}`)."
+            )
+
     def retry_now(self, step_id: str) -> bool:
         """Try a step waiting for a delayed retry now instead of at its ``retry_at``; False when no step of the
         current round by that id is waiting.
         """
+        self._writable()
         woke = self.control.retry_now(step_id)
         if woke:
             self.emit(UserAction(action="retry_now", text=step_id))

@@ -15,7 +15,10 @@ from dagmagic.engine.guard import HistoryDigests
 from dagmagic.engine.loop import GoalLoop
 from dagmagic.engine.run import DagRun
 from dagmagic.engine.steps import StepRunner
+from dagmagic.engine.store import RunStore, StoreUnavailable
 from dagmagic.engine.tools import Tool, as_tools
+from dagmagic.errors import DagError
+from dagmagic.events import RunWarning
 from dagmagic.llm import ModelRegistry
 from dagmagic.models import RunState
 from dagmagic.settings import DagSettings
@@ -51,36 +54,82 @@ class DagSession:
         self.runs: list[DagRun] = []
         self._digests: HistoryDigests = {}
         self._active: set[asyncio.Task[None]] = set()
+        self._store: RunStore | None = None
+        self._store_problem: str | None = None
 
     def start(self, goal: str) -> DagRun:
         """Start pursuing ``goal`` as a task on the running loop; ``await`` the returned run for its end."""
         goal = _check_goal(goal)
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            raise RuntimeError(
-                "DagSession.start() needs a running event loop (a notebook cell or an async function); "
-                "elsewhere use asyncio.run(session.run(goal))."
-            ) from None
+        _running_loop("DagSession.start()", "asyncio.run(session.run(goal))")
         run = DagRun(RunState(run_id=uuid.uuid4().hex[:12], goal=goal, started_at=time.time()))
+        return self._launch(run, list(self.history))
+
+    async def run(self, goal: str) -> DagRun:
+        """Pursue ``goal`` to its end and return the finished run. Cancelling this cancels the run."""
+        return await self.start(goal).wait(cancel_with_waiter=True)
+
+    def start_resume(self, run_id: str) -> DagRun:
+        """Continue a run that did not end (its kernel restarted, its process died, it was cancelled), as a
+        task on the running loop: completed steps are kept, the others run again, and the loop goes on from
+        the round it was in. The session's models and tools serve it; ``await`` the run for its end.
+        """
+        _running_loop("DagSession.start_resume()", "asyncio.run(session.resume(run_id))")
+        store = self.store
+        if store is None:
+            raise DagError(f"there is no run store to resume {run_id!r} from ({self._store_problem})")
+        if any(run.run_id == run_id and not run.done() for run in self.runs):
+            raise DagError(f"run {run_id} is running in this session already")
+        try:
+            stored = store.load(run_id)
+        except KeyError:
+            raise DagError(
+                f"no run {run_id!r} in the run store {store.path}; `%dag history` lists the stored runs"
+            ) from None
+        if stored.state.status in ("done", "failed"):
+            raise DagError(f"run {run_id} ended ({stored.state.status}): there is nothing to resume")
+        state = stored.state.model_copy(
+            update={"status": "running", "finished_at": None, "error": None, "answer": "", "phase": "starting"}
+        )
+        return self._launch(DagRun(state, events=stored.events), stored.history)
+
+    async def resume(self, run_id: str) -> DagRun:
+        """Continue the stored run ``run_id`` to its end (see ``start_resume``) and return it."""
+        return await self.start_resume(run_id).wait(cancel_with_waiter=True)
+
+    @property
+    def store(self) -> RunStore | None:
+        """The run store runs are saved to (``DAG_STORE``), None when it is off or cannot be written."""
+        if self._store_problem is None and self._store is None:
+            path = self.settings.store_path
+            if path is None:
+                self._store_problem = "DAG_STORE is none"
+            else:
+                try:
+                    self._store = RunStore.open(path)
+                except StoreUnavailable as exc:
+                    self._store_problem = str(exc)
+        return self._store
+
+    def _launch(self, run: DagRun, history: list[Exchange]) -> DagRun:
+        store = self.store  # a foreign or damaged store file raises StoreError here, before anything runs
+        if store is not None:
+            run.save_to(store, history)
+        elif self.settings.store_path is not None and self._store_problem:
+            run.emit(RunWarning(message=f"This run is not saved: {self._store_problem}"))
         driver = GoalLoop(
             self.models,
             self.settings,
             self.step_runner,
-            history=tuple(self.history),
+            history=tuple(history),
             tool_names=[t.name for t in self.tools],
             digests=self._digests,
         )
-        task = loop.create_task(driver.drive(run), name=f"dagmagic:run:{run.run_id}")
+        task = asyncio.get_running_loop().create_task(driver.drive(run), name=f"dagmagic:run:{run.run_id}")
         run._task = task
         self._active.add(task)  # the loop keeps only weak references to tasks
         task.add_done_callback(lambda finished: self._finished(run, finished))
         self.runs.append(run)
         return run
-
-    async def run(self, goal: str) -> DagRun:
-        """Pursue ``goal`` to its end and return the finished run. Cancelling this cancels the run."""
-        return await self.start(goal).wait(cancel_with_waiter=True)
 
     def reset(self) -> None:
         """Forget the conversation: later runs start without history."""
@@ -98,6 +147,15 @@ class DagSession:
 
     def __repr__(self) -> str:
         return f"DagSession(models={[entry.name for entry in self.models]}, runs={len(self.runs)})"
+
+
+def _running_loop(what: str, elsewhere: str) -> asyncio.AbstractEventLoop:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        raise RuntimeError(
+            f"{what} needs a running event loop (a notebook cell or an async function); elsewhere use {elsewhere}."
+        ) from None
 
 
 def _check_goal(goal: str) -> str:

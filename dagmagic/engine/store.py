@@ -1,0 +1,439 @@
+"""The run store: every run checkpointed to SQLite as it happens, so that it outlives its kernel.
+
+Each event of a run updates the run's rows, in the same call that emits it, and commits: a step's result is
+on disk before any view hears that the step completed, and a killed process loses at most the event it was
+writing. One connection per process and file; WAL, so that other processes (another kernel) can write the
+same file at the same time. The file is marked as dagmagic's (``application_id``) and versioned
+(``user_version``): a file that is another program's, damaged, or from a newer dagmagic is refused with a
+``StoreError`` naming it, never overwritten; one that cannot be written is reported as ``StoreUnavailable``
+and the run goes on unsaved. Nothing secret is written: a run holds no model options.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+from dagmagic.engine.context import Exchange
+from dagmagic.errors import DagError, StoreError
+from dagmagic.events import (
+    EVENTS,
+    AnswerCleared,
+    AnswerDelta,
+    AnswerReady,
+    Event,
+    LLMCallRecorded,
+    PhaseChanged,
+    RunFinished,
+    RunStarted,
+    RunWarning,
+    UserAction,
+)
+from dagmagic.models import (
+    AnalysisResult,
+    Decision,
+    ExecutionPlan,
+    LLMCall,
+    PlanStep,
+    RoundRecord,
+    RunState,
+)
+
+if TYPE_CHECKING:
+    from dagmagic.engine.run import DagRun
+
+__all__ = ["SCHEMA_VERSION", "RunStore", "RunSummary", "StoreUnavailable", "StoredRun"]
+
+APPLICATION_ID = 0x4441474D  # "DAGM": marks the file as a dagmagic run store
+SCHEMA_VERSION = 1
+
+_MIGRATIONS: list[list[str]] = [
+    [  # version 1
+        """CREATE TABLE runs (
+            run_id TEXT PRIMARY KEY, goal TEXT NOT NULL, status TEXT NOT NULL, phase TEXT NOT NULL,
+            started_at REAL, finished_at REAL, updated_at REAL NOT NULL, error TEXT, answer TEXT NOT NULL,
+            follow_ups TEXT NOT NULL, pending TEXT NOT NULL, domain TEXT, history TEXT NOT NULL,
+            host TEXT NOT NULL, pid INTEGER NOT NULL)""",
+        """CREATE TABLE rounds (
+            run_id TEXT NOT NULL, idx INTEGER NOT NULL, goal TEXT NOT NULL, analysis TEXT, decision TEXT,
+            error TEXT, warnings TEXT NOT NULL, free INTEGER NOT NULL, PRIMARY KEY (run_id, idx))""",
+        """CREATE TABLE steps (
+            run_id TEXT NOT NULL, round INTEGER NOT NULL, step_id TEXT NOT NULL, position INTEGER NOT NULL,
+            status TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (run_id, round, step_id))""",
+        """CREATE TABLE calls (
+            run_id TEXT NOT NULL, seq INTEGER NOT NULL, purpose TEXT NOT NULL, cost REAL, data TEXT NOT NULL,
+            PRIMARY KEY (run_id, seq))""",
+        """CREATE TABLE events (
+            run_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL, at REAL NOT NULL, data TEXT NOT NULL,
+            PRIMARY KEY (run_id, seq))""",
+        "CREATE INDEX runs_by_start ON runs (started_at)",
+    ],
+]
+"""Each schema version's statements, applied in order to bring an older file up to date."""
+
+_STEP_EVENTS = frozenset(
+    {"step_planned", "step_queued", "step_started", "step_iteration", "verifying", "verification", "step_retrying",
+     "step_completed"}
+)  # fmt: skip
+_ROUND_EVENTS = frozenset({"plan_ready", "step_planned", "analysis_ready", "replanning"})
+_RUN_EVENTS = (PhaseChanged, AnswerReady, AnswerCleared, UserAction, RunFinished)
+_HOST = socket.gethostname()
+
+
+class StoreUnavailable(DagError):
+    """The store cannot be written here (a read-only directory, say): runs go on without being saved."""
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One stored run, as ``%dag history`` lists it."""
+
+    run_id: str
+    goal: str
+    status: str
+    """As stored; a run still ``running`` whose process is gone was interrupted (see ``interrupted``)."""
+    started_at: float | None
+    finished_at: float | None
+    cost: float | None
+    interrupted: bool
+    """It did not end: its process died, or it was cancelled; ``session.resume(run_id)`` continues it."""
+
+
+@dataclass
+class StoredRun:
+    """A run read back from the store: its state, and the conversation it was planned in."""
+
+    state: RunState
+    history: list[Exchange]
+    events: list[Event]
+
+
+class RunStore:
+    """One SQLite run store file, opened once per process (``RunStore.open``)."""
+
+    _opened: ClassVar[dict[Path, RunStore]] = {}
+    _opening: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._connection = _connect(path)
+        self._live: set[str] = set()
+        """Runs of this process that have not ended."""
+        self._sequence: dict[str, int] = {}
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> RunStore:
+        """The store at ``path`` (created owner-only if missing), shared by everything in this process."""
+        resolved = Path(path).expanduser().resolve()
+        with cls._opening:
+            store = cls._opened.get(resolved)
+            if store is None:
+                store = cls._opened[resolved] = cls(resolved)
+            return store
+
+    def close(self) -> None:
+        """Close the connection (a later ``open`` opens it again)."""
+        self._opened.pop(self.path, None)
+        self._connection.close()
+
+    # --- writing, as a run's events happen
+
+    def attach(self, run: DagRun, history: list[Exchange]) -> None:
+        """Save ``run`` from now on: its row now, then every event as it is emitted."""
+        with self._transaction() as db:
+            self._put_run(db, run.state, history=history)
+            for record in run.state.rounds:
+                self._put_round(db, run.run_id, record)
+                for position, step in enumerate(record.plan.steps):
+                    self._put_step(db, run.run_id, record.index, step, position)
+            row = db.execute("SELECT COALESCE(MAX(seq), -1) FROM events WHERE run_id = ?", (run.run_id,)).fetchone()
+        self._sequence[run.run_id] = int(row[0]) + 1
+        self._live.add(run.run_id)
+
+    def record(self, run: DagRun, event: Event) -> None:
+        """Write what ``event`` changed, then the event, in one transaction."""
+        if isinstance(event, AnswerDelta):
+            return  # the answer is saved whole when it is ready; resuming writes it again anyway
+        run_id = run.run_id
+        with self._transaction() as db:
+            if isinstance(event, (RunStarted, *_RUN_EVENTS)):
+                self._put_run(db, run.state)
+            if isinstance(event, LLMCallRecorded):
+                self._put_call(db, run_id, len(run.state.calls) - 1, event.call)
+            round_index = getattr(event, "round", None)
+            if round_index is not None and (event.type in _ROUND_EVENTS or isinstance(event, RunWarning)):
+                record = _round(run, round_index)
+                if record is not None:
+                    self._put_round(db, run_id, record)
+                    if event.type == "plan_ready":
+                        self._put_plan(db, run_id, record)
+            if event.type in _STEP_EVENTS and round_index is not None:
+                self._put_step_of(db, run, event, round_index)
+            sequence = self._sequence.get(run_id, 0)
+            self._sequence[run_id] = sequence + 1
+            db.execute(
+                "INSERT OR REPLACE INTO events VALUES (?, ?, ?, ?, ?)",
+                (run_id, sequence, event.type, event.at, event.model_dump_json()),
+            )
+        if isinstance(event, RunFinished):
+            self._live.discard(run_id)
+
+    # --- reading
+
+    def load(self, run_id: str) -> StoredRun:
+        """The stored run ``run_id``; ``KeyError`` when there is none."""
+        db = self._connection
+        row = db.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise KeyError(run_id)
+        run = dict(zip([c[0] for c in db.execute("SELECT * FROM runs LIMIT 0").description], row, strict=True))
+        steps: dict[int, list[PlanStep]] = {}
+        for step_round, data in db.execute(
+            "SELECT round, data FROM steps WHERE run_id = ? ORDER BY round, position", (run_id,)
+        ):
+            steps.setdefault(step_round, []).append(PlanStep.model_validate_json(data))
+        rounds = [
+            RoundRecord(
+                index=idx,
+                plan=ExecutionPlan(goal=goal, steps=steps.get(idx, []), round=idx),
+                analysis=AnalysisResult.model_validate_json(analysis) if analysis else None,
+                decision=Decision.model_validate_json(decision) if decision else None,
+                error=error,
+                warnings=json.loads(warnings),
+                free=bool(free),
+            )
+            for idx, goal, analysis, decision, error, warnings, free in db.execute(
+                "SELECT idx, goal, analysis, decision, error, warnings, free FROM rounds WHERE run_id = ? ORDER BY idx",
+                (run_id,),
+            )
+        ]
+        calls = [
+            LLMCall.model_validate_json(data)
+            for (data,) in db.execute("SELECT data FROM calls WHERE run_id = ? ORDER BY seq", (run_id,))
+        ]
+        state = RunState(
+            run_id=run_id,
+            goal=run["goal"],
+            status=run["status"],
+            phase=run["phase"],
+            rounds=rounds,
+            answer=run["answer"],
+            follow_ups=json.loads(run["follow_ups"]),
+            pending_follow_ups=json.loads(run["pending"]),
+            calls=calls,
+            error=run["error"],
+            started_at=run["started_at"] or 0.0,
+            finished_at=run["finished_at"],
+            domain=run["domain"],
+        )
+        history = [Exchange(goal=goal, answer=answer) for goal, answer in json.loads(run["history"])]
+        events = [
+            EVENTS.validate_json(data)
+            for (data,) in db.execute("SELECT data FROM events WHERE run_id = ? ORDER BY seq", (run_id,))
+        ]
+        return StoredRun(state=state, history=history, events=events)
+
+    def runs(self, limit: int = 50) -> list[RunSummary]:
+        """The latest ``limit`` runs, newest first."""
+        rows = self._connection.execute(
+            """SELECT r.run_id, r.goal, r.status, r.started_at, r.finished_at, r.host, r.pid,
+                      (SELECT SUM(cost) FROM calls c WHERE c.run_id = r.run_id)
+               FROM runs r ORDER BY r.started_at DESC LIMIT ?""",
+            (limit,),
+        ).fetchall()
+        return [
+            RunSummary(
+                run_id=run_id,
+                goal=goal,
+                status=status,
+                started_at=started,
+                finished_at=finished,
+                cost=cost,
+                interrupted=status == "cancelled" or (status == "running" and not self._alive(run_id, host, pid)),
+            )
+            for run_id, goal, status, started, finished, host, pid, cost in rows
+        ]
+
+    def _alive(self, run_id: str, host: str, pid: int) -> bool:
+        if pid == os.getpid() and host == _HOST:
+            return run_id in self._live
+        if host != _HOST:
+            return True  # another machine's run: nothing says it died
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:  # another user's process: alive
+            return True
+        return True
+
+    # --- rows
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        db = self._connection
+        with db:  # commits, or rolls back on an exception
+            yield db
+
+    def _put_run(self, db: sqlite3.Connection, state: RunState, *, history: list[Exchange] | None = None) -> None:
+        values = (
+            state.goal,
+            state.status,
+            state.phase,
+            state.started_at,
+            state.finished_at,
+            time.time(),
+            state.error,
+            state.answer,
+            json.dumps(state.follow_ups),
+            json.dumps(state.pending_follow_ups),
+            state.domain,
+        )
+        if history is None:
+            db.execute(
+                """UPDATE runs SET goal = ?, status = ?, phase = ?, started_at = ?, finished_at = ?, updated_at = ?,
+                   error = ?, answer = ?, follow_ups = ?, pending = ?, domain = ? WHERE run_id = ?""",
+                (*values, state.run_id),
+            )
+            return
+        db.execute(
+            "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                state.run_id,
+                *values,
+                json.dumps([[exchange.goal, exchange.answer] for exchange in history]),
+                _HOST,
+                os.getpid(),
+            ),
+        )
+
+    @staticmethod
+    def _put_round(db: sqlite3.Connection, run_id: str, record: RoundRecord) -> None:
+        db.execute(
+            "INSERT OR REPLACE INTO rounds VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                run_id,
+                record.index,
+                record.plan.goal,
+                record.analysis.model_dump_json() if record.analysis else None,
+                record.decision.model_dump_json() if record.decision else None,
+                record.error,
+                json.dumps(record.warnings),
+                int(record.free),
+            ),
+        )
+
+    def _put_plan(self, db: sqlite3.Connection, run_id: str, record: RoundRecord) -> None:
+        """The round's whole plan: its steps in order, and none it no longer holds."""
+        ids = [step.id for step in record.plan.steps]
+        db.execute(
+            f"DELETE FROM steps WHERE run_id = ? AND round = ? AND step_id NOT IN ({', '.join('?' * len(ids))})",
+            (run_id, record.index, *ids),
+        )
+        for position, step in enumerate(record.plan.steps):
+            self._put_step(db, run_id, record.index, step, position)
+
+    def _put_step_of(self, db: sqlite3.Connection, run: DagRun, event: Event, round_index: int) -> None:
+        step_id = getattr(event, "step_id", None) or getattr(getattr(event, "step", None), "id", None)
+        step = run.step_of(round_index, step_id) if step_id is not None else None
+        if step is None:
+            return
+        updated = db.execute(
+            "UPDATE steps SET status = ?, data = ? WHERE run_id = ? AND round = ? AND step_id = ?",
+            (step.status, step.model_dump_json(), run.run_id, round_index, step.id),
+        )
+        if updated.rowcount == 0:  # a step that streamed in: its place is the end of the plan so far
+            record = _round(run, round_index)
+            position = len(record.plan.steps) - 1 if record is not None else 0
+            self._put_step(db, run.run_id, round_index, step, position)
+
+    @staticmethod
+    def _put_step(db: sqlite3.Connection, run_id: str, round_index: int, step: PlanStep, position: int) -> None:
+        db.execute(
+            "INSERT OR REPLACE INTO steps VALUES (?, ?, ?, ?, ?, ?)",
+            (run_id, round_index, step.id, position, step.status, step.model_dump_json()),
+        )
+
+    @staticmethod
+    def _put_call(db: sqlite3.Connection, run_id: str, sequence: int, call: LLMCall) -> None:
+        db.execute(
+            "INSERT OR REPLACE INTO calls VALUES (?, ?, ?, ?, ?)",
+            (run_id, sequence, call.purpose, call.cost, call.model_dump_json()),
+        )
+
+
+def _round(run: DagRun, index: int) -> RoundRecord | None:
+    for record in reversed(run.state.rounds):
+        if record.index == index:
+            return record
+    return None
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    """A connection to the store at ``path``, its schema brought up to date; refuses what is not ours."""
+    existed = path.exists() and path.stat().st_size > 0
+    try:
+        if not path.parent.exists():
+            path.parent.mkdir(mode=0o700, parents=True)
+        if not path.exists():
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))  # owner-only before SQLite writes a byte
+    except OSError as exc:
+        raise StoreUnavailable(_unwritable(path, exc)) from None
+    try:
+        db = sqlite3.connect(path, timeout=10.0, isolation_level=None, check_same_thread=False)
+        db.isolation_level = "DEFERRED"  # `with db:` opens and commits a transaction
+        application_id = db.execute("PRAGMA application_id").fetchone()[0]
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        tables = db.execute("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0]
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(
+            f"{path} is not a dagmagic run store ({exc}). It was left as it is: move it away, or set DAG_STORE to "
+            "another path (or to none)."
+        ) from None
+    if existed and (application_id != APPLICATION_ID or tables == 0) and (tables or application_id):
+        db.close()
+        raise StoreError(
+            f"{path} is another program's SQLite file, not a dagmagic run store. It was left as it is: set "
+            "DAG_STORE to another path (or to none)."
+        )
+    if version > SCHEMA_VERSION:
+        db.close()
+        raise StoreError(
+            f"{path} was written by a newer dagmagic (schema {version}, this one reads up to {SCHEMA_VERSION}). "
+            "Upgrade dagmagic, or set DAG_STORE to another path."
+        )
+    try:
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA synchronous = NORMAL")  # with WAL: a crash of the process loses nothing committed
+        _migrate(db, version)
+    except sqlite3.OperationalError as exc:
+        db.close()
+        if "readonly" in str(exc) or "read-only" in str(exc) or "unable to open" in str(exc):
+            raise StoreUnavailable(_unwritable(path, exc)) from None
+        raise StoreError(f"{path} could not be prepared as a run store ({exc}); it was left as it is.") from None
+    return db
+
+
+def _migrate(db: sqlite3.Connection, version: int) -> None:
+    for number, statements in enumerate(_MIGRATIONS[version:], start=version + 1):
+        with db:
+            for statement in statements:
+                db.execute(statement)
+            db.execute(f"PRAGMA user_version = {number}")
+            db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+
+
+def _unwritable(path: Path, exc: BaseException) -> str:
+    return (
+        f"the run store {path} cannot be written ({exc}); runs go on but are not saved, so they cannot be resumed. "
+        "Set DAG_STORE to a writable path to save them."
+    )
