@@ -69,6 +69,7 @@ __all__ = [
     "Usage",
     "last_run",
     "load_ipython_extension",
+    "load_run",
     "tool",
     "unload_ipython_extension",
 ]
@@ -88,6 +89,22 @@ def unload_ipython_extension(shell: Any) -> None:
     from dagmagic.notebook import unload_ipython_extension as unload
 
     unload(shell)
+
+
+def load_run(run_id: str, store: str | None = None) -> DagRun:
+    """A run read back from the run store (``store``, default ``DAG_STORE``), in any kernel: read-only; to
+    continue one that did not end, ``await session.resume(run_id)``. ``KeyError`` when it is not there.
+    """
+    from dagmagic.engine.run import DagRun
+    from dagmagic.engine.store import RunStore
+    from dagmagic.errors import ConfigurationError
+    from dagmagic.settings import DagSettings
+
+    path = store if store is not None else DagSettings().store_path
+    if path is None:
+        raise ConfigurationError("there is no run store: DAG_STORE is none; pass store= a path to read one")
+    stored = RunStore.open(path).load(run_id)
+    return DagRun(stored.state, events=stored.events, read_only=True)
 
 
 def last_run() -> DagRun | None:

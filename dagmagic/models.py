@@ -376,6 +376,8 @@ class RunState(BaseModel):
     """Follow-ups no plan and no final answer has seen yet, oldest first."""
     domain: str | None = None
     """The goal's domain (legal, medical, financial), classified once at the start."""
+    routed: bool = False
+    """Whether the goal's domain was classified (a resumed run does not ask again)."""
     calls: list[LLMCall] = Field(default_factory=list)
     """Every LLM call, in order."""
     error: str | None = None

@@ -28,4 +28,5 @@ def _offline(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for name in list(os.environ):
         if name.startswith("DAG_") or name == "MAX_CONCURRENCY":
             monkeypatch.delenv(name)
+    monkeypatch.setenv("DAG_STORE", "none")  # tests that save runs name a store of their own
     yield

@@ -5,7 +5,8 @@ import pytest
 from dagmagic import ConfigurationError, DagSettings
 
 
-def test_defaults_match_the_design() -> None:
+def test_defaults_match_the_design(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DAG_STORE")  # the tests' own default is none
     s = DagSettings()
     assert (s.max_replan_rounds, s.replan_stop_confidence, s.max_concurrency) == (3, 0.8, 5)
     assert (s.step_timeout, s.step_max_iterations) == (600.0, 15)
@@ -89,6 +90,7 @@ def test_min_steps_above_max_steps_is_refused() -> None:
 
 
 def test_store_none_disables_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DAG_STORE")
     assert DagSettings().store_path is not None
     monkeypatch.setenv("DAG_STORE", "none")
     assert DagSettings().store_path is None

@@ -192,9 +192,10 @@ class GoalLoop:
             tool_names=self.tool_names,
             roles=self.registry.roles.keys(),
         )
+        if self.settings.domain_routing and not run.state.routed:
+            run.state.domain = await classify_domain(self._model("fast", run), run.goal, round=1)
+            run.state.routed = True
         domain = run.state.domain
-        if self.settings.domain_routing and not run.rounds:
-            domain = run.state.domain = await classify_domain(self._model("fast", run), run.goal, round=1)
         past = await guard.history(self.history, limit=guard.history_limit(), round=1)
         budget = _Budget.of(run.rounds)
         if run.rounds and await self._resume_round(run, guard, budget):
@@ -212,7 +213,8 @@ class GoalLoop:
             return False
         for step in record.plan.steps:  # what had not completed runs again; a retry keeps its tier and time
             if step.status in ("pending", "queued", "running", "cancelled"):
-                step.status, step.error = "pending", None
+                step.status = "retrying" if step.retry_at is not None else "pending"
+                step.error = None
         run.control.new_round()
         await self._run_plan(run, record, record.plan, _reusable(run.rounds[:-1]), guard)
         return await self._conclude(run, record, guard, budget)

@@ -61,8 +61,8 @@ _MIGRATIONS: list[list[str]] = [
         """CREATE TABLE runs (
             run_id TEXT PRIMARY KEY, goal TEXT NOT NULL, status TEXT NOT NULL, phase TEXT NOT NULL,
             started_at REAL, finished_at REAL, updated_at REAL NOT NULL, error TEXT, answer TEXT NOT NULL,
-            follow_ups TEXT NOT NULL, pending TEXT NOT NULL, domain TEXT, history TEXT NOT NULL,
-            host TEXT NOT NULL, pid INTEGER NOT NULL)""",
+            follow_ups TEXT NOT NULL, pending TEXT NOT NULL, domain TEXT, routed INTEGER NOT NULL,
+            history TEXT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL)""",
         """CREATE TABLE rounds (
             run_id TEXT NOT NULL, idx INTEGER NOT NULL, goal TEXT NOT NULL, analysis TEXT, decision TEXT,
             error TEXT, warnings TEXT NOT NULL, free INTEGER NOT NULL, PRIMARY KEY (run_id, idx))""",
@@ -234,6 +234,7 @@ class RunStore:
             started_at=run["started_at"] or 0.0,
             finished_at=run["finished_at"],
             domain=run["domain"],
+            routed=bool(run["routed"]),
         )
         history = [Exchange(goal=goal, answer=answer) for goal, answer in json.loads(run["history"])]
         events = [
@@ -297,16 +298,17 @@ class RunStore:
             json.dumps(state.follow_ups),
             json.dumps(state.pending_follow_ups),
             state.domain,
+            int(state.routed),
         )
         if history is None:
             db.execute(
                 """UPDATE runs SET goal = ?, status = ?, phase = ?, started_at = ?, finished_at = ?, updated_at = ?,
-                   error = ?, answer = ?, follow_ups = ?, pending = ?, domain = ? WHERE run_id = ?""",
+                   error = ?, answer = ?, follow_ups = ?, pending = ?, domain = ?, routed = ? WHERE run_id = ?""",
                 (*values, state.run_id),
             )
             return
         db.execute(
-            "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 state.run_id,
                 *values,

@@ -1,0 +1,222 @@
+"""Resuming a run that did not end: after SIGKILL in another process, after a cancel, in every phase."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dagmagic import DagError, DagSession, DagSettings, ModelRegistry
+from dagmagic.engine.store import RunStore
+from dagmagic.errors import RateLimitError
+from dagmagic.testing import ScriptedLLM, ScriptedRequest
+
+from .conftest import plan_reply, verdict
+
+CHILD = textwrap.dedent(
+    """
+    import asyncio, json, pathlib, re, sys
+    from dagmagic import DagSession, DagSettings, ModelRegistry
+    from dagmagic.testing import ScriptedLLM
+
+    store, calls, mode, run_id = sys.argv[1:5]
+
+    async def step(request):
+        with pathlib.Path(calls).open("a") as log:
+            log.write(request.step_id + "\\n")
+        if mode == "start" and request.step_id == "s3":
+            await asyncio.sleep(3600)  # killed while it runs
+        return f"value of {request.step_id}"
+
+    def synthesize(request):
+        return ["Answer from " + ", ".join(sorted(set(re.findall(r"value of s[0-9]", request.prompt))))]
+
+    plan = {"steps": [
+        {"id": "s1", "task": "first half"}, {"id": "s2", "task": "second half"},
+        {"id": "s3", "task": "combine", "dependencies": ["s1", "s2"]},
+        {"id": "s4", "task": "check", "dependencies": ["s3"]},
+    ]}
+    script = {
+        "route": [{"domain": None}], "plan": [plan], "step": step, "synthesize": synthesize,
+        "analyze": [{"achieved": True, "confidence": 0.9, "reasoning": "complete"}],
+    }
+
+    async def main():
+        session = DagSession(ModelRegistry().register("m", ScriptedLLM(script)), DagSettings(store=store))
+        run = await (session.resume(run_id) if mode == "resume" else session.run("the goal"))
+        print(json.dumps({"run_id": run.run_id, "status": run.status, "answer": run.answer}))
+
+    asyncio.run(main())
+    """
+)
+
+
+def child(store: Path, calls: Path, mode: str, run_id: str = "-") -> subprocess.Popen[str]:
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    command = [sys.executable, "-c", CHILD, str(store), str(calls), mode, run_id]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def step_statuses(store: Path) -> dict[str, str]:
+    if not store.exists():
+        return {}
+    try:
+        with sqlite3.connect(store, timeout=5) as db:
+            return dict(db.execute("SELECT step_id, status FROM steps").fetchall())
+    except sqlite3.OperationalError:  # the tables are not there yet
+        return {}
+
+
+def test_a_run_killed_mid_way_is_resumed_in_a_fresh_process_and_nothing_completed_runs_twice(
+    tmp_path: Path,
+) -> None:
+    store, calls = tmp_path / "runs.sqlite", tmp_path / "calls.txt"
+    first = child(store, calls, "start")
+    deadline = time.monotonic() + 60
+    while step_statuses(store) != {"s1": "completed", "s2": "completed", "s3": "running", "s4": "pending"}:
+        assert time.monotonic() < deadline and first.poll() is None, step_statuses(store)
+        time.sleep(0.05)
+    os.kill(first.pid, signal.SIGKILL)
+    first.communicate(timeout=30)  # reaped, its pipes closed
+    (summary,) = RunStore.open(store).runs()
+    assert summary.status == "running" and summary.interrupted  # its process is gone
+
+    second = child(store, calls, "resume", summary.run_id)
+    out, err = second.communicate(timeout=120)
+    assert second.returncode == 0, err
+    resumed = json.loads(out)
+
+    counts = Counter(calls.read_text().split())
+    assert counts == {"s1": 1, "s2": 1, "s3": 2, "s4": 1}  # s3 had started: it runs again; s1, s2 do not
+    whole = child(tmp_path / "whole.sqlite", tmp_path / "whole-calls.txt", "whole")
+    reference = json.loads(whole.communicate(timeout=120)[0])
+    assert resumed["status"] == "done" and resumed["run_id"] == summary.run_id
+    assert resumed["answer"] == reference["answer"] == "Answer from value of s1, value of s2, value of s3, value of s4"
+    assert not RunStore.open(store).runs()[0].interrupted
+
+
+# --- in one process: cancelled, then resumed
+
+
+def script(**overrides: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "route": [{"domain": None}],
+        "plan": [plan_reply(("s1", []), ("s2", ["s1"]))],
+        "step": lambda r: f"result of {r.step_id} in round {r.round}",
+        "analyze": [verdict(True, 0.9, "all found")],
+        "synthesize": [["The ", "answer."]],
+    }
+    return {**base, **overrides}
+
+
+def session(path: Path, llm: ScriptedLLM, **settings: Any) -> DagSession:
+    return DagSession(ModelRegistry().register("scripted", llm), DagSettings(store=str(path), **settings))
+
+
+async def cancel_when(run: Any, ready: Any) -> None:
+    while not ready():
+        await asyncio.sleep(0.005)
+    run.cancel()
+    await run
+
+
+async def test_a_step_waiting_for_its_retry_keeps_its_tier_and_its_time_after_a_resume(tmp_path: Path) -> None:
+    path = tmp_path / "runs.sqlite"
+    tries: list[tuple[str, float]] = []
+
+    def flaky(request: ScriptedRequest) -> str:
+        tries.append((str(request.step_id), time.time()))
+        if request.step_id == "s1" and len(tries) <= 3:  # the try, the immediate retry, then one after the resume
+            raise RateLimitError("429 slow down", model="scripted")
+        return "ok"
+
+    settings = {"step_immediate_retries": 1, "step_retry_delays": (0.6, 0.2), "llm_retries": 0}
+    run = session(path, ScriptedLLM(script(step=flaky)), **settings).start("goal")
+    await cancel_when(run, lambda: run.steps.get("s1") is not None and run.steps["s1"].status == "retrying")
+    waiting = RunStore.open(path).load(run.run_id).state.rounds[0].plan.step("s1")
+    assert (waiting.status, waiting.failures) == ("cancelled", 2) and waiting.retry_at is not None
+
+    resumed = await session(path, ScriptedLLM(script(step=flaky)), **settings).resume(run.run_id)
+    s1 = resumed.steps["s1"]
+    assert resumed.status == "done" and s1.status == "completed" and s1.failures == 3
+    third, fourth = tries[2][1], tries[3][1]
+    assert third >= waiting.retry_at - 0.01  # waited out its first delay, not restarted from tier one
+    assert fourth - third >= 0.2 * 0.9  # then its second delay
+
+
+async def test_a_run_cancelled_while_planning_plans_again_on_resume(tmp_path: Path) -> None:
+    path = tmp_path / "runs.sqlite"
+    planning = asyncio.Event()
+
+    async def slow_plan(request: ScriptedRequest) -> dict[str, Any]:
+        planning.set()
+        await asyncio.sleep(5)
+        return plan_reply(("s1", []))
+
+    run = session(path, ScriptedLLM(script(plan=slow_plan)), streaming_planner=False).start("goal")
+    await cancel_when(run, planning.is_set)
+    llm = ScriptedLLM(script())
+    resumed = await session(path, llm, streaming_planner=False).resume(run.run_id)
+    assert resumed.status == "done" and len(resumed.rounds) == 1 and len(llm.requests_for("plan")) == 1
+    assert llm.requests_for("route") == []  # classified once, before the interruption
+
+
+async def test_a_follow_up_not_yet_planned_for_is_planned_after_a_resume(tmp_path: Path) -> None:
+    path = tmp_path / "runs.sqlite"
+    running = asyncio.Event()
+
+    async def slow_step(request: ScriptedRequest) -> str:
+        running.set()
+        await asyncio.sleep(5)
+        return "late"
+
+    run = session(path, ScriptedLLM(script(step=slow_step))).start("goal")
+    await running.wait()
+    run.follow_up("also cover Spain")
+    await cancel_when(run, lambda: True)
+    llm = ScriptedLLM(script(analyze=[verdict(False, 0.3, "Spain missing"), verdict(True, 0.9, "ok")]))
+    resumed = await session(path, llm).resume(run.run_id)
+    assert resumed.status == "done" and resumed.follow_ups == ["also cover Spain"]
+    assert "[User follow-up]: also cover Spain" in llm.requests_for("plan")[-1].prompt
+    assert resumed.rounds[-1].free  # the follow-up's round used no budget
+
+
+async def test_a_round_already_decided_goes_on_from_its_decision(tmp_path: Path) -> None:
+    path = tmp_path / "runs.sqlite"
+    answering = asyncio.Event()
+
+    async def slow_answer(request: ScriptedRequest) -> list[str]:
+        answering.set()
+        await asyncio.sleep(5)
+        return ["never"]
+
+    run = session(path, ScriptedLLM(script(synthesize=slow_answer))).start("goal")
+    await cancel_when(run, answering.is_set)
+    llm = ScriptedLLM(script())
+    resumed = await session(path, llm).resume(run.run_id)
+    assert resumed.answer == "The answer." and resumed.status == "done"
+    assert llm.requests_for("plan") == [] and llm.requests_for("step") == [] and llm.requests_for("analyze") == []
+
+
+async def test_what_cannot_be_resumed_says_why(tmp_path: Path) -> None:
+    path = tmp_path / "runs.sqlite"
+    finished = await session(path, ScriptedLLM(script())).run("goal")
+    s = session(path, ScriptedLLM(script()))
+    with pytest.raises(DagError, match=f"run {finished.run_id} ended \\(done\\): there is nothing to resume"):
+        await s.resume(finished.run_id)
+    with pytest.raises(DagError, match=r"no run 'nope' in the run store .* `%dag history` lists the stored runs"):
+        await s.resume("nope")
+    offline = DagSession(ModelRegistry().register("m", ScriptedLLM(script())), DagSettings(store="none"))
+    with pytest.raises(DagError, match="there is no run store to resume 'x' from \\(DAG_STORE is none\\)"):
+        await offline.resume("x")
