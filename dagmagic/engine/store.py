@@ -243,13 +243,20 @@ class RunStore:
         ]
         return StoredRun(state=state, history=history, events=events)
 
-    def runs(self, limit: int = 50) -> list[RunSummary]:
-        """The latest ``limit`` runs, newest first."""
+    def runs(self, limit: int = 50, *, goal: str | None = None) -> list[RunSummary]:
+        """The latest ``limit`` runs (of ``goal`` only, when given), newest first."""
+        return self._summaries("? IS NULL OR r.goal = ?", (goal, goal), limit)
+
+    def summary(self, run_id: str) -> RunSummary | None:
+        """The run ``run_id`` as ``runs`` lists it, None when it is not stored."""
+        return next(iter(self._summaries("r.run_id = ?", (run_id,), 1)), None)
+
+    def _summaries(self, where: str, params: tuple[object, ...], limit: int) -> list[RunSummary]:
         rows = self._connection.execute(
-            """SELECT r.run_id, r.goal, r.status, r.started_at, r.finished_at, r.host, r.pid,
+            f"""SELECT r.run_id, r.goal, r.status, r.started_at, r.finished_at, r.host, r.pid,
                       (SELECT SUM(cost) FROM calls c WHERE c.run_id = r.run_id)
-               FROM runs r ORDER BY r.started_at DESC LIMIT ?""",
-            (limit,),
+               FROM runs r WHERE {where} ORDER BY r.started_at DESC LIMIT ?""",
+            (*params, limit),
         ).fetchall()
         return [
             RunSummary(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import shlex
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -24,10 +25,11 @@ if TYPE_CHECKING:  # the engine loads on the first %%dag, not with the extension
     from dagmagic.engine.context import Exchange
     from dagmagic.engine.run import DagRun
     from dagmagic.engine.session import DagSession
+    from dagmagic.engine.store import RunStore, RunSummary
     from dagmagic.llm.registry import ModelRegistry
     from dagmagic.settings import DagSettings
 
-__all__ = ["NO_MODEL_HELP", "DagMagics", "last_run", "run_dag_cell", "run_demo"]
+__all__ = ["NO_MODEL_HELP", "DagMagics", "last_run", "run_dag_cell", "run_dag_resume", "run_demo"]
 
 NO_MODEL_HELP = (
     "No model is configured for %%dag. Set DAG_SMART_MODEL (and optionally DAG_GENERAL_MODEL, DAG_FAST_MODEL, "
@@ -36,7 +38,8 @@ NO_MODEL_HELP = (
 )
 
 _CONTEXT_CHARS = 1000
-_SUBCOMMANDS = ("models", "config", "history", "show", "stop", "followup", "trace", "demo")
+_SUBCOMMANDS = ("models", "config", "history", "show", "resume", "stop", "followup", "trace", "demo")
+_HISTORY_ROWS = 20
 _ROLES = ("smart", "general", "fast", "reasoning")
 
 _active: DagMagics | None = None
@@ -45,6 +48,11 @@ _active: DagMagics | None = None
 async def run_dag_cell(line: str, cell: str) -> DagRun:
     """What a rewritten ``%%dag`` cell awaits."""
     return await _magics().run_cell(line, cell)
+
+
+async def run_dag_resume(line: str) -> DagRun:
+    """What a rewritten ``%dag resume ...`` cell awaits."""
+    return await _magics().resume(line)
 
 
 async def run_demo() -> DagRun:
@@ -90,6 +98,9 @@ class DagMagics(Magics):
         self.overrides: dict[str, Any] = {}
         """Settings set with ``%dag config key=value``."""
         self._background: set[asyncio.Task[Any]] = set()
+        self._options: dict[str, str] = {}
+        """The options of the cell that started each run: ``%dag resume RUN`` reuses them."""
+        self._last_options = ""
 
     @property
     def _namespace(self) -> dict[str, Any]:
@@ -114,6 +125,11 @@ class DagMagics(Magics):
     @argument("--concurrency", type=int, metavar="N", help="Steps running at once.")
     @argument("--step-timeout", type=float, metavar="S", help="Seconds a step may run.")
     @argument("--new", action="store_true", help="Start a new conversation (forget earlier cells' runs).")
+    @argument(
+        "--restart",
+        action="store_true",
+        help="Start over even when this goal's last run was interrupted (else it is offered for resuming).",
+    )
     @argument("--no-widget", action="store_true", help="Show only the static views, no live widget.")
     @no_var_expand
     @line_cell_magic
@@ -131,8 +147,11 @@ class DagMagics(Magics):
 
             %dag models            the models and roles in use
             %dag config key=value  set a DagSettings value for later cells (e.g. max_concurrency=8)
-            %dag history           the runs of this kernel
+            %dag history           the stored runs (id, status, when, cost, goal), or this kernel's
             %dag show [RUN]        show a run again (RUN: its number in %dag history, or its id)
+            %dag resume [RUN] [options]
+                                   continue a run that was interrupted (default: the latest one);
+                                   takes the cell's model and tool options
             %dag stop              stop the running run gracefully
             %dag followup TEXT     steer the running run with a follow-up
             %dag trace [RUN]       every LLM call of a run: purpose, model, level, tokens, latency, cost
@@ -152,29 +171,68 @@ class DagMagics(Magics):
     async def run_cell(self, line: str, cell: str) -> DagRun:
         """What a rewritten ``%%dag`` cell awaits: the run, once it has ended (at once with ``--bg``)."""
         args = self._parse(line)
-        run = self.launch(self._session(args), self._goal(args, cell), args)
+        session = self._session(args)
+        goal = self._goal(args, cell)
+        self._last_options = line
+        if not args.restart and (interrupted := self._interrupted(session, goal)) is not None:
+            return self._offer_resume(session, goal, interrupted, args)
+        run = self.launch(session, goal, args)
+        if args.bg:
+            return run
+        return await run.wait(cancel_with_waiter=True)
+
+    async def resume(self, line: str) -> DagRun:
+        """``%dag resume [RUN] [options]``: continue a stored run that did not end, shown like a cell's run."""
+        words = shlex.split(line)
+        key = words.pop(0) if words and not words[0].startswith("-") else ""
+        store = self._store()
+        if store is None:
+            path = self._settings(self._parse("")).store_path
+            problem = _NO_STORE if path is None else f"there is no run store at {path} yet"
+            raise UsageError(f"nothing to resume: {problem}")
+        run_id = self._stored_id(store, key)
+        summary = store.summary(run_id)
+        if summary is None:
+            raise UsageError(f"no run {run_id!r} in the run store {store.path}; `%dag history` lists the stored runs")
+        if not summary.interrupted:
+            ended = "is running" if summary.status == "running" else f"ended ({summary.status})"
+            raise UsageError(f"run {run_id} {ended}: there is nothing to resume")
+        args = self._parse(shlex.join(words) if words else self._options.get(run_id, ""))
+        if not words:  # the options of the cell that started it, but awaited here
+            args.bg = False
+        session = self._session(args)
+        run = self._start(lambda: session.start_resume(run_id))
+        self._show(run, session, args)
         if args.bg:
             return run
         return await run.wait(cancel_with_waiter=True)
 
     def launch(self, session: DagSession, goal: str, args: Any) -> DagRun:
         """Start the run and show it: live above the cell's value, or in the value itself with ``--bg``."""
+        run = self._start(lambda: session.start(goal))
+        self._show(run, session, args)
+        return run
+
+    def _start(self, start: Callable[[], DagRun]) -> DagRun:
         try:
-            run = session.start(goal)
-        except (ValueError, RuntimeError) as exc:
+            run = start()
+        except (ValueError, RuntimeError, DagError) as exc:  # DagError: a resume the store cannot serve
             raise UsageError(str(exc)) from None
         self.runs.append(run)
+        self._options.setdefault(run.run_id, self._last_options)
+        return run
+
+    def _show(self, run: DagRun, session: DagSession, args: Any) -> None:
         if args.output:
             self._namespace[args.output] = run
         if not self.widget or args.no_widget:
             from dagmagic.notebook.display import render_static
 
             render_static(run)
+        elif session.store is not None:  # Interrupted, the view offers to resume
+            self._offer_in_widget(run, session, args)
         if args.bg:
-            task = run._task
-            if task is not None:  # a strong reference: the loop holds tasks only weakly
-                self._background.add(task)
-                task.add_done_callback(self._background.discard)
+            self._keep(run)
         elif not _in_kernel(self.shell):
             from dagmagic.notebook.progress import print_progress
 
@@ -187,7 +245,92 @@ class DagMagics(Magics):
             except BaseException:
                 run.cancel()  # a run whose view failed must not go on unseen in the background
                 raise
+
+    def _keep(self, run: DagRun) -> None:
+        """Hold the run's task until it ends: the loop keeps tasks only weakly."""
+        task = run._task
+        if task is not None:
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    # --- resuming an interrupted run ----------------------------------------------------------------
+
+    def _interrupted(self, session: DagSession, goal: str) -> RunSummary | None:
+        """The latest stored run of ``goal`` when it did not end (and is not running here)."""
+        store = session.store
+        if store is None:
+            return None
+        latest = next(iter(store.runs(1, goal=goal)), None)
+        if latest is None or not latest.interrupted:
+            return None
+        if any(run.run_id == latest.run_id and not run.done() for run in self.runs):
+            return None
+        return latest
+
+    def _offer_resume(self, session: DagSession, goal: str, summary: RunSummary, args: Any) -> DagRun:
+        """Show the interrupted run, read back, with Resume and Start over; the cell ends at once."""
+        from dagmagic.engine.run import DagRun
+
+        store = session.store
+        assert store is not None
+        stored = store.load(summary.run_id)
+        run = DagRun(stored.state, events=stored.events, read_only=True)
+        steps = [step for record in run.rounds for step in record.plan.steps]
+        done = sum(step.status == "completed" for step in steps)
+        print(
+            f"The last run of this goal ({run.run_id}, {_when(summary.started_at)}) did not end: "
+            f"{done} of {len(steps)} steps completed. Resume it with the view's Resume button or "
+            f"`%dag resume {run.run_id}`; `%%dag --restart` starts over."
+        )
+        if self.widget and not args.no_widget:
+            self._offer_in_widget(run, session, args, goal=goal)
+        else:
+            from dagmagic.notebook.display import render_static
+
+            render_static(run)
         return run
+
+    def _offer_in_widget(self, run: DagRun, session: DagSession, args: Any, *, goal: str | None = None) -> None:
+        """Let the run's view resume it (and start its goal over) when it ends without an end."""
+        from dagmagic.notebook.display import widget_for
+
+        widget = widget_for(run)
+
+        def resume() -> DagRun:
+            resumed = self._start(lambda: session.start_resume(widget.run.run_id))
+            if args.output:
+                self._namespace[args.output] = resumed
+            self._keep(resumed)
+            return resumed
+
+        def restart() -> DagRun:
+            fresh = self._start(lambda: session.start(goal or widget.run.goal))
+            if args.output:
+                self._namespace[args.output] = fresh
+            self._keep(fresh)
+            return fresh
+
+        widget.on_resume, widget.on_restart = resume, restart
+        widget.sync()
+
+    def _stored_id(self, store: RunStore, key: str) -> str:
+        """The run id ``key`` names: this kernel's run number, a stored run's id (or its start), or, when
+        empty, the latest interrupted run.
+        """
+        if key.isdigit() and 1 <= int(key) <= len(self.runs):
+            return self.runs[int(key) - 1].run_id
+        summaries = store.runs(limit=500)
+        if not key:
+            for summary in summaries:
+                if summary.interrupted and not any(r.run_id == summary.run_id and not r.done() for r in self.runs):
+                    return summary.run_id
+            raise UsageError("no stored run was interrupted: there is nothing to resume (see %dag history)")
+        matches = [summary.run_id for summary in summaries if summary.run_id.startswith(key)]
+        if len(matches) == 1 or key in matches:
+            return key if key in matches else matches[0]
+        if matches:
+            raise UsageError(f"{key!r} starts the ids of {len(matches)} runs; give more of it (see %dag history)")
+        return key  # not among the latest: the store says whether it is there at all
 
     def _goal(self, args: Any, cell: str) -> str:
         goal = cell.strip()
@@ -335,10 +478,38 @@ class DagMagics(Magics):
             self.overrides[key] = value
 
     def _cmd_history(self, _: str) -> None:
-        if not self.runs:
-            print("No runs yet.")
-        for number, run in enumerate(self.runs, 1):
-            print(f"{number:3}  {run.run_id}  {run.status:9}  {run.goal[:70]!r}")
+        store = self._store()
+        numbers = {run.run_id: number for number, run in enumerate(self.runs, 1)}
+        if store is None:
+            if not self.runs:
+                print("No runs yet.")
+            for run in self.runs:
+                cost, started = run.usage.cost, run.state.started_at
+                print(_history_line(numbers[run.run_id], run.run_id, run.status, started, cost, run.goal))
+            return
+        summaries = store.runs(limit=_HISTORY_ROWS)
+        if not summaries:
+            print(f"No runs yet in {store.path}.")
+        for summary in summaries:
+            status = "interrupted" if summary.interrupted else summary.status
+            number = numbers.get(summary.run_id)
+            print(_history_line(number, summary.run_id, status, summary.started_at, summary.cost, summary.goal))
+        if any(summary.interrupted for summary in summaries):
+            print("`%dag resume RUN` continues an interrupted run.")
+
+    def _store(self) -> RunStore | None:
+        """The run store the settings name, when its file exists (reading history creates nothing)."""
+        from dagmagic.engine.store import RunStore
+        from dagmagic.errors import StoreError
+        from dagmagic.settings import DagSettings
+
+        path = DagSettings(**self.overrides).store_path
+        if path is None or not path.exists():
+            return None
+        try:
+            return RunStore.open(path)
+        except StoreError as exc:
+            raise UsageError(str(exc)) from None
 
     def _cmd_show(self, rest: str) -> Any:
         from dagmagic.notebook.display import live_bundle
@@ -349,6 +520,13 @@ class DagMagics(Magics):
         from dagmagic.notebook.progress import trace_table
 
         print(trace_table(self._find(rest)))
+
+    def _cmd_resume(self, rest: str) -> Any:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.resume(rest))
+        raise UsageError("run `%dag resume` alone in its cell (it is awaited there)")
 
     def _cmd_stop(self, _: str) -> None:
         self._running().stop()
@@ -371,15 +549,25 @@ class DagMagics(Magics):
         raise UsageError("run `%dag demo` alone in its cell (it is awaited there)")
 
     def _find(self, key: str) -> DagRun:
-        if not self.runs:
-            raise UsageError("no runs yet: run a %%dag cell first")
         if not key:
+            if not self.runs:
+                raise UsageError("no runs yet: run a %%dag cell first")
             return self.runs[-1]
         if key.isdigit() and 1 <= int(key) <= len(self.runs):
             return self.runs[int(key) - 1]
-        for run in self.runs:
+        for run in reversed(self.runs):
             if run.run_id == key:
                 return run
+        store = self._store()
+        if store is not None:  # a run of another kernel, read back
+            from dagmagic.engine.run import DagRun
+
+            try:
+                stored = store.load(self._stored_id(store, key))
+            except KeyError:
+                pass
+            else:
+                return DagRun(stored.state, events=stored.events, read_only=True)
         raise UsageError(f"no run {key!r}; see %dag history")
 
     def _running(self) -> DagRun:
@@ -387,6 +575,20 @@ class DagMagics(Magics):
             if not run.done():
                 return run
         raise UsageError("no run is running")
+
+
+_NO_STORE = "DAG_STORE is none; set it (or `%dag config store=PATH`) before the runs you want to keep"
+
+
+def _when(timestamp: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(timestamp)) if timestamp else "-"
+
+
+def _history_line(
+    number: int | None, run_id: str, status: str, started: float | None, cost: float | None, goal: str
+) -> str:
+    price = f"${cost:.4f}" if cost is not None else "-"
+    return f"{number or '':>3}  {run_id}  {status:11}  {_when(started)}  {price:>9}  {goal[:60]!r}"
 
 
 def _names(text: str | None) -> list[str]:

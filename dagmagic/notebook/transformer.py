@@ -1,4 +1,4 @@
-"""The input transformer: a ``%%dag`` cell (or ``%dag demo``) becomes a top-level ``await``.
+"""The input transformer: a ``%%dag`` cell (or ``%dag demo``, ``%dag resume``) becomes a top-level ``await``.
 
 IPython cannot await a magic's return value, so the cell is rewritten before it is compiled; it then runs
 on the kernel's own event loop. The goal travels as a string literal: it is never interpolated.
@@ -22,8 +22,11 @@ def rewrite_dag_cell(lines: list[str]) -> list[str]:
         line = first[len("%%dag") :].strip()
         body = "".join(lines[1:])
         return [_CALL.format(method="run_dag_cell", args=f"{line!r}, {body!r}")]
-    if first == "%dag demo" and not "".join(lines[1:]).strip():
+    alone = not "".join(lines[1:]).strip()
+    if first == "%dag demo" and alone:
         return [_CALL.format(method="run_demo", args="")]
+    if (first == "%dag resume" or first.startswith(("%dag resume ", "%dag resume\t"))) and alone:
+        return [_CALL.format(method="run_dag_resume", args=repr(first[len("%dag resume") :].strip()))]
     return lines
 
 

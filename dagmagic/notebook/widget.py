@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import anywidget
 import traitlets
 
 from dagmagic.engine.run import DagRun
+from dagmagic.errors import DagError
 from dagmagic.events import Event, RunFinished
 from dagmagic.models import ExecutionPlan, LLMCall, PlanStep, RoundRecord, natural_key
 from dagmagic.notebook.layout import layout
@@ -43,6 +45,7 @@ class DagWidget(anywidget.AnyWidget):
     answer = traitlets.Unicode("").tag(sync=True)
     answer_fallback = traitlets.Bool(False).tag(sync=True)
     answer_partial = traitlets.Bool(False).tag(sync=True)
+    resumable = traitlets.Bool(False).tag(sync=True)
     usage = traitlets.Dict().tag(sync=True)
     rounds: traitlets.List[dict[str, Any]] = traitlets.List().tag(sync=True)
     calls: traitlets.List[dict[str, Any]] = traitlets.List().tag(sync=True)
@@ -53,6 +56,10 @@ class DagWidget(anywidget.AnyWidget):
         super().__init__(**kwargs)
         self.run = run
         self.max_rate = max_rate
+        self.on_resume: Callable[[], DagRun] | None = None
+        """What the widget's Resume button calls: the run that continues this one (the widget then follows it)."""
+        self.on_restart: Callable[[], DagRun] | None = None
+        """What its Start over button calls: a new run of the same goal."""
         self.syncs = 0
         """State syncs sent so far (for tests and the notebook-cost benchmark)."""
         self._last_sync = float("-inf")
@@ -72,12 +79,20 @@ class DagWidget(anywidget.AnyWidget):
             self._pending = None
         super().close()
 
+    def follow(self, run: DagRun) -> None:
+        """Show ``run`` from now on (the resumed or restarted run of the one shown so far)."""
+        self._unsubscribe()
+        self.run = run
+        self._unsubscribe = run.subscribe(self._on_event)
+        self.sync()
+
     def sync(self) -> None:
         """Send the run's current state now, as one message."""
         if self._pending is not None:
             self._pending.cancel()
             self._pending = None
         state = widget_state(self.run)
+        state["resumable"] = self.on_resume is not None and resumable(self.run)
         with self.hold_sync():
             for name, value in state.items():
                 setattr(self, name, value)
@@ -109,8 +124,23 @@ class DagWidget(anywidget.AnyWidget):
                 self.run.cancel()
             elif kind == "follow_up":
                 self.run.follow_up(str(content.get("text", "")))
+            elif kind == "retry_now":
+                if not self.run.retry_now(str(content.get("step", ""))):
+                    self.send({"type": "error", "message": "That step is not waiting to retry any more."})
+            elif kind in ("resume", "restart"):
+                action = self.on_resume if kind == "resume" else self.on_restart
+                if action is None:
+                    raise DagError("this view cannot resume its run; use %dag resume")
+                self.follow(action())
         except Exception as exc:  # the user's click must get an answer, not a traceback in the log
             self.send({"type": "error", "message": str(exc)})
+
+
+def resumable(run: DagRun) -> bool:
+    """Whether ``run`` did not end and can go on: read back interrupted from the store, or cancelled."""
+    if run.read_only:
+        return run.status in ("running", "cancelled")
+    return run.status == "cancelled" and run.durable
 
 
 def widget_state(run: DagRun) -> dict[str, Any]:
@@ -125,6 +155,7 @@ def widget_state(run: DagRun) -> dict[str, Any]:
         "answer": run.answer,
         "answer_fallback": _answer_is_fallback(run),
         "answer_partial": run.partial and bool(run.answer),
+        "resumable": False,
         "usage": {
             "input_tokens": usage.input_tokens,
             "output_tokens": usage.output_tokens,
@@ -178,6 +209,8 @@ def _step_state(step: PlanStep) -> dict[str, Any]:
         "result": _cap(step.result, RESULT_CHARS),
         "error": step.error,
         "attempts": step.attempts,
+        "failures": step.failures,
+        "retry_at": step.retry_at,
         "queued_at": step.queued_at,
         "started_at": step.started_at,
         "completed_at": step.completed_at,

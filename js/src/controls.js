@@ -33,6 +33,15 @@ export function createControls({ send, signal }) {
   });
   const sendButton = h("button", { type: "button", class: "dagmagic-button dagmagic-followup-send" }, ["Send"]);
   const notice = h("div", { class: "dagmagic-notice", role: "status", hidden: true });
+  const resume = h("button", { type: "button", class: "dagmagic-button dagmagic-resume" }, ["Resume"]);
+  const restart = h("button", { type: "button", class: "dagmagic-button dagmagic-restart" }, ["Start over"]);
+  const offer = h("div", { class: "dagmagic-resume-offer", role: "status", hidden: true }, [
+    h("span", { class: "dagmagic-resume-text" }, [
+      "This run did not end (its kernel stopped, or it was cancelled). Resume it: what completed is kept.",
+    ]),
+    resume,
+    restart,
+  ]);
   const message = h("div", { class: "dagmagic-message", role: "alert", hidden: true });
   const el = h("div", { class: "dagmagic-controls" }, [
     h("div", { class: "dagmagic-controls-row" }, [
@@ -40,6 +49,7 @@ export function createControls({ send, signal }) {
       cancel,
       h("div", { class: "dagmagic-followup" }, [input, sendButton]),
     ]),
+    offer,
     notice,
     message,
   ]);
@@ -96,6 +106,20 @@ export function createControls({ send, signal }) {
     { signal },
   );
   sendButton.addEventListener("click", sendFollowUp, { signal });
+  for (const [button, type] of /** @type {const} */ ([
+    [resume, "resume"],
+    [restart, "restart"],
+  ])) {
+    button.addEventListener(
+      "click",
+      () => {
+        if (post({ type })) {
+          resume.disabled = restart.disabled = true;
+        }
+      },
+      { signal },
+    );
+  }
   input.addEventListener(
     "keydown",
     (event) => {
@@ -135,6 +159,8 @@ export function createControls({ send, signal }) {
   function update(state) {
     const wasRunning = running;
     running = state.status === "running";
+    if (state.resumable && offer.hidden) resume.disabled = restart.disabled = false; // offered anew
+    offer.hidden = !state.resumable;
     if (!running) {
       requested = null;
       if (wasRunning) notice.hidden = true;

@@ -34,7 +34,19 @@ export function renderDetail(node, round, rounds, now) {
   const rows = [
     field("Task", h("div", { class: "dagmagic-detail-task" }, [node.task])),
     field("Dependencies", dependencies(node, round, rounds)),
-    field("Status", statusLine(node)),
+    field("Status", [
+      statusLine(node),
+      node.status === "retrying" &&
+        h(
+          "button",
+          {
+            type: "button",
+            class: "dagmagic-button dagmagic-retry-now",
+            title: "Try this step again now instead of waiting",
+          },
+          ["Retry now"],
+        ),
+    ]),
     node.error && field("Error", h("pre", { class: "dagmagic-detail-error" }, [node.error])),
     node.warnings.length > 0 &&
       field(
@@ -98,7 +110,10 @@ function field(label, value) {
 /** @param {DagNode} node */
 function statusLine(node) {
   const attempts = node.attempts > 1 ? ` · ${node.attempts} attempts` : node.attempts === 1 ? " · 1 attempt" : "";
-  return `${node.status}${attempts}`;
+  // a wall-clock time stays true between kernel messages, where a countdown would freeze
+  const retryAt = node.status === "retrying" && typeof node.retry_at === "number" ? node.retry_at : null;
+  const next = retryAt === null ? "" : ` · tries again at ${new Date(retryAt * 1000).toLocaleTimeString()}`;
+  return `${node.status}${attempts}${next}`;
 }
 
 /**

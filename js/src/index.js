@@ -21,6 +21,7 @@ const FEEDS = /** @type {Record<(typeof TRAITS)[number], Part[]>} */ ({
   answer: ["answer"],
   answer_fallback: ["answer"],
   answer_partial: ["answer"],
+  resumable: ["controls"],
   usage: ["header"],
   rounds: ["rounds", "header"],
   calls: ["trace"],
@@ -74,7 +75,7 @@ function render({ model, el }) {
   }
 
   const header = createHeader();
-  const rounds = createRounds({ signal, redraw: () => schedule(["rounds"]) });
+  const rounds = createRounds({ signal, redraw: () => schedule(["rounds"]), send: (msg) => model.send(msg) });
   const answer = createAnswer();
   const controls = createControls({ signal, send: (msg) => model.send(msg) });
   const trace = createTrace();

@@ -18,10 +18,12 @@ import { isLive } from "./state.js";
  * @property {Map<number, boolean>} expanded  explicit choices; otherwise only the latest round is open
  */
 
+/** @typedef {import("./types.js").OutgoingMessage} OutgoingMessage */
+
 /**
- * @param {{signal: AbortSignal, redraw: () => void}} options
+ * @param {{signal: AbortSignal, redraw: () => void, send: (msg: OutgoingMessage) => void}} options
  */
-export function createRounds({ signal, redraw }) {
+export function createRounds({ signal, redraw, send }) {
   const el = h("div", { class: "dagmagic-rounds" });
   /** @type {RoundsView} */
   const view = { selected: null, expanded: new Map() };
@@ -56,6 +58,10 @@ export function createRounds({ signal, redraw }) {
       if (toggle) {
         view.expanded.set(round, !isExpanded(round));
         redraw();
+      } else if (target.closest(".dagmagic-retry-now")) {
+        const detail = target.closest(".dagmagic-detail");
+        send({ type: "retry_now", step: String(detail?.getAttribute("data-step-id")) });
+        /** @type {HTMLButtonElement} */ (target.closest(".dagmagic-retry-now")).disabled = true;
       } else if (target.closest(".dagmagic-detail-close")) {
         view.selected = null;
         redraw();

@@ -17,6 +17,7 @@ export const TRAITS = /** @type {const} */ ([
   "answer",
   "answer_fallback",
   "answer_partial",
+  "resumable",
   "usage",
   "rounds",
   "calls",
@@ -65,6 +66,7 @@ export function readState(model) {
     answer: String(get(model, "answer") ?? ""),
     answer_fallback: Boolean(get(model, "answer_fallback")),
     answer_partial: Boolean(get(model, "answer_partial")),
+    resumable: Boolean(get(model, "resumable")),
     usage: {
       input_tokens: num(usage.input_tokens) ?? 0,
       output_tokens: num(usage.output_tokens) ?? 0,

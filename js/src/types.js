@@ -97,6 +97,7 @@
  * @property {string} answer  Markdown, grows while streaming
  * @property {boolean} answer_fallback
  * @property {boolean} answer_partial  the user stopped the run: the answer covers what completed
+ * @property {boolean} resumable  the run did not end (its kernel died, it was cancelled): it can be resumed
  * @property {Usage} usage
  * @property {Round[]} rounds
  * @property {CallRecord[]} calls
@@ -106,6 +107,9 @@
 
 /** @typedef {import("@anywidget/types").AnyModel<Traits>} Model */
 
-/** @typedef {{type: "stop"} | {type: "cancel"} | {type: "follow_up", text: string}} OutgoingMessage */
+/**
+ * @typedef {{type: "stop"} | {type: "cancel"} | {type: "follow_up", text: string} | {type: "retry_now", step: string}
+ *   | {type: "resume"} | {type: "restart"}} OutgoingMessage
+ */
 
 export {};

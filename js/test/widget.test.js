@@ -294,6 +294,35 @@ describe("sanitizing", () => {
     expect(el.querySelector(".dagmagic-detail-warning")?.textContent).toBe(state.rounds[1].nodes[0].warnings[0]);
   });
 
+  it("offers Retry now on a step waiting for its retry, and Resume on a run that did not end", async () => {
+    const state = sampleState();
+    const waiting = state.rounds[1].nodes.find((n) => n.status === "retrying");
+    if (!waiting) throw new Error("the sample has a retrying step");
+    const { el, model } = mount(state);
+    /** @type {HTMLElement} */ (
+      el.querySelector(`.dagmagic-round[data-round="2"] [data-step-id="${waiting.id}"]`)
+    ).dispatchEvent(new MouseEvent("click", { bubbles: true }));
+    await nextRedraw();
+    const when = new Date(/** @type {number} */ (waiting.retry_at) * 1000).toLocaleTimeString();
+    expect(el.querySelector(".dagmagic-detail")?.textContent).toContain(
+      `retrying · 2 attempts · tries again at ${when}`,
+    );
+    const retry = /** @type {HTMLButtonElement} */ (el.querySelector(".dagmagic-detail .dagmagic-retry-now"));
+    retry.click();
+    expect(model.send).toHaveBeenLastCalledWith({ type: "retry_now", step: waiting.id });
+    expect(retry.disabled).toBe(true);
+
+    const offer = /** @type {HTMLElement} */ (el.querySelector(".dagmagic-resume-offer"));
+    expect(offer.hidden).toBe(true);
+    model.set("status", "cancelled");
+    model.set("resumable", true);
+    await nextRedraw();
+    expect(offer.hidden).toBe(false);
+    /** @type {HTMLButtonElement} */ (el.querySelector(".dagmagic-resume")).click();
+    expect(model.send).toHaveBeenLastCalledWith({ type: "resume" });
+    expect(/** @type {HTMLButtonElement} */ (el.querySelector(".dagmagic-restart")).disabled).toBe(true);
+  });
+
   it("lists what was fixed on the way in a round, as text", async () => {
     const state = sampleState();
     state.rounds[1].warnings = [

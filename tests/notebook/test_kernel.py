@@ -10,10 +10,13 @@ import json
 import os
 import queue
 import re
+import sqlite3
 import textwrap
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -390,3 +393,65 @@ def test_a_follow_up_typed_while_the_analyzer_runs_reaches_the_next_plan(kernel:
     rounds, handled, seen_by_plans, status, answer = json.loads(report.stdout)
     assert seen_by_plans == [False, True]  # the next plan saw the follow-up
     assert (rounds, handled, status, answer) == (2, ["and in euros"], "done", "The answer is 42.")
+
+
+CRASHABLE = textwrap.dedent(
+    """
+    import pathlib, re
+
+    def counting(calls, hang_on=None):
+        async def step(request):
+            with pathlib.Path(calls).open("a") as log:
+                log.write(request.step_id + "\\n")
+            if request.step_id == hang_on:
+                await asyncio.sleep(3600)  # running when the kernel restarts
+            return f"value of {request.step_id}"
+
+        def synthesize(request):
+            return ["Answer from " + ", ".join(sorted(set(re.findall(r"value of s[0-9]", request.prompt))))]
+
+        return scripted(step=step, synthesize=synthesize)
+    """
+)
+
+
+def _stored_steps(store: Path) -> dict[str, str]:
+    if not store.exists():
+        return {}
+    try:
+        with sqlite3.connect(store, timeout=5) as db:
+            return dict(db.execute("SELECT step_id, status FROM steps").fetchall())
+    except sqlite3.OperationalError:  # the tables are not there yet
+        return {}
+
+
+def test_a_run_cut_by_a_kernel_restart_is_resumed_with_dag_resume(kernel: Kernel, tmp_path: Path) -> None:
+    """Last in the module: it restarts the kernel (and sets it up again)."""
+    store, calls, calm = tmp_path / "runs.sqlite", tmp_path / "calls.txt", tmp_path / "calm.txt"
+    kernel.execute(f"{CRASHABLE}\n%dag config store={store}\ncrashing = counting({str(calls)!r}, hang_on='s3')")
+    started = kernel.execute("%%dag --models crashing --bg\na goal that outlives its kernel")
+    run_id = re.search(r"run_id='?(\w+)", kernel.execute("print(f'run_id={dagmagic.last_run().run_id}')").stdout)
+    assert run_id is not None and started.status == "ok"
+    deadline = time.monotonic() + 20
+    while _stored_steps(store) != {"s1": "completed", "s2": "completed", "s3": "running"}:
+        assert time.monotonic() < deadline, f"the run did not reach s3; stored: {_stored_steps(store)}"
+        time.sleep(0.05)
+
+    kernel.manager.restart_kernel(now=True)  # the kernel dies with s3 running
+    kernel.client.wait_for_ready(timeout=60)
+    kernel.execute(SETUP, timeout=60)
+    kernel.execute(f"{CRASHABLE}\n%dag config store={store}\nresumed = counting({str(calls)!r})")
+    history = kernel.execute("%dag history").stdout
+    assert re.search(rf"{run_id[1]}  interrupted .*'a goal that outlives its kernel'", history), history
+
+    cell = kernel.execute("%dag resume --models resumed", timeout=60)
+    assert cell.result["text/plain"].startswith("<DagRun done: 'a goal that outlives its kernel' rounds=1 steps=3/3")
+    assert "application/vnd.jupyter.widget-view+json" in cell.result
+    report = json.loads(kernel.execute("r = dagmagic.last_run()\nprint(json.dumps([r.run_id, r.answer]))").stdout)
+    assert report == [run_id[1], "Answer from value of s1, value of s2, value of s3"]
+    assert Counter(calls.read_text().split()) == {"s1": 1, "s2": 1, "s3": 2}  # completed steps ran once in all
+
+    kernel.execute(f"calm = counting({str(calm)!r})")
+    uninterrupted = kernel.execute("%%dag --models calm\na goal that never met a restart")
+    answer = kernel.execute("print(dagmagic.last_run().answer)").stdout.strip()
+    assert uninterrupted.status == "ok" and answer == report[1]  # the same answer as a run never cut

@@ -2,19 +2,33 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
+from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 import dagmagic
 from dagmagic import DagRun
+from dagmagic.notebook.display import widget_for
 from dagmagic.notebook.magics import NO_MODEL_HELP
 from dagmagic.notebook.transformer import rewrite_dag_cell
 
 from .conftest import scripted
+
+INTERRUPT = """
+for _ in range(500):
+    if job.steps.get("s1") and job.steps["s1"].status == "completed":
+        break
+    await asyncio.sleep(0.01)
+job.cancel()
+await job
+"""
 
 
 def run_cell(ip: InteractiveShell, code: str) -> object:
@@ -120,7 +134,7 @@ def test_role_options_take_model_variables(ip: InteractiveShell) -> None:
         ("%dag", "needs a subcommand"),
         ("%dag fly", "unknown %dag subcommand 'fly'"),
         ("%dag stop", "no run is running"),
-        ("%dag show 7", "no runs yet"),
+        ("%dag show 7", "no run '7'; see %dag history"),
     ],
 )
 def test_bad_input_is_one_clear_line(
@@ -153,7 +167,7 @@ def test_history_show_and_trace(ip: InteractiveShell, capsys: pytest.CaptureFixt
     run = run_cell(ip, "%%dag --models llm\nfirst goal")
     capsys.readouterr()
     run_cell(ip, "%dag history")
-    assert f"1  {run.run_id}  done       'first goal'" in capsys.readouterr().out
+    assert re.search(rf"  1  {run.run_id}  done +\S+ \S+ +\S+  'first goal'", capsys.readouterr().out)
     run_cell(ip, "%dag trace 1")
     trace = capsys.readouterr().out
     assert "synthesize" in trace and "total" in trace and "plan" in trace
@@ -163,7 +177,7 @@ def test_help_lists_every_option_and_subcommand(ip: InteractiveShell) -> None:
     doc = ip.find_cell_magic("dag").__doc__
     for option in ("--bg", "--models", "--tools", "--context", "--max-rounds", "--no-widget", "-o"):
         assert option in doc
-    for sub in ("models", "config", "history", "show", "stop", "followup", "trace", "demo"):
+    for sub in ("models", "config", "history", "show", "resume", "stop", "followup", "trace", "demo"):
         assert f"%dag {sub}" in doc
 
 
@@ -171,6 +185,9 @@ def test_the_transformer_rewrites_only_dag_cells() -> None:
     assert rewrite_dag_cell(["x = 1\n"]) == ["x = 1\n"]
     assert rewrite_dag_cell(["%%dag?\n"]) == ["%%dag?\n"]
     assert rewrite_dag_cell(["%%dagger\n", "x\n"]) == ["%%dagger\n", "x\n"]
+    assert "run_dag_resume('abc --models m')" in rewrite_dag_cell(["%dag resume abc --models m\n"])[0]
+    assert "run_dag_resume('')" in rewrite_dag_cell(["%dag resume\n"])[0]
+    assert rewrite_dag_cell(["%dag resumes\n"]) == ["%dag resumes\n"]
 
 
 def test_loading_the_extension_is_fast_and_does_not_import_litellm() -> None:
@@ -228,3 +245,100 @@ def test_terminal_lines_say_when_an_answer_is_dropped_or_partial() -> None:
         "\n(partial answer: the run was stopped before it finished)\nOnly Paris.\n"
     )
     assert progress_line(AnswerReady(answer="Both.")) == "\nBoth.\n"
+
+
+async def _hangs_on_s2(request: Any) -> str:
+    if request.step_id == "s2":
+        await asyncio.sleep(3600)
+    return f"value of {request.step_id}"
+
+
+def _interrupted_run(ip: InteractiveShell, tmp_path: Path) -> DagRun:
+    """A stored run of 'the goal' cancelled with s1 completed and s2 running."""
+    run_cell(ip, f"%dag config store={tmp_path / 'runs.sqlite'}")
+    ip.user_ns["hanging"] = scripted(step=_hangs_on_s2)
+    ip.user_ns["asyncio"] = asyncio
+    job = run_cell(ip, "%%dag --models hanging --bg -o job\nthe goal")
+    run_cell(ip, INTERRUPT)
+    assert isinstance(job, DagRun) and job.status == "cancelled"
+    assert {sid: step.status for sid, step in job.steps.items()} == {"s1": "completed", "s2": "cancelled"}
+    return job
+
+
+def test_a_cell_whose_last_run_was_interrupted_offers_it_and_resume_finishes_it(
+    ip: InteractiveShell, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = _interrupted_run(ip, tmp_path)
+    capsys.readouterr()
+
+    offered = run_cell(ip, "%%dag --models llm\nthe goal")  # the same goal again: the cell ends at once
+    assert isinstance(offered, DagRun) and offered.read_only and offered.run_id == job.run_id
+    out = capsys.readouterr().out
+    assert f"The last run of this goal ({job.run_id}, " in out
+    assert "1 of 2 steps completed" in out and f"%dag resume {job.run_id}" in out and "--restart" in out
+    assert widget_for(offered).resumable  # the view offers Resume and Start over
+
+    run_cell(ip, "%dag history")
+    assert re.search(rf"  1  {job.run_id}  interrupted .*'the goal'", capsys.readouterr().out)
+
+    llm = ip.user_ns["llm"]
+    resumed = run_cell(ip, "%dag resume --models llm")  # the latest interrupted run
+    assert isinstance(resumed, DagRun) and resumed.run_id == job.run_id and resumed.status == "done"
+    assert [request.step_id for request in llm.requests_for("step")] == ["s2"]  # s1's result was kept
+    assert resumed.steps["s1"].result == "value of s1" and resumed.answer == "The answer is 42."
+    assert dagmagic.last_run() is resumed
+
+    fresh = run_cell(ip, "%%dag --models llm\nthe goal")  # that run ended: nothing is offered any more
+    assert isinstance(fresh, DagRun) and fresh.run_id != job.run_id and fresh.status == "done"
+    with pytest.raises(UsageError, match="nothing to resume"):
+        run_cell(ip, "%dag resume --models llm")
+
+
+def test_the_offered_views_buttons_resume_or_start_over(ip: InteractiveShell, tmp_path: Path) -> None:
+    job = _interrupted_run(ip, tmp_path)
+    offered = run_cell(ip, "%%dag --models llm -o myrun\nthe goal")
+    widget = ip.user_ns["widget"] = widget_for(offered)
+    click = "await asyncio.sleep(0)\nwidget._on_message(None, {'type': %r}, [])"  # on the loop, as in a kernel
+    run_cell(ip, click % "resume")
+    assert widget.run is not offered and widget.run.run_id == job.run_id and not widget.resumable
+    resumed = run_cell(ip, "await myrun")  # bound like the cell's own run
+    assert resumed is widget.run and resumed.status == "done" and resumed.steps["s1"].result == "value of s1"
+
+    again = _interrupted_run(ip, tmp_path / "again")
+    offered = run_cell(ip, "%%dag --models llm\nthe goal")
+    assert offered.run_id == again.run_id
+    widget = ip.user_ns["widget"] = widget_for(offered)
+    run_cell(ip, click % "restart")
+    fresh = run_cell(ip, "await widget.run")
+    assert fresh is widget.run and fresh.run_id != again.run_id and fresh.status == "done"
+
+
+def test_restart_skips_the_offer_and_resume_names_runs(ip: InteractiveShell, tmp_path: Path) -> None:
+    job = _interrupted_run(ip, tmp_path)
+    fresh = run_cell(ip, "%%dag --models llm --restart\nthe goal")
+    assert fresh.run_id != job.run_id and fresh.status == "done"
+    with pytest.raises(UsageError, match="ended \\(done\\): there is nothing to resume"):
+        run_cell(ip, f"%dag resume {fresh.run_id}")
+    with pytest.raises(UsageError, match="no run 'ffffffffffff' in the run store"):
+        run_cell(ip, "%dag resume ffffffffffff")
+    ip.user_ns["hanging"] = scripted()  # the model the run was started with no longer hangs
+    resumed = run_cell(ip, f"%dag resume {job.run_id[:6]}")  # a unique start of its id; the cell's options
+    assert resumed.run_id == job.run_id and resumed.status == "done"  # awaited, though that cell had --bg
+    assert ip.user_ns["job"] is resumed
+
+
+def test_show_and_trace_read_runs_of_other_kernels_from_the_store(
+    ip: InteractiveShell, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = _interrupted_run(ip, tmp_path)
+    from dagmagic.notebook import magics
+
+    assert magics._active is not None
+    magics._active.runs.clear()  # as in a new kernel
+    run_cell(ip, f"%dag trace {job.run_id}")
+    assert "plan" in capsys.readouterr().out
+
+
+def test_resume_without_a_store_says_how_to_keep_runs(ip: InteractiveShell) -> None:
+    with pytest.raises(UsageError, match="nothing to resume: DAG_STORE is none; set it"):
+        run_cell(ip, "%dag resume --models llm")

@@ -2,11 +2,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import pytest
 
 from dagmagic import DagRun, DagSession, DagSettings, ModelRegistry
+from dagmagic.errors import RateLimitError
 from dagmagic.notebook.widget import DagWidget, widget_state
 
 from .conftest import scripted
@@ -92,6 +94,39 @@ async def test_cancel_from_the_front_end() -> None:
     widget._on_message(widget, {"type": "cancel"}, [])
     await run
     assert run.status == "cancelled" and widget.status == "cancelled"
+    widget.close()
+
+
+async def test_retry_now_from_the_front_end_runs_a_waiting_step_at_once() -> None:
+    calls: list[float] = []
+
+    async def rate_limited_once(request: Any) -> str:
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            raise RateLimitError("429 slow down", model="m")
+        return "r"
+
+    settings = DagSettings(store="none", step_immediate_retries=0, step_retry_delays=(600,), llm_retries=0)
+    llm = scripted(step=rate_limited_once, plan=[{"steps": [{"id": "s1", "task": "t"}]}])
+    run = DagSession(ModelRegistry().register("m", llm), settings).start("goal")
+    widget = DagWidget(run)
+    sent: list[Any] = []
+    widget.send = sent.append  # type: ignore[method-assign]
+    while run.steps.get("s1") is None or run.steps["s1"].status != "retrying":
+        await asyncio.sleep(0.01)
+    widget.sync()
+    (node,) = widget.rounds[0]["nodes"]
+    assert node["status"] == "retrying" and node["failures"] == 1
+    assert node["retry_at"] == pytest.approx(time.time() + 600, abs=30)  # what the countdown counts to
+    widget._on_message(widget, {"type": "retry_now", "step": "s1"}, [])
+    await run
+    assert run.status == "done" and run.steps["s1"].result == "r" and len(calls) == 2
+    assert calls[1] - calls[0] < 60  # not after the 600 s delay
+    assert sent == []
+    widget._on_message(widget, {"type": "retry_now", "step": "s1"}, [])
+    assert sent[-1] == {"type": "error", "message": "That step is not waiting to retry any more."}
+    widget._on_message(widget, {"type": "resume"}, [])  # a view made without a way to resume says so
+    assert "use %dag resume" in sent[-1]["message"] and not widget.resumable
     widget.close()
 
 
