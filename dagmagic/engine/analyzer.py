@@ -82,24 +82,27 @@ class Analyzer:
         self.guard = guard
 
     @staticmethod
-    def messages(goal: str, results: str) -> list[dict[str, str]]:
-        """The analyzer's conversation, around the formatted results."""
+    def messages(goal: str, results: str, note: str = "") -> list[dict[str, str]]:
+        """The analyzer's conversation, around the formatted results (and what says they are partial)."""
         return [
             {"role": "system", "content": prompts.ANALYZER_SYSTEM},
-            {"role": "user", "content": prompts.ANALYZER_USER.format(goal=goal, results=results)},
+            {"role": "user", "content": prompts.ANALYZER_USER.format(goal=goal, results=results) + note},
         ]
 
     async def prompt(self, goal: str, steps: Iterable[tuple[str, PlanStep]], *, round: int) -> list[dict[str, str]]:
         """The conversation with every result (each cut to ``analyzer_result_chars``), all within the
         model's window when there is a guard.
         """
+        steps = list(steps)
+        unfinished = sum(step.status in ("failed", "skipped") for _, step in steps)
+        note = prompts.ANALYZER_PARTIAL.format(unfinished=unfinished, total=len(steps)) if unfinished else ""
         blocks = result_blocks(steps, self.settings.analyzer_result_chars)
         if self.guard is not None:
-            room = self.guard.room(self.model, self.messages(goal, ""), reserve=STRUCTURED_RESERVE)
+            room = self.guard.room(self.model, self.messages(goal, "", note), reserve=STRUCTURED_RESERVE)
             blocks = await self.guard.fit_blocks(
                 blocks, self.model, room=room, task=f"judging whether this goal was reached: {goal}", round=round
             )
-        return self.messages(goal, format_results(blocks))
+        return self.messages(goal, format_results(blocks), note)
 
     async def analyze(self, goal: str, steps: Iterable[tuple[str, PlanStep]], *, round: int) -> AnalysisResult:
         """The verdict; ``SAFE_DEFAULT`` when nothing readable came back."""

@@ -72,6 +72,11 @@ Goal: {goal}
 Step results:
 {results}"""
 
+ANALYZER_PARTIAL = (
+    "\n\nThese results are partial: {unfinished} of {total} steps did not complete (they failed, or were "
+    "skipped). Judge only what the completed steps establish, and name what is missing."
+)
+
 SYNTHESIS_SYSTEM = """\
 Write the final answer to the user's goal from the step results below.
 - Answer directly. No meta-commentary: never write "based on the results", "the steps show" or similar.

@@ -522,3 +522,32 @@ async def test_a_whole_plan_whose_stream_ends_without_a_finish_reason_is_used() 
     run = await session_for(llm, llm_retries=0).run("goal")
     assert run.status == "done" and len(llm.requests_for("plan")) == 1  # not planned a second time
     assert [s.id for s in run.plan.steps] == ["s1", "s2", "s3"] and run.rounds[0].warnings == []
+
+
+async def test_a_step_failed_for_good_stops_only_its_branch_and_the_analyzer_hears_the_round_is_partial() -> None:
+    def rate_limited_s1(request: ScriptedRequest) -> str:
+        if request.step_id == "s1":
+            raise errors.RateLimitError("429 slow down", model="scripted")
+        return f"result of {request.step_id}"
+
+    plan = plan_reply(("s1", []), ("s2", ["s1"]), ("s3", []), ("s4", ["s3"]))
+    llm = ScriptedLLM(script(plan=[plan], step=rate_limited_s1, analyze=[verdict(False, 0.9, "half of it")]))
+    settings = {"llm_retries": 0, "step_immediate_retries": 1, "step_retry_delays": (0.02, 0.02)}
+    run = await session_for(llm, max_replan_rounds=1, **settings).run("goal")
+
+    steps = run.rounds[0].plan
+    assert {s.id: s.status for s in steps.steps} == {
+        "s1": "failed",
+        "s2": "skipped",
+        "s3": "completed",
+        "s4": "completed",
+    }
+    assert [r.step_id for r in llm.requests_for("step")].count("s1") == 4  # the try, once at once, twice delayed
+    (judged,) = llm.requests_for("analyze")
+    assert "These results are partial: 2 of 4 steps did not complete" in judged.prompt
+    assert "Failed for good after 4 tries: RateLimitError" in judged.prompt
+    assert "Skipped — dependency s1 failed" in judged.prompt
+
+    whole = ScriptedLLM(script())
+    await session_for(whole).run("goal")
+    assert "partial" not in whole.requests_for("analyze")[0].prompt  # only when something did not complete
