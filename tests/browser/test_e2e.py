@@ -198,3 +198,78 @@ def test_a_follow_up_triggers_a_visible_replan(notebook: NotebookPage) -> None:
     expect(decision).to_contain_text(re.compile("follow-up", re.IGNORECASE))
     notebook.screenshot("follow-up", focus=decision)
     assert notebook.errors == []
+
+
+def test_an_interrupted_run_is_offered_again_and_resumes_in_the_view(notebook: NotebookPage) -> None:
+    gate = Gate(notebook, "resume")
+    first = cells(gate, "scripted()", "Resume me")
+    first.insert(1, "%dag config store=resume.sqlite")
+    notebook.open("resume", first)
+    notebook.run_all()
+    widget = notebook.widget()
+    expect_waiting_for_the_gate(widget)
+    widget.locator(".dagmagic-cancel").click()  # as Interrupt would: the run ends cancelled, s1 and s2 undone
+    expect(widget.locator(".dagmagic-status")).to_have_attribute("data-status", "cancelled")
+    expect(widget.locator(".dagmagic-resume-offer")).to_be_visible()  # the live view offers to go on
+    notebook.wait_until_done()
+
+    # running the cell again does not pay for the run again: it shows the interrupted run with the offer
+    notebook.page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+    notebook.page.wait_for_function(
+        "(id) => document.getElementById(id)?.innerText.includes('did not end: 0 of 3 steps completed')",
+        arg=notebook.panel_id,
+        timeout=WAIT_MS,
+    )
+    notebook.wait_until_done()
+    offered = notebook.widgets().last
+    expect(offered.locator(".dagmagic-resume-offer")).to_be_visible()
+    expect(offered.locator(".dagmagic-resume-offer")).to_contain_text("did not end")
+    notebook.screenshot("resume-offer", focus=offered)
+    offered.locator(".dagmagic-resume").click()
+    expect(offered.locator(".dagmagic-resume-offer")).to_be_hidden()
+    expect(offered.locator(".dagmagic-status")).to_have_attribute("data-status", "running")
+    expect_waiting_for_the_gate(offered)
+    gate.open()
+    for step in ("s1", "s2", "s3"):
+        expect(node(offered, step)).to_have_attribute("data-status", "completed")
+    expect(offered.locator(".dagmagic-answer .dagmagic-answer-body")).to_have_text(ANSWER_TEXT)
+    expect(offered.locator(".dagmagic-status")).to_have_attribute("data-status", "done")
+    notebook.screenshot("resumed", focus=offered)
+    assert notebook.errors == []
+
+
+def test_retry_now_runs_a_step_waiting_out_a_rate_limit(notebook: NotebookPage) -> None:
+    gate = Gate(notebook, "retry")
+    gate.open()
+    model = textwrap.dedent(
+        """
+        from dagmagic.errors import RateLimitError
+        tries = []
+
+        async def limited(request):
+            tries.append(request.step_id)
+            if request.step_id == "s1" and tries.count("s1") == 1:
+                raise RateLimitError("429 slow down", model="scripted")
+            return await step(request)
+
+        llm = scripted(step=limited)
+        """
+    )
+    setup = cells(gate, "None", "Wait for me")
+    setup.insert(1, "%dag config step_immediate_retries=0 step_retry_delays=600 llm_retries=0")
+    setup.insert(3, model)
+    notebook.open("retry", setup)
+    notebook.run_all()
+    widget = notebook.widget()
+    expect(node(widget, "s1")).to_have_attribute("data-status", "retrying")
+    expect(node(widget, "s2")).to_have_attribute("data-status", "completed")  # its sibling went on meanwhile
+    node(widget, "s1").click()
+    detail = widget.locator('.dagmagic-detail[data-step-id="s1"]')
+    expect(detail).to_contain_text("RateLimitError")
+    expect(detail).to_contain_text(re.compile(r"retrying · 1 attempt · tries again at \S+"))
+    notebook.screenshot("retry-now", focus=detail)
+    detail.locator(".dagmagic-retry-now").click()
+    expect(node(widget, "s1")).to_have_attribute("data-status", "completed")  # now, not in ten minutes
+    expect(widget.locator(".dagmagic-status")).to_have_attribute("data-status", "done")
+    notebook.wait_until_done()
+    assert notebook.errors == []
