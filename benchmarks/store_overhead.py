@@ -49,6 +49,7 @@ def plan() -> dict[str, Any]:
 
 
 def session(store: str) -> DagSession:
+    """A session whose model plans ``plan()`` and answers everything at once, saving to ``store``."""
     llm = ScriptedLLM(
         {
             "route": [{"domain": None}],
@@ -89,6 +90,7 @@ class RecordTimer:
 
 
 async def one_run(store: str) -> tuple[float, int]:
+    """One whole run: its wall time and how many events it emitted."""
     started = time.perf_counter()
     run = await session(store).run("a goal of a thousand steps")
     elapsed = time.perf_counter() - started
@@ -97,6 +99,7 @@ async def one_run(store: str) -> tuple[float, int]:
 
 
 def main() -> None:
+    """Run both configurations interleaved and print the table."""
     load = os.getloadavg()[0]
     print(
         f"dagmagic run store overhead benchmark - {datetime.now(UTC):%Y-%m-%d %H:%M} UTC - Python "

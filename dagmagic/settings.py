@@ -220,12 +220,18 @@ class DagSettings(BaseModel):
     step_immediate_retries: int = Field(
         1,
         ge=0,
-        description="Immediate re-runs of a step after a transient error (rate limit, timeout, 5xx, connection), once the LLM call's own retries are spent; the step keeps its slot.",
+        description=(
+            "Immediate re-runs of a step after a transient error (rate limit, timeout, 5xx, connection), once the "
+            "LLM call's own retries are spent; the step keeps its slot."
+        ),
         json_schema_extra=_env("DAG_STEP_IMMEDIATE_RETRIES"),
     )
     step_retry_delays: tuple[float, ...] = Field(
         (30.0, 120.0, 600.0),
-        description="Then delayed re-runs, seconds each (comma-separated): the step waits `retrying` with its slot free (`run.retry_now(id)` skips the wait); then it fails for good and only its dependents are skipped.",
+        description=(
+            "Then delayed re-runs, seconds each (comma-separated): the step waits `retrying` with its slot free "
+            "(`run.retry_now(id)` skips the wait); then it fails for good and only its dependents are skipped."
+        ),
         json_schema_extra=_env("DAG_STEP_RETRY_DELAYS"),
     )
 
@@ -233,7 +239,10 @@ class DagSettings(BaseModel):
     store: str = Field(
         ".dagmagic/runs.sqlite",
         min_length=1,
-        description="SQLite run store every run is saved to as it goes (relative to the working directory; created owner-only); `%dag resume` and `session.resume(run_id)` continue a run from it. `none` disables it.",
+        description=(
+            "SQLite run store every run is saved to as it goes (relative to the working directory; created "
+            "owner-only); `%dag resume` and `session.resume(run_id)` continue a run from it. `none` disables it."
+        ),
         json_schema_extra=_env("DAG_STORE"),
     )
 
