@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -22,6 +21,7 @@ from dagmagic.engine.store import RunStore
 from dagmagic.errors import RateLimitError
 from dagmagic.testing import ScriptedLLM, ScriptedRequest
 
+from ..stored import step_statuses
 from .conftest import plan_reply, verdict
 
 CHILD = textwrap.dedent(
@@ -66,16 +66,6 @@ def child(store: Path, calls: Path, mode: str, run_id: str = "-") -> subprocess.
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     command = [sys.executable, "-c", CHILD, str(store), str(calls), mode, run_id]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-
-
-def step_statuses(store: Path) -> dict[str, str]:
-    if not store.exists():
-        return {}
-    try:
-        with sqlite3.connect(store, timeout=5) as db:
-            return dict(db.execute("SELECT step_id, status FROM steps").fetchall())
-    except sqlite3.OperationalError:  # the tables are not there yet
-        return {}
 
 
 def test_a_run_killed_mid_way_is_resumed_in_a_fresh_process_and_nothing_completed_runs_twice(

@@ -10,7 +10,6 @@ import json
 import os
 import queue
 import re
-import sqlite3
 import textwrap
 import time
 from collections import Counter
@@ -22,6 +21,8 @@ from typing import Any
 import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
+
+from ..stored import step_statuses
 
 pytestmark = pytest.mark.timeout(120)  # the first test also starts the kernel
 
@@ -415,16 +416,6 @@ CRASHABLE = textwrap.dedent(
 )
 
 
-def _stored_steps(store: Path) -> dict[str, str]:
-    if not store.exists():
-        return {}
-    try:
-        with sqlite3.connect(store, timeout=5) as db:
-            return dict(db.execute("SELECT step_id, status FROM steps").fetchall())
-    except sqlite3.OperationalError:  # the tables are not there yet
-        return {}
-
-
 def test_a_run_cut_by_a_kernel_restart_is_resumed_with_dag_resume(kernel: Kernel, tmp_path: Path) -> None:
     """Last in the module: it restarts the kernel (and sets it up again)."""
     store, calls, calm = tmp_path / "runs.sqlite", tmp_path / "calls.txt", tmp_path / "calm.txt"
@@ -433,8 +424,8 @@ def test_a_run_cut_by_a_kernel_restart_is_resumed_with_dag_resume(kernel: Kernel
     run_id = re.search(r"run_id='?(\w+)", kernel.execute("print(f'run_id={dagmagic.last_run().run_id}')").stdout)
     assert run_id is not None and started.status == "ok"
     deadline = time.monotonic() + 20
-    while _stored_steps(store) != {"s1": "completed", "s2": "completed", "s3": "running"}:
-        assert time.monotonic() < deadline, f"the run did not reach s3; stored: {_stored_steps(store)}"
+    while step_statuses(store) != {"s1": "completed", "s2": "completed", "s3": "running"}:
+        assert time.monotonic() < deadline, f"the run did not reach s3; stored: {step_statuses(store)}"
         time.sleep(0.05)
 
     kernel.manager.restart_kernel(now=True)  # the kernel dies with s3 running
