@@ -27,6 +27,7 @@ __all__ = [
     "AnswerCleared",
     "AnswerDelta",
     "AnswerReady",
+    "ApprovalRequested",
     "Event",
     "LLMCallRecorded",
     "PhaseChanged",
@@ -38,6 +39,7 @@ __all__ = [
     "RunWarning",
     "StepCompleted",
     "StepIteration",
+    "StepPaused",
     "StepPlanned",
     "StepQueued",
     "StepRetrying",
@@ -154,6 +156,25 @@ class StepRetrying(_Event):
     error: str
 
 
+class StepPaused(_Event):
+    """A step stopped at a breakpoint before it runs: what it is about to send, for the user to look at."""
+
+    type: Literal["step_paused"] = "step_paused"
+    round: int
+    step_id: str
+    messages: list[dict[str, str]]
+    """The exact messages of its first request: system prompt, then the task with its dependency context."""
+    tools: list[str]
+    """The tools it will be offered."""
+
+
+class ApprovalRequested(_Event):
+    """The round's plan waits for the user: ``run.approve()`` (perhaps edited) or ``run.reject(why)``."""
+
+    type: Literal["approval_requested"] = "approval_requested"
+    round: int
+
+
 class StepCompleted(_Event):
     """A step reached a final state."""
 
@@ -228,9 +249,9 @@ class UserAction(_Event):
     """The user stopped the run, sent a follow-up, or asked a waiting step to retry now."""
 
     type: Literal["user_action"] = "user_action"
-    action: Literal["stop", "follow_up", "retry_now"]
+    action: Literal["stop", "follow_up", "retry_now", "approve", "reject", "rerun", "continue", "step", "skip", "break"]
     text: str = ""
-    """The follow-up, or the step to retry."""
+    """The follow-up, the step acted on, or the reason for a rejection."""
 
 
 class RunWarning(_Event):
@@ -254,6 +275,8 @@ Event = Annotated[
     | Verifying
     | Verification
     | StepRetrying
+    | StepPaused
+    | ApprovalRequested
     | StepCompleted
     | AnalysisReady
     | Replanning

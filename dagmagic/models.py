@@ -19,10 +19,12 @@ __all__ = [
     "LLMCall",
     "PlanStep",
     "Purpose",
+    "RoundDiff",
     "RoundRecord",
     "RunPhase",
     "RunState",
     "RunStatus",
+    "StepChange",
     "StepStatus",
     "StructuredLevel",
     "ToolCallRecord",
@@ -30,12 +32,15 @@ __all__ = [
     "natural_key",
 ]
 
-StepStatus = Literal["pending", "queued", "running", "retrying", "completed", "failed", "skipped", "cancelled"]
-"""A step's life: pending -> queued (ready, waiting for a slot) -> running -> one of the final states."""
+StepStatus = Literal[
+    "pending", "queued", "paused", "running", "retrying", "completed", "failed", "skipped", "cancelled"
+]
+"""A step's life: pending -> queued (ready, waiting for a slot) -> running -> one of the final states;
+``paused`` at a breakpoint before it runs, ``retrying`` between tries."""
 
 RunStatus = Literal["running", "done", "failed", "cancelled"]
 
-RunPhase = Literal["starting", "planning", "executing", "analyzing", "synthesizing", "finished"]
+RunPhase = Literal["starting", "planning", "awaiting_approval", "executing", "analyzing", "synthesizing", "finished"]
 """What a run is doing now; user actions take effect by phase (``dagmagic.engine.control``)."""
 
 CallStatus = Literal["ok", "failed", "cancelled"]
@@ -352,7 +357,90 @@ class RoundRecord(BaseModel):
     warnings: list[str] = Field(default_factory=list)
     """What was fixed on the way (a dependency dropped, a plan repaired), for the user to see."""
     free: bool = False
-    """Planned at the user's request (a follow-up): it uses none of the replanning budget."""
+    """Planned at the user's request (a follow-up, a re-run, a rejected plan): it uses none of the budget."""
+    rerun_of: int | None = None
+    """The round this one re-ran a step of (``run.rerun``): its other steps are that round's, kept."""
+    rerun_step: str | None = None
+    """The step the user re-ran."""
+    approval: Literal["pending", "approved", "rejected"] | None = None
+    """Where the plan stands when plans wait for the user's approval (None when they do not)."""
+
+
+class StepChange(BaseModel):
+    """How one step differs between two rounds."""
+
+    id: str
+    change: Literal["added", "removed", "changed"]
+    fields: list[str] = Field(default_factory=list)
+    """For ``changed``: which of task, dependencies, model, status, result differ."""
+    before: dict[str, Any] = Field(default_factory=dict)
+    """Those fields' values in the first round."""
+    after: dict[str, Any] = Field(default_factory=dict)
+    """And in the second."""
+
+
+_COMPARED = ("task", "dependencies", "model", "status", "result")
+
+
+class RoundDiff(BaseModel):
+    """What changed between two rounds of a run (``run.diff(a, b)``): a re-run against the round it re-ran,
+    or a replan against the round before it. Steps are matched by id.
+    """
+
+    a: int
+    b: int
+    changes: list[StepChange] = Field(default_factory=list)
+    unchanged: list[str] = Field(default_factory=list)
+
+    @classmethod
+    def between(cls, first: RoundRecord, second: RoundRecord) -> RoundDiff:
+        """Compare ``first`` with ``second``."""
+        old = {step.id: step for step in first.plan.steps}
+        new = {step.id: step for step in second.plan.steps}
+        changes: list[StepChange] = []
+        unchanged: list[str] = []
+        for sid, step in new.items():
+            before = old.get(sid)
+            if before is None:
+                changes.append(StepChange(id=sid, change="added", after=step.model_dump(include=set(_COMPARED))))
+                continue
+            fields = [name for name in _COMPARED if getattr(before, name) != getattr(step, name)]
+            if fields:
+                changes.append(
+                    StepChange(
+                        id=sid,
+                        change="changed",
+                        fields=fields,
+                        before={name: getattr(before, name) for name in fields},
+                        after={name: getattr(step, name) for name in fields},
+                    )
+                )
+            else:
+                unchanged.append(sid)
+        changes += [
+            StepChange(id=sid, change="removed", before=step.model_dump(include=set(_COMPARED)))
+            for sid, step in old.items()
+            if sid not in new
+        ]
+        return cls(a=first.index, b=second.index, changes=changes, unchanged=unchanged)
+
+    def _repr_markdown_(self) -> str:
+        lines = [f"**Round {self.a} → round {self.b}**", "", "| step | change | before | after |", "|---|---|---|---|"]
+        for change in self.changes:
+            what = change.change if change.change != "changed" else ", ".join(change.fields)
+            lines.append(f"| {change.id} | {what} | {_cell(change.before)} | {_cell(change.after)} |")
+        if self.unchanged:
+            lines += ["", f"Unchanged: {', '.join(self.unchanged)}"]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        parts = [f"{c.id} {c.change}" + (f" ({', '.join(c.fields)})" if c.fields else "") for c in self.changes]
+        return f"round {self.a} -> {self.b}: " + ("; ".join(parts) or "no step changed")
+
+
+def _cell(values: dict[str, Any]) -> str:
+    text = "; ".join(f"{name}: {str(value)[:80]}" for name, value in values.items())
+    return text.replace("|", "\\|").replace("\n", " ")
 
 
 class RunState(BaseModel):

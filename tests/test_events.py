@@ -19,6 +19,8 @@ SAMPLES: list[events.Event] = [
     events.Verifying(round=1, step_id="s1"),
     events.Verification(round=1, step_id="s1", passed=False, feedback="Art. 99 does not exist"),
     events.StepRetrying(round=1, step_id="s1", failures=2, retry_at=1.5, error="RateLimitError: 429"),
+    events.StepPaused(round=1, step_id="s2", messages=[{"role": "system", "content": "You are"}], tools=["search"]),
+    events.ApprovalRequested(round=1),
     events.StepCompleted(round=1, step_id="s1", status="failed", error="TimeoutError: x"),
     events.AnalysisReady(round=1, analysis=AnalysisResult(), decision=Decision(action="replan", reason="low")),
     events.Replanning(round=1, reason="missing data", follow_up="also Spain"),

@@ -22,10 +22,11 @@ import asyncio
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Final, Literal, TypeVar
 
+from dagmagic.errors import DagError
 from dagmagic.events import Event, PhaseChanged, UserAction
-from dagmagic.models import RunPhase, RunState
+from dagmagic.models import PlanStep, RunPhase, RunState
 
-__all__ = ["EFFECTS", "INTERRUPTED", "Action", "Effect", "Interrupted", "RunControl"]
+__all__ = ["EFFECTS", "INTERRUPTED", "Action", "Effect", "Interrupted", "RunControl", "Verdict"]
 
 T = TypeVar("T")
 
@@ -37,6 +38,8 @@ EFFECTS: Final[Mapping[tuple[RunPhase, Action], Effect]] = {
     ("starting", "follow_up"): "later",  # the first plan sees it
     ("planning", "stop"): "interrupt",
     ("planning", "follow_up"): "interrupt",  # plan again, with it
+    ("awaiting_approval", "stop"): "interrupt",  # the plan is dropped unrun
+    ("awaiting_approval", "follow_up"): "interrupt",  # plan again, with it
     ("executing", "stop"): "skip",  # then judge and answer from what completed
     ("executing", "follow_up"): "skip",  # then judge with it: answer if it is met, else plan again
     ("analyzing", "stop"): "later",  # the verdict decides between a full and a partial answer
@@ -46,6 +49,13 @@ EFFECTS: Final[Mapping[tuple[RunPhase, Action], Effect]] = {
     ("finished", "stop"): "later",
     ("finished", "follow_up"): "later",
 }
+
+
+Verdict = tuple[Literal["approve"], list[PlanStep] | None] | tuple[Literal["reject"], str]
+"""The user's word on a plan waiting for approval: approved (perhaps edited), or rejected with a reason."""
+StepWord = Literal["continue", "step", "skip"]
+"""The user's word on a step paused at a breakpoint: run it (and stop at the next breakpoint), run it and
+pause before the next step, or skip it."""
 
 
 class Interrupted:
@@ -73,6 +83,16 @@ class RunControl:
         self._work: asyncio.Task[Any] | None = None
         self._on_interrupt: Callable[[], object] | None = None
         self._interrupted = False
+        self.breakpoints: set[str] = set()
+        """Step ids to pause before (``run.break_before``)."""
+        self.step_through = False
+        """Pause before every step."""
+        self.skips: set[str] = set()
+        """Steps the user skipped before they started."""
+        self.validate_plan: Callable[[list[dict[str, Any]]], list[PlanStep]] | None = None
+        """Checks an edited plan like a model's (raises ``ValueError``); set while a plan waits."""
+        self._approval: asyncio.Future[Verdict] | None = None
+        self._paused: dict[str, asyncio.Future[tuple[StepWord, str | None]]] = {}
 
     @property
     def pending(self) -> list[str]:
@@ -101,6 +121,59 @@ class RunControl:
             if self._on_interrupt is not None:
                 self._on_interrupt()
         return effect
+
+    # --- plans waiting for approval, steps paused at breakpoints
+
+    @property
+    def awaiting_approval(self) -> bool:
+        """Whether a plan waits for the user's word."""
+        return self._approval is not None and not self._approval.done()
+
+    async def approval(self) -> Verdict:
+        """Wait for the user's word on the plan (run it inside ``interruptible``: a Stop drops the plan)."""
+        self._approval = asyncio.get_running_loop().create_future()
+        try:
+            return await self._approval
+        finally:
+            self._approval = None
+
+    def decide_plan(self, verdict: Verdict) -> None:
+        """Give the user's word on the waiting plan."""
+        if not self.awaiting_approval:
+            raise DagError("no plan is waiting for approval")
+        assert self._approval is not None
+        self._approval.set_result(verdict)
+
+    def breaks_before(self, step_id: str) -> bool:
+        """Whether the step must pause before it runs."""
+        return self.step_through or step_id in self.breakpoints
+
+    @property
+    def paused(self) -> list[str]:
+        """The steps paused at a breakpoint now, in the order they paused."""
+        return [sid for sid, word in self._paused.items() if not word.done()]
+
+    async def pause(self, step_id: str) -> tuple[StepWord, str | None]:
+        """Wait for the user's word on a paused step (``skip`` when the round is stopped meanwhile)."""
+        word = self._paused[step_id] = asyncio.get_running_loop().create_future()
+        stop = asyncio.ensure_future(self.round_stop.wait())
+        try:
+            await asyncio.wait([word, stop], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            self._paused.pop(step_id, None)
+        return word.result() if word.done() else ("skip", None)
+
+    def release(self, step_id: str, word: StepWord, task: str | None = None) -> None:
+        """Let a paused step go on as the user said (``task``: an edited task for it)."""
+        future = self._paused.get(step_id)
+        if future is None or future.done():
+            raise DagError(f"step {step_id!r} is not paused; paused now: {', '.join(self.paused) or 'none'}")
+        if word == "step":
+            self.step_through = True
+        elif word == "continue":
+            self.step_through = False
+        future.set_result((word, task))
 
     def retry_now(self, step_id: str) -> bool:
         """Wake a step of the current round that waits for a delayed retry; False when none is waiting."""

@@ -28,14 +28,17 @@ from dagmagic.events import Event, StepCompleted, StepQueued, StepRetrying, Step
 from dagmagic.llm.secrets import mask_secrets
 from dagmagic.models import ExecutionPlan, PlanStep, StepStatus
 
-__all__ = ["STOPPED_REASON", "DagExecutor", "RunStep", "StepFailure"]
+__all__ = ["SKIPPED_BY_USER", "STOPPED_REASON", "BeforeStep", "DagExecutor", "RunStep", "StepFailure"]
 
 STOPPED_REASON: Final = "Skipped — user changed requirements"
 
 RunStep = Callable[[PlanStep, dict[str, PlanStep]], Awaitable[str]]
 """Runs one step given its completed dependencies (by reference: ``s1`` or ``r1.s2``); returns its result."""
+BeforeStep = Callable[[PlanStep, dict[str, PlanStep]], Awaitable[bool]]
+"""Called when a step is ready, before it takes a slot (a breakpoint waits here); False skips the step."""
+SKIPPED_BY_USER: Final = "Skipped by the user"
 
-_UNSTARTED: Final = ("pending", "queued")
+_UNSTARTED: Final = ("pending", "queued", "paused")
 _ENDED_BADLY: Final = ("failed", "skipped", "cancelled")
 
 
@@ -65,6 +68,7 @@ class DagExecutor:
         fatal: tuple[type[BaseException], ...] = (),
         transient: tuple[type[BaseException], ...] = (),
         retries: RetryPolicy | None = None,
+        before_step: BeforeStep | None = None,
     ) -> None:
         """``open_ended``: the plan is still arriving; ``add()`` its steps, ``close()`` when it is whole.
         ``fatal``: exception types that end the whole plan when a step raises one; ``transient``: those that
@@ -88,6 +92,7 @@ class DagExecutor:
         self._fatal: BaseException | None = None
         self._transient_types = transient
         self.retries = retries or RetryPolicy(immediate=0, delays=())
+        self.before_step = before_step
         self._wakeups: dict[str, asyncio.Event] = {}  # steps waiting for a delayed retry
         self._withdrawn: set[int] = set()  # ids of step objects taken out of the plan: they report nothing
         # One timer serves every running step's deadline: steps share one timeout and enter in start order,
@@ -223,6 +228,15 @@ class DagExecutor:
         try:
             if resumed and not await self._wait_to_retry(step):
                 return
+            if not resumed and self.before_step is not None:
+                dependencies = {d: self._steps.get(d) or self.earlier[d] for d in step.dependencies}
+                go_on = await self.before_step(step, dependencies)
+                if step.status not in ("queued", "paused"):  # a stop skipped it meanwhile
+                    return
+                if not go_on:
+                    self._finish(step, "skipped", SKIPPED_BY_USER)
+                    return
+                step.status = "queued"
             while True:
                 async with self._slots:
                     if step.status != "queued":  # skipped by a stop while it waited for a slot

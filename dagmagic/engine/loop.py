@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from dagmagic.engine.analyzer import Analyzer
 from dagmagic.engine.context import Exchange, compose_query, dependency_context, truncate
@@ -18,7 +19,7 @@ from dagmagic.engine.control import Interrupted
 from dagmagic.engine.executor import DagExecutor
 from dagmagic.engine.guard import PLANNER_RESERVE, ContextGuard, HistoryDigests
 from dagmagic.engine.plan_stream import PlanStream, StreamedPlan
-from dagmagic.engine.planner import Planner
+from dagmagic.engine.planner import Planner, recover_steps
 from dagmagic.engine.retries import RetryPolicy
 from dagmagic.engine.routing import classify_domain
 from dagmagic.engine.run import DagRun
@@ -30,15 +31,18 @@ from dagmagic.events import (
     AnswerCleared,
     AnswerDelta,
     AnswerReady,
+    ApprovalRequested,
     PlanReady,
     Replanning,
     RoundStarted,
     RunFinished,
     RunStarted,
     RunWarning,
+    StepPaused,
     StepPlanned,
+    UserAction,
 )
-from dagmagic.llm import ChatModel, ModelRegistry
+from dagmagic.llm import ChatModel, ModelEntry, ModelRegistry
 from dagmagic.llm.secrets import mask_secrets, scrub_exception
 from dagmagic.models import AnalysisResult, Decision, ExecutionPlan, PlanStep, RoundRecord
 from dagmagic.settings import DagSettings
@@ -49,6 +53,7 @@ STOPPED_WHILE_PLANNING = "Stopped by the user before the round's plan was ready.
 STOPPED_BEFORE_ROUND = "Stopped by the user before the round began."
 FOLLOW_UP_WHILE_PLANNING = "A follow-up arrived while planning: this plan was dropped for one that includes it."
 FOLLOW_UP_WHILE_ANSWERING = "A follow-up arrived while the answer was being written: it gets its own round."
+REJECTED = "The user rejected this plan: {feedback}"
 
 
 def decide(
@@ -112,8 +117,11 @@ def visible_results(rounds: Sequence[RoundRecord]) -> list[tuple[str, PlanStep]]
     if not rounds:
         return []
     *earlier, latest = rounds
+    replaced = {record.rerun_of for record in rounds if record.rerun_of is not None}  # its steps were copied
     visible: list[tuple[str, PlanStep]] = []
     for position, record in enumerate(earlier):
+        if record.index in replaced:
+            continue
         redone = {
             _task_key(step.task)
             for later in rounds[position + 1 :]
@@ -143,13 +151,25 @@ class GoalLoop:
     tool_names: Sequence[str] = field(default_factory=list)
     digests: HistoryDigests | None = None
     """The session's history summaries, so a history is summarized once however many runs read it."""
+    approve_plans: bool = False
+    """Every plan waits for the user's approval before it runs."""
 
     async def drive(self, run: DagRun) -> None:
         """Pursue the run's goal to an answer. Cancellation ends it ``cancelled`` and propagates."""
         run.emit(RunStarted(run_id=run.run_id, goal=run.goal))
+        await self._lifecycle(run, lambda: self._rounds(run))
+
+    async def rerun(self, run: DagRun, step_id: str, task: str | None, model: str | None) -> None:
+        """Run ``step_id`` of the latest round again (with a new task or model), and the steps downstream of
+        it, in a new round that keeps every other result; then judge and answer again.
+        """
+        await self._lifecycle(run, lambda: self._rerun(run, step_id, task, model))
+
+    async def _lifecycle(self, run: DagRun, work: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run ``work()`` as the run's life: its end status, a fallback answer if it failed, ``RunFinished``."""
         try:
             self._check_credentials()
-            await self._rounds(run)
+            await work()
             run.state.status = "failed" if run.state.error else "done"
         except asyncio.CancelledError:
             run.state.status = "cancelled"
@@ -180,28 +200,78 @@ class GoalLoop:
                 "No call was made."
             )
 
-    def _model(self, role: str | None, run: DagRun) -> ChatModel:
-        return ChatModel(self.registry.for_role(role), settings=self.settings, emit=run.emit)
+    def entry(self, hint: str | None) -> ModelEntry:
+        """The model a step's ``model_hint`` names: a role (with its fallbacks), or a registered model's name."""
+        if hint and hint in self.registry and not self.registry.has_role(hint):
+            return self.registry.get(hint)
+        return self.registry.for_role(hint)
 
-    async def _rounds(self, run: DagRun) -> None:
-        guard = ContextGuard(self.registry, self.settings, emit=run.emit, digests=self.digests)
-        planner = Planner(
+    def _model(self, role: str | None, run: DagRun) -> ChatModel:
+        return ChatModel(self.entry(role), settings=self.settings, emit=run.emit)
+
+    def _planner(self, run: DagRun) -> Planner:
+        return Planner(
             self._model("smart", run),
             self.settings,
             emit=run.emit,
             tool_names=self.tool_names,
             roles=self.registry.roles.keys(),
         )
+
+    async def _rounds(self, run: DagRun) -> None:
+        guard = ContextGuard(self.registry, self.settings, emit=run.emit, digests=self.digests)
         if self.settings.domain_routing and not run.state.routed:
             run.state.domain = await classify_domain(self._model("fast", run), run.goal, round=1)
             run.state.routed = True
-        domain = run.state.domain
-        past = await guard.history(self.history, limit=guard.history_limit(), round=1)
         budget = _Budget.of(run.rounds)
         if run.rounds and await self._resume_round(run, guard, budget):
             return
-        while not await self._round(run, guard, planner, past, domain, budget):
+        await self._more_rounds(run, guard, budget)
+
+    async def _more_rounds(self, run: DagRun, guard: ContextGuard, budget: _Budget) -> None:
+        """Rounds until one is answered."""
+        planner = self._planner(run)
+        past = await guard.history(self.history, limit=guard.history_limit(), round=len(run.rounds) + 1)
+        while not await self._round(run, guard, planner, past, run.state.domain, budget):
             pass
+
+    async def _rerun(self, run: DagRun, step_id: str, task: str | None, model: str | None) -> None:
+        guard = ContextGuard(self.registry, self.settings, emit=run.emit, digests=self.digests)
+        source = run.rounds[-1]
+        again = _downstream(source.plan, step_id)
+        index = len(run.rounds) + 1
+        steps = []
+        for step in source.plan.steps:
+            if step.id not in again:
+                steps.append(step.model_copy(deep=True))
+                continue
+            fresh = PlanStep(
+                id=step.id,
+                task=task if step.id == step_id and task else step.task,
+                dependencies=list(step.dependencies),
+                tool_hint=step.tool_hint,
+                model_hint=model if step.id == step_id and model else step.model_hint,
+            )
+            steps.append(fresh)
+        plan = ExecutionPlan(goal=source.plan.goal, steps=steps, round=index)
+        record = RoundRecord(index=index, plan=plan, free=True, rerun_of=source.index, rerun_step=step_id)
+        control = run.control
+        control.stopped = False
+        control.new_round()
+        run.emit(RoundStarted(round=index))
+        run.rounds.append(record)
+        self._clear_answer(run)
+        await self._run_plan(run, record, plan, _reusable(run.rounds[:-2]), guard)
+        analysis = await self._judge(run, guard, index)
+        reason = f"Re-ran {step_id} of round {source.index} and what depends on it: answering from the new results."
+        record.analysis = analysis
+        record.decision = Decision(action="synthesize", reason=reason, counts_against_budget=False)
+        run.emit(AnalysisReady(round=index, analysis=analysis, decision=record.decision))
+        budget = _Budget.of(run.rounds)
+        answered = await self._synthesize(run, guard, analysis, index, partial=control.stopped)
+        if not answered:  # a follow-up arrived while the answer was written: it gets its round
+            self._free_round(run, budget, FOLLOW_UP_WHILE_ANSWERING)
+            await self._more_rounds(run, guard, budget)
 
     async def _resume_round(self, run: DagRun, guard: ContextGuard, budget: _Budget) -> bool:
         """A resumed run's last round, from where it was: True when the run is answered."""
@@ -211,8 +281,18 @@ class GoalLoop:
         if not record.plan.steps:  # it was being planned: plan it again
             run.rounds.pop()
             return False
+        if record.approval == "pending":  # it waited for the user's word: it waits again
+            earlier = _reusable(run.rounds[:-1])
+            approved = await self._approval(run, record, record.plan, self._planner(run), earlier)
+            if approved is None:
+                if _rejected(record):
+                    return self._replan_rejected(run, record, budget)
+                return await self._answer_now(run, guard, STOPPED_WHILE_PLANNING) if run.control.stopped else False
+            run.control.new_round()
+            await self._run_plan(run, record, approved, earlier, guard)
+            return await self._conclude(run, record, guard, budget)
         for step in record.plan.steps:  # what had not completed runs again; a retry keeps its tier and time
-            if step.status in ("pending", "queued", "running", "cancelled"):
+            if step.status in ("pending", "queued", "paused", "running", "cancelled"):
                 step.status = "retrying" if step.retry_at is not None else "pending"
                 step.error = None
         run.control.new_round()
@@ -257,6 +337,8 @@ class GoalLoop:
             self._answer(run, fallback_answer(run.analysis, _completed(run.rounds)), fallback=True)
             return True
         if not ran:  # a Stop or a follow-up interrupted the planning: no verdict, no budget used
+            if _rejected(record):  # plan again, with the reason
+                return self._replan_rejected(run, record, budget)
             if control.stopped:
                 record.decision = Decision(action="synthesize", reason=STOPPED_WHILE_PLANNING, partial=True)
                 answered = await self._answer_now(run, guard, STOPPED_WHILE_PLANNING)
@@ -298,6 +380,14 @@ class GoalLoop:
         return answered or self._free_round(run, budget, FOLLOW_UP_WHILE_ANSWERING)
 
     @staticmethod
+    def _replan_rejected(run: DagRun, record: RoundRecord, budget: _Budget) -> bool:
+        """A rejected plan: the next round plans again, told why (it uses no budget). Returns False."""
+        assert record.decision is not None
+        run.emit(Replanning(round=record.index, reason=record.decision.reason))
+        budget.next_free = True
+        return False
+
+    @staticmethod
     def _free_round(run: DagRun, budget: _Budget, reason: str) -> bool:
         """A follow-up asks for another round, outside the budget: the last round's decision says so.
         Returns False: the run goes on.
@@ -336,7 +426,8 @@ class GoalLoop:
     async def _plan_and_execute(self, run: DagRun, planning: _Planning) -> bool:
         """Plan the round and run its steps; False when a Stop or a follow-up interrupted the planning."""
         planner, record = planning.planner, planning.record
-        if self.settings.streaming_planner and planner.model.entry.capabilities.stream:
+        streams = self.settings.streaming_planner and planner.model.entry.capabilities.stream
+        if streams and not self.approve_plans:  # a plan waiting for approval must not start its steps
             return await self._stream_round(run, planning)
         plan = await run.control.interruptible(
             "planning", self._plan(planning), round=record.index, name=f"dagmagic:plan:{record.index}"
@@ -344,8 +435,61 @@ class GoalLoop:
         if isinstance(plan, Interrupted):
             return False
         self._planned(run, planning.follow_ups)
+        if self.approve_plans:
+            approved = await self._approval(run, record, plan, planning.planner, planning.earlier)
+            if approved is None:
+                return False
+            plan = approved
         await self._run_plan(run, record, plan, planning.earlier, planning.guard)
         return True
+
+    async def _approval(
+        self,
+        run: DagRun,
+        record: RoundRecord,
+        plan: ExecutionPlan,
+        planner: Planner,
+        earlier: dict[str, PlanStep],
+    ) -> ExecutionPlan | None:
+        """Show the plan and wait for the user's word: the plan to run (as approved, or edited), or None when
+        it was rejected (the round's decision says why) or a Stop or a follow-up dropped it.
+        """
+        index, control = record.index, run.control
+        for step in plan.steps:
+            step.model = self.entry(step.model_hint).name
+        record.plan, record.approval = plan, "pending"
+        run.emit(PlanReady(round=index, plan=plan))
+
+        def validate(drafts: list[dict[str, Any]]) -> list[PlanStep]:
+            steps, problem = planner.validate(recover_steps(drafts), round=index, earlier=earlier.keys())
+            if problem is not None:
+                raise ValueError(f"the edited plan cannot run: {problem}")
+            return steps
+
+        control.validate_plan = validate
+        run.emit(ApprovalRequested(round=index))
+        try:
+            verdict = await control.interruptible(
+                "awaiting_approval", control.approval(), round=index, name=f"dagmagic:approval:{index}"
+            )
+        finally:
+            control.validate_plan = None
+        if isinstance(verdict, Interrupted):
+            record.approval = None
+            for step in plan.steps:
+                step.status, step.error = "skipped", "Skipped — the plan was dropped before it ran"
+            return None
+        if verdict[0] == "reject":
+            record.approval = "rejected"
+            for step in plan.steps:
+                step.status, step.error = "skipped", "Skipped — the user rejected the plan"
+            record.decision = Decision(
+                action="replan", reason=REJECTED.format(feedback=verdict[1]), counts_against_budget=False
+            )
+            return None
+        record.approval = "approved"
+        edited = verdict[1]
+        return plan if edited is None else ExecutionPlan(goal=plan.goal, steps=edited, round=index)
 
     def _planned(self, run: DagRun, count: int) -> None:
         """The follow-ups the round's plan saw are handled now."""
@@ -379,8 +523,30 @@ class GoalLoop:
         index = plan.round
         goal = _goal_with_follow_ups(run)
         reserve_for_tools = bool(self.tool_names)
+        prepared: dict[str, StepRequest] = {}
+        control = run.control
+
+        async def before_step(step: PlanStep, dependencies: dict[str, PlanStep]) -> bool:
+            """A breakpoint: the step waits, slot free, showing what it is about to send."""
+            if step.id in control.skips:
+                return False
+            if not control.breaks_before(step.id):
+                return True
+            request = prepared[step.id] = await prepare(step, dependencies)
+            step.status = "paused"
+            messages, tools = step_messages(request), list(self.tool_names)
+            run.emit(StepPaused(round=index, step_id=step.id, messages=messages, tools=tools))
+            word, task = await control.pause(step.id)
+            if task and task.strip() and task.strip() != step.task:
+                step.task = task.strip()
+            run.emit(UserAction(action=word, text=step.id))
+            return word != "skip"
 
         async def run_step(step: PlanStep, dependencies: dict[str, PlanStep]) -> str:
+            request = prepared.pop(step.id, None) or await prepare(step, dependencies)
+            return await self.step_runner(request)
+
+        async def prepare(step: PlanStep, dependencies: dict[str, PlanStep]) -> StepRequest:
             model = self._model(step.model_hint, run)
             request = StepRequest(
                 goal=goal,
@@ -405,7 +571,7 @@ class GoalLoop:
                     round=index,
                     step_id=step.id,
                 )
-            return await self.step_runner(request)
+            return request
 
         executor = DagExecutor(
             plan,
@@ -419,6 +585,7 @@ class GoalLoop:
             fatal=RUN_ENDING,
             transient=(TransientProviderError,),
             retries=RetryPolicy(self.settings.step_immediate_retries, tuple(self.settings.step_retry_delays)),
+            before_step=before_step,
         )
         run.control.executor = executor
         return executor
@@ -433,7 +600,7 @@ class GoalLoop:
     ) -> None:
         """Execute a whole plan as the round's."""
         for step in plan.steps:
-            step.model = self.registry.for_role(step.model_hint).name
+            step.model = self.entry(step.model_hint).name
         record.plan = plan
         run.control.enter("executing", plan.round)
         run.emit(PlanReady(round=plan.round, plan=plan))
@@ -452,7 +619,7 @@ class GoalLoop:
         started: dict[str, PlanStep] = {}
 
         def start(step: PlanStep) -> None:
-            step.model = self.registry.for_role(step.model_hint).name
+            step.model = self.entry(step.model_hint).name
             run.emit(StepPlanned(round=index, step=step))
             started[step.id] = step
             executor.add(step)
@@ -667,6 +834,23 @@ def _goal_with_follow_ups(run: DagRun) -> str:
     """The goal with every follow-up so far, those not yet planned for included."""
     follow_ups = [*run.state.follow_ups, *run.control.pending]
     return "".join([run.goal, *(f"\n\n[User follow-up]: {text}" for text in follow_ups)])
+
+
+def _rejected(record: RoundRecord) -> bool:
+    return record.approval == "rejected" and record.decision is not None
+
+
+def _downstream(plan: ExecutionPlan, step_id: str) -> set[str]:
+    """``step_id`` and every step of the plan that needs it, directly or not."""
+    found = {step_id}
+    grew = True
+    while grew:
+        grew = False
+        for step in plan.steps:
+            if step.id not in found and found.intersection(step.dependencies):
+                found.add(step.id)
+                grew = True
+    return found
 
 
 def _latest(items: list[str]) -> str | None:

@@ -4,20 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from dagmagic.engine.control import RunControl
+from dagmagic.engine.control import RunControl, StepWord
 
 if TYPE_CHECKING:
+    from dagmagic.engine.loop import GoalLoop
     from dagmagic.engine.store import RunStore
 from dagmagic.errors import DagError, RunFailedError
 from dagmagic.events import Event, LLMCallRecorded, PlanReady, RunWarning, StepPlanned, UserAction
+from dagmagic.llm.registry import STANDARD_ROLES
 from dagmagic.models import (
     AnalysisResult,
     ExecutionPlan,
     LLMCall,
     PlanStep,
+    RoundDiff,
     RoundRecord,
     RunPhase,
     RunState,
@@ -56,6 +59,9 @@ class DagRun:
         self._steps_by_round = {(record.index, step.id): step for record in state.rounds for step in record.plan.steps}
         self._task: asyncio.Task[None] | None = None
         self._store: RunStore | None = None
+        self._driver: GoalLoop | None = None
+        self._relaunch: Callable[[Coroutine[Any, Any, None]], None] | None = None
+        """Starts the run's task again (a re-run), with the session's bookkeeping."""
         self.control = RunControl(state, self.emit)
         """The run's inbox: what the loop reads the user's stop and follow-ups from."""
 
@@ -160,6 +166,123 @@ class DagRun:
         if woke:
             self.emit(UserAction(action="retry_now", text=step_id))
         return woke
+
+    # --- debugging: approve a plan, pause before a step, re-run a step ----------------------------
+
+    def approve(self, plan: ExecutionPlan | Sequence[PlanStep | Mapping[str, Any]] | None = None) -> None:
+        """Run the plan waiting for approval, or ``plan`` instead (an edited one: an ``ExecutionPlan``, or its
+        steps as ``PlanStep`` objects or dicts), checked like a model's plan first (``ValueError`` says what
+        is wrong with it).
+        """
+        self._writable()
+        if not self.control.awaiting_approval:
+            raise DagError(f"no plan of this run is waiting for approval (the run is {self._where()})")
+        steps = None
+        if plan is not None:
+            items = plan.steps if isinstance(plan, ExecutionPlan) else plan
+            if isinstance(items, Mapping):
+                raise TypeError("approve() takes the plan's steps (a list), or an ExecutionPlan")
+            drafts = [item.model_dump() if isinstance(item, PlanStep) else dict(item) for item in items]
+            assert self.control.validate_plan is not None
+            steps = self.control.validate_plan(drafts)
+        self.emit(UserAction(action="approve", text="edited" if steps is not None else ""))
+        self.control.decide_plan(("approve", steps))
+
+    def reject(self, feedback: str) -> None:
+        """Drop the plan waiting for approval and plan again, telling the planner ``feedback``."""
+        self._writable()
+        if not isinstance(feedback, str) or not feedback.strip():
+            raise ValueError("say why the plan is rejected: the planner plans again with it")
+        if not self.control.awaiting_approval:
+            raise DagError(f"no plan of this run is waiting for approval (the run is {self._where()})")
+        self.emit(UserAction(action="reject", text=feedback.strip()))
+        self.control.decide_plan(("reject", feedback.strip()))
+
+    @property
+    def awaiting_approval(self) -> bool:
+        """Whether a plan waits for ``approve()`` or ``reject()``."""
+        return self.control.awaiting_approval
+
+    def break_before(self, *step_ids: str) -> None:
+        """Pause before each of these steps runs (in any round), showing what it is about to send."""
+        self._writable()
+        self.control.breakpoints.update(step_ids)
+
+    @property
+    def paused(self) -> list[str]:
+        """The steps paused at a breakpoint now."""
+        return self.control.paused
+
+    def resume_step(self, step_id: str | None = None, *, task: str | None = None) -> None:
+        """Continue: run the paused step (``task``: an edited task for it) and go on to the next breakpoint."""
+        self._release("continue", step_id, task)
+
+    def step(self, step_id: str | None = None, *, task: str | None = None) -> None:
+        """Step: run the paused step, then pause again before the next step that becomes ready."""
+        self._release("step", step_id, task)
+
+    def skip(self, step_id: str) -> None:
+        """Skip a step: paused, it is skipped now; not started yet, it is skipped when it is ready. Its
+        dependents are skipped too.
+        """
+        self._writable()
+        if step_id in self.control.paused:
+            self._release("skip", step_id, None)
+            return
+        step = self.steps.get(step_id)
+        if step is None or step.status not in ("pending", "queued"):
+            state = "not in the latest round" if step is None else step.status
+            raise DagError(f"step {step_id!r} cannot be skipped: it is {state}")
+        self.control.skips.add(step_id)
+
+    def _release(self, word: StepWord, step_id: str | None, task: str | None) -> None:
+        self._writable()
+        paused = self.control.paused
+        if step_id is None:
+            if not paused:
+                raise DagError(f"no step is paused (the run is {self._where()})")
+            step_id = paused[0]
+        self.control.release(step_id, word, task)
+
+    def start_rerun(self, step_id: str, *, task: str | None = None, model: str | None = None) -> DagRun:
+        """Start re-running ``step_id`` of the latest round (``task``: a new task; ``model``: a role or a
+        registered model's name) and every step downstream of it, in a new round that keeps the other
+        results; then the run judges and answers again. Returns the run at once; ``await`` it for its end.
+        """
+        self._writable()
+        if not self.done():
+            raise DagError("a step can be re-run once the run has ended: wait for it, or stop() it first")
+        if self._driver is None or self._relaunch is None:
+            raise DagError("this run was not started here, so it cannot re-run a step; resume it first")
+        if step_id not in self.steps:
+            known = ", ".join(self.steps) or "none"
+            raise DagError(f"no step {step_id!r} in the latest round (its steps: {known})")
+        if model is not None:
+            registry = self._driver.registry
+            if model not in registry and model not in STANDARD_ROLES and not registry.has_role(model):
+                names = ", ".join([*STANDARD_ROLES, *(entry.name for entry in registry)])
+                raise DagError(f"no model or role {model!r}; choose one of: {names}")
+        self.emit(UserAction(action="rerun", text=step_id))
+        self.state.status, self.state.finished_at, self.state.error = "running", None, None
+        self._relaunch(self._driver.rerun(self, step_id, task.strip() if task else None, model))
+        return self
+
+    async def rerun(self, step_id: str, *, task: str | None = None, model: str | None = None) -> DagRun:
+        """Re-run ``step_id`` and what depends on it (see ``start_rerun``); the run once answered again."""
+        return await self.start_rerun(step_id, task=task, model=model).wait(cancel_with_waiter=True)
+
+    def diff(self, a: int, b: int) -> RoundDiff:
+        """What changed between rounds ``a`` and ``b`` (1-based): steps added, removed, or with another task,
+        dependencies, model, status or result.
+        """
+        rounds = {record.index: record for record in self.rounds}
+        missing = [index for index in (a, b) if index not in rounds]
+        if missing:
+            raise DagError(f"no round {missing[0]}; this run has rounds 1 to {len(self.rounds)}")
+        return RoundDiff.between(rounds[a], rounds[b])
+
+    def _where(self) -> str:
+        return self.status if self.done() else self.phase
 
     def cancel(self) -> bool:
         """Abort now: running steps are cancelled and the run ends ``cancelled``. False if already done."""

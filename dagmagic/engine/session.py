@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 from dagmagic.engine.agent import StepAgent
@@ -31,7 +31,8 @@ class DagSession:
 
     ``models`` defaults to ``ModelRegistry.from_settings(settings)`` (the ``DAG_*_MODEL`` variables);
     ``tools`` are ``@tool`` functions or plain callables; ``allow_code=True`` adds the ``python`` tool,
-    which runs model-written code in a separate process.
+    which runs model-written code in a separate process. ``approve_plans=True`` makes every plan wait for
+    ``run.approve()`` or ``run.reject(why)``; ``step_through=True`` pauses before every step.
     """
 
     def __init__(
@@ -42,6 +43,8 @@ class DagSession:
         tools: Iterable[Tool | Callable[..., Any]] = (),
         allow_code: bool = False,
         step_runner: StepRunner | None = None,
+        approve_plans: bool = False,
+        step_through: bool = False,
     ) -> None:
         self.settings = settings or DagSettings()
         self.models = models if models is not None else ModelRegistry.from_settings(self.settings)
@@ -50,12 +53,18 @@ class DagSession:
         self.tools = as_tools([*tools, *extra])
         """The tools steps may call (``python`` only with ``allow_code=True``)."""
         self.step_runner = step_runner or StepAgent(self.tools)
+        self.approve_plans = approve_plans
+        """Every plan waits for ``run.approve()`` (perhaps with an edited plan) or ``run.reject(why)``."""
+        self.step_through = step_through
+        """Every step pauses before it runs until ``run.step()``, ``run.resume_step()`` or ``run.skip(id)``."""
         self.history: list[Exchange] = []
         self.runs: list[DagRun] = []
         self._digests: HistoryDigests = {}
         self._active: set[asyncio.Task[None]] = set()
         self._store: RunStore | None = None
         self._store_problem: str | None = None
+        self._in_history: dict[str, int] = {}
+        """Where each run's exchange sits in the history (a re-run replaces it)."""
 
     def start(self, goal: str) -> DagRun:
         """Start pursuing ``goal`` as a task on the running loop; ``await`` the returned run for its end."""
@@ -123,13 +132,20 @@ class DagSession:
             history=tuple(history),
             tool_names=[t.name for t in self.tools],
             digests=self._digests,
+            approve_plans=self.approve_plans,
         )
-        task = asyncio.get_running_loop().create_task(driver.drive(run), name=f"dagmagic:run:{run.run_id}")
+        run.control.step_through = self.step_through
+        run._driver = driver
+        run._relaunch = lambda work: self._start_task(run, work)
+        self._start_task(run, driver.drive(run))
+        self.runs.append(run)
+        return run
+
+    def _start_task(self, run: DagRun, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work, name=f"dagmagic:run:{run.run_id}")
         run._task = task
         self._active.add(task)  # the loop keeps only weak references to tasks
         task.add_done_callback(lambda finished: self._finished(run, finished))
-        self.runs.append(run)
-        return run
 
     def reset(self) -> None:
         """Forget the conversation: later runs start without history."""
@@ -143,7 +159,13 @@ class DagSession:
         if run.status in ("done", "failed") and run.answer:
             follow_ups = [*run.follow_ups, *run.pending_follow_ups]  # one sent just before a Stop counts too
             goal = "".join([run.goal, *(f"\n\n[User follow-up]: {text}" for text in follow_ups)])
-            self.history.append(Exchange(goal=goal, answer=run.answer))
+            exchange = Exchange(goal=goal, answer=run.answer)
+            place = self._in_history.get(run.run_id)
+            if place is not None and place < len(self.history):  # a re-run: its new answer replaces the old
+                self.history[place] = exchange
+            else:
+                self._in_history[run.run_id] = len(self.history)
+                self.history.append(exchange)
 
     def __repr__(self) -> str:
         return f"DagSession(models={[entry.name for entry in self.models]}, runs={len(self.runs)})"

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 __all__ = ["SCHEMA_VERSION", "RunStore", "RunSummary", "StoreUnavailable", "StoredRun"]
 
 APPLICATION_ID = 0x4441474D  # "DAGM": marks the file as a dagmagic run store
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _MIGRATIONS: list[list[str]] = [
     [  # version 1
@@ -77,6 +77,9 @@ _MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (run_id, seq))""",
         "CREATE INDEX runs_by_start ON runs (started_at)",
     ],
+    [  # version 2: a round's re-run origin and its plan's approval
+        "ALTER TABLE rounds ADD COLUMN extra TEXT NOT NULL DEFAULT '{}'",
+    ],
 ]
 """Each schema version's statements, applied in order to bring an older file up to date."""
 
@@ -84,9 +87,11 @@ _STEP_EVENTS = frozenset(
     {"step_planned", "step_queued", "step_started", "step_iteration", "verifying", "verification", "step_retrying",
      "step_completed"}
 )  # fmt: skip
-_ROUND_EVENTS = frozenset({"plan_ready", "step_planned", "analysis_ready", "replanning"})
+_ROUND_EVENTS = frozenset({"plan_ready", "step_planned", "analysis_ready", "replanning", "approval_requested"})
 _RUN_EVENTS = (PhaseChanged, AnswerReady, AnswerCleared, UserAction, RunFinished)
 _HOST = socket.gethostname()
+_ROUND_EXTRA = {"rerun_of", "rerun_step", "approval"}
+"""RoundRecord fields kept as JSON in ``rounds.extra`` (schema 2)."""
 
 
 class StoreUnavailable(DagError):
@@ -210,9 +215,11 @@ class RunStore:
                 error=error,
                 warnings=json.loads(warnings),
                 free=bool(free),
+                **json.loads(extra),
             )
-            for idx, goal, analysis, decision, error, warnings, free in db.execute(
-                "SELECT idx, goal, analysis, decision, error, warnings, free FROM rounds WHERE run_id = ? ORDER BY idx",
+            for idx, goal, analysis, decision, error, warnings, free, extra in db.execute(
+                """SELECT idx, goal, analysis, decision, error, warnings, free, extra FROM rounds
+                   WHERE run_id = ? ORDER BY idx""",
                 (run_id,),
             )
         ]
@@ -328,7 +335,8 @@ class RunStore:
     @staticmethod
     def _put_round(db: sqlite3.Connection, run_id: str, record: RoundRecord) -> None:
         db.execute(
-            "INSERT OR REPLACE INTO rounds VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            """INSERT OR REPLACE INTO rounds (run_id, idx, goal, analysis, decision, error, warnings, free, extra)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
             (
                 run_id,
                 record.index,
@@ -338,6 +346,7 @@ class RunStore:
                 record.error,
                 json.dumps(record.warnings),
                 int(record.free),
+                record.model_dump_json(include=_ROUND_EXTRA),
             ),
         )
 

@@ -7,6 +7,7 @@ each prompt then contained (``requests_for``) and how many calls each purpose ma
 from __future__ import annotations
 
 import asyncio
+import typing
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from dagmagic.engine.executor import STOPPED_REASON
 from dagmagic.engine.loop import FOLLOW_UP_WHILE_ANSWERING, FOLLOW_UP_WHILE_PLANNING
 from dagmagic.engine.synthesis import NOT_ACHIEVED
 from dagmagic.events import AnswerCleared, AnswerDelta, AnswerReady, PhaseChanged, Replanning
-from dagmagic.models import RunState
+from dagmagic.models import RunPhase, RunState
 from dagmagic.testing import ScriptedLLM, ScriptedRequest
 
 from .conftest import plan_reply, session_for, verdict
@@ -69,7 +70,8 @@ def phases(run: DagRun) -> list[str]:
 
 
 def test_the_table_says_what_every_action_does_in_every_phase() -> None:
-    phases_ = ("starting", "planning", "executing", "analyzing", "synthesizing", "finished")
+    phases_ = typing.get_args(RunPhase)
+    assert "awaiting_approval" in phases_
     assert set(EFFECTS) == {(phase, action) for phase in phases_ for action in ("stop", "follow_up")}
 
 

@@ -202,3 +202,21 @@ def test_two_processes_writing_one_store_at_once_lose_nothing(tmp_path: Path) ->
         assert stored.state.status == "done" and stored.state.answer == "done"
         assert [step.status for step in stored.state.rounds[0].plan.steps] == ["completed"] * 10
         assert stored.events[-1].type == "run_finished"
+
+
+async def test_a_store_of_schema_1_is_migrated_and_its_runs_read_back(tmp_path: Path) -> None:
+    from dagmagic.engine import store as store_module
+
+    path = tmp_path / "runs.sqlite"
+    run = await DagSession(ModelRegistry().register("m", ScriptedLLM(script())), DagSettings(store=str(path))).run("g")
+    RunStore.open(path).close()
+    with sqlite3.connect(path) as db:  # back to how schema 1 left it
+        db.execute("ALTER TABLE rounds DROP COLUMN extra")
+        db.execute("PRAGMA user_version = 1")
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 1
+    stored = RunStore.open(path).load(run.run_id)  # opening migrates it
+    assert stored.state.rounds[0].rerun_of is None and stored.state.answer == run.answer
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == store_module.SCHEMA_VERSION == 2
+        assert "extra" in [row[1] for row in db.execute("PRAGMA table_info(rounds)")]
