@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from dagmagic.engine.loop import GoalLoop
     from dagmagic.engine.store import RunStore
 from dagmagic.errors import DagError, RunFailedError
-from dagmagic.events import Event, LLMCallRecorded, PlanReady, RunWarning, StepPlanned, UserAction
+from dagmagic.events import Event, LLMCallRecorded, PlanReady, RunWarning, StepPaused, StepPlanned, UserAction
 from dagmagic.llm.registry import STANDARD_ROLES
 from dagmagic.models import (
     AnalysisResult,
@@ -59,6 +59,7 @@ class DagRun:
         self._steps_by_round = {(record.index, step.id): step for record in state.rounds for step in record.plan.steps}
         self._task: asyncio.Task[None] | None = None
         self._store: RunStore | None = None
+        self._pauses: dict[tuple[int, str], StepPaused] = {}
         self._driver: GoalLoop | None = None
         self._relaunch: Callable[[Coroutine[Any, Any, None]], None] | None = None
         """Starts the run's task again (a re-run), with the session's bookkeeping."""
@@ -79,6 +80,8 @@ class DagRun:
                 self._steps_by_round[(event.round, step.id)] = step
         elif isinstance(event, StepPlanned):
             self._steps_by_round[(event.round, event.step.id)] = event.step
+        elif isinstance(event, StepPaused):
+            self._pauses[(event.round, event.step_id)] = event
         elif isinstance(event, RunWarning) and event.round is not None:
             for record in self.state.rounds:
                 if record.index == event.round:
@@ -208,10 +211,30 @@ class DagRun:
         self._writable()
         self.control.breakpoints.update(step_ids)
 
+    def clear_breakpoints(self) -> None:
+        """Remove every breakpoint and stop stepping through (paused steps stay paused until released)."""
+        self._writable()
+        self.control.breakpoints.clear()
+        self.control.step_through = False
+
     @property
     def paused(self) -> list[str]:
         """The steps paused at a breakpoint now."""
         return self.control.paused
+
+    def about_to_send(self, step_id: str) -> StepPaused | None:
+        """What a paused step of the latest round is about to send (its messages and tools), None when it
+        is not paused.
+        """
+        step = self.steps.get(step_id)
+        if step is None or step.status != "paused" or not self.rounds:
+            return None
+        return self._pauses.get((self.rounds[-1].index, step_id))
+
+    @property
+    def can_rerun(self) -> bool:
+        """Whether ``rerun()`` can re-run a step here now (the run ended, and was started in this process)."""
+        return self.done() and not self.read_only and self._driver is not None
 
     def resume_step(self, step_id: str | None = None, *, task: str | None = None) -> None:
         """Continue: run the paused step (``task``: an edited task for it) and go on to the next breakpoint."""

@@ -7,10 +7,11 @@ widget's Stop and follow-up messages arrive while it runs.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import shlex
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
@@ -29,7 +30,7 @@ if TYPE_CHECKING:  # the engine loads on the first %%dag, not with the extension
     from dagmagic.llm.registry import ModelRegistry
     from dagmagic.settings import DagSettings
 
-__all__ = ["NO_MODEL_HELP", "DagMagics", "last_run", "run_dag_cell", "run_dag_resume", "run_demo"]
+__all__ = ["NO_MODEL_HELP", "DagMagics", "last_run", "run_dag_cell", "run_dag_line"]
 
 NO_MODEL_HELP = (
     "No model is configured for %%dag. Set DAG_SMART_MODEL (and optionally DAG_GENERAL_MODEL, DAG_FAST_MODEL, "
@@ -38,7 +39,10 @@ NO_MODEL_HELP = (
 )
 
 _CONTEXT_CHARS = 1000
-_SUBCOMMANDS = ("models", "config", "history", "show", "resume", "stop", "followup", "trace", "demo")
+_SUBCOMMANDS = (
+    "models", "config", "history", "show", "resume", "rerun", "approve", "reject", "continue", "step", "skip",
+    "diff", "stop", "followup", "trace", "demo",
+)  # fmt: skip
 _HISTORY_ROWS = 20
 _ROLES = ("smart", "general", "fast", "reasoning")
 
@@ -50,16 +54,16 @@ async def run_dag_cell(line: str, cell: str) -> DagRun:
     return await _magics().run_cell(line, cell)
 
 
-async def run_dag_resume(line: str) -> DagRun:
-    """What a rewritten ``%dag resume ...`` cell awaits."""
-    return await _magics().resume(line)
+async def run_dag_line(command: str, rest: str) -> DagRun:
+    """What a rewritten ``%dag demo``, ``%dag resume ...`` or ``%dag rerun ...`` cell awaits."""
+    magics = _magics()
+    if command == "demo":
+        from dagmagic.notebook.demo import run_demo as demo
 
-
-async def run_demo() -> DagRun:
-    """What a rewritten ``%dag demo`` cell awaits."""
-    from dagmagic.notebook.demo import run_demo as demo
-
-    return await demo(_magics())
+        return await demo(magics)
+    if command == "resume":
+        return await magics.resume(rest)
+    return await magics.rerun(rest)
 
 
 def _magics() -> DagMagics:
@@ -125,6 +129,9 @@ class DagMagics(Magics):
     @argument("--concurrency", type=int, metavar="N", help="Steps running at once.")
     @argument("--step-timeout", type=float, metavar="S", help="Seconds a step may run.")
     @argument("--new", action="store_true", help="Start a new conversation (forget earlier cells' runs).")
+    @argument("--approve", action="store_true", help="Pause after each plan for your approval (or an edit).")
+    @argument("--break", dest="breaks", metavar="s1,s2", help="Pause before these steps run.")
+    @argument("--step-through", action="store_true", help="Pause before every step.")
     @argument(
         "--restart",
         action="store_true",
@@ -152,6 +159,14 @@ class DagMagics(Magics):
             %dag resume [RUN] [options]
                                    continue a run that was interrupted (default: the latest one);
                                    takes the cell's model and tool options
+            %dag rerun STEP [--task TEXT] [--model M] [--run RUN] [--bg]
+                                   re-run a step of the last run (or RUN) and what depends on it
+            %dag approve | reject TEXT
+                                   run the plan waiting for approval (--approve), or plan again with TEXT
+            %dag continue [STEP] | step [STEP] | skip STEP
+                                   a step paused at a breakpoint (--break, --step-through): run it and
+                                   go on, run it and pause before the next, or skip it
+            %dag diff A B [RUN]    what changed between rounds A and B
             %dag stop              stop the running run gracefully
             %dag followup TEXT     steer the running run with a follow-up
             %dag trace [RUN]       every LLM call of a run: purpose, model, level, tokens, latency, cost
@@ -210,8 +225,33 @@ class DagMagics(Magics):
     def launch(self, session: DagSession, goal: str, args: Any) -> DagRun:
         """Start the run and show it: live above the cell's value, or in the value itself with ``--bg``."""
         run = self._start(lambda: session.start(goal))
+        run.break_before(*_names(getattr(args, "breaks", None)))
         self._show(run, session, args)
         return run
+
+    async def rerun(self, line: str) -> DagRun:
+        """``%dag rerun STEP [--task TEXT] [--model M] [--run RUN]``: re-run a step, shown like a cell's run."""
+        args = _parse_words("rerun", line, ("step",), ("--task", "--model", "--run"), flags=("--bg",))
+        run = self._find(args.run or "")
+        try:
+            run.start_rerun(args.step, task=args.task, model=args.model)
+        except DagError as exc:
+            raise UsageError(str(exc)) from None
+        if args.bg:
+            return run
+        if _in_kernel(self.shell) and self.widget:
+            from dagmagic.notebook.display import live_bundle
+
+            display(live_bundle(run), raw=True)
+        elif not _in_kernel(self.shell):
+            from dagmagic.notebook.progress import print_progress
+
+            unsubscribe = run.subscribe(print_progress)
+            try:
+                return await run.wait(cancel_with_waiter=True)
+            finally:
+                unsubscribe()
+        return await run.wait(cancel_with_waiter=True)
 
     def _start(self, start: Callable[[], DagRun]) -> DagRun:
         try:
@@ -376,7 +416,14 @@ class DagMagics(Magics):
         settings = self._settings(args)
         tools = [self._variable(name, "--tools") for name in _names(args.tools)]
         try:
-            session = DagSession(self._registry(args, settings), settings, tools=tools, allow_code=self.allow_code)
+            session = DagSession(
+                self._registry(args, settings),
+                settings,
+                tools=tools,
+                allow_code=self.allow_code,
+                approve_plans=bool(getattr(args, "approve", False)),
+                step_through=bool(getattr(args, "step_through", False)),
+            )
         except ConfigurationError as exc:
             raise UsageError(str(exc)) from None
         session.history = self.history  # successive cells share one conversation
@@ -522,11 +569,62 @@ class DagMagics(Magics):
         print(trace_table(self._find(rest)))
 
     def _cmd_resume(self, rest: str) -> Any:
+        return self._awaited("resume", self.resume, rest)
+
+    def _cmd_rerun(self, rest: str) -> Any:
+        return self._awaited("rerun", self.rerun, rest)
+
+    def _awaited(self, command: str, work: Callable[[str], Coroutine[Any, Any, DagRun]], rest: str) -> Any:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(self.resume(rest))
-        raise UsageError("run `%dag resume` alone in its cell (it is awaited there)")
+            return asyncio.run(work(rest))
+        raise UsageError(f"run `%dag {command}` alone in its cell (it is awaited there)")
+
+    def _cmd_approve(self, rest: str) -> None:
+        self._act(lambda run: run.approve(), self._waiting(rest))
+
+    def _cmd_reject(self, rest: str) -> None:
+        if not rest:
+            raise UsageError("%dag reject needs the reason, e.g. %dag reject use one step per country")
+        self._act(lambda run: run.reject(rest), self._waiting(""))
+
+    def _cmd_continue(self, rest: str) -> None:
+        self._act(lambda run: run.resume_step(rest or None), self._running())
+
+    def _cmd_step(self, rest: str) -> None:
+        self._act(lambda run: run.step(rest or None), self._running())
+
+    def _cmd_skip(self, rest: str) -> None:
+        if not rest:
+            raise UsageError("%dag skip needs the step's id, e.g. %dag skip s3")
+        self._act(lambda run: run.skip(rest), self._running())
+
+    def _cmd_diff(self, rest: str) -> Any:
+        args = _parse_words("diff", rest, ("a", "b"), (), optional=("run",))
+        run = self._find(args.run or "")
+        try:
+            return run.diff(int(args.a), int(args.b))
+        except ValueError:
+            raise UsageError(f"%dag diff takes two round numbers, got {args.a!r} and {args.b!r}") from None
+        except DagError as exc:
+            raise UsageError(str(exc)) from None
+
+    @staticmethod
+    def _act(action: Callable[[DagRun], object], run: DagRun) -> None:
+        try:
+            action(run)
+        except (DagError, ValueError) as exc:
+            raise UsageError(str(exc)) from None
+
+    def _waiting(self, key: str) -> DagRun:
+        """The run whose plan waits for approval (or ``key``'s)."""
+        if key:
+            return self._find(key)
+        for run in reversed(self.runs):
+            if run.awaiting_approval:
+                return run
+        raise UsageError("no plan is waiting for approval (run a cell with --approve, and --bg to act from here)")
 
     def _cmd_stop(self, _: str) -> None:
         self._running().stop()
@@ -589,6 +687,31 @@ def _history_line(
 ) -> str:
     price = f"${cost:.4f}" if cost is not None else "-"
     return f"{number or '':>3}  {run_id}  {status:11}  {_when(started)}  {price:>9}  {goal[:60]!r}"
+
+
+def _parse_words(
+    command: str,
+    line: str,
+    positional: tuple[str, ...],
+    options: tuple[str, ...],
+    optional: tuple[str, ...] = (),
+    flags: tuple[str, ...] = (),
+) -> Any:
+    """A subcommand's arguments, or a ``UsageError`` that shows its usage."""
+    parser = argparse.ArgumentParser(prog=f"%dag {command}", add_help=False, exit_on_error=False)
+    for name in positional:
+        parser.add_argument(name)
+    for name in optional:
+        parser.add_argument(name, nargs="?")
+    for option in options:
+        parser.add_argument(option)
+    for flag in flags:
+        parser.add_argument(flag, action="store_true")
+    try:
+        return parser.parse_args(shlex.split(line))
+    except (argparse.ArgumentError, SystemExit, ValueError) as exc:
+        detail = f": {exc}" if isinstance(exc, argparse.ArgumentError) else ""
+        raise UsageError(f"{parser.format_usage().strip()}{detail}") from None
 
 
 def _names(text: str | None) -> list[str]:

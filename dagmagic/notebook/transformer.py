@@ -1,4 +1,4 @@
-"""The input transformer: a ``%%dag`` cell (or ``%dag demo``, ``%dag resume``) becomes a top-level ``await``.
+"""The input transformer: a ``%%dag`` cell (or ``%dag demo``, ``resume``, ``rerun``) becomes a top-level ``await``.
 
 IPython cannot await a magic's return value, so the cell is rewritten before it is compiled; it then runs
 on the kernel's own event loop. The goal travels as a string literal: it is never interpolated.
@@ -11,6 +11,8 @@ from typing import Any
 __all__ = ["rewrite_dag_cell"]
 
 _CALL = "await __import__('dagmagic.notebook.magics', fromlist=['_']).{method}({args})\n"
+_AWAITED = ("demo", "resume", "rerun")
+"""``%dag`` subcommands that run the loop: alone in a cell, they are awaited like a ``%%dag`` cell."""
 
 
 def rewrite_dag_cell(lines: list[str]) -> list[str]:
@@ -22,11 +24,10 @@ def rewrite_dag_cell(lines: list[str]) -> list[str]:
         line = first[len("%%dag") :].strip()
         body = "".join(lines[1:])
         return [_CALL.format(method="run_dag_cell", args=f"{line!r}, {body!r}")]
-    alone = not "".join(lines[1:]).strip()
-    if first == "%dag demo" and alone:
-        return [_CALL.format(method="run_demo", args="")]
-    if (first == "%dag resume" or first.startswith(("%dag resume ", "%dag resume\t"))) and alone:
-        return [_CALL.format(method="run_dag_resume", args=repr(first[len("%dag resume") :].strip()))]
+    words = first.split(maxsplit=2)
+    if len(words) >= 2 and words[0] == "%dag" and words[1] in _AWAITED and not "".join(lines[1:]).strip():
+        rest = words[2] if len(words) > 2 else ""
+        return [_CALL.format(method="run_dag_line", args=f"{words[1]!r}, {rest!r}")]
     return lines
 
 

@@ -27,6 +27,8 @@ __all__ = ["DagWidget", "widget_state"]
 _STATIC = Path(__file__).resolve().parent.parent / "static"
 RESULT_CHARS = 4000
 OBSERVATION_CHARS = 600
+PAUSED_CHARS = 20000
+"""A paused step's messages are shown whole up to this (the dependency context can be long)."""
 TRACE_CALLS = 400
 WARNINGS = 20
 
@@ -46,6 +48,7 @@ class DagWidget(anywidget.AnyWidget):
     answer_fallback = traitlets.Bool(False).tag(sync=True)
     answer_partial = traitlets.Bool(False).tag(sync=True)
     resumable = traitlets.Bool(False).tag(sync=True)
+    can_rerun = traitlets.Bool(False).tag(sync=True)
     usage = traitlets.Dict().tag(sync=True)
     rounds: traitlets.List[dict[str, Any]] = traitlets.List().tag(sync=True)
     calls: traitlets.List[dict[str, Any]] = traitlets.List().tag(sync=True)
@@ -116,24 +119,45 @@ class DagWidget(anywidget.AnyWidget):
     def _on_message(self, _: Any, content: Any, buffers: Any) -> None:
         if not isinstance(content, dict):
             return
-        kind = content.get("type")
+        handler = _HANDLERS.get(str(content.get("type")))
+        if handler is None:
+            return
         try:
-            if kind == "stop":
-                self.run.stop()
-            elif kind == "cancel":
-                self.run.cancel()
-            elif kind == "follow_up":
-                self.run.follow_up(str(content.get("text", "")))
-            elif kind == "retry_now":
-                if not self.run.retry_now(str(content.get("step", ""))):
-                    self.send({"type": "error", "message": "That step is not waiting to retry any more."})
-            elif kind in ("resume", "restart"):
-                action = self.on_resume if kind == "resume" else self.on_restart
-                if action is None:
-                    raise DagError("this view cannot resume its run; use %dag resume")
-                self.follow(action())
+            handler(self, content)
         except Exception as exc:  # the user's click must get an answer, not a traceback in the log
             self.send({"type": "error", "message": str(exc)})
+
+    def _retry_now(self, step_id: str) -> None:
+        if not self.run.retry_now(step_id):
+            self.send({"type": "error", "message": "That step is not waiting to retry any more."})
+
+    def _go_on(self, kind: str) -> None:
+        action = self.on_resume if kind == "resume" else self.on_restart
+        if action is None:
+            raise DagError("this view cannot resume its run; use %dag resume")
+        self.follow(action())
+
+
+def _approve(widget: DagWidget, content: dict[str, Any]) -> None:
+    plan = content.get("plan")
+    widget.run.approve(plan.get("steps") if isinstance(plan, dict) else None)
+
+
+_HANDLERS: dict[str, Callable[[DagWidget, dict[str, Any]], object]] = {
+    "stop": lambda w, c: w.run.stop(),
+    "cancel": lambda w, c: w.run.cancel(),
+    "follow_up": lambda w, c: w.run.follow_up(str(c.get("text", ""))),
+    "retry_now": lambda w, c: w._retry_now(str(c.get("step", ""))),
+    "rerun": lambda w, c: w.run.start_rerun(str(c.get("step", "")), task=_text(c.get("task"))),
+    "approve": _approve,
+    "reject": lambda w, c: w.run.reject(str(c.get("feedback", ""))),
+    "continue": lambda w, c: w.run.resume_step(str(c.get("step", "")) or None, task=_text(c.get("task"))),
+    "step": lambda w, c: w.run.step(str(c.get("step", "")) or None, task=_text(c.get("task"))),
+    "skip": lambda w, c: w.run.skip(str(c.get("step", ""))),
+    "resume": lambda w, c: w._go_on("resume"),
+    "restart": lambda w, c: w._go_on("restart"),
+}
+"""What each message of the front end does."""
 
 
 def resumable(run: DagRun) -> bool:
@@ -156,13 +180,14 @@ def widget_state(run: DagRun) -> dict[str, Any]:
         "answer_fallback": _answer_is_fallback(run),
         "answer_partial": run.partial and bool(run.answer),
         "resumable": False,
+        "can_rerun": run.can_rerun,
         "usage": {
             "input_tokens": usage.input_tokens,
             "output_tokens": usage.output_tokens,
             "requests": usage.requests,
             "cost": usage.cost,
         },
-        "rounds": [_round_state(record) for record in run.rounds],
+        "rounds": [_round_state(record, run) for record in run.rounds],
         "calls": [_call_state(call) for call in run.calls[-TRACE_CALLS:]],
         "now": time.time(),
         "started_at": run.state.started_at,
@@ -176,22 +201,54 @@ def _answer_is_fallback(run: DagRun) -> bool:
     return False
 
 
-def _round_state(record: RoundRecord) -> dict[str, Any]:
+def _round_state(record: RoundRecord, run: DagRun) -> dict[str, Any]:
     placed = layout(record.plan)
     boxes = {node.id: node for node in placed.nodes}
+    latest = bool(run.rounds) and record is run.rounds[-1]
     return {
         "index": record.index,
+        "rerun_of": record.rerun_of,
+        "rerun_step": record.rerun_step,
+        "approval": record.approval,
+        "diff": _diff_state(run, record),
         "error": record.error,
         "warnings": [_cap(warning, 300) for warning in record.warnings[-WARNINGS:]],
         "width": placed.width,
         "height": placed.height,
-        "nodes": [{**_step_state(step), **vars(boxes[step.id])} for step in _ordered(record.plan) if step.id in boxes],
+        "nodes": [
+            {**_step_state(step), **_paused_state(run, step, latest), **vars(boxes[step.id])}
+            for step in _ordered(record.plan)
+            if step.id in boxes
+        ],
         "edges": [vars(edge) for edge in placed.edges],
         "analysis": record.analysis.model_dump(include={"achieved", "confidence", "reasoning"})
         if record.analysis
         else None,
         "decision": record.decision.model_dump(include={"action", "reason"}) if record.decision else None,
     }
+
+
+def _diff_state(run: DagRun, record: RoundRecord) -> list[dict[str, Any]] | None:
+    """For a re-run round: what differs from the round it re-ran."""
+    if record.rerun_of is None:
+        return None
+    diff = run.diff(record.rerun_of, record.index)
+    return [{"id": change.id, "change": change.change, "fields": change.fields} for change in diff.changes]
+
+
+def _paused_state(run: DagRun, step: PlanStep, latest: bool) -> dict[str, Any]:
+    """What a paused step is about to send (the detail panel shows it)."""
+    paused = run.about_to_send(step.id) if latest and step.status == "paused" else None
+    if paused is None:
+        return {"paused_messages": None, "paused_tools": []}
+    messages = [
+        {"role": m.get("role", ""), "content": _cap(m.get("content", ""), PAUSED_CHARS)} for m in paused.messages
+    ]
+    return {"paused_messages": messages, "paused_tools": list(paused.tools)}
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value.strip() else None
 
 
 def _ordered(plan: ExecutionPlan) -> list[PlanStep]:

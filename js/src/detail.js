@@ -12,6 +12,18 @@ import { stepTimes } from "./state.js";
 /** @typedef {import("./dom.js").Child} Child */
 
 /**
+ * What the user can do from the panel, and the view state that outlives its redraws.
+ * @typedef {object} DetailActions
+ * @property {boolean} rerun  offer to re-run the step (the run ended; the step is in its latest round)
+ * @property {boolean} busy  an action on this step was sent: its buttons wait for the next state
+ * @property {(key: string) => string | undefined} draft  text the user typed and has not sent yet
+ * @property {(key: string) => boolean | undefined} messageOpen  which of the paused step's messages are open
+ */
+
+/** @type {DetailActions} */
+const NO_ACTIONS = { rerun: false, busy: false, draft: () => undefined, messageOpen: () => undefined };
+
+/**
  * Where a dependency lives: "s2" is in this round, "r1.s2" is step s2 of round 1.
  * @param {string} dep
  * @param {number} roundIndex
@@ -27,9 +39,10 @@ export function resolveDependency(dep, roundIndex) {
  * @param {Round} round
  * @param {Round[]} rounds  all rounds, to make dependencies on earlier rounds clickable
  * @param {number} now
+ * @param {DetailActions} [actions]
  * @returns {HTMLElement}
  */
-export function renderDetail(node, round, rounds, now) {
+export function renderDetail(node, round, rounds, now, actions = NO_ACTIONS) {
   const { queue, run } = stepTimes(node, now);
   const rows = [
     field("Task", h("div", { class: "dagmagic-detail-task" }, [node.task])),
@@ -83,7 +96,9 @@ export function renderDetail(node, round, rounds, now) {
         ["×"],
       ),
     ]),
+    node.status === "paused" && pausedSection(node, round, actions),
     h("dl", { class: "dagmagic-detail-fields" }, rows.flat()),
+    actions.rerun && rerunSection(node, round, actions),
     calls.length > 0 &&
       h("div", { class: "dagmagic-detail-tools" }, [h("h4", {}, [`Tool calls (${calls.length})`]), ...calls]),
     h("div", { class: "dagmagic-detail-result-wrap" }, [
@@ -91,6 +106,130 @@ export function renderDetail(node, round, rounds, now) {
       node.result
         ? h("div", { class: "dagmagic-detail-result dagmagic-markdown" }, [markdownFragment(node.result)])
         : h("div", { class: "dagmagic-muted" }, [node.status === "completed" ? "(empty)" : "No result yet."]),
+    ]),
+  ]);
+}
+
+/**
+ * The key of a draft (a task typed and not sent yet): the textarea carries it as `data-draft`.
+ * @param {"rerun" | "paused"} kind
+ * @param {number} round
+ * @param {string} step
+ */
+export function draftKey(kind, round, step) {
+  return JSON.stringify([kind, round, step]);
+}
+
+/**
+ * The key of one of a paused step's messages (whether it is open): its `<details>` carries it as `data-open-key`.
+ * @param {number} round
+ * @param {string} step
+ * @param {number} index
+ */
+export function messageKey(round, step, index) {
+  return JSON.stringify([round, step, index]);
+}
+
+/**
+ * A task the user can edit before sending an action, prefilled with the step's (or what they typed before).
+ * @param {string} cls
+ * @param {string} key
+ * @param {DagNode} node
+ * @param {DetailActions} actions
+ * @param {string} label
+ */
+function taskEditor(cls, key, node, actions, label) {
+  const text = actions.draft(key) ?? node.task;
+  return h("textarea", { class: `dagmagic-task-input ${cls}`, "data-draft": key, rows: 3, "aria-label": label }, [
+    text,
+  ]);
+}
+
+/**
+ * A paused step, stopped at a breakpoint: the messages it is about to send, its tools, and what to do next.
+ * @param {DagNode} node
+ * @param {Round} round
+ * @param {DetailActions} actions
+ */
+function pausedSection(node, round, actions) {
+  const messages = node.paused_messages;
+  const last = (messages?.length ?? 0) - 1;
+  const key = draftKey("paused", round.index, node.id);
+  const empty = !(actions.draft(key) ?? node.task).trim();
+  /**
+   * @param {string} cls
+   * @param {string} label
+   * @param {string} title
+   * @param {boolean} needsTask
+   */
+  const button = (cls, label, title, needsTask) =>
+    h(
+      "button",
+      { type: "button", class: `dagmagic-button ${cls}`, title, disabled: actions.busy || (needsTask && empty) },
+      [label],
+    );
+  return h("div", { class: "dagmagic-paused", "aria-label": `Step ${node.id} is paused before it runs` }, [
+    h("h4", {}, ["About to send"]),
+    messages === null && h("div", { class: "dagmagic-muted" }, ["The messages are not available."]),
+    ...(messages ?? []).map((message, i) => {
+      const open = actions.messageOpen(messageKey(round.index, node.id, i)) ?? i === last;
+      return h(
+        "details",
+        {
+          class: "dagmagic-paused-message",
+          "data-role": message.role,
+          "data-open-key": messageKey(round.index, node.id, i),
+          open,
+        },
+        [
+          h("summary", {}, [
+            h("span", { class: "dagmagic-paused-role" }, [message.role || "message"]),
+            h("span", { class: "dagmagic-muted" }, [` · ${formatInt(message.content.length)} characters`]),
+          ]),
+          h("pre", { class: "dagmagic-paused-content" }, [message.content]),
+        ],
+      );
+    }),
+    h("div", { class: "dagmagic-paused-tools-row" }, [
+      h("span", { class: "dagmagic-label" }, ["tools offered "]),
+      h("span", { class: "dagmagic-paused-tools" }, [
+        node.paused_tools.length ? node.paused_tools.join(", ") : "no tools",
+      ]),
+    ]),
+    h("div", { class: "dagmagic-label" }, ["task (edit it before it runs)"]),
+    taskEditor("dagmagic-paused-task", key, node, actions, `Task of step ${node.id}`),
+    h("div", { class: "dagmagic-actions" }, [
+      button("dagmagic-continue", "Continue", "Run this step; the run goes on to the next breakpoint", true),
+      button("dagmagic-step", "Step", "Run this step, then pause before the next one", true),
+      button("dagmagic-skip", "Skip", "Do not run this step (the steps that need it are skipped too)", false),
+    ]),
+  ]);
+}
+
+/**
+ * Re-run the step of an ended run, perhaps with an edited task: a new round compares with this one.
+ * @param {DagNode} node
+ * @param {Round} round
+ * @param {DetailActions} actions
+ */
+function rerunSection(node, round, actions) {
+  const key = draftKey("rerun", round.index, node.id);
+  const empty = !(actions.draft(key) ?? node.task).trim();
+  return h("div", { class: "dagmagic-rerun-box" }, [
+    h("h4", {}, ["Re-run"]),
+    taskEditor("dagmagic-rerun-task", key, node, actions, `Task to re-run step ${node.id} with`),
+    h("div", { class: "dagmagic-actions" }, [
+      h(
+        "button",
+        {
+          type: "button",
+          class: "dagmagic-button dagmagic-rerun",
+          title:
+            "Run this step and the steps after it again, with the task above, in a new round that keeps the other results",
+          disabled: actions.busy || empty,
+        },
+        ["Re-run this step"],
+      ),
     ]),
   ]);
 }

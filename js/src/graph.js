@@ -15,6 +15,7 @@ export const STATUS_GLYPH = /** @type {const} */ ({
   queued: "◔",
   running: "◉",
   retrying: "↻",
+  paused: "⏸",
   completed: "✓",
   failed: "✗",
   skipped: "⤼",

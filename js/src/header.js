@@ -17,6 +17,7 @@ const STATUS_LABEL = /** @type {Record<string, string>} */ ({
 const PHASE_LABEL = /** @type {Record<string, string>} */ ({
   starting: "starting…",
   planning: "planning…",
+  awaiting_approval: "waiting for your approval…",
   executing: "running steps…",
   analyzing: "judging…",
   synthesizing: "writing the answer…",

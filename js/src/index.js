@@ -1,7 +1,9 @@
 // The dagmagic widget's front end (anywidget). Python owns the state; this draws it and sends back the
-// user's Stop, Cancel and follow-up. Redraws are coalesced into one per animation frame.
+// user's Stop, Cancel and follow-up, and their word on a plan, a paused step or a step to re-run. Redraws are
+// coalesced into one per animation frame.
 
 import { createAnswer } from "./answer.js";
+import { createApproval } from "./approval.js";
 import { createControls } from "./controls.js";
 import { h, log } from "./dom.js";
 import { createHeader } from "./header.js";
@@ -10,26 +12,27 @@ import { readState, TRAITS } from "./state.js";
 import { createTrace } from "./trace.js";
 
 /** @typedef {import("./types.js").Model} Model */
-/** @typedef {"header" | "rounds" | "answer" | "controls" | "trace"} Part */
+/** @typedef {"header" | "approval" | "rounds" | "answer" | "controls" | "trace"} Part */
 
 /** Which parts of the view each trait feeds. */
 const FEEDS = /** @type {Record<(typeof TRAITS)[number], Part[]>} */ ({
   goal: ["header"],
-  status: ["header", "rounds", "answer", "controls"],
-  phase: ["header"],
+  status: ["header", "approval", "rounds", "answer", "controls"],
+  phase: ["header", "approval"],
   error: ["header"],
   answer: ["answer"],
   answer_fallback: ["answer"],
   answer_partial: ["answer"],
   resumable: ["controls"],
+  can_rerun: ["rounds"],
   usage: ["header"],
-  rounds: ["rounds", "header"],
+  rounds: ["rounds", "header", "approval"],
   calls: ["trace"],
   now: ["header", "rounds"],
   started_at: ["header"],
 });
 
-const ALL_PARTS = /** @type {Part[]} */ (["header", "rounds", "answer", "controls", "trace"]);
+const ALL_PARTS = /** @type {Part[]} */ (["header", "approval", "rounds", "answer", "controls", "trace"]);
 
 /**
  * The views of each run, oldest first. A `%%dag` cell shows its run live while it runs, then again as the
@@ -78,12 +81,14 @@ function render({ model, el }) {
   const rounds = createRounds({ signal, redraw: () => schedule(["rounds"]), send: (msg) => model.send(msg) });
   const answer = createAnswer();
   const controls = createControls({ signal, send: (msg) => model.send(msg) });
+  const approval = createApproval({ signal, send: (msg) => model.send(msg) });
   const trace = createTrace();
-  const parts = { header, rounds, answer, controls, trace };
+  const parts = { header, approval, rounds, answer, controls, trace };
 
   const root = h("div", { class: "dagmagic", "data-lm-suppress-shortcuts": "true" }, [
     header.el,
     controls.el,
+    approval.el,
     rounds.el,
     answer.el,
     trace.el,
@@ -97,6 +102,15 @@ function render({ model, el }) {
       if (target instanceof Element && !target.hasAttribute("data-lm-suppress-shortcuts")) {
         target.setAttribute("data-lm-suppress-shortcuts", "true");
       }
+    },
+    { signal },
+  );
+  // Typing in a text box must not drive the notebook (Enter would run the cell, "d d" delete it).
+  root.addEventListener(
+    "keydown",
+    (event) => {
+      const target = event.target;
+      if (target instanceof HTMLTextAreaElement || target instanceof HTMLInputElement) event.stopPropagation();
     },
     { signal },
   );
@@ -125,6 +139,9 @@ function render({ model, el }) {
       if (msg && msg.type === "error") {
         log.warn("kernel reported:", msg.message);
         controls.showMessage(String(msg.message ?? "Unknown error"));
+        // the refused action's buttons work again
+        rounds.actionFailed();
+        approval.actionFailed();
       } else {
         log.debug("ignored message", msg);
       }

@@ -3,7 +3,7 @@
 // clock changed, so earlier rounds keep their DOM.
 
 import { h } from "./dom.js";
-import { renderDetail } from "./detail.js";
+import { draftKey, renderDetail } from "./detail.js";
 import { formatPercent } from "./format.js";
 import { renderGraph, STATUS_GLYPH } from "./graph.js";
 import { isLive } from "./state.js";
@@ -14,11 +14,28 @@ import { isLive } from "./state.js";
 /**
  * View state that outlives redraws.
  * @typedef {object} RoundsView
- * @property {{round: number, step: string} | null} selected
+ * @property {{round: number, step: string} | null} selected  the step the user opened
+ * @property {{round: number, step: string} | null} auto  a paused step, opened for the user when nothing else is
+ * @property {Set<string>} dismissed  paused steps (by `stepKey`) whose detail the user closed: not opened again
  * @property {Map<number, boolean>} expanded  explicit choices; otherwise only the latest round is open
+ * @property {Map<string, string>} drafts  tasks typed and not sent yet, by `draftKey`
+ * @property {Map<string, boolean>} open  which of a paused step's messages the user opened or closed
+ * @property {{step: string, state: string} | null} busy  an action sent on a step (by `stepKey`): its buttons
+ *   stay disabled until that step or the run changes (`actionState`), or Python refuses the action
  */
 
 /** @typedef {import("./types.js").OutgoingMessage} OutgoingMessage */
+/** @typedef {import("./detail.js").DetailActions} DetailActions */
+
+/** The buttons of a step's actions that send its (perhaps edited) task: they need one. */
+const TASK_ACTIONS = ".dagmagic-rerun, .dagmagic-continue, .dagmagic-step";
+const ACTIONS = `${TASK_ACTIONS}, .dagmagic-skip`;
+
+/**
+ * @param {number} round
+ * @param {string} step
+ */
+const stepKey = (round, step) => JSON.stringify([round, step]);
 
 /**
  * @param {{signal: AbortSignal, redraw: () => void, send: (msg: OutgoingMessage) => void}} options
@@ -26,23 +43,69 @@ import { isLive } from "./state.js";
 export function createRounds({ signal, redraw, send }) {
   const el = h("div", { class: "dagmagic-rounds" });
   /** @type {RoundsView} */
-  const view = { selected: null, expanded: new Map() };
+  const view = {
+    selected: null,
+    auto: null,
+    dismissed: new Set(),
+    expanded: new Map(),
+    drafts: new Map(),
+    open: new Map(),
+    busy: null,
+  };
   /** @type {Map<number, {sig: string, el: HTMLElement}>} */
   const cache = new Map();
   let latest = -1;
+  /** @type {Traits | null} */
+  let last = null;
 
   /** @param {number} index */
   const isExpanded = (index) => view.expanded.get(index) ?? index === latest;
+
+  /** The step whose detail shows: the user's choice, else a paused step. */
+  const shown = () => view.selected ?? view.auto;
+
+  /** Closes the detail; a paused step opened for the user stays closed. */
+  function closeDetail() {
+    if (!view.selected && view.auto) view.dismissed.add(stepKey(view.auto.round, view.auto.step));
+    view.selected = null;
+  }
 
   /**
    * @param {number} round
    * @param {string} step
    */
   function toggleSelection(round, step) {
-    const same = view.selected && view.selected.round === round && view.selected.step === step;
-    view.selected = same ? null : { round, step };
+    const current = shown();
+    const same = current && current.round === round && current.step === step;
+    if (same) closeDetail();
+    else view.selected = { round, step };
     if (!same) view.expanded.set(round, true);
     redraw();
+  }
+
+  /**
+   * A step's action (re-run; continue, step or skip a paused step), with its task when the user edited it.
+   * @param {number} round
+   * @param {HTMLButtonElement} button
+   */
+  function act(round, button) {
+    const step = String(button.closest(".dagmagic-detail")?.getAttribute("data-step-id"));
+    const node = last?.rounds.find((r) => r.index === round)?.nodes.find((n) => n.id === step);
+    const box = button.closest(".dagmagic-rerun-box, .dagmagic-paused");
+    if (!last || !node || !box || button.disabled) return;
+    const typed = box.querySelector("textarea")?.value.trim() ?? "";
+    const task = !typed || typed === node.task.trim() ? null : typed;
+    const cls = button.classList;
+    send(
+      cls.contains("dagmagic-rerun")
+        ? { type: "rerun", step, task }
+        : cls.contains("dagmagic-skip")
+          ? { type: "skip", step }
+          : { type: cls.contains("dagmagic-step") ? "step" : "continue", step, task },
+    );
+    view.busy = { step: stepKey(round, step), state: actionState(last, round, step) };
+    for (const b of box.querySelectorAll(ACTIONS)) /** @type {HTMLButtonElement} */ (b).disabled = true;
+    cache.delete(round); // drawn without the busy buttons: the next redraw (or a refusal) redraws it
   }
 
   el.addEventListener(
@@ -55,6 +118,7 @@ export function createRounds({ signal, redraw, send }) {
       const toggle = target.closest(".dagmagic-round-toggle");
       const node = target.closest(".dagmagic-node");
       const dep = target.closest("[data-goto-step]");
+      const action = target.closest(ACTIONS);
       if (toggle) {
         view.expanded.set(round, !isExpanded(round));
         redraw();
@@ -62,8 +126,10 @@ export function createRounds({ signal, redraw, send }) {
         const detail = target.closest(".dagmagic-detail");
         send({ type: "retry_now", step: String(detail?.getAttribute("data-step-id")) });
         /** @type {HTMLButtonElement} */ (target.closest(".dagmagic-retry-now")).disabled = true;
+      } else if (action) {
+        act(round, /** @type {HTMLButtonElement} */ (action));
       } else if (target.closest(".dagmagic-detail-close")) {
-        view.selected = null;
+        closeDetail();
         redraw();
       } else if (dep) {
         view.selected = {
@@ -91,24 +157,114 @@ export function createRounds({ signal, redraw, send }) {
     },
     { signal },
   );
+  // A task typed in a step's detail is kept (redraws rebuild the detail while other steps run), and a task
+  // cleared to nothing cannot be sent.
+  el.addEventListener(
+    "input",
+    (event) => {
+      const target = event.target;
+      if (!(target instanceof HTMLTextAreaElement)) return;
+      const key = target.getAttribute("data-draft");
+      if (!key) return;
+      view.drafts.set(key, target.value);
+      const detail = target.closest(".dagmagic-detail");
+      const round = Number(target.closest(".dagmagic-round")?.getAttribute("data-round"));
+      const busy = view.busy?.step === stepKey(round, String(detail?.getAttribute("data-step-id")));
+      const box = target.closest(".dagmagic-rerun-box, .dagmagic-paused");
+      for (const b of box?.querySelectorAll(TASK_ACTIONS) ?? []) {
+        /** @type {HTMLButtonElement} */ (b).disabled = busy || !target.value.trim();
+      }
+    },
+    { signal },
+  );
+  // Which of a paused step's messages are open (toggle does not bubble: listen as it goes down).
+  el.addEventListener(
+    "toggle",
+    (event) => {
+      const target = event.target;
+      const key = target instanceof HTMLDetailsElement && target.getAttribute("data-open-key");
+      if (key) view.open.set(key, target.open);
+    },
+    { signal, capture: true },
+  );
+
+  /**
+   * Forgets what no longer applies: drafts and open messages of steps no longer paused (or re-runnable), a
+   * sent action once its step or the run changed.
+   * @param {Traits} state
+   */
+  function prune(state) {
+    /** @type {Set<string>} */
+    const paused = new Set();
+    /** @type {Set<string>} */
+    const drafts = new Set();
+    state.rounds.forEach((round, i) => {
+      const rerunnable = state.can_rerun && i === state.rounds.length - 1;
+      for (const node of round.nodes) {
+        if (node.status === "paused") {
+          paused.add(stepKey(round.index, node.id));
+          drafts.add(draftKey("paused", round.index, node.id));
+        }
+        if (rerunnable) drafts.add(draftKey("rerun", round.index, node.id));
+      }
+    });
+    for (const key of view.drafts.keys()) if (!drafts.has(key)) view.drafts.delete(key);
+    for (const key of view.dismissed) if (!paused.has(key)) view.dismissed.delete(key);
+    for (const key of view.open.keys()) {
+      const [round, step] = JSON.parse(key);
+      if (!paused.has(stepKey(round, step))) view.open.delete(key);
+    }
+    if (view.busy) {
+      const [round, step] = JSON.parse(view.busy.step);
+      if (actionState(state, round, step) !== view.busy.state) view.busy = null;
+    }
+  }
+
+  /** Python refused the last action: its buttons work again. */
+  function actionFailed() {
+    if (!view.busy) return;
+    view.busy = null;
+    redraw();
+  }
 
   /**
    * @param {Traits} state
    */
   function update(state) {
+    last = state;
     latest = state.rounds.length ? state.rounds[state.rounds.length - 1].index : -1;
+    prune(state);
+    view.auto = view.selected ? null : pausedStep(state, view.dismissed);
     const focused = focusedNode(el);
+    const typing = focusedDraft(el);
+    const current = shown();
     const sections = state.rounds.map((round) => {
       const expanded = isExpanded(round.index);
-      const selected = view.selected?.round === round.index ? view.selected.step : null;
+      const selected = current?.round === round.index ? current.step : null;
       const live = expanded && round.nodes.some(isLive);
       const isLatest = round.index === latest;
+      const busy = view.busy && selected !== null && view.busy.step === stepKey(round.index, selected);
       // Everything the section shows: the round, its view state, the clock while steps run, and for the latest
-      // round the run status (it decides whether a missing verdict is still coming).
-      const sig = JSON.stringify([round, expanded, selected, live ? state.now : 0, isLatest && state.status]);
+      // round the run status (it decides whether a missing verdict is still coming) and whether it can re-run.
+      const sig = JSON.stringify([
+        round,
+        expanded,
+        selected,
+        live ? state.now : 0,
+        isLatest && state.status,
+        isLatest && state.can_rerun,
+        busy,
+      ]);
       const cached = cache.get(round.index);
       if (cached && cached.sig === sig) return cached.el;
-      const section = renderRound(round, state, expanded, selected, isLatest);
+      /** @type {DetailActions} */
+      const actions = {
+        rerun: isLatest && state.can_rerun,
+        busy: Boolean(busy),
+        draft: (key) => view.drafts.get(key),
+        messageOpen: (key) => view.open.get(key),
+      };
+      const section = renderRound(round, state, expanded, selected, isLatest, actions);
       cache.set(round.index, { sig, el: section });
       return section;
     });
@@ -128,9 +284,63 @@ export function createRounds({ signal, redraw, send }) {
       );
       if (again && again !== document.activeElement) /** @type {SVGElement} */ (again).focus?.();
     }
+    if (typing) {
+      const again = [...el.querySelectorAll("textarea[data-draft]")].find(
+        (t) => t.getAttribute("data-draft") === typing.key,
+      );
+      if (again instanceof HTMLTextAreaElement && again !== document.activeElement) {
+        again.focus();
+        again.setSelectionRange(typing.start, typing.end, typing.direction);
+        again.scrollTop = typing.scroll;
+      }
+    }
   }
 
-  return { el, update, view };
+  return { el, update, view, actionFailed };
+}
+
+/**
+ * What decides whether a step's sent action took effect: the run's status and whether it can re-run, the
+ * number of rounds, and the step itself.
+ * @param {Traits} state
+ * @param {number} round
+ * @param {string} step
+ */
+function actionState(state, round, step) {
+  const node = state.rounds.find((r) => r.index === round)?.nodes.find((n) => n.id === step);
+  return JSON.stringify([state.status, state.can_rerun, state.rounds.length, node ?? null]);
+}
+
+/**
+ * The first paused step (of the latest round first) whose detail the user did not close.
+ * @param {Traits} state
+ * @param {Set<string>} dismissed
+ * @returns {{round: number, step: string} | null}
+ */
+function pausedStep(state, dismissed) {
+  for (const round of [...state.rounds].reverse()) {
+    const node = round.nodes.find((n) => n.status === "paused" && !dismissed.has(stepKey(round.index, n.id)));
+    if (node) return { round: round.index, step: node.id };
+  }
+  return null;
+}
+
+/**
+ * The task box the user is typing in, with the caret, so they keep both across a redraw.
+ * @param {HTMLElement} root
+ */
+function focusedDraft(root) {
+  const active = document.activeElement;
+  if (!(active instanceof HTMLTextAreaElement) || !root.contains(active)) return null;
+  const key = active.getAttribute("data-draft");
+  if (!key) return null;
+  return {
+    key,
+    start: active.selectionStart,
+    end: active.selectionEnd,
+    direction: active.selectionDirection,
+    scroll: active.scrollTop,
+  };
 }
 
 /**
@@ -157,8 +367,9 @@ function CSS_escape(value) {
  * @param {boolean} expanded
  * @param {string | null} selected
  * @param {boolean} isLatest
+ * @param {DetailActions} actions  for the selected step's detail
  */
-function renderRound(round, state, expanded, selected, isLatest) {
+function renderRound(round, state, expanded, selected, isLatest, actions) {
   const body = expanded
     ? h("div", { class: "dagmagic-round-body" }, [
         round.error && h("div", { class: "dagmagic-round-error", role: "alert" }, [round.error]),
@@ -172,7 +383,8 @@ function renderRound(round, state, expanded, selected, isLatest) {
         round.nodes.length
           ? h("div", { class: "dagmagic-graph-wrap" }, [renderGraph(round, state.now, selected)])
           : h("div", { class: "dagmagic-muted" }, ["No steps."]),
-        selectedDetail(round, state, selected),
+        renderDiff(round, state.rounds),
+        selectedDetail(round, state, selected, actions),
         renderVerdict(round, isLatest && state.status === "running"),
       ])
     : null;
@@ -183,6 +395,10 @@ function renderRound(round, state, expanded, selected, isLatest) {
       h("button", { type: "button", class: "dagmagic-round-toggle", "aria-expanded": expanded ? "true" : "false" }, [
         h("span", { class: "dagmagic-caret", "aria-hidden": "true" }, [expanded ? "▾" : "▸"]),
         h("span", { class: "dagmagic-round-title" }, [`Round ${round.index}`]),
+        round.rerun_of !== null &&
+          h("span", { class: "dagmagic-rerun-label" }, [
+            `re-run of round ${round.rerun_of}${round.rerun_step ? ` (${round.rerun_step})` : ""}`,
+          ]),
         h("span", { class: "dagmagic-round-summary" }, [roundSummary(round)]),
       ]),
       body,
@@ -194,10 +410,51 @@ function renderRound(round, state, expanded, selected, isLatest) {
  * @param {Round} round
  * @param {Traits} state
  * @param {string | null} selected
+ * @param {DetailActions} actions
  */
-function selectedDetail(round, state, selected) {
+function selectedDetail(round, state, selected, actions) {
   const node = selected === null ? undefined : round.nodes.find((n) => n.id === selected);
-  return node ? renderDetail(node, round, state.rounds, state.now) : null;
+  return node ? renderDetail(node, round, state.rounds, state.now, actions) : null;
+}
+
+/**
+ * A re-run round: which steps differ from the round it re-ran ("s2 changed: task, result", "s5 added").
+ * @param {Round} round
+ * @param {Round[]} rounds  to make each step clickable where it exists
+ */
+function renderDiff(round, rounds) {
+  const before = round.rerun_of;
+  if (before === null || round.diff === null) return null;
+  const items = round.diff.map((entry) => {
+    const where = entry.change === "removed" ? before : round.index;
+    const exists = rounds.some((r) => r.index === where && r.nodes.some((n) => n.id === entry.id));
+    const what =
+      entry.change === "changed" && entry.fields.length ? ` changed: ${entry.fields.join(", ")}` : ` ${entry.change}`;
+    return h("li", { "data-step-id": entry.id, "data-change": entry.change }, [
+      exists
+        ? h(
+            "button",
+            {
+              type: "button",
+              class: "dagmagic-dep",
+              "data-goto-round": where,
+              "data-goto-step": entry.id,
+              title: where === round.index ? `Show step ${entry.id}` : `Show step ${entry.id} of round ${where}`,
+            },
+            [entry.id],
+          )
+        : entry.id,
+      what,
+    ]);
+  });
+  return h("div", { class: "dagmagic-diff-wrap" }, [
+    h("div", { class: "dagmagic-label" }, [`Compared with round ${before}`]),
+    h(
+      "ul",
+      { class: "dagmagic-diff", "aria-label": `What changed since round ${before}` },
+      items.length ? items : [h("li", { class: "dagmagic-muted" }, ["No step changed"])],
+    ),
+  ]);
 }
 
 /**
@@ -209,7 +466,15 @@ function roundSummary(round) {
   const counts = {};
   for (const n of round.nodes) counts[n.status] = (counts[n.status] ?? 0) + 1;
   const parts = [`${round.nodes.length} step${round.nodes.length === 1 ? "" : "s"}`];
-  for (const status of /** @type {const} */ (["completed", "running", "retrying", "failed", "skipped", "cancelled"])) {
+  for (const status of /** @type {const} */ ([
+    "completed",
+    "running",
+    "retrying",
+    "paused",
+    "failed",
+    "skipped",
+    "cancelled",
+  ])) {
     if (counts[status]) parts.push(`${counts[status]} ${STATUS_GLYPH[status]}`);
   }
   if (round.analysis)
@@ -226,7 +491,7 @@ function roundSummary(round) {
 function renderVerdict(round, pending) {
   const { analysis, decision } = round;
   if (!analysis && !decision) {
-    const busy = round.nodes.some((n) => isLive(n) || n.status === "pending");
+    const busy = round.nodes.some((n) => isLive(n) || n.status === "pending" || n.status === "paused");
     return pending && !busy ? h("div", { class: "dagmagic-verdict dagmagic-muted" }, ["Judging the round…"]) : null;
   }
   return h(

@@ -7,6 +7,7 @@ import { num } from "./format.js";
 /** @typedef {import("./types.js").Model} Model */
 /** @typedef {import("./types.js").DagNode} DagNode */
 /** @typedef {import("./types.js").Round} Round */
+/** @typedef {import("./types.js").StepDiff} StepDiff */
 
 /** The traits whose changes redraw something. */
 export const TRAITS = /** @type {const} */ ([
@@ -18,6 +19,7 @@ export const TRAITS = /** @type {const} */ ([
   "answer_fallback",
   "answer_partial",
   "resumable",
+  "can_rerun",
   "usage",
   "rounds",
   "calls",
@@ -67,6 +69,7 @@ export function readState(model) {
     answer_fallback: Boolean(get(model, "answer_fallback")),
     answer_partial: Boolean(get(model, "answer_partial")),
     resumable: Boolean(get(model, "resumable")),
+    can_rerun: Boolean(get(model, "can_rerun")),
     usage: {
       input_tokens: num(usage.input_tokens) ?? 0,
       output_tokens: num(usage.output_tokens) ?? 0,
@@ -97,7 +100,34 @@ function normalizeRound(round, position) {
     edges: list(r.edges),
     analysis: r.analysis ?? null,
     decision: r.decision ?? null,
+    rerun_of: num(r.rerun_of),
+    rerun_step: optionalText(r.rerun_step),
+    approval: APPROVALS.includes(r.approval) ? r.approval : null,
+    diff: Array.isArray(r.diff) ? r.diff.map(normalizeDiff) : null,
   };
+}
+
+const APPROVALS = ["pending", "approved", "rejected"];
+
+/**
+ * @param {any} entry
+ * @returns {StepDiff}
+ */
+function normalizeDiff(entry) {
+  const d = entry ?? {};
+  return {
+    id: String(d.id ?? "?"),
+    change: d.change ?? "changed",
+    fields: /** @type {StepDiff["fields"]} */ (list(d.fields).map(String)),
+  };
+}
+
+/**
+ * @param {unknown} value
+ * @returns {string | null}
+ */
+function optionalText(value) {
+  return value === null || value === undefined || value === "" ? null : String(value);
 }
 
 /**
@@ -115,6 +145,15 @@ function normalizeNode(node) {
     tool_calls: list(n.tool_calls),
     warnings: list(n.warnings).map(String),
     attempts: num(n.attempts) ?? 0,
+    tool_hint: optionalText(n.tool_hint),
+    model_hint: optionalText(n.model_hint),
+    paused_messages: Array.isArray(n.paused_messages)
+      ? n.paused_messages.map((/** @type {any} */ m) => ({
+          role: String(m?.role ?? "?"),
+          content: String(m?.content ?? ""),
+        }))
+      : null,
+    paused_tools: list(n.paused_tools).map(String),
   };
 }
 

@@ -1,7 +1,10 @@
 // The state contract synced from Python (traits), as JSDoc types. Nothing here runs.
 
 /** @typedef {"running" | "done" | "failed" | "cancelled"} RunStatus */
-/** @typedef {"pending" | "queued" | "running" | "retrying" | "completed" | "failed" | "skipped" | "cancelled"} StepStatus */
+/**
+ * paused: stopped at a breakpoint, before it runs (its `paused_messages` and `paused_tools` say what it is about to do)
+ * @typedef {"pending" | "queued" | "running" | "retrying" | "paused" | "completed" | "failed" | "skipped" | "cancelled"} StepStatus
+ */
 
 /**
  * @typedef {object} ToolCall
@@ -38,7 +41,11 @@
  * @property {number | null} cost
  * @property {ToolCall[]} tool_calls
  * @property {string[]} warnings  what to know about its result (e.g. citations not verified)
+ * @property {PausedMessage[] | null} paused_messages  while paused: the exact messages it is about to send
+ * @property {string[]} paused_tools  while paused: the names of the tools it will be offered
  */
+
+/** @typedef {{role: string, content: string}} PausedMessage */
 
 /**
  * @typedef {object} DagEdge  from the bottom centre of the source to the top centre of the target
@@ -53,6 +60,16 @@
 /** @typedef {{achieved: boolean, confidence: number, reasoning: string}} Analysis */
 /** @typedef {{action: "synthesize" | "replan" | "stop", reason: string}} Decision */
 
+/** @typedef {"pending" | "approved" | "rejected"} Approval */
+/** @typedef {"task" | "result" | "status" | "dependencies" | "model"} DiffField */
+
+/**
+ * @typedef {object} StepDiff  how a re-run round's step differs from the round it re-ran
+ * @property {string} id
+ * @property {"added" | "removed" | "changed"} change
+ * @property {DiffField[]} fields  what changed (empty unless `change` is "changed")
+ */
+
 /**
  * @typedef {object} Round
  * @property {number} index
@@ -64,6 +81,10 @@
  * @property {DagEdge[]} edges
  * @property {Analysis | null} analysis
  * @property {Decision | null} decision
+ * @property {number | null} rerun_of  a re-run round: the round whose step it re-ran
+ * @property {string | null} rerun_step  ...and that step's id
+ * @property {Approval | null} approval  the plan's approval, when the run asks for one
+ * @property {StepDiff[] | null} diff  a re-run round: what differs from round `rerun_of`
  */
 
 /**
@@ -85,7 +106,10 @@
 
 /** @typedef {{input_tokens: number, output_tokens: number, requests: number, cost: number | null}} Usage */
 
-/** @typedef {"starting" | "planning" | "executing" | "analyzing" | "synthesizing" | "finished"} RunPhase */
+/**
+ * @typedef {"starting" | "planning" | "awaiting_approval" | "executing" | "analyzing" | "synthesizing" | "finished"}
+ *   RunPhase
+ */
 
 /**
  * @typedef {object} Traits
@@ -98,6 +122,7 @@
  * @property {boolean} answer_fallback
  * @property {boolean} answer_partial  the user stopped the run: the answer covers what completed
  * @property {boolean} resumable  the run did not end (its kernel died, it was cancelled): it can be resumed
+ * @property {boolean} can_rerun  the run ended and a step of its latest round can be re-run here
  * @property {Usage} usage
  * @property {Round[]} rounds
  * @property {CallRecord[]} calls
@@ -108,8 +133,24 @@
 /** @typedef {import("@anywidget/types").AnyModel<Traits>} Model */
 
 /**
+ * A step of a plan the user edited before approving it.
+ * @typedef {object} PlanStep
+ * @property {string} id
+ * @property {string} task
+ * @property {string[]} dependencies
+ * @property {string | null} tool_hint
+ * @property {string | null} model_hint
+ */
+
+/**
+ * What the front end sends. A `task` of null keeps the step's task; a `plan` of null approves the plan unedited.
+ * Python answers a refused one with `{type: "error", message}`.
  * @typedef {{type: "stop"} | {type: "cancel"} | {type: "follow_up", text: string} | {type: "retry_now", step: string}
- *   | {type: "resume"} | {type: "restart"}} OutgoingMessage
+ *   | {type: "resume"} | {type: "restart"}
+ *   | {type: "rerun", step: string, task: string | null}
+ *   | {type: "approve", plan: {steps: PlanStep[]} | null} | {type: "reject", feedback: string}
+ *   | {type: "continue", step: string, task: string | null} | {type: "step", step: string, task: string | null}
+ *   | {type: "skip", step: string}} OutgoingMessage
  */
 
 export {};

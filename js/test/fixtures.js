@@ -312,3 +312,81 @@ export function sampleState() {
     now: T1 + 5,
   };
 }
+
+/** Round 2 stopped at a breakpoint: step c is paused, about to send two messages with two tools offered. */
+export function pausedState() {
+  const state = sampleState();
+  const c = state.rounds[1].nodes[2];
+  Object.assign(c, {
+    status: "paused",
+    started_at: null,
+    paused_messages: [
+      { role: "system", content: "You are one step of a plan. Answer the task; cite sources." },
+      { role: "user", content: 'Task: Compute the ratio\n\nContext from a: <img src=x onerror="alert(1)">' },
+    ],
+    paused_tools: ["web_search", "fetch_url"],
+  });
+  return state;
+}
+
+/** Round 2's plan waits for the user's approval: s1, then s2 (after s1) and s3 (after s1 and round 1's s1). */
+export function approvalState() {
+  const state = sampleState();
+  const deps = { s1: [], s2: ["s1"], s3: ["s1", "r1.s1"] };
+  const l = layOut([["s1"], ["s2", "s3"]], deps);
+  state.phase = "awaiting_approval";
+  state.rounds[0] = { ...state.rounds[0], rerun_of: null, rerun_step: null, approval: "approved", diff: null };
+  state.rounds[1] = {
+    index: 2,
+    error: null,
+    warnings: [],
+    width: l.width,
+    height: l.height,
+    nodes: [
+      node("s1", { ...l.boxes.s1, task: "Find Germany's population", tool_hint: "web_search" }),
+      node("s2", { ...l.boxes.s2, task: "Compare it with France's", dependencies: deps.s2, model_hint: "fast" }),
+      node("s3", { ...l.boxes.s3, task: "Explain the trend", dependencies: deps.s3 }),
+    ],
+    edges: l.edges,
+    analysis: null,
+    decision: null,
+    rerun_of: null,
+    rerun_step: null,
+    approval: "pending",
+    diff: null,
+  };
+  return state;
+}
+
+/** An ended run that can re-run a step; its round 3 re-ran step c of round 2. */
+export function rerunState() {
+  const state = sampleState();
+  const round2 = state.rounds[1];
+  for (const n of round2.nodes) {
+    Object.assign(n, { status: "completed", completed_at: n.completed_at ?? T0 + 30, result: `Result of ${n.id}` });
+    delete n.retry_at;
+  }
+  round2.analysis = { achieved: true, confidence: 0.8, reasoning: "Both populations are there." };
+  round2.decision = { action: "synthesize", reason: "Done." };
+  const round3 = {
+    ...structuredClone(round2),
+    index: 3,
+    rerun_of: 2,
+    rerun_step: "c",
+    approval: null,
+    diff: [
+      { id: "c", change: "changed", fields: ["task", "result"] },
+      { id: "e", change: "changed", fields: ["result"] },
+      { id: "f", change: "added", fields: [] },
+    ],
+  };
+  round3.nodes[2].task = "Compute the ratio, to two decimals";
+  return {
+    ...state,
+    status: "done",
+    phase: "finished",
+    can_rerun: true,
+    answer: "Germany has about 1.24 times as many people.",
+    rounds: [state.rounds[0], round2, round3],
+  };
+}

@@ -1,6 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import widget from "../src/index.js";
-import { fakeModel, nextRedraw, sampleState } from "./fixtures.js";
+import { approvalState, fakeModel, nextRedraw, pausedState, rerunState, sampleState } from "./fixtures.js";
 
 /** @type {Array<() => void>} */
 let cleanups = [];
@@ -640,4 +640,415 @@ describe("lifecycle", () => {
 
 beforeEach(() => {
   vi.useRealTimers();
+});
+
+/**
+ * Types into a text box the way a user does: the value, then an input event.
+ * @param {Element | null} field
+ * @param {string} value
+ */
+function type(field, value) {
+  const box = /** @type {HTMLInputElement | HTMLTextAreaElement} */ (field);
+  box.value = value;
+  box.dispatchEvent(new Event("input", { bubbles: true }));
+}
+
+/**
+ * @param {Element} el
+ * @param {string} selector
+ */
+function buttonAt(el, selector) {
+  const found = el.querySelector(selector);
+  if (!(found instanceof HTMLButtonElement)) throw new Error(`no button ${selector}`);
+  return found;
+}
+
+/**
+ * @param {Element} el
+ * @param {string} selector
+ */
+function fieldAt(el, selector) {
+  const found = el.querySelector(selector);
+  if (!(found instanceof HTMLTextAreaElement || found instanceof HTMLInputElement)) throw new Error(`no ${selector}`);
+  return found;
+}
+
+describe("re-run a step", () => {
+  it("offers a re-run of the latest round's steps once the run ended, with the task unless it was edited", async () => {
+    const { el, model } = mount(rerunState());
+    click(nodeEl(el, "c", 3));
+    await nextRedraw();
+    const task = fieldAt(el, ".dagmagic-detail .dagmagic-rerun-task");
+    expect(task.value).toBe("Compute the ratio, to two decimals");
+    const rerun = buttonAt(el, ".dagmagic-detail .dagmagic-rerun");
+    expect(rerun.textContent).toBe("Re-run this step");
+    rerun.click();
+    expect(model.send).toHaveBeenLastCalledWith({ type: "rerun", step: "c", task: null });
+    expect(rerun.disabled).toBe(true); // until the state changes
+    rerun.click();
+    expect(model.send).toHaveBeenCalledTimes(1);
+
+    model.set("status", "running"); // Python took it: the run runs again...
+    model.set("can_rerun", false);
+    await nextRedraw();
+    expect(el.querySelector(".dagmagic-rerun")).toBeNull(); // ...and nothing can be re-run meanwhile
+    model.set("status", "done");
+    model.set("can_rerun", true);
+    await nextRedraw();
+    expect(buttonAt(el, ".dagmagic-detail .dagmagic-rerun").disabled).toBe(false);
+  });
+
+  it("sends an edited task, kept across redraws while it is typed", async () => {
+    const { el, model } = mount(rerunState());
+    click(nodeEl(el, "b", 3));
+    await nextRedraw();
+    const task = fieldAt(el, ".dagmagic-rerun-task");
+    task.focus();
+    type(task, "  Look up France's 2023 population  ");
+    task.setSelectionRange(4, 8);
+    const rounds = structuredClone(model.get("rounds"));
+    rounds[2].nodes[1].output_tokens = 99; // a sync rebuilds the detail
+    model.set("rounds", rounds);
+    await nextRedraw();
+    const again = fieldAt(el, ".dagmagic-rerun-task");
+    expect(again).not.toBe(task);
+    expect(again.value).toBe("  Look up France's 2023 population  ");
+    expect(document.activeElement).toBe(again); // the user keeps typing where they were
+    expect([again.selectionStart, again.selectionEnd]).toEqual([4, 8]);
+
+    type(again, "   ");
+    expect(buttonAt(el, ".dagmagic-rerun").disabled).toBe(true); // no task to run
+    type(again, "  Look up France's 2023 population  ");
+    buttonAt(el, ".dagmagic-rerun").click();
+    expect(model.send).toHaveBeenLastCalledWith({ type: "rerun", step: "b", task: "Look up France's 2023 population" });
+  });
+
+  it("lets the user try again when Python refuses", async () => {
+    vi.spyOn(console, "warn").mockImplementation(() => {});
+    const { el, model } = mount(rerunState());
+    click(nodeEl(el, "a", 3));
+    await nextRedraw();
+    buttonAt(el, ".dagmagic-rerun").click();
+    expect(buttonAt(el, ".dagmagic-rerun").disabled).toBe(true);
+    model.receive({ type: "error", message: "this run was not started here, so it cannot re-run a step" });
+    await nextRedraw();
+    expect(el.querySelector(".dagmagic-message-text")?.textContent).toContain("cannot re-run a step");
+    expect(buttonAt(el, ".dagmagic-rerun").disabled).toBe(false);
+  });
+
+  it("offers no re-run in an earlier round, nor while the run cannot re-run", async () => {
+    const { el, model } = mount(rerunState());
+    click(/** @type {Element} */ (el.querySelector('.dagmagic-round[data-round="2"] .dagmagic-round-toggle')));
+    await nextRedraw();
+    click(nodeEl(el, "c", 2));
+    await nextRedraw();
+    expect(el.querySelector(".dagmagic-detail")?.getAttribute("data-step-id")).toBe("c");
+    expect(el.querySelector(".dagmagic-rerun-task, .dagmagic-rerun")).toBeNull();
+    click(nodeEl(el, "c", 3));
+    await nextRedraw();
+    expect(el.querySelector(".dagmagic-rerun")).not.toBeNull();
+    model.set("can_rerun", false);
+    await nextRedraw();
+    expect(el.querySelector(".dagmagic-detail")?.getAttribute("data-step-id")).toBe("c");
+    expect(el.querySelector(".dagmagic-rerun")).toBeNull();
+  });
+
+  it("labels a re-run round and lists what changed from the round it re-ran", async () => {
+    const state = rerunState();
+    const { el, model } = mount(state);
+    const round3 = /** @type {Element} */ (el.querySelector('.dagmagic-round[data-round="3"]'));
+    expect(round3.querySelector(".dagmagic-round-toggle .dagmagic-rerun-label")?.textContent).toBe(
+      "re-run of round 2 (c)",
+    );
+    expect(el.querySelector('.dagmagic-round[data-round="2"] .dagmagic-rerun-label')).toBeNull();
+    const items = [...round3.querySelectorAll(".dagmagic-diff li")];
+    expect(items.map((li) => [li.getAttribute("data-step-id"), li.textContent])).toEqual([
+      ["c", "c changed: task, result"],
+      ["e", "e changed: result"],
+      ["f", "f added"],
+    ]);
+    // below the graph
+    const graph = /** @type {Element} */ (round3.querySelector(".dagmagic-graph-wrap"));
+    expect(graph.compareDocumentPosition(/** @type {Element} */ (round3.querySelector(".dagmagic-diff")))).toBe(
+      Node.DOCUMENT_POSITION_FOLLOWING,
+    );
+    click(/** @type {Element} */ (items[0].querySelector("[data-goto-step]"))); // a step that exists opens
+    await nextRedraw();
+    expect(el.querySelector('.dagmagic-round[data-round="3"] .dagmagic-detail')?.getAttribute("data-step-id")).toBe(
+      "c",
+    );
+
+    const rounds = structuredClone(model.get("rounds"));
+    rounds[2].diff = [];
+    model.set("rounds", rounds);
+    await nextRedraw();
+    expect(el.querySelector('.dagmagic-round[data-round="3"] .dagmagic-diff')?.textContent).toBe("No step changed");
+  });
+});
+
+describe("plan approval", () => {
+  /** @param {Element} el */
+  const rows = (el) => [...el.querySelectorAll(".dagmagic-approval .dagmagic-approval-step")];
+
+  it("shows the waiting plan's steps for editing above its graph, and says so in the header", () => {
+    const { el } = mount(approvalState());
+    expect(el.querySelector(".dagmagic-status")?.textContent).toBe("waiting for your approval…");
+    const panel = /** @type {HTMLElement} */ (el.querySelector(".dagmagic-approval"));
+    expect(panel.hidden).toBe(false);
+    expect(panel.querySelector("h3")?.textContent).toBe("This plan waits for your approval");
+    expect(
+      rows(el).map((row) => [
+        row.getAttribute("data-step-id"),
+        fieldAt(row, ".dagmagic-approval-id").readOnly,
+        fieldAt(row, ".dagmagic-approval-task").value,
+        fieldAt(row, ".dagmagic-approval-deps").value,
+        fieldAt(row, ".dagmagic-approval-tool").value,
+        fieldAt(row, ".dagmagic-approval-model").value,
+      ]),
+    ).toEqual([
+      ["s1", true, "Find Germany's population", "", "web_search", ""],
+      ["s2", true, "Compare it with France's", "s1", "", "fast"],
+      ["s3", true, "Explain the trend", "s1, r1.s1", "", ""],
+    ]);
+    expect(el.querySelectorAll('.dagmagic-round[data-round="2"] .dagmagic-node').length).toBe(3); // drawn as usual
+  });
+
+  it("approves the plan as it is with no plan", async () => {
+    const { el, model } = mount(approvalState());
+    const approve = buttonAt(el, ".dagmagic-approve");
+    approve.click();
+    expect(model.send).toHaveBeenLastCalledWith({ type: "approve", plan: null });
+    expect(approve.disabled).toBe(true);
+    model.set("phase", "executing");
+    const rounds = structuredClone(model.get("rounds"));
+    rounds[1].approval = "approved";
+    model.set("rounds", rounds);
+    await nextRedraw();
+    expect(/** @type {HTMLElement} */ (el.querySelector(".dagmagic-approval")).hidden).toBe(true);
+  });
+
+  it("sends the whole edited plan: a task changed, a step removed, one added", async () => {
+    const { el, model } = mount(approvalState());
+    type(rows(el)[1].querySelector(".dagmagic-approval-task"), "Compare it with France's, per capita ");
+    click(/** @type {Element} */ (rows(el)[2].querySelector(".dagmagic-approval-remove")));
+    click(buttonAt(el, ".dagmagic-approval-add"));
+    const added = rows(el)[2];
+    expect(added.getAttribute("data-step-id")).toBe("s4"); // s3 was the plan's: not reused
+    expect(fieldAt(added, ".dagmagic-approval-id").readOnly).toBe(false);
+    expect(buttonAt(el, ".dagmagic-approve").disabled).toBe(true); // the new step has no task yet
+    expect(el.querySelector(".dagmagic-approval-note")?.textContent).toBe("Step s4 has no task.");
+    type(added.querySelector(".dagmagic-approval-id"), "s9");
+    expect(added.getAttribute("data-step-id")).toBe("s9");
+    type(added.querySelector(".dagmagic-approval-task"), "Chart both");
+    type(added.querySelector(".dagmagic-approval-deps"), " s1, s2 ,, ");
+    type(added.querySelector(".dagmagic-approval-model"), " strong ");
+    expect(buttonAt(el, ".dagmagic-approve").disabled).toBe(false);
+    buttonAt(el, ".dagmagic-approve").click();
+    expect(model.send).toHaveBeenLastCalledWith({
+      type: "approve",
+      plan: {
+        steps: [
+          { id: "s1", task: "Find Germany's population", dependencies: [], tool_hint: "web_search", model_hint: null },
+          {
+            id: "s2",
+            task: "Compare it with France's, per capita",
+            dependencies: ["s1"],
+            tool_hint: null,
+            model_hint: "fast",
+          },
+          { id: "s9", task: "Chart both", dependencies: ["s1", "s2"], tool_hint: null, model_hint: "strong" },
+        ],
+      },
+    });
+  });
+
+  it("keeps the draft across syncs, resets it for another round, and re-enables after a refusal", async () => {
+    vi.spyOn(console, "warn").mockImplementation(() => {});
+    const { el, model } = mount(approvalState());
+    type(rows(el)[0].querySelector(".dagmagic-approval-task"), "Find Germany's population in 2024");
+    type(el.querySelector(".dagmagic-reject-feedback"), "draft feedback");
+    model.set("now", model.get("now") + 1);
+    model.set("rounds", structuredClone(model.get("rounds")));
+    await nextRedraw();
+    expect(fieldAt(rows(el)[0], ".dagmagic-approval-task").value).toBe("Find Germany's population in 2024");
+    expect(fieldAt(el, ".dagmagic-reject-feedback").value).toBe("draft feedback");
+
+    buttonAt(el, ".dagmagic-approve").click();
+    expect(buttonAt(el, ".dagmagic-approve").disabled).toBe(true);
+    model.receive({ type: "error", message: "step s1: the task is empty" });
+    expect(buttonAt(el, ".dagmagic-approve").disabled).toBe(false);
+
+    // the plan is rejected and round 3 waits: a fresh draft
+    const rounds = structuredClone(model.get("rounds"));
+    rounds[1].approval = "rejected";
+    rounds.push({ ...structuredClone(rounds[1]), index: 3, approval: "pending" });
+    model.set("rounds", rounds);
+    await nextRedraw();
+    expect(fieldAt(rows(el)[0], ".dagmagic-approval-task").value).toBe("Find Germany's population");
+    expect(fieldAt(el, ".dagmagic-reject-feedback").value).toBe("");
+  });
+
+  it("rejects only with feedback", async () => {
+    const { el, model } = mount(approvalState());
+    const reject = buttonAt(el, ".dagmagic-reject");
+    expect(reject.textContent).toBe("Reject and replan");
+    expect(reject.disabled).toBe(true);
+    type(el.querySelector(".dagmagic-reject-feedback"), "   ");
+    expect(reject.disabled).toBe(true);
+    reject.click();
+    expect(model.send).not.toHaveBeenCalled();
+    type(el.querySelector(".dagmagic-reject-feedback"), " Use Eurostat, not Wikipedia ");
+    expect(reject.disabled).toBe(false);
+    reject.click();
+    expect(model.send).toHaveBeenLastCalledWith({ type: "reject", feedback: "Use Eurostat, not Wikipedia" });
+    expect(reject.disabled).toBe(true);
+  });
+
+  it("shows no panel unless the latest round waits and the run is waiting", async () => {
+    const { el, model } = mount(approvalState());
+    model.set("phase", "planning");
+    await nextRedraw();
+    expect(/** @type {HTMLElement} */ (el.querySelector(".dagmagic-approval")).hidden).toBe(true);
+    const other = mount({ ...approvalState(), phase: "awaiting_approval" });
+    const rounds = structuredClone(other.model.get("rounds"));
+    rounds[1].approval = "approved";
+    other.model.set("rounds", rounds);
+    await nextRedraw();
+    expect(/** @type {HTMLElement} */ (other.el.querySelector(".dagmagic-approval")).hidden).toBe(true);
+    const ended = mount({ ...approvalState(), status: "cancelled" }); // a run that ended does not wait
+    expect(/** @type {HTMLElement} */ (ended.el.querySelector(".dagmagic-approval")).hidden).toBe(true);
+  });
+});
+
+describe("breakpoints", () => {
+  it("marks the paused step, opens its detail with what it is about to send, as text", () => {
+    const { el } = mount(pausedState());
+    const c = nodeEl(el, "c");
+    expect(c.getAttribute("data-status")).toBe("paused");
+    expect(c.querySelector(".dagmagic-node-id")?.textContent).toBe("⏸ c");
+    expect(el.querySelector('.dagmagic-round[data-round="2"] .dagmagic-round-summary')?.textContent).toBe(
+      "5 steps · 2 ✓ · 1 ↻ · 1 ⏸",
+    );
+    const detail = /** @type {Element} */ (el.querySelector(".dagmagic-detail"));
+    expect(detail.getAttribute("data-step-id")).toBe("c"); // nothing else was selected
+    const paused = /** @type {Element} */ (detail.querySelector(".dagmagic-paused"));
+    expect(paused.querySelector("h4")?.textContent).toBe("About to send");
+    const messages = /** @type {HTMLDetailsElement[]} */ ([
+      ...paused.querySelectorAll("details.dagmagic-paused-message"),
+    ]);
+    expect(messages.map((m) => m.getAttribute("data-role"))).toEqual(["system", "user"]);
+    expect(
+      messages.map((m) => m.querySelector("summary")?.textContent?.startsWith(m.getAttribute("data-role") ?? "?")),
+    ).toEqual([true, true]);
+    expect(messages[1].querySelector("pre")?.textContent).toBe(
+      'Task: Compute the ratio\n\nContext from a: <img src=x onerror="alert(1)">',
+    );
+    expect(paused.querySelector("img, [onerror]")).toBeNull();
+    expect(messages.map((m) => m.open)).toEqual([false, true]); // the task is what matters most
+    expect(paused.querySelector(".dagmagic-paused-tools")?.textContent).toBe("web_search, fetch_url");
+    expect(fieldAt(paused, ".dagmagic-paused-task").value).toBe("Compute the ratio of the two populations");
+    expect(["continue", "step", "skip"].map((cls) => buttonAt(paused, `.dagmagic-${cls}`).textContent)).toEqual([
+      "Continue",
+      "Step",
+      "Skip",
+    ]);
+  });
+
+  it("continues with the task unless edited, and waits for the next state", async () => {
+    const { el, model } = mount(pausedState());
+    buttonAt(el, ".dagmagic-continue").click();
+    expect(model.send).toHaveBeenLastCalledWith({ type: "continue", step: "c", task: null });
+    for (const cls of ["continue", "step", "skip"]) expect(buttonAt(el, `.dagmagic-${cls}`).disabled).toBe(true);
+    buttonAt(el, ".dagmagic-skip").click();
+    expect(model.send).toHaveBeenCalledTimes(1);
+    const rounds = structuredClone(model.get("rounds"));
+    Object.assign(rounds[1].nodes[2], { status: "running", started_at: model.get("now"), paused_messages: null });
+    model.set("rounds", rounds);
+    await nextRedraw();
+    expect(el.querySelector(".dagmagic-paused")).toBeNull();
+    expect(el.querySelector(".dagmagic-detail")).toBeNull(); // it was opened because it paused
+  });
+
+  it("steps with an edited task, and skips", async () => {
+    const first = mount(pausedState());
+    type(first.el.querySelector(".dagmagic-paused-task"), "Compute the ratio, Germany over France");
+    buttonAt(first.el, ".dagmagic-step").click();
+    expect(first.model.send).toHaveBeenLastCalledWith({
+      type: "step",
+      step: "c",
+      task: "Compute the ratio, Germany over France",
+    });
+    const second = mount(pausedState());
+    type(second.el.querySelector(".dagmagic-paused-task"), "");
+    expect(buttonAt(second.el, ".dagmagic-continue").disabled).toBe(true); // no task to run
+    expect(buttonAt(second.el, ".dagmagic-skip").disabled).toBe(false);
+    buttonAt(second.el, ".dagmagic-skip").click();
+    expect(second.model.send).toHaveBeenLastCalledWith({ type: "skip", step: "c" });
+  });
+
+  it("keeps the edited task and the opened messages while other steps run", async () => {
+    const { el, model } = mount(pausedState());
+    type(el.querySelector(".dagmagic-paused-task"), "edited");
+    const system = /** @type {HTMLDetailsElement} */ (el.querySelector('.dagmagic-paused-message[data-role="system"]'));
+    system.open = true;
+    await new Promise((resolve) => setTimeout(resolve, 0)); // the toggle event
+    const rounds = structuredClone(model.get("rounds"));
+    rounds[1].nodes[3].status = "running";
+    model.set("rounds", rounds);
+    model.set("now", model.get("now") + 0.5);
+    await nextRedraw();
+    expect(el.querySelector(".dagmagic-paused-message")).not.toBe(system); // rebuilt
+    expect(fieldAt(el, ".dagmagic-paused-task").value).toBe("edited");
+    const open = [...el.querySelectorAll(".dagmagic-paused-message")].map(
+      (m) => /** @type {HTMLDetailsElement} */ (m).open,
+    );
+    expect(open).toEqual([true, true]);
+  });
+
+  it("shows the user's own selection first, and a closed paused step stays closed", async () => {
+    const { el } = mount(pausedState());
+    click(nodeEl(el, "a"));
+    await nextRedraw();
+    expect(el.querySelector(".dagmagic-detail")?.getAttribute("data-step-id")).toBe("a");
+    click(/** @type {Element} */ (el.querySelector(".dagmagic-detail-close")));
+    await nextRedraw();
+    expect(el.querySelector(".dagmagic-detail")?.getAttribute("data-step-id")).toBe("c"); // back to the paused one
+    click(/** @type {Element} */ (el.querySelector(".dagmagic-detail-close")));
+    await nextRedraw();
+    expect(el.querySelector(".dagmagic-detail")).toBeNull();
+    click(nodeEl(el, "c"));
+    await nextRedraw();
+    expect(el.querySelector(".dagmagic-detail .dagmagic-paused")).not.toBeNull();
+  });
+
+  it("says when no tools are offered", () => {
+    const state = pausedState();
+    state.rounds[1].nodes[2].paused_tools = [];
+    const { el } = mount(state);
+    expect(el.querySelector(".dagmagic-paused-tools")?.textContent).toBe("no tools");
+  });
+});
+
+describe("older states", () => {
+  it("renders a state saved before re-runs, approvals and breakpoints", async () => {
+    const state = sampleState();
+    for (const round of state.rounds) {
+      for (const n of round.nodes) {
+        delete n.tool_hint;
+        delete n.model_hint;
+      }
+    }
+    const { el, model } = mount(state);
+    expect(el.querySelectorAll(".dagmagic-node").length).toBe(5);
+    expect(/** @type {HTMLElement} */ (el.querySelector(".dagmagic-approval")).hidden).toBe(true);
+    expect(el.querySelector(".dagmagic-rerun-label, .dagmagic-diff, .dagmagic-paused")).toBeNull();
+    expect(el.querySelector(".dagmagic-detail")).toBeNull(); // nothing paused: nothing opened
+    model.set("status", "done");
+    await nextRedraw();
+    click(nodeEl(el, "e"));
+    await nextRedraw();
+    expect(el.querySelector(".dagmagic-detail")?.getAttribute("data-step-id")).toBe("e");
+    expect(el.querySelector(".dagmagic-rerun")).toBeNull(); // no can_rerun: no re-run
+    expect(el.querySelector(".dagmagic-detail")?.textContent).not.toContain("Hints");
+  });
 });

@@ -19,7 +19,7 @@ from dagmagic.notebook.display import widget_for
 from dagmagic.notebook.magics import NO_MODEL_HELP
 from dagmagic.notebook.transformer import rewrite_dag_cell
 
-from .conftest import scripted
+from .conftest import TWO_STEPS, scripted
 
 INTERRUPT = """
 for _ in range(500):
@@ -185,8 +185,10 @@ def test_the_transformer_rewrites_only_dag_cells() -> None:
     assert rewrite_dag_cell(["x = 1\n"]) == ["x = 1\n"]
     assert rewrite_dag_cell(["%%dag?\n"]) == ["%%dag?\n"]
     assert rewrite_dag_cell(["%%dagger\n", "x\n"]) == ["%%dagger\n", "x\n"]
-    assert "run_dag_resume('abc --models m')" in rewrite_dag_cell(["%dag resume abc --models m\n"])[0]
-    assert "run_dag_resume('')" in rewrite_dag_cell(["%dag resume\n"])[0]
+    assert "run_dag_line('resume', 'abc --models m')" in rewrite_dag_cell(["%dag resume abc --models m\n"])[0]
+    assert "run_dag_line('resume', '')" in rewrite_dag_cell(["%dag resume\n"])[0]
+    assert "run_dag_line('rerun', 's2 --task \"x y\"')" in rewrite_dag_cell(['%dag rerun s2 --task "x y"\n'])[0]
+    assert rewrite_dag_cell(["%dag rerun s2\n", "x = 1\n"]) == ["%dag rerun s2\n", "x = 1\n"]  # not alone
     assert rewrite_dag_cell(["%dag resumes\n"]) == ["%dag resumes\n"]
 
 
@@ -342,3 +344,61 @@ def test_show_and_trace_read_runs_of_other_kernels_from_the_store(
 def test_resume_without_a_store_says_how_to_keep_runs(ip: InteractiveShell) -> None:
     with pytest.raises(UsageError, match="nothing to resume: DAG_STORE is none; set it"):
         run_cell(ip, "%dag resume --models llm")
+
+
+WAIT_FOR = """
+for _ in range(500):
+    if {condition}:
+        break
+    await asyncio.sleep(0.01)
+"""
+
+
+def test_debugging_from_the_line_magic(ip: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:
+    ip.user_ns["asyncio"] = asyncio
+    ip.user_ns["llm"] = scripted(plan=[TWO_STEPS, {"steps": [{"id": "s1", "task": "all at once"}]}])
+    run_cell(ip, "%%dag --models llm --approve --bg -o job\nthe goal")
+    run_cell(ip, WAIT_FOR.format(condition="job.awaiting_approval"))
+    run_cell(ip, "%dag reject one step will do")
+    run_cell(ip, WAIT_FOR.format(condition="job.awaiting_approval and len(job.rounds) == 2"))
+    assert "The user rejected this plan: one step will do" in ip.user_ns["llm"].requests_for("plan")[1].prompt
+    run_cell(ip, "%dag approve")
+    finished = run_cell(ip, "await job")
+    assert finished.status == "done" and [s.task for s in finished.plan.steps] == ["all at once"]
+    with pytest.raises(UsageError, match="no plan is waiting for approval"):
+        run_cell(ip, "%dag approve")
+
+    ip.user_ns["llm"] = scripted()
+    paused = run_cell(ip, "%%dag --models llm --break s2 --bg -o job\nanother goal")
+    run_cell(ip, WAIT_FOR.format(condition="job.paused"))
+    assert paused.paused == ["s2"] and paused.steps["s2"].status == "paused"
+    run_cell(ip, "%dag continue s2")
+    assert run_cell(ip, "await job").status == "done"
+
+    again = run_cell(ip, "%dag rerun s2 --bg")  # s2 still has its breakpoint: the re-run pauses there too
+    run_cell(ip, WAIT_FOR.format(condition="job.paused"))
+    assert again is paused and again.paused == ["s2"] and len(again.rounds) == 2
+    run_cell(ip, "%dag continue")
+    run_cell(ip, "await job")
+    run_cell(ip, "job.clear_breakpoints()")
+    capsys.readouterr()
+    rerun = run_cell(ip, '%dag rerun s2 --task "compare again"')
+    assert rerun is paused and len(rerun.rounds) == 3 and rerun.steps["s2"].task == "compare again"
+    diff = run_cell(ip, "%dag diff 1 3")
+    assert [change.id for change in diff.changes] == ["s2"] and "task" in diff.changes[0].fields
+    with pytest.raises(UsageError, match="no round 4"):
+        run_cell(ip, "%dag diff 1 4")
+    with pytest.raises(UsageError, match="usage: %dag rerun"):
+        run_cell(ip, "%dag rerun")
+    with pytest.raises(UsageError, match="no step 's9' in the latest round"):
+        run_cell(ip, "%dag rerun s9")
+
+
+def test_step_through_from_a_cell(ip: InteractiveShell) -> None:
+    ip.user_ns["asyncio"] = asyncio
+    run = run_cell(ip, "%%dag --models llm --step-through --bg -o job\nstep by step")
+    for sid in ("s1", "s2"):
+        run_cell(ip, WAIT_FOR.format(condition="job.paused"))
+        assert run.paused == [sid]
+        run_cell(ip, "%dag step")
+    assert run_cell(ip, "await job").status == "done"
