@@ -15,7 +15,7 @@ export const STATUS_GLYPH = /** @type {const} */ ({
   queued: "◔",
   running: "◉",
   retrying: "↻",
-  paused: "⏸",
+  paused: "‖", // U+2016: the usual pause sign (U+23F8) is missing from common Linux fonts
   completed: "✓",
   failed: "✗",
   skipped: "⤼",

@@ -925,9 +925,9 @@ describe("breakpoints", () => {
     const { el } = mount(pausedState());
     const c = nodeEl(el, "c");
     expect(c.getAttribute("data-status")).toBe("paused");
-    expect(c.querySelector(".dagmagic-node-id")?.textContent).toBe("⏸ c");
+    expect(c.querySelector(".dagmagic-node-id")?.textContent).toBe("‖ c");
     expect(el.querySelector('.dagmagic-round[data-round="2"] .dagmagic-round-summary')?.textContent).toBe(
-      "5 steps · 2 ✓ · 1 ↻ · 1 ⏸",
+      "5 steps · 2 ✓ · 1 ↻ · 1 ‖",
     );
     const detail = /** @type {Element} */ (el.querySelector(".dagmagic-detail"));
     expect(detail.getAttribute("data-step-id")).toBe("c"); // nothing else was selected

@@ -231,6 +231,27 @@ class NotebookPage:
             timeout=WAIT_MS,
         )
 
+    def kernel_print(self, code: str) -> str:
+        """Run ``code`` in the notebook's kernel (not as a cell) and return what it printed: how a test
+        checks the run's Python state beside the page. Only between cells: a running cell holds the kernel.
+        """
+        text = self.page.evaluate(
+            """async (code) => {
+                const kernel = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+                const full = `import dagmagic\n${code}`;
+                const future = kernel.requestExecute({ code: full, silent: false, store_history: false });
+                let out = "";
+                future.onIOPub = (msg) => {
+                    if (msg.header.msg_type === "stream") out += msg.content.text;
+                    if (msg.header.msg_type === "error") out += `ERROR ${msg.content.ename}: ${msg.content.evalue}`;
+                };
+                await future.done;
+                return out;
+            }""",
+            code,
+        )
+        return str(text)
+
     def screenshot(self, name: str, focus: Any = None) -> Path:
         """Save the page as ``test-output/e2e/<name>.png``, scrolled to ``focus`` (a locator) if given."""
         if focus is not None:

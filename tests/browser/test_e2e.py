@@ -273,3 +273,101 @@ def test_retry_now_runs_a_step_waiting_out_a_rate_limit(notebook: NotebookPage) 
     expect(widget.locator(".dagmagic-status")).to_have_attribute("data-status", "done")
     notebook.wait_until_done()
     assert notebook.errors == []
+
+
+def test_an_edited_plan_is_approved_in_the_view_and_runs_as_edited(notebook: NotebookPage) -> None:
+    gate = Gate(notebook, "approve")
+    gate.open()
+    setup = cells(gate, "scripted()", "Approve me")
+    setup[-1] = "%%dag --models llm --approve\nApprove me"
+    notebook.open("approve", setup)
+    notebook.run_all()
+    widget = notebook.widget()
+    panel = widget.locator(".dagmagic-approval")
+    expect(panel).to_be_visible()
+    expect(widget.locator(".dagmagic-status")).to_have_text("waiting for your approval…")
+    for step in ("s1", "s2", "s3"):  # nothing runs while the plan waits
+        expect(node(widget, step)).to_have_attribute("data-status", "pending")
+    panel.locator('.dagmagic-approval-step[data-step-id="s2"] .dagmagic-approval-task').fill("Look up the other half")
+    panel.locator('.dagmagic-approval-step[data-step-id="s3"] .dagmagic-approval-remove').click()
+    expect(panel.locator(".dagmagic-approval-step")).to_have_count(2)
+    notebook.screenshot("approval", focus=panel)
+    panel.locator(".dagmagic-approve").click()
+    expect(panel).to_be_hidden()
+    expect(widget.locator(".dagmagic-status")).to_have_attribute("data-status", "done")
+    notebook.wait_until_done()
+    expect(widget.locator(".dagmagic-node")).to_have_count(2)
+    state = notebook.kernel_print(
+        "r = dagmagic.last_run()\n"
+        "print([(s.id, s.task, s.status) for s in r.plan.steps], r.rounds[0].approval)\n"
+        "print(sorted(q.step_id for q in llm.requests_for('step')))"
+    )
+    assert state == (
+        "[('s1', 'Look up the first half', 'completed'), ('s2', 'Look up the other half', 'completed')] approved\n"
+        "['s1', 's2']\n"
+    )
+    assert notebook.errors == []
+
+
+def test_a_step_is_rerun_from_its_panel_with_an_edited_task(notebook: NotebookPage) -> None:
+    gate = Gate(notebook, "rerun")
+    gate.open()
+    notebook.open("rerun", cells(gate, "scripted()", "Re-run me"))
+    notebook.run_all()
+    widget = notebook.widget()
+    expect(widget.locator(".dagmagic-status")).to_have_attribute("data-status", "done")
+    notebook.wait_until_done()
+    widget = notebook.widgets().last
+    before = notebook.kernel_print("print(len(llm.requests_for('step')))")
+
+    node(widget, "s2", 1).click()
+    detail = widget.locator('.dagmagic-detail[data-step-id="s2"]')
+    detail.locator(".dagmagic-rerun-task").fill("Look up the second half again")
+    notebook.screenshot("rerun-panel", focus=detail)
+    detail.locator(".dagmagic-rerun").click()
+    second = widget.locator('.dagmagic-round[data-round="2"]')
+    expect(second.locator(".dagmagic-rerun-label")).to_contain_text("re-run of round 1 (s2)")
+    expect(widget.locator(".dagmagic-status")).to_have_attribute("data-status", "done")
+    expect(second.locator('.dagmagic-diff li[data-step-id="s2"]')).to_contain_text("task")
+    expect(node(widget, "s3", 2)).to_have_attribute("data-status", "completed")
+    notebook.screenshot("rerun-round", focus=second)
+    state = notebook.kernel_print(
+        f"r = dagmagic.last_run()\nq = llm.requests_for('step')[{before.strip()}:]\n"
+        "print(len(r.rounds), r.rounds[1].rerun_of, r.steps['s2'].task, sorted(x.step_id for x in q))"
+    )
+    assert state == "2 1 Look up the second half again ['s2', 's3']\n"  # s1 kept, s2 and s3 ran again
+    assert notebook.errors == []
+
+
+def test_a_breakpoint_shows_what_the_step_will_send_and_continue_runs_it(notebook: NotebookPage) -> None:
+    gate = Gate(notebook, "breakpoint")
+    gate.open()
+    setup = cells(gate, "scripted()", "Break before s3")
+    setup[-1] = "%%dag --models llm --break s3\nBreak before s3"
+    notebook.open("breakpoint", setup)
+    notebook.run_all()
+    widget = notebook.widget()
+    expect(node(widget, "s3")).to_have_attribute("data-status", "paused")
+    paused = widget.locator('.dagmagic-detail[data-step-id="s3"] .dagmagic-paused')
+    expect(paused).to_be_visible()  # opened by itself
+    expect(paused).to_contain_text("About to send")
+    expect(paused.locator('.dagmagic-paused-message[data-role="user"]')).to_contain_text("six")  # s1's result
+    expect(paused.locator('.dagmagic-paused-message[data-role="user"]')).to_contain_text("Multiply both halves")
+    notebook.screenshot("breakpoint", focus=paused)
+    paused.locator(".dagmagic-paused-task").fill("Multiply both halves, carefully")
+    paused.locator(".dagmagic-continue").click()
+    expect(node(widget, "s3")).to_have_attribute("data-status", "completed")
+    expect(widget.locator(".dagmagic-status")).to_have_attribute("data-status", "done")
+    notebook.wait_until_done()
+    state = notebook.kernel_print(
+        "r = dagmagic.last_run()\n"
+        "kinds = [(e.type, getattr(e, 'action', '')) for e in r.events if getattr(e, 'step_id', None) == 's3'"
+        " or getattr(e, 'text', None) == 's3']\n"
+        "print(r.steps['s3'].task, r.steps['s3'].status, [q.step_id for q in llm.requests_for('step')].count('s3'))\n"
+        "print([k for k in kinds if k[0] in ('step_paused', 'user_action', 'step_started')])"
+    )
+    assert state == (  # paused, then continued, then started: no call for s3 before Continue, one after
+        "Multiply both halves, carefully completed 1\n"
+        "[('step_paused', ''), ('user_action', 'continue'), ('step_started', '')]\n"
+    )
+    assert notebook.errors == []
