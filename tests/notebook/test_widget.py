@@ -218,3 +218,48 @@ async def test_answer_status_phase_and_widget_agree_at_every_moment() -> None:
     assert shown and shown[-1] == (run.answer, "done", "finished")
     assert all(answer in agreement.seen for answer, _, _ in shown)  # never a mix the run did not show
     assert any("first" in answer for answer, _, _ in shown)  # the dropped answer was visible while written
+
+
+async def test_debugging_messages_from_the_front_end_drive_the_run() -> None:
+    llm = scripted(
+        plan=[{"steps": [{"id": "s1", "task": "look"}, {"id": "s2", "task": "compare", "dependencies": ["s1"]}]}]
+    )
+    session = DagSession(ModelRegistry().register("m", llm), DagSettings(store="none"), approve_plans=True)
+    run = session.start("goal")
+    widget = DagWidget(run)
+    sent: list[Any] = []
+    widget.send = sent.append  # type: ignore[method-assign]
+    while not run.awaiting_approval:
+        await asyncio.sleep(0.005)
+    run.break_before("s2")
+    widget.sync()
+    assert widget.phase == "awaiting_approval" and widget.rounds[0]["approval"] == "pending"
+    edited = {"steps": [{"id": "s1", "task": "look closely", "dependencies": []}, {"id": "s2", "task": "compare",
+              "dependencies": ["s1"], "tool_hint": None, "model_hint": None}]}  # fmt: skip
+    widget._on_message(widget, {"type": "approve", "plan": edited}, [])
+    while run.paused != ["s2"]:
+        await asyncio.sleep(0.005)
+    widget.sync()
+    node = widget.rounds[0]["nodes"][1]
+    assert node["status"] == "paused" and node["paused_tools"] == []
+    assert [m["role"] for m in node["paused_messages"]] == ["system", "user"]
+    assert "look closely" in node["paused_messages"][1]["content"]  # the edited dependency, and its result
+    widget._on_message(widget, {"type": "continue", "step": "s2", "task": "compare twice"}, [])
+    await run
+    assert run.steps["s2"].task == "compare twice" and run.steps["s2"].status == "completed"
+    widget.sync()
+    assert widget.can_rerun and sent == []
+
+    widget._on_message(widget, {"type": "rerun", "step": "s2", "task": "compare three times"}, [])
+    assert not widget.can_rerun or run.status == "running"
+    while run.paused != ["s2"]:  # its breakpoint holds for the re-run too
+        await asyncio.sleep(0.005)
+    widget._on_message(widget, {"type": "skip", "step": "s2"}, [])
+    await run
+    widget.sync()
+    second = widget.rounds[1]
+    assert (second["rerun_of"], second["rerun_step"]) == (1, "s2")
+    assert second["diff"] == [{"id": "s2", "change": "changed", "fields": ["task", "status", "result"]}]
+    widget._on_message(widget, {"type": "reject", "feedback": "no"}, [])  # nothing waits: an answer, not a crash
+    assert sent[-1]["type"] == "error" and "no plan of this run is waiting" in sent[-1]["message"]
+    widget.close()
