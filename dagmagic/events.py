@@ -54,6 +54,10 @@ __all__ = [
 class _Event(BaseModel):
     at: float = Field(default_factory=time.time)
     """Epoch seconds when it happened."""
+    depth: int = 0
+    """0 for the run's own events; 1 for those of a composite step's nested run, and so on."""
+    scope: str | None = None
+    """For a nested run's event: the path of the composite step it belongs to (``s2``, or ``s2/s1`` deeper)."""
 
 
 class RunStarted(_Event):

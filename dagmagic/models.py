@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, computed_field, field_validator
 
 __all__ = [
     "AnalysisResult",
@@ -164,6 +164,18 @@ class PlanStep(BaseModel):
     """Transient failures so far (rate limit, timeout, 5xx, connection): they pick the retry tier."""
     retry_at: float | None = None
     """Epoch seconds of the next try while the step is ``retrying``."""
+    nested: RunState | None = None
+    """A composite step's (``tool_hint="subplan"``) own run: planned and executed as a DAG of its own."""
+    _subrun: Any = PrivateAttr(default=None)
+
+    @property
+    def subrun(self) -> Any:
+        """A composite step's nested run as a ``DagRun`` (live while it runs), None for an ordinary step."""
+        if self._subrun is None and self.nested is not None:
+            from dagmagic.engine.run import DagRun  # the engine builds on these models, not the other way
+
+            self._subrun = DagRun(self.nested, read_only=True)
+        return self._subrun
 
     @property
     def queue_time(self) -> float | None:
@@ -479,3 +491,6 @@ class RunState(BaseModel):
     def usage(self) -> Usage:
         """Totals over every call."""
         return Usage.total(call.usage for call in self.calls)
+
+
+PlanStep.model_rebuild()  # a step may hold a nested run (RunState, defined after it)

@@ -97,6 +97,15 @@ class DagSettings(BaseModel):
     max_concurrency: int = Field(
         5, ge=1, description="Steps running at once.", json_schema_extra=_env("DAG_MAX_CONCURRENCY", "MAX_CONCURRENCY")
     )
+    max_depth: int = Field(
+        1,
+        ge=0,
+        description=(
+            "How deep composite steps nest: the planner may mark a step `subplan` to run it as a DAG of its "
+            "own down to this depth; 0 turns composite steps off."
+        ),
+        json_schema_extra=_env("DAG_MAX_DEPTH"),
+    )
     step_timeout: float = Field(
         600.0, gt=0, description="Seconds a step may run before it fails.", json_schema_extra=_env("DAG_STEP_TIMEOUT")
     )

@@ -8,15 +8,17 @@ first plan to its answer, taking the user's Stop and follow-ups as ``dagmagic.en
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dagmagic.engine import prompts
 from dagmagic.engine.analyzer import Analyzer
 from dagmagic.engine.context import Exchange, compose_query, dependency_context, truncate
 from dagmagic.engine.control import Interrupted
-from dagmagic.engine.executor import DagExecutor
+from dagmagic.engine.executor import DagExecutor, StepFailure
 from dagmagic.engine.guard import PLANNER_RESERVE, ContextGuard, HistoryDigests
 from dagmagic.engine.plan_stream import PlanStream, StreamedPlan
 from dagmagic.engine.planner import Planner, recover_steps
@@ -32,6 +34,8 @@ from dagmagic.events import (
     AnswerDelta,
     AnswerReady,
     ApprovalRequested,
+    Event,
+    LLMCallRecorded,
     PlanReady,
     Replanning,
     RoundStarted,
@@ -44,7 +48,7 @@ from dagmagic.events import (
 )
 from dagmagic.llm import ChatModel, ModelEntry, ModelRegistry
 from dagmagic.llm.secrets import mask_secrets, scrub_exception
-from dagmagic.models import AnalysisResult, Decision, ExecutionPlan, PlanStep, RoundRecord
+from dagmagic.models import AnalysisResult, Decision, ExecutionPlan, PlanStep, RoundRecord, RunState
 from dagmagic.settings import DagSettings
 
 __all__ = ["GoalLoop", "decide", "replan_context", "visible_results"]
@@ -54,6 +58,8 @@ STOPPED_BEFORE_ROUND = "Stopped by the user before the round began."
 FOLLOW_UP_WHILE_PLANNING = "A follow-up arrived while planning: this plan was dropped for one that includes it."
 FOLLOW_UP_WHILE_ANSWERING = "A follow-up arrived while the answer was being written: it gets its own round."
 REJECTED = "The user rejected this plan: {feedback}"
+SUBPLAN = "subplan"
+"""The ``tool_hint`` that marks a composite step."""
 
 
 def decide(
@@ -153,6 +159,8 @@ class GoalLoop:
     """The session's history summaries, so a history is summarized once however many runs read it."""
     approve_plans: bool = False
     """Every plan waits for the user's approval before it runs."""
+    depth: int = 0
+    """0 for a run; 1 for the nested run of a composite step, and so on (``DAG_MAX_DEPTH`` bounds it)."""
 
     async def drive(self, run: DagRun) -> None:
         """Pursue the run's goal to an answer. Cancellation ends it ``cancelled`` and propagates."""
@@ -216,6 +224,7 @@ class GoalLoop:
             emit=run.emit,
             tool_names=self.tool_names,
             roles=self.registry.roles.keys(),
+            composite=self.depth < self.settings.max_depth,
         )
 
     async def _rounds(self, run: DagRun) -> None:
@@ -544,6 +553,8 @@ class GoalLoop:
 
         async def run_step(step: PlanStep, dependencies: dict[str, PlanStep]) -> str:
             request = prepared.pop(step.id, None) or await prepare(step, dependencies)
+            if step.tool_hint == SUBPLAN and self.depth < self.settings.max_depth:
+                return await self._subrun(run, step, request)
             return await self.step_runner(request)
 
         async def prepare(step: PlanStep, dependencies: dict[str, PlanStep]) -> StepRequest:
@@ -589,6 +600,49 @@ class GoalLoop:
         )
         run.control.executor = executor
         return executor
+
+    async def _subrun(self, run: DagRun, step: PlanStep, request: StepRequest) -> str:
+        """A composite step: its task planned and executed as a nested run (one level deeper, same models,
+        tools and guard settings); its answer is the step's result. Its events reach this run tagged with
+        their depth and the step's path; its LLM calls count here under ``s2/s1``.
+        """
+        goal = prompts.SUBRUN_GOAL.format(task=step.task, goal=request.goal)
+        if request.context:
+            goal += f"\n\nResults it may use:\n{request.context}"
+        child = DagRun(RunState(run_id=f"{run.run_id}/{step.id}", goal=goal, started_at=time.time()))
+        step.nested, step._subrun = child.state, child
+        index = request.round
+
+        def forward(event: Event) -> None:
+            scope = f"{step.id}/{event.scope}" if event.scope else step.id
+            update: dict[str, Any] = {"depth": event.depth + 1, "scope": scope}
+            if isinstance(event, LLMCallRecorded):
+                path = f"{step.id}/{event.call.step_id}" if event.call.step_id else step.id
+                update["call"] = event.call.model_copy(update={"step_id": path, "round": index})
+            run.emit(event.model_copy(update=update))
+
+        def stop_with_parent(event: Event) -> None:
+            if isinstance(event, UserAction) and event.action == "stop" and not event.depth and not child.done():
+                child.stop()
+
+        child.subscribe(forward)
+        unsubscribe = run.subscribe(stop_with_parent)
+        nested = dataclasses.replace(
+            self,
+            settings=self.settings.model_copy(update={"domain_routing": False}),
+            history=(),
+            depth=self.depth + 1,
+            approve_plans=False,
+        )
+        try:
+            await nested.drive(child)
+        finally:
+            unsubscribe()
+        if child.status == "failed" or not child.answer:
+            raise StepFailure(
+                f"its nested run ended {child.status}: {child.error or 'no answer'}", child.answer or None
+            )
+        return child.answer
 
     async def _run_plan(
         self,

@@ -313,8 +313,11 @@ class Planner:
         tool_names: Collection[str] = (),
         roles: Collection[str] = STANDARD_ROLES,
         today: Callable[[], dt.date] = dt.date.today,
+        composite: bool = False,
     ) -> None:
+        """``composite``: steps may be marked ``subplan`` (run as a DAG of their own)."""
         self.model = model
+        self.composite = composite
         self.settings = settings
         self.emit = emit
         self.tool_names = sorted(tool_names)
@@ -330,7 +333,8 @@ class Planner:
             year=date.year,
             min_steps=self.settings.plan_min_steps,
             max_steps=self.settings.plan_max_steps,
-            tools=prompts.PLANNER_TOOLS.format(names=", ".join(self.tool_names)) if self.tool_names else "",
+            tools=(prompts.PLANNER_TOOLS.format(names=", ".join(self.tool_names)) if self.tool_names else "")
+            + (prompts.PLANNER_SUBPLAN if self.composite else ""),
             roles=prompts.PLANNER_ROLES.format(names=", ".join(extra_roles)) if extra_roles else "",
             domain=prompts.PLANNER_DOMAIN.format(domain=domain) if domain else "",
         )

@@ -31,6 +31,11 @@ Rules:
 
 PLANNER_TOOLS = "\n  Available tools: {names}."
 PLANNER_ROLES = "\n  Other roles available as model_hint: {names}."
+PLANNER_SUBPLAN = (
+    '\n  `"subplan"`: for a step too big for one agent (several lookups and a conclusion of its own): it is '
+    "planned and run as a small DAG of its own, and its answer becomes the step's result. Use it rarely."
+)
+SUBRUN_GOAL = "{task}\n\nThis is one step of a larger goal: {goal}"
 PLANNER_DOMAIN = (
     '\nThis goal is in the {domain} domain: precision matters. Use model_hint "reasoning" for every step '
     "that states facts, figures or citations the answer depends on."

@@ -73,8 +73,21 @@ class DagRun:
         result is on disk before anyone hears that it completed).
         """
         self.events.append(event)
-        if isinstance(event, LLMCallRecorded):
+        self._fold(event)
+        if self._store is not None:
+            self._save(event)
+        for listener in list(self._listeners):
+            try:
+                listener(event)
+            except Exception:  # a broken view must never break the run
+                log.exception("[dagmagic] a run listener failed on %s", event.type)
+
+    def _fold(self, event: Event) -> None:
+        """What the run keeps from an event besides the event itself."""
+        if isinstance(event, LLMCallRecorded):  # a nested run's calls count here too, under their step path
             self._record_call(event.call)
+        elif event.depth:  # the rest of a composite step's nested run is its own state's
+            return
         elif isinstance(event, PlanReady):
             for step in event.plan.steps:
                 self._steps_by_round[(event.round, step.id)] = step
@@ -86,13 +99,6 @@ class DagRun:
             for record in self.state.rounds:
                 if record.index == event.round:
                     record.warnings.append(event.message)
-        if self._store is not None:
-            self._save(event)
-        for listener in list(self._listeners):
-            try:
-                listener(event)
-            except Exception:  # a broken view must never break the run
-                log.exception("[dagmagic] a run listener failed on %s", event.type)
 
     def save_to(self, store: RunStore, history: list[Any]) -> None:
         """Checkpoint this run to ``store`` from now on (``history``: the conversation it is planned in)."""
@@ -120,7 +126,7 @@ class DagRun:
     def _record_call(self, call: LLMCall) -> None:
         self.state.calls.append(call)
         if call.step_id is not None and call.round is not None:
-            step = self._steps_by_round.get((call.round, call.step_id))
+            step = self._steps_by_round.get((call.round, call.step_id.split("/")[0]))
             if step is not None:
                 step.usage = step.usage + call.usage
 

@@ -169,12 +169,13 @@ class RunStore:
         if isinstance(event, AnswerDelta):
             return  # the answer is saved whole when it is ready; resuming writes it again anyway
         run_id = run.run_id
+        own = not event.depth  # a nested run's events are kept; its state is saved with its composite step
         with self._transaction() as db:
-            if isinstance(event, (RunStarted, *_RUN_EVENTS)):
+            if isinstance(event, (RunStarted, *_RUN_EVENTS)) and own:
                 self._put_run(db, run.state)
             if isinstance(event, LLMCallRecorded):
                 self._put_call(db, run_id, len(run.state.calls) - 1, event.call)
-            round_index = getattr(event, "round", None)
+            round_index = getattr(event, "round", None) if own else None
             if round_index is not None and (event.type in _ROUND_EVENTS or isinstance(event, RunWarning)):
                 record = _round(run, round_index)
                 if record is not None:
@@ -189,7 +190,7 @@ class RunStore:
                 "INSERT OR REPLACE INTO events VALUES (?, ?, ?, ?, ?)",
                 (run_id, sequence, event.type, event.at, event.model_dump_json()),
             )
-        if isinstance(event, RunFinished):
+        if isinstance(event, RunFinished) and own:
             self._live.discard(run_id)
 
     # --- reading

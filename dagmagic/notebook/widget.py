@@ -216,7 +216,12 @@ def _round_state(record: RoundRecord, run: DagRun) -> dict[str, Any]:
         "width": placed.width,
         "height": placed.height,
         "nodes": [
-            {**_step_state(step), **_paused_state(run, step, latest), **vars(boxes[step.id])}
+            {
+                **_step_state(step),
+                **_paused_state(run, step, latest),
+                **_subrun_state(step),
+                **vars(boxes[step.id]),
+            }
             for step in _ordered(record.plan)
             if step.id in boxes
         ],
@@ -245,6 +250,16 @@ def _paused_state(run: DagRun, step: PlanStep, latest: bool) -> dict[str, Any]:
         {"role": m.get("role", ""), "content": _cap(m.get("content", ""), PAUSED_CHARS)} for m in paused.messages
     ]
     return {"paused_messages": messages, "paused_tools": list(paused.tools)}
+
+
+def _subrun_state(step: PlanStep) -> dict[str, Any]:
+    """A composite step's nested run, drawn inside its detail."""
+    sub = step.subrun
+    if sub is None:
+        return {"subrun": None}
+    rounds = [_round_state(record, sub) for record in sub.rounds]
+    answer = _cap(sub.answer, RESULT_CHARS)
+    return {"subrun": {"status": sub.status, "answer": answer, "error": sub.error or "", "rounds": rounds}}
 
 
 def _text(value: Any) -> str | None:

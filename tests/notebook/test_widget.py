@@ -263,3 +263,16 @@ async def test_debugging_messages_from_the_front_end_drive_the_run() -> None:
     widget._on_message(widget, {"type": "reject", "feedback": "no"}, [])  # nothing waits: an answer, not a crash
     assert sent[-1]["type"] == "error" and "no plan of this run is waiting" in sent[-1]["message"]
     widget.close()
+
+
+async def test_a_composite_steps_nested_run_is_in_its_node() -> None:
+    outer = {"steps": [{"id": "s1", "task": "big", "tool_hint": "subplan"}]}
+    inner = {"steps": [{"id": "s1", "task": "small"}, {"id": "s2", "task": "smaller", "dependencies": ["s1"]}]}
+    llm = scripted(plan=[outer, inner], synthesize=[["inner answer"], ["outer answer"]])
+    run = await DagSession(ModelRegistry().register("m", llm), DagSettings(store="none")).run("goal")
+    (node,) = widget_state(run)["rounds"][0]["nodes"]
+    sub = node["subrun"]
+    assert (sub["status"], sub["answer"], sub["error"]) == ("done", "inner answer", "")
+    assert [n["id"] for n in sub["rounds"][0]["nodes"]] == ["s1", "s2"]
+    assert {n["status"] for n in sub["rounds"][0]["nodes"]} == {"completed"} and node["result"] == "inner answer"
+    json.dumps(node)
