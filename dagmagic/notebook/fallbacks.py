@@ -16,6 +16,7 @@ __all__ = ["STATUS_COLORS", "run_html", "run_markdown", "run_mimebundle", "step_
 STATUS_COLORS = {
     "pending": "#9e9e9e",
     "queued": "#b0bec5",
+    "paused": "#fb8c00",
     "running": "#1e88e5",
     "retrying": "#fb8c00",
     "completed": "#43a047",

@@ -3,18 +3,41 @@
 from __future__ import annotations
 
 from dagmagic.engine.run import DagRun
-from dagmagic.events import AnswerCleared, AnswerReady, Event, Replanning, RunFinished, StepCompleted, StepStarted
+from dagmagic.events import (
+    AnswerCleared,
+    AnswerReady,
+    ApprovalRequested,
+    Event,
+    Replanning,
+    RunFinished,
+    StepCompleted,
+    StepPaused,
+    StepStarted,
+)
 
 __all__ = ["print_progress", "progress_line", "trace_table"]
 
 
 def progress_line(event: Event) -> str | None:
     """A short line for the events a terminal user follows; None for the rest."""
+    if not event.depth:
+        return _own(event)
+    if isinstance(event, StepStarted | StepCompleted):  # a composite step's nested run: its steps, by path
+        line = _own(event) or ""
+        return line.replace(f"] {event.step_id} ", f"] {event.scope}/{event.step_id} ", 1)
+    return None
+
+
+def _own(event: Event) -> str | None:
     if isinstance(event, StepStarted):
         return f"[round {event.round}] {event.step_id} started" + (f" ({event.model})" if event.model else "")
     if isinstance(event, StepCompleted):
         detail = f": {event.error}" if event.error else ""
         return f"[round {event.round}] {event.step_id} {event.status}{detail}"
+    if isinstance(event, StepPaused):
+        return f"[round {event.round}] {event.step_id} paused before it runs: %dag continue, %dag step or %dag skip"
+    if isinstance(event, ApprovalRequested):
+        return f"[round {event.round}] the plan waits for approval: %dag approve, or %dag reject WHY"
     if isinstance(event, Replanning):
         return f"[round {event.round}] replanning: {event.reason}"
     if isinstance(event, AnswerCleared):

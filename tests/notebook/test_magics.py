@@ -402,3 +402,17 @@ def test_step_through_from_a_cell(ip: InteractiveShell) -> None:
         assert run.paused == [sid]
         run_cell(ip, "%dag step")
     assert run_cell(ip, "await job").status == "done"
+
+
+def test_terminal_lines_for_nested_steps_breakpoints_and_approval() -> None:
+    from dagmagic.events import ApprovalRequested, PhaseChanged, StepPaused, StepStarted
+    from dagmagic.notebook.progress import progress_line
+
+    assert progress_line(StepStarted(round=1, step_id="s1", model="m", depth=1, scope="s2")) == (
+        "[round 1] s2/s1 started (m)"
+    )
+    assert progress_line(PhaseChanged(phase="planning", depth=1, scope="s2")) is None
+    assert "%dag continue" in str(progress_line(StepPaused(round=2, step_id="s3", messages=[], tools=[])))
+    assert progress_line(ApprovalRequested(round=1)) == (
+        "[round 1] the plan waits for approval: %dag approve, or %dag reject WHY"
+    )
