@@ -446,3 +446,30 @@ def test_a_run_cut_by_a_kernel_restart_is_resumed_with_dag_resume(kernel: Kernel
     uninterrupted = kernel.execute("%%dag --models calm\na goal that never met a restart")
     answer = kernel.execute("print(dagmagic.last_run().answer)").stdout.strip()
     assert uninterrupted.status == "ok" and answer == report[1]  # the same answer as a run never cut
+
+
+def test_a_plan_waiting_for_approval_waits_again_after_a_kernel_restart(kernel: Kernel, tmp_path: Path) -> None:
+    """Last too: it restarts the kernel."""
+    store = tmp_path / "runs.sqlite"
+    kernel.execute(f"%dag config store={store}\nwaiting = scripted()")
+    kernel.execute("%%dag --models waiting --approve --bg -o job\na plan that waits for its reader")
+    run_id = kernel.execute("print(job.run_id)").stdout.strip()
+    deadline = time.monotonic() + 20
+    while step_statuses(store) != dict.fromkeys(("s1", "s2", "s3"), "pending"):
+        assert time.monotonic() < deadline, f"the plan did not reach the store: {step_statuses(store)}"
+        time.sleep(0.05)
+    assert kernel.execute("print(job.awaiting_approval)").stdout == "True\n"
+
+    kernel.manager.restart_kernel(now=True)
+    kernel.client.wait_for_ready(timeout=60)
+    kernel.execute(SETUP, timeout=60)
+    kernel.execute(f"%dag config store={store}\nwaiting = scripted()")
+    kernel.execute("%dag resume --models waiting --bg -o job")
+    waits = kernel.execute(
+        "for _ in range(200):\n    if job.awaiting_approval:\n        break\n    await asyncio.sleep(0.02)\n"
+        "print(job.run_id, job.awaiting_approval, len(waiting.requests_for('plan')), len(waiting.requests_for('step')))"
+    )
+    assert waits.stdout == f"{run_id} True 0 0\n"  # the same plan waits again: nothing planned, nothing run
+    kernel.execute("%dag approve")
+    done = kernel.execute("r = await job\nprint(r.status, sorted(q.step_id for q in waiting.requests_for('step')))")
+    assert done.stdout == "done ['s1', 's2', 's3']\n"
