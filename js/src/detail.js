@@ -1,10 +1,12 @@
-// The detail panel of one step: what it was asked, how it ran, what it called and what it produced.
+// The detail panel of one step: what it was asked, how it ran, what it called (or, composite, the nested DAG
+// it ran as) and what it produced.
 
 import { h } from "./dom.js";
 import { formatCost, formatDuration, formatInt, num, prettyJson } from "./format.js";
 import { STATUS_GLYPH } from "./graph.js";
 import { markdownFragment } from "./markdown.js";
 import { stepTimes } from "./state.js";
+import { renderSubrun } from "./subrun.js";
 
 /** @typedef {import("./types.js").DagNode} DagNode */
 /** @typedef {import("./types.js").Round} Round */
@@ -18,10 +20,17 @@ import { stepTimes } from "./state.js";
  * @property {boolean} busy  an action on this step was sent: its buttons wait for the next state
  * @property {(key: string) => string | undefined} draft  text the user typed and has not sent yet
  * @property {(key: string) => boolean | undefined} messageOpen  which of the paused step's messages are open
+ * @property {(key: string) => boolean | undefined} subrunOpen  which sub-runs are open (by `subrunKey`)
  */
 
 /** @type {DetailActions} */
-const NO_ACTIONS = { rerun: false, busy: false, draft: () => undefined, messageOpen: () => undefined };
+const NO_ACTIONS = {
+  rerun: false,
+  busy: false,
+  draft: () => undefined,
+  messageOpen: () => undefined,
+  subrunOpen: () => undefined,
+};
 
 /**
  * Where a dependency lives: "s2" is in this round, "r1.s2" is step s2 of round 1.
@@ -101,6 +110,7 @@ export function renderDetail(node, round, rounds, now, actions = NO_ACTIONS) {
     actions.rerun && rerunSection(node, round, actions),
     calls.length > 0 &&
       h("div", { class: "dagmagic-detail-tools" }, [h("h4", {}, [`Tool calls (${calls.length})`]), ...calls]),
+    node.subrun && renderSubrun(node.subrun, [round.index, node.id], now, actions.subrunOpen),
     h("div", { class: "dagmagic-detail-result-wrap" }, [
       h("h4", {}, ["Result"]),
       node.result

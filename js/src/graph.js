@@ -25,14 +25,17 @@ export const STATUS_GLYPH = /** @type {const} */ ({
 const ARROW = 6; // arrowhead length, px
 const CHAR = 6.2; // rough width of a character at the node font size (no layout engine to measure in tests)
 const BADGE_CHAR = 5.4;
+const SUBRUN_LABEL = "sub-DAG";
 
 /**
  * @param {Round} round
  * @param {number} now
  * @param {string | null} selected  id of the step whose detail is open
+ * @param {{interactive?: boolean}} [options]  interactive: false draws steps that cannot be selected (a
+ *   sub-run's): no focus stop, no button role
  * @returns {SVGSVGElement}
  */
-export function renderGraph(round, now, selected) {
+export function renderGraph(round, now, selected, { interactive = true } = {}) {
   const width = Math.max(num(round.width) ?? 0, 1);
   const height = Math.max(num(round.height) ?? 0, 1);
   const status = new Map(round.nodes.map((n) => [n.id, n.status]));
@@ -56,7 +59,7 @@ export function renderGraph(round, now, selected) {
       s(
         "g",
         { class: "dagmagic-nodes" },
-        round.nodes.map((n) => renderNode(n, now, n.id === selected)),
+        round.nodes.map((n) => renderNode(n, now, n.id === selected, interactive)),
       ),
     ],
   );
@@ -91,12 +94,14 @@ function renderEdge(edge, sourceStatus) {
 }
 
 /**
- * A step's box: id, status glyph, duration and tokens; the task, shortened; model and tool badges.
+ * A step's box: id, status glyph, duration and tokens; the task, shortened; model and tool badges, and a
+ * composite step's sub-DAG badge at the right.
  * @param {DagNode} node
  * @param {number} now
  * @param {boolean} selected
+ * @param {boolean} interactive
  */
-function renderNode(node, now, selected) {
+function renderNode(node, now, selected, interactive) {
   const x = num(node.x) ?? 0;
   const y = num(node.y) ?? 0;
   const w = num(node.w) ?? 160;
@@ -108,18 +113,23 @@ function renderNode(node, now, selected) {
   const tool = toolLabel(node);
   const model = shortModel(node.model ?? node.model_hint);
 
+  const subrun = node.subrun ?? null;
+  const described = subrun ? `${node.status}, sub-DAG ${subrun.status}` : node.status;
+
   const children = [
-    s("title", {}, [`${node.id} (${node.status}): ${node.task}`]),
+    s("title", {}, [`${node.id} (${described}): ${node.task}`]),
     s("rect", { class: "dagmagic-node-box", x: coord(x), y: coord(y), width: coord(w), height: coord(h), rx: 6 }),
     s("text", { class: "dagmagic-node-id", x: coord(x + 8), y: coord(y + 15) }, [head]),
     stats &&
       s("text", { class: "dagmagic-node-stats", x: coord(x + w - 8), y: coord(y + 15), "text-anchor": "end" }, [stats]),
     s("text", { class: "dagmagic-node-task", x: coord(x + 8), y: coord(y + 30) }, [shorten(node.task, chars)]),
   ];
+  const top = y + h - 16;
+  // a composite step's badge is always drawn, at the right: the model and tool badges make room for it
+  const subrunWidth = SUBRUN_LABEL.length * BADGE_CHAR + 8;
+  const room = x + w - 8 - (subrun ? subrunWidth + 4 : 0);
   if (h >= 44) {
     let left = x + 8;
-    const top = y + h - 16;
-    const room = x + w - 8;
     for (const [kind, label] of /** @type {const} */ ([
       ["model", model],
       ["tool", tool],
@@ -137,6 +147,15 @@ function renderNode(node, now, selected) {
       left += bw + 4;
     }
   }
+  if (subrun) {
+    const left = x + w - 8 - subrunWidth;
+    children.push(
+      s("g", { class: "dagmagic-badge dagmagic-node-subrun", "data-status": subrun.status }, [
+        s("rect", { x: coord(left), y: coord(top), width: coord(subrunWidth), height: 12, rx: 3 }),
+        s("text", { x: coord(left + 4), y: coord(top + 9) }, [SUBRUN_LABEL]),
+      ]),
+    );
+  }
   const classes = ["dagmagic-node", `dagmagic-node--${node.status}`];
   if (selected) classes.push("dagmagic-node--selected");
   return s(
@@ -146,10 +165,10 @@ function renderNode(node, now, selected) {
       "data-step-id": node.id,
       "data-status": node.status,
       "data-layer": num(node.layer) ?? 0,
-      tabindex: 0,
-      role: "button",
-      "aria-pressed": selected ? "true" : "false",
-      "aria-label": `Step ${node.id}, ${node.status}: ${shorten(node.task, 80)}`,
+      tabindex: interactive ? 0 : null,
+      role: interactive ? "button" : "img",
+      "aria-pressed": interactive ? (selected ? "true" : "false") : null,
+      "aria-label": `Step ${node.id}, ${described}: ${shorten(node.task, 80)}`,
     },
     children,
   );

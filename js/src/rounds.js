@@ -4,9 +4,10 @@
 
 import { h } from "./dom.js";
 import { draftKey, renderDetail } from "./detail.js";
-import { formatPercent } from "./format.js";
-import { renderGraph, STATUS_GLYPH } from "./graph.js";
+import { renderGraph } from "./graph.js";
 import { isLive } from "./state.js";
+import { subrunKeys } from "./subrun.js";
+import { renderVerdict, roundSummary } from "./verdict.js";
 
 /** @typedef {import("./types.js").Round} Round */
 /** @typedef {import("./types.js").Traits} Traits */
@@ -20,12 +21,16 @@ import { isLive } from "./state.js";
  * @property {Map<number, boolean>} expanded  explicit choices; otherwise only the latest round is open
  * @property {Map<string, string>} drafts  tasks typed and not sent yet, by `draftKey`
  * @property {Map<string, boolean>} open  which of a paused step's messages the user opened or closed
+ * @property {Map<string, boolean>} subruns  which composite steps' sub-runs the user opened or closed, by `subrunKey`
  * @property {{step: string, state: string} | null} busy  an action sent on a step (by `stepKey`): its buttons
  *   stay disabled until that step or the run changes (`actionState`), or Python refuses the action
  */
 
 /** @typedef {import("./types.js").OutgoingMessage} OutgoingMessage */
 /** @typedef {import("./detail.js").DetailActions} DetailActions */
+
+/** A step's nested run, in its detail: what happens inside is no click, key or focus of the run's own steps. */
+const SUBRUN = ".dagmagic-subrun";
 
 /** The buttons of a step's actions that send its (perhaps edited) task: they need one. */
 const TASK_ACTIONS = ".dagmagic-rerun, .dagmagic-continue, .dagmagic-step";
@@ -50,6 +55,7 @@ export function createRounds({ signal, redraw, send }) {
     expanded: new Map(),
     drafts: new Map(),
     open: new Map(),
+    subruns: new Map(),
     busy: null,
   };
   /** @type {Map<number, {sig: string, el: HTMLElement}>} */
@@ -113,7 +119,7 @@ export function createRounds({ signal, redraw, send }) {
     (event) => {
       const target = /** @type {Element} */ (event.target);
       const section = target.closest?.(".dagmagic-round");
-      if (!section) return;
+      if (!section || target.closest(SUBRUN)) return; // its summary opens and closes it by itself
       const round = Number(section.getAttribute("data-round"));
       const toggle = target.closest(".dagmagic-round-toggle");
       const node = target.closest(".dagmagic-node");
@@ -149,7 +155,7 @@ export function createRounds({ signal, redraw, send }) {
     (event) => {
       const target = /** @type {Element} */ (event.target);
       const node = target.closest?.(".dagmagic-node");
-      if (!node || (event.key !== "Enter" && event.key !== " ")) return;
+      if (!node || node.closest(SUBRUN) || (event.key !== "Enter" && event.key !== " ")) return;
       event.preventDefault();
       event.stopPropagation(); // keep the notebook from running the cell on Enter
       const section = node.closest(".dagmagic-round");
@@ -177,13 +183,17 @@ export function createRounds({ signal, redraw, send }) {
     },
     { signal },
   );
-  // Which of a paused step's messages are open (toggle does not bubble: listen as it goes down).
+  // Which of a paused step's messages, and which sub-runs, are open (toggle does not bubble: listen as it goes
+  // down).
   el.addEventListener(
     "toggle",
     (event) => {
       const target = event.target;
-      const key = target instanceof HTMLDetailsElement && target.getAttribute("data-open-key");
+      if (!(target instanceof HTMLDetailsElement)) return;
+      const key = target.getAttribute("data-open-key");
       if (key) view.open.set(key, target.open);
+      const subrun = target.getAttribute("data-subrun-key");
+      if (subrun) view.subruns.set(subrun, target.open);
     },
     { signal, capture: true },
   );
@@ -214,6 +224,8 @@ export function createRounds({ signal, redraw, send }) {
       const [round, step] = JSON.parse(key);
       if (!paused.has(stepKey(round, step))) view.open.delete(key);
     }
+    const subruns = subrunKeys(state.rounds);
+    for (const key of view.subruns.keys()) if (!subruns.has(key)) view.subruns.delete(key);
     if (view.busy) {
       const [round, step] = JSON.parse(view.busy.step);
       if (actionState(state, round, step) !== view.busy.state) view.busy = null;
@@ -231,12 +243,20 @@ export function createRounds({ signal, redraw, send }) {
    * @param {Traits} state
    */
   function update(state) {
+    // a sub-run opened or closed since the last redraw, whose toggle event may not have come yet
+    for (const details of el.querySelectorAll("details[data-subrun-key]")) {
+      view.subruns.set(
+        String(details.getAttribute("data-subrun-key")),
+        /** @type {HTMLDetailsElement} */ (details).open,
+      );
+    }
     last = state;
     latest = state.rounds.length ? state.rounds[state.rounds.length - 1].index : -1;
     prune(state);
     view.auto = view.selected ? null : pausedStep(state, view.dismissed);
     const focused = focusedNode(el);
     const typing = focusedDraft(el);
+    const summary = focusedSummary(el);
     const current = shown();
     const sections = state.rounds.map((round) => {
       const expanded = isExpanded(round.index);
@@ -263,6 +283,7 @@ export function createRounds({ signal, redraw, send }) {
         busy: Boolean(busy),
         draft: (key) => view.drafts.get(key),
         messageOpen: (key) => view.open.get(key),
+        subrunOpen: (key) => view.subruns.get(key),
       };
       const section = renderRound(round, state, expanded, selected, isLatest, actions);
       cache.set(round.index, { sig, el: section });
@@ -280,7 +301,7 @@ export function createRounds({ signal, redraw, send }) {
     }
     if (focused) {
       const again = el.querySelector(
-        `.dagmagic-round[data-round="${focused.round}"] .dagmagic-node[data-step-id="${CSS_escape(focused.step)}"]`,
+        `.dagmagic-round[data-round="${focused.round}"] > .dagmagic-round-body > .dagmagic-graph-wrap .dagmagic-node[data-step-id="${CSS_escape(focused.step)}"]`,
       );
       if (again && again !== document.activeElement) /** @type {SVGElement} */ (again).focus?.();
     }
@@ -293,6 +314,12 @@ export function createRounds({ signal, redraw, send }) {
         again.setSelectionRange(typing.start, typing.end, typing.direction);
         again.scrollTop = typing.scroll;
       }
+    }
+    if (summary !== null) {
+      const again = [...el.querySelectorAll("details[data-subrun-key] > summary")].find(
+        (s) => s.parentElement?.getAttribute("data-subrun-key") === summary,
+      );
+      if (again instanceof HTMLElement && again !== document.activeElement) again.focus();
     }
   }
 
@@ -344,12 +371,23 @@ function focusedDraft(root) {
 }
 
 /**
+ * The sub-run whose summary has the keyboard focus (its key), so it keeps it across a redraw.
+ * @param {HTMLElement} root
+ * @returns {string | null}
+ */
+function focusedSummary(root) {
+  const active = document.activeElement;
+  if (!active || !root.contains(active) || active.tagName !== "SUMMARY") return null;
+  return active.parentElement?.getAttribute("data-subrun-key") ?? null;
+}
+
+/**
  * Which step has the keyboard focus, so it keeps it across a redraw.
  * @param {HTMLElement} root
  */
 function focusedNode(root) {
   const active = document.activeElement;
-  if (!active || !root.contains(active)) return null;
+  if (!active || !root.contains(active) || active.closest(SUBRUN)) return null;
   const node = active.closest(".dagmagic-node");
   const section = active.closest(".dagmagic-round");
   if (!node || !section) return null;
@@ -456,66 +494,3 @@ function renderDiff(round, rounds) {
     ),
   ]);
 }
-
-/**
- * "4 steps · 3 ✓ · 1 ✗ · achieved 85%"
- * @param {Round} round
- */
-function roundSummary(round) {
-  /** @type {Record<string, number>} */
-  const counts = {};
-  for (const n of round.nodes) counts[n.status] = (counts[n.status] ?? 0) + 1;
-  const parts = [`${round.nodes.length} step${round.nodes.length === 1 ? "" : "s"}`];
-  for (const status of /** @type {const} */ ([
-    "completed",
-    "running",
-    "retrying",
-    "paused",
-    "failed",
-    "skipped",
-    "cancelled",
-  ])) {
-    if (counts[status]) parts.push(`${counts[status]} ${STATUS_GLYPH[status]}`);
-  }
-  if (round.analysis)
-    parts.push(`${round.analysis.achieved ? "achieved" : "not achieved"} ${formatPercent(round.analysis.confidence)}`);
-  if (round.decision) parts.push(round.decision.action);
-  return parts.join(" · ");
-}
-
-/**
- * The analyzer's verdict and what the loop decided next (why it replanned, above all).
- * @param {Round} round
- * @param {boolean} pending  the latest round of a running run: a verdict may still come
- */
-function renderVerdict(round, pending) {
-  const { analysis, decision } = round;
-  if (!analysis && !decision) {
-    const busy = round.nodes.some((n) => isLive(n) || n.status === "pending" || n.status === "paused");
-    return pending && !busy ? h("div", { class: "dagmagic-verdict dagmagic-muted" }, ["Judging the round…"]) : null;
-  }
-  return h(
-    "div",
-    { class: "dagmagic-verdict", "data-achieved": analysis ? String(Boolean(analysis.achieved)) : null },
-    [
-      analysis &&
-        h("div", { class: "dagmagic-verdict-head" }, [
-          h("span", { class: "dagmagic-verdict-mark" }, [analysis.achieved ? "✓ achieved" : "✗ not achieved"]),
-          h("span", { class: "dagmagic-verdict-confidence" }, [`confidence ${formatPercent(analysis.confidence)}`]),
-        ]),
-      analysis?.reasoning && h("p", { class: "dagmagic-verdict-reasoning" }, [String(analysis.reasoning)]),
-      decision &&
-        h("p", { class: "dagmagic-decision", "data-action": decision.action }, [
-          h("strong", {}, [DECISION_LABEL[decision.action] ?? String(decision.action)]),
-          decision.reason ? ` ${decision.reason}` : "",
-        ]),
-    ],
-  );
-}
-
-/** @type {Record<string, string>} */
-const DECISION_LABEL = {
-  replan: "Replanned:",
-  synthesize: "Synthesize:",
-  stop: "Stopped:",
-};

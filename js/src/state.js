@@ -8,6 +8,7 @@ import { num } from "./format.js";
 /** @typedef {import("./types.js").DagNode} DagNode */
 /** @typedef {import("./types.js").Round} Round */
 /** @typedef {import("./types.js").StepDiff} StepDiff */
+/** @typedef {import("./types.js").SubRun} SubRun */
 
 /** The traits whose changes redraw something. */
 export const TRAITS = /** @type {const} */ ([
@@ -154,6 +155,22 @@ function normalizeNode(node) {
         }))
       : null,
     paused_tools: list(n.paused_tools).map(String),
+    subrun: normalizeSubrun(n.subrun),
+  };
+}
+
+/**
+ * A composite step's nested run; its rounds are read like the run's own (so nested steps may nest again).
+ * @param {any} subrun
+ * @returns {SubRun | null}
+ */
+function normalizeSubrun(subrun) {
+  if (!subrun || typeof subrun !== "object") return null;
+  return {
+    status: /** @type {SubRun["status"]} */ (String(subrun.status ?? "running")),
+    answer: String(subrun.answer ?? ""),
+    error: String(subrun.error ?? ""),
+    rounds: list(subrun.rounds).map(normalizeRound),
   };
 }
 

@@ -43,6 +43,18 @@
  * @property {string[]} warnings  what to know about its result (e.g. citations not verified)
  * @property {PausedMessage[] | null} paused_messages  while paused: the exact messages it is about to send
  * @property {string[]} paused_tools  while paused: the names of the tools it will be offered
+ * @property {SubRun | null} subrun  a composite step, planned and run as a nested DAG (null for a plain step;
+ *   missing in older states)
+ */
+
+/**
+ * The nested run of a composite step: its rounds have the same shape as the run's own (their steps may be
+ * composite too), and its answer becomes the step's result.
+ * @typedef {object} SubRun
+ * @property {RunStatus} status
+ * @property {string} answer  plain text here (the step's result shows it rendered)
+ * @property {string} error  empty unless it failed
+ * @property {Round[]} rounds
  */
 
 /** @typedef {{role: string, content: string}} PausedMessage */

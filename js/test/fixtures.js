@@ -390,3 +390,58 @@ export function rerunState() {
     rounds: [state.rounds[0], round2, round3],
   };
 }
+
+/**
+ * Round 2's step c is composite: it runs as a nested DAG whose step ids (a, b, c) repeat the run's own. Running,
+ * its nested c runs; done, it has a verdict and an answer that is also c's result.
+ * @param {"running" | "done"} [status]
+ */
+export function subrunState(status = "running") {
+  const state = sampleState();
+  const deps = { a: [], b: [], c: ["a", "b"] };
+  const l = layOut([["a", "b"], ["c"]], deps);
+  const T = state.now - 2;
+  const done = status === "done";
+  const answer = "Germany has about 1.24 times as many people as France.";
+  const c = state.rounds[1].nodes[2];
+  if (done) Object.assign(c, { status: "completed", completed_at: state.now, result: answer });
+  c.subrun = {
+    status,
+    answer: done ? answer : "",
+    error: "",
+    rounds: [
+      {
+        index: 1,
+        error: null,
+        warnings: [],
+        width: l.width,
+        height: l.height,
+        nodes: [
+          node("a", { ...l.boxes.a, status: "completed", task: "Take Germany's population", subrun: null }),
+          node("b", { ...l.boxes.b, status: "completed", task: "Take France's population", subrun: null }),
+          node("c", {
+            ...l.boxes.c,
+            status: done ? "completed" : "running",
+            dependencies: deps.c,
+            task: "Divide the first by the second",
+            model: "openai/gpt-4o-mini",
+            attempts: 1,
+            queued_at: T,
+            started_at: T,
+            completed_at: done ? state.now : null,
+            subrun: null,
+          }),
+        ],
+        edges: l.edges,
+        analysis: done ? { achieved: true, confidence: 0.9, reasoning: "The ratio is computed." } : null,
+        decision: done ? { action: "synthesize", reason: "Enough to answer." } : null,
+        rerun_of: null,
+        rerun_step: null,
+        approval: null,
+        diff: null,
+      },
+    ],
+  };
+  for (const round of state.rounds) for (const n of round.nodes) if (n !== c) n.subrun = null;
+  return state;
+}

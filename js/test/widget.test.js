@@ -1,6 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import widget from "../src/index.js";
-import { approvalState, fakeModel, nextRedraw, pausedState, rerunState, sampleState } from "./fixtures.js";
+import { approvalState, fakeModel, nextRedraw, pausedState, rerunState, sampleState, subrunState } from "./fixtures.js";
 
 /** @type {Array<() => void>} */
 let cleanups = [];
@@ -1050,5 +1050,192 @@ describe("older states", () => {
     expect(el.querySelector(".dagmagic-detail")?.getAttribute("data-step-id")).toBe("e");
     expect(el.querySelector(".dagmagic-rerun")).toBeNull(); // no can_rerun: no re-run
     expect(el.querySelector(".dagmagic-detail")?.textContent).not.toContain("Hints");
+  });
+});
+
+describe("sub-DAGs", () => {
+  /** @param {Element} el */
+  function subrunEl(el) {
+    const found = el.querySelector(".dagmagic-detail details.dagmagic-subrun");
+    if (!found) throw new Error("no sub-run");
+    return /** @type {HTMLDetailsElement} */ (found);
+  }
+
+  /** @param {Element} el */
+  async function openDetail(el, id = "c") {
+    click(nodeEl(el, id));
+    await nextRedraw();
+  }
+
+  /** @param {Element} g */
+  function badgeBox(g) {
+    const r = /** @type {Element} */ (g.querySelector("rect"));
+    const [x, y, w, h] = ["x", "y", "width", "height"].map((a) => Number(r.getAttribute(a)));
+    return { x, y, w, h };
+  }
+
+  it("marks a composite step with a sub-DAG badge inside its box, next to its other badges", () => {
+    const { el } = mount(subrunState());
+    const c = nodeEl(el, "c");
+    const badge = /** @type {Element} */ (c.querySelector(".dagmagic-node-subrun"));
+    expect(badge.textContent).toBe("sub-DAG");
+    expect(badge.classList.contains("dagmagic-badge")).toBe(true);
+    expect(badge.getAttribute("data-status")).toBe("running");
+    expect(el.querySelectorAll(".dagmagic-node-subrun").length).toBe(1); // the other steps are plain
+    const outer = box(c);
+    const inner = badgeBox(badge);
+    expect(inner.x).toBeGreaterThanOrEqual(outer.x);
+    expect(inner.y).toBeGreaterThanOrEqual(outer.y);
+    expect(inner.x + inner.w).toBeLessThanOrEqual(outer.x + outer.w);
+    expect(inner.y + inner.h).toBeLessThanOrEqual(outer.y + outer.h);
+    for (const other of c.querySelectorAll(".dagmagic-badge:not(.dagmagic-node-subrun)")) {
+      const b = badgeBox(other);
+      expect(b.x + b.w <= inner.x || inner.x + inner.w <= b.x).toBe(true);
+    }
+    expect(c.getAttribute("aria-label")).toContain("sub-DAG running");
+    // still deterministic
+    expect(latestSvg(mount(subrunState()).el).outerHTML).toBe(latestSvg(el).outerHTML);
+  });
+
+  it("shows the sub-run collapsed in the step's detail, summarized", async () => {
+    const { el } = mount(subrunState("done"));
+    await openDetail(el);
+    const details = subrunEl(el);
+    expect(details.open).toBe(false);
+    expect(details.querySelector("summary")?.textContent).toBe("Sub-DAG · 3 steps · done");
+    expect(details.getAttribute("data-status")).toBe("done");
+    expect(nodeEl(el, "c").querySelector(".dagmagic-node-subrun")?.getAttribute("data-status")).toBe("done");
+    // the answer is also the step's result, rendered there
+    expect(el.querySelector(".dagmagic-detail-result")?.textContent?.trim()).toBe(
+      "Germany has about 1.24 times as many people as France.",
+    );
+  });
+
+  it("expanded, draws the nested rounds with their steps, verdict and the answer as text", async () => {
+    const { el } = mount(subrunState("done"));
+    await openDetail(el);
+    const details = subrunEl(el);
+    click(/** @type {Element} */ (details.querySelector("summary")));
+    expect(details.open).toBe(true);
+    const round = /** @type {Element} */ (details.querySelector('.dagmagic-subrun-round[data-round="1"]'));
+    expect(round.querySelector(".dagmagic-round-summary")?.textContent).toBe(
+      "3 steps · 3 ✓ · achieved 90% · synthesize",
+    );
+    const nodes = [...round.querySelectorAll("svg.dagmagic-graph .dagmagic-node")];
+    expect(nodes.map((n) => [n.getAttribute("data-step-id"), n.getAttribute("data-status")])).toEqual([
+      ["a", "completed"],
+      ["b", "completed"],
+      ["c", "completed"],
+    ]);
+    expect(nodes.every((n) => !n.hasAttribute("tabindex"))).toBe(true); // not selectable: no focus stop
+    expect([...round.querySelectorAll(".dagmagic-edge")].map((e) => e.getAttribute("data-target"))).toEqual(["c", "c"]);
+    expect(round.querySelector(".dagmagic-verdict-reasoning")?.textContent).toBe("The ratio is computed.");
+    expect(details.querySelector(".dagmagic-subrun-answer")?.textContent).toBe(
+      "Germany has about 1.24 times as many people as France.",
+    );
+    expect(details.querySelector(".dagmagic-subrun-error")).toBeNull();
+  });
+
+  it("updates live, keeping the sub-run open across redraws until the user closes it", async () => {
+    const { el, model } = mount(subrunState());
+    await openDetail(el);
+    const first = subrunEl(el);
+    expect(first.querySelector("summary")?.textContent).toBe("Sub-DAG · 3 steps · running");
+    expect(first.textContent).toContain("No answer yet.");
+    first.open = true;
+    /** @type {HTMLElement} */ (first.querySelector("summary")).focus();
+
+    model.set("now", model.get("now") + 0.5); // a running step: its section is rebuilt
+    await nextRedraw();
+    const second = subrunEl(el);
+    expect(second).not.toBe(first);
+    expect(second.open).toBe(true);
+    expect(document.activeElement).toBe(second.querySelector("summary")); // the keyboard user stays there
+
+    model.set("rounds", subrunState("done").rounds);
+    await nextRedraw();
+    const third = subrunEl(el);
+    expect(third).not.toBe(second);
+    expect(third.open).toBe(true);
+    expect(third.querySelector("summary")?.textContent).toBe("Sub-DAG · 3 steps · done");
+    expect(third.querySelector('.dagmagic-node[data-step-id="c"]')?.getAttribute("data-status")).toBe("completed");
+    expect(third.querySelector(".dagmagic-subrun-answer")?.textContent).toContain("1.24 times");
+
+    click(/** @type {Element} */ (third.querySelector("summary")));
+    model.set("now", model.get("now") + 0.5);
+    model.set("rounds", subrunState("running").rounds);
+    await nextRedraw();
+    expect(subrunEl(el).open).toBe(false);
+
+    // closing the detail and opening it again keeps the choice too
+    subrunEl(el).open = true;
+    click(nodeEl(el, "c"));
+    await nextRedraw();
+    expect(el.querySelector(".dagmagic-subrun")).toBeNull();
+    click(nodeEl(el, "c"));
+    await nextRedraw();
+    expect(subrunEl(el).open).toBe(true);
+  });
+
+  it("does not take a click or key on a nested step for one of the run's own steps", async () => {
+    const { el, model } = mount(subrunState("done"));
+    await openDetail(el);
+    subrunEl(el).open = true;
+    const nested = /** @type {Element} */ (subrunEl(el).querySelector('.dagmagic-node[data-step-id="a"]'));
+    click(/** @type {Element} */ (nested.querySelector("rect")));
+    nested.dispatchEvent(new KeyboardEvent("keydown", { key: "Enter", bubbles: true }));
+    await nextRedraw();
+    expect(el.querySelector(".dagmagic-detail")?.getAttribute("data-step-id")).toBe("c");
+    expect(nodeEl(el, "a").classList.contains("dagmagic-node--selected")).toBe(false);
+    expect(nodeEl(el, "c").classList.contains("dagmagic-node--selected")).toBe(true);
+    expect(subrunEl(el).open).toBe(true);
+    expect(model.send).not.toHaveBeenCalled();
+
+    click(nodeEl(el, "a")); // the run's own a still opens
+    await nextRedraw();
+    expect(el.querySelector(".dagmagic-detail")?.getAttribute("data-step-id")).toBe("a");
+  });
+
+  it("shows a failed sub-run's error as text, and nests a composite nested step", async () => {
+    const state = subrunState("done");
+    const subrun = state.rounds[1].nodes[2].subrun;
+    Object.assign(subrun, { status: "failed", answer: "", error: 'no plan: <img src=x onerror="alert(1)">' });
+    subrun.rounds[0].nodes[1].subrun = {
+      status: "done",
+      answer: "68 million",
+      error: "",
+      rounds: [
+        { ...structuredClone(subrun.rounds[0]), nodes: [structuredClone(subrun.rounds[0].nodes[0])], edges: [] },
+      ],
+    };
+    const { el } = mount(state);
+    await openDetail(el);
+    const details = subrunEl(el);
+    expect(details.querySelector("summary")?.textContent).toBe("Sub-DAG · 3 steps · failed");
+    expect(details.querySelector(".dagmagic-subrun-error")?.textContent).toBe(
+      'no plan: <img src=x onerror="alert(1)">',
+    );
+    expect(details.querySelector("img, [onerror]")).toBeNull();
+    expect(details.querySelector(":scope > .dagmagic-subrun-answer-wrap")).toBeNull(); // (the nested one has one)
+    expect(details.querySelector('.dagmagic-node[data-step-id="b"] .dagmagic-node-subrun')).not.toBeNull();
+    const inner = /** @type {HTMLDetailsElement} */ (details.querySelector("details.dagmagic-subrun"));
+    expect(inner.querySelector("summary")?.textContent).toBe("Sub-DAG of b · 1 step · done");
+    expect(inner.getAttribute("data-subrun-key")).toBe(JSON.stringify([2, "c", 1, "b"]));
+    expect(inner.querySelector(".dagmagic-subrun-answer")?.textContent).toBe("68 million");
+  });
+
+  it("renders a state without sub-runs as before", async () => {
+    const old = mount(sampleState());
+    const explicit = sampleState();
+    for (const round of explicit.rounds) for (const n of round.nodes) n.subrun = null;
+    const nulls = mount(explicit);
+    expect(latestSvg(old.el).outerHTML).toBe(latestSvg(nulls.el).outerHTML);
+    expect(old.el.querySelector(".dagmagic-node-subrun")).toBeNull();
+    await openDetail(old.el);
+    expect(old.el.querySelector(".dagmagic-detail")?.getAttribute("data-step-id")).toBe("c");
+    expect(old.el.querySelector(".dagmagic-subrun")).toBeNull();
+    expect(nodeEl(old.el, "c").getAttribute("aria-label")).toBe(
+      "Step c, running: Compute the ratio of the two populations",
+    );
   });
 });

@@ -1,0 +1,72 @@
+// A round's one-line summary and the analyzer's verdict: for the run's rounds and for a composite step's
+// nested rounds alike.
+
+import { h } from "./dom.js";
+import { formatPercent } from "./format.js";
+import { STATUS_GLYPH } from "./graph.js";
+import { isLive } from "./state.js";
+
+/** @typedef {import("./types.js").Round} Round */
+
+/**
+ * "4 steps · 3 ✓ · 1 ✗ · achieved 85%"
+ * @param {Round} round
+ */
+export function roundSummary(round) {
+  /** @type {Record<string, number>} */
+  const counts = {};
+  for (const n of round.nodes) counts[n.status] = (counts[n.status] ?? 0) + 1;
+  const parts = [`${round.nodes.length} step${round.nodes.length === 1 ? "" : "s"}`];
+  for (const status of /** @type {const} */ ([
+    "completed",
+    "running",
+    "retrying",
+    "paused",
+    "failed",
+    "skipped",
+    "cancelled",
+  ])) {
+    if (counts[status]) parts.push(`${counts[status]} ${STATUS_GLYPH[status]}`);
+  }
+  if (round.analysis)
+    parts.push(`${round.analysis.achieved ? "achieved" : "not achieved"} ${formatPercent(round.analysis.confidence)}`);
+  if (round.decision) parts.push(round.decision.action);
+  return parts.join(" · ");
+}
+
+/**
+ * The analyzer's verdict and what the loop decided next (why it replanned, above all).
+ * @param {Round} round
+ * @param {boolean} pending  the latest round of a running run: a verdict may still come
+ */
+export function renderVerdict(round, pending) {
+  const { analysis, decision } = round;
+  if (!analysis && !decision) {
+    const busy = round.nodes.some((n) => isLive(n) || n.status === "pending" || n.status === "paused");
+    return pending && !busy ? h("div", { class: "dagmagic-verdict dagmagic-muted" }, ["Judging the round…"]) : null;
+  }
+  return h(
+    "div",
+    { class: "dagmagic-verdict", "data-achieved": analysis ? String(Boolean(analysis.achieved)) : null },
+    [
+      analysis &&
+        h("div", { class: "dagmagic-verdict-head" }, [
+          h("span", { class: "dagmagic-verdict-mark" }, [analysis.achieved ? "✓ achieved" : "✗ not achieved"]),
+          h("span", { class: "dagmagic-verdict-confidence" }, [`confidence ${formatPercent(analysis.confidence)}`]),
+        ]),
+      analysis?.reasoning && h("p", { class: "dagmagic-verdict-reasoning" }, [String(analysis.reasoning)]),
+      decision &&
+        h("p", { class: "dagmagic-decision", "data-action": decision.action }, [
+          h("strong", {}, [DECISION_LABEL[decision.action] ?? String(decision.action)]),
+          decision.reason ? ` ${decision.reason}` : "",
+        ]),
+    ],
+  );
+}
+
+/** @type {Record<string, string>} */
+const DECISION_LABEL = {
+  replan: "Replanned:",
+  synthesize: "Synthesize:",
+  stop: "Stopped:",
+};
