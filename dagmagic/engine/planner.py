@@ -141,6 +141,7 @@ def validate_steps(
     earlier: Collection[str] = (),
     roles: Collection[str] = STANDARD_ROLES,
     warn: Callable[[str], None] = lambda message: None,
+    tools: Collection[str] = (),
 ) -> tuple[list[PlanStep], str | None]:
     """The plan's steps and the problem that makes it unusable (None when it is usable).
 
@@ -157,7 +158,7 @@ def validate_steps(
     if duplicates:
         counts = ", ".join(f"{i} ({ids.count(i)} times)" for i in duplicates)
         return [], f"step ids must be unique, but these repeat: {counts}"
-    steps = _plan_steps(drafts, earlier=earlier, roles=roles, warn=warn)
+    steps = _plan_steps(drafts, earlier=earlier, roles=roles, warn=warn, tools=tools)
     cycle = _cycle(steps)
     if cycle:
         return [], f"the steps {', '.join(sorted(set(cycle)))} form a cycle ({' needs '.join(cycle)})"
@@ -165,7 +166,12 @@ def validate_steps(
 
 
 def _plan_steps(
-    drafts: list[StepDraft], *, earlier: Collection[str], roles: Collection[str], warn: Callable[[str], None]
+    drafts: list[StepDraft],
+    *,
+    earlier: Collection[str],
+    roles: Collection[str],
+    warn: Callable[[str], None],
+    tools: Collection[str] = (),
 ) -> list[PlanStep]:
     """Plan steps from drafts with unique ids: unknown dependencies and model hints dropped, with warnings."""
     ids = [draft.id for draft in drafts]
@@ -180,13 +186,14 @@ def _plan_steps(
                 kept.append(dep)
             else:
                 dropped.append(f"{draft.id} -> {dep}")
-        hint = draft.model_hint
+        hint, tool = draft.model_hint, draft.tool_hint
+        if tool is not None and tool in roles and tool not in tools:  # a role written as the tool (real models do)
+            warn(f"step {draft.id}: tool_hint {tool!r} is a role, not a tool: used as its model_hint")
+            hint, tool = hint or tool, None
         if hint is not None and hint not in roles:
             warn(f"step {draft.id}: unknown model_hint {hint!r} replaced by the general model")
             hint = None
-        steps.append(
-            PlanStep(id=draft.id, task=draft.task, dependencies=kept, tool_hint=draft.tool_hint, model_hint=hint)
-        )
+        steps.append(PlanStep(id=draft.id, task=draft.task, dependencies=kept, tool_hint=tool, model_hint=hint))
     if dropped:
         more = f" and {len(dropped) - 10} more" if len(dropped) > 10 else ""
         warn(f"dropped dependencies on unknown steps: {', '.join(dropped[:10])}{more}")
@@ -200,6 +207,7 @@ def repair_steps(
     earlier: Collection[str] = (),
     roles: Collection[str] = STANDARD_ROLES,
     warn: Callable[[str], None] = lambda message: None,
+    tools: Collection[str] = (),
 ) -> list[PlanStep]:
     """The usable part of a plan that stayed invalid: the first ``max_steps`` steps, repeated ids renamed,
     unknown dependencies dropped, and the dependencies that close a cycle dropped (those on a step listed
@@ -220,7 +228,7 @@ def repair_steps(
             draft = draft.model_copy(update={"id": new_id})
         seen.add(draft.id)
         unique.append(draft)
-    steps = _plan_steps(unique, earlier=earlier, roles=roles, warn=warn)
+    steps = _plan_steps(unique, earlier=earlier, roles=roles, warn=warn, tools=tools)
     _break_cycles(steps, warn)
     return steps
 
@@ -406,6 +414,7 @@ class Planner:
             earlier=earlier,
             roles=self.roles,
             warn=lambda message: self._warn(message, round),
+            tools=self.tool_names,
         )
         if not steps:
             return self.goal_step(query, goal, round=round, why=problem)
@@ -427,6 +436,7 @@ class Planner:
             earlier=earlier,
             roles=self.roles,
             warn=lambda message: self._warn(message, round),
+            tools=self.tool_names,
         )
 
     async def _draft(self, messages: list[dict[str, Any]], round: int) -> list[StepDraft]:

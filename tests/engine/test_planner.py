@@ -484,3 +484,21 @@ async def test_a_long_list_of_dropped_dependencies_is_named_briefly() -> None:
     await harness.planner.plan("goal")
     (warning,) = harness.warnings
     assert warning.endswith("s1 -> 12 and 88 more") and len(warning) < 200
+
+
+def test_a_role_written_as_the_tool_hint_becomes_the_model_hint() -> None:
+    # Qwen2.5-Coder-0.5B wrote {"tool_hint": "reasoning"} for both steps of a plan: the step was then told
+    # "Suggested tool: reasoning", a tool that does not exist
+    drafts = [
+        StepDraft(id="s1", task="compare", tool_hint="reasoning"),
+        StepDraft(id="s2", task="look up", tool_hint="fast", model_hint="reasoning"),
+        StepDraft(id="s3", task="search", tool_hint="search"),
+        StepDraft(id="s4", task="a tool named like a role", tool_hint="fast"),
+    ]
+    warnings: list[str] = []
+    steps, problem = validate_steps(drafts[:3], max_steps=6, warn=warnings.append)
+    assert problem is None
+    assert [(s.tool_hint, s.model_hint) for s in steps] == [(None, "reasoning"), (None, "reasoning"), ("search", None)]
+    assert warnings[0] == "step s1: tool_hint 'reasoning' is a role, not a tool: used as its model_hint"
+    kept, _ = validate_steps(drafts[3:], max_steps=6, tools=["fast"])
+    assert (kept[0].tool_hint, kept[0].model_hint) == ("fast", None)  # a real tool of that name stays a tool
