@@ -7,7 +7,7 @@ import { draftKey, renderDetail } from "./detail.js";
 import { renderGraph } from "./graph.js";
 import { isLive } from "./state.js";
 import { subrunKeys } from "./subrun.js";
-import { renderVerdict, roundSummary } from "./verdict.js";
+import { renderVerdict, roundNotes, roundSummary } from "./verdict.js";
 
 /** @typedef {import("./types.js").Round} Round */
 /** @typedef {import("./types.js").Traits} Traits */
@@ -410,14 +410,7 @@ function CSS_escape(value) {
 function renderRound(round, state, expanded, selected, isLatest, actions) {
   const body = expanded
     ? h("div", { class: "dagmagic-round-body" }, [
-        round.error && h("div", { class: "dagmagic-round-error", role: "alert" }, [round.error]),
-        round.warnings.length
-          ? h(
-              "ul",
-              { class: "dagmagic-round-warnings", "aria-label": "Fixed on the way" },
-              round.warnings.map((w) => h("li", {}, [w])),
-            )
-          : null,
+        ...roundNotes(round),
         round.nodes.length
           ? h("div", { class: "dagmagic-graph-wrap" }, [renderGraph(round, state.now, selected)])
           : h("div", { class: "dagmagic-muted" }, ["No steps."]),

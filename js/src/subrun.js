@@ -4,7 +4,7 @@
 
 import { h } from "./dom.js";
 import { renderGraph } from "./graph.js";
-import { renderVerdict, roundSummary } from "./verdict.js";
+import { renderVerdict, roundNotes, roundSummary } from "./verdict.js";
 
 /** @typedef {import("./types.js").Round} Round */
 /** @typedef {import("./types.js").SubRun} SubRun */
@@ -101,14 +101,7 @@ function renderSubrunRound(round, path, now, isOpen, pending) {
       h("span", { class: "dagmagic-subrun-round-title" }, [`Round ${round.index}`]),
       h("span", { class: "dagmagic-round-summary" }, [roundSummary(round)]),
     ]),
-    round.error && h("div", { class: "dagmagic-round-error" }, [round.error]),
-    round.warnings.length
-      ? h(
-          "ul",
-          { class: "dagmagic-round-warnings", "aria-label": "Fixed on the way" },
-          round.warnings.map((w) => h("li", {}, [w])),
-        )
-      : null,
+    ...roundNotes(round),
     round.nodes.length
       ? h("div", { class: "dagmagic-graph-wrap" }, [renderGraph(round, now, null, { interactive: false })])
       : h("div", { class: "dagmagic-muted" }, ["No steps."]),

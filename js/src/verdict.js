@@ -7,6 +7,7 @@ import { STATUS_GLYPH } from "./graph.js";
 import { isLive } from "./state.js";
 
 /** @typedef {import("./types.js").Round} Round */
+/** @typedef {import("./dom.js").Child} Child */
 
 /**
  * "4 steps · 3 ✓ · 1 ✗ · achieved 85%"
@@ -70,3 +71,21 @@ const DECISION_LABEL = {
   synthesize: "Synthesize:",
   stop: "Stopped:",
 };
+
+/**
+ * What went wrong in a round, and what was fixed on the way (both as text).
+ * @param {Round} round
+ * @returns {Child[]}
+ */
+export function roundNotes(round) {
+  return [
+    round.error && h("div", { class: "dagmagic-round-error", role: "alert" }, [round.error]),
+    round.warnings.length
+      ? h(
+          "ul",
+          { class: "dagmagic-round-warnings", "aria-label": "Fixed on the way" },
+          round.warnings.map((w) => h("li", {}, [w])),
+        )
+      : null,
+  ];
+}

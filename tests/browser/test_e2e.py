@@ -74,9 +74,9 @@ class Gate:
         self.path.touch()
 
 
-def cells(gate: Gate, model: str, goal: str) -> list[str]:
+def cells(gate: Gate, model: str, goal: str, options: str = "") -> list[str]:
     setup = f"GATE = {gate.name!r}\nANSWER_WORDS = {ANSWER_WORDS!r}\n{MODELS}\nllm = {model}"
-    return ["%load_ext dagmagic", setup, f"%%dag --models llm\n{goal}"]
+    return ["%load_ext dagmagic", setup, f"%%dag --models llm {options}\n{goal}"]
 
 
 def node(widget: Locator, step: str, round_index: int | None = None) -> Locator:
@@ -278,9 +278,7 @@ def test_retry_now_runs_a_step_waiting_out_a_rate_limit(notebook: NotebookPage) 
 def test_an_edited_plan_is_approved_in_the_view_and_runs_as_edited(notebook: NotebookPage) -> None:
     gate = Gate(notebook, "approve")
     gate.open()
-    setup = cells(gate, "scripted()", "Approve me")
-    setup[-1] = "%%dag --models llm --approve\nApprove me"
-    notebook.open("approve", setup)
+    notebook.open("approve", cells(gate, "scripted()", "Approve me", "--approve"))
     notebook.run_all()
     widget = notebook.widget()
     panel = widget.locator(".dagmagic-approval")
@@ -342,9 +340,7 @@ def test_a_step_is_rerun_from_its_panel_with_an_edited_task(notebook: NotebookPa
 def test_a_breakpoint_shows_what_the_step_will_send_and_continue_runs_it(notebook: NotebookPage) -> None:
     gate = Gate(notebook, "breakpoint")
     gate.open()
-    setup = cells(gate, "scripted()", "Break before s3")
-    setup[-1] = "%%dag --models llm --break s3\nBreak before s3"
-    notebook.open("breakpoint", setup)
+    notebook.open("breakpoint", cells(gate, "scripted()", "Break before s3", "--break s3"))
     notebook.run_all()
     widget = notebook.widget()
     expect(node(widget, "s3")).to_have_attribute("data-status", "paused")
