@@ -200,5 +200,6 @@ function nodeStats(node, now) {
 function toolLabel(node) {
   const names = [...new Set(node.tool_calls.map((c) => c?.name).filter(Boolean))];
   if (names.length) return names.length > 1 ? `${names[0]} +${names.length - 1}` : String(names[0]);
+  if (node.subrun && node.tool_hint === "subplan") return ""; // the sub-DAG badge says it
   return node.tool_hint ?? "";
 }

@@ -367,3 +367,37 @@ def test_a_breakpoint_shows_what_the_step_will_send_and_continue_runs_it(noteboo
         "[('step_paused', ''), ('user_action', 'continue'), ('step_started', '')]\n"
     )
     assert notebook.errors == []
+
+
+def test_a_composite_step_shows_its_nested_dag_in_its_detail(notebook: NotebookPage) -> None:
+    gate = Gate(notebook, "subdag")
+    gate.open()
+    model = (
+        'scripted(plan=[{"steps": [{"id": "s1", "task": "Look up the first half"}, '
+        '{"id": "s2", "task": "Study the second half in depth", "dependencies": ["s1"], "tool_hint": "subplan"}]}, '
+        '{"steps": [{"id": "s1", "task": "Find the digits"}, '
+        '{"id": "s2", "task": "Add them", "dependencies": ["s1"]}]}], '
+        'synthesize=[["seven, from its digits"], [w + " " for w in ANSWER_WORDS]])'
+    )
+    notebook.open("subdag", cells(gate, model, "Nest a step"))
+    notebook.run_all()
+    widget = notebook.widget()
+    expect(widget.locator(".dagmagic-status")).to_have_attribute("data-status", "done")
+    notebook.wait_until_done()
+    widget = notebook.widgets().last
+    expect(node(widget, "s2").locator(".dagmagic-node-subrun")).to_have_text("sub-DAG")
+    expect(node(widget, "s2")).not_to_contain_text("subplan")  # the badge says it once
+    node(widget, "s2").click()
+    nested = widget.locator('.dagmagic-detail[data-step-id="s2"] .dagmagic-subrun')
+    expect(nested).not_to_have_attribute("open", "")  # collapsed at first
+    expect(nested.locator("summary")).to_have_text("Sub-DAG · 2 steps · done")
+    nested.locator("summary").click()
+    for step in ("s1", "s2"):
+        expect(nested.locator(f'.dagmagic-node[data-step-id="{step}"]')).to_have_attribute("data-status", "completed")
+    expect(nested.locator(".dagmagic-subrun-answer")).to_have_text("seven, from its digits")
+    notebook.screenshot("subdag", focus=nested)
+    state = notebook.kernel_print(
+        "r = dagmagic.last_run()\nprint(r.steps['s2'].result, sorted({c.step_id for c in r.calls if c.step_id}))"
+    )
+    assert state == "seven, from its digits ['s1', 's2', 's2/s1', 's2/s2']\n"
+    assert notebook.errors == []
