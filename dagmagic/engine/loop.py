@@ -58,6 +58,7 @@ STOPPED_BEFORE_ROUND = "Stopped by the user before the round began."
 FOLLOW_UP_WHILE_PLANNING = "A follow-up arrived while planning: this plan was dropped for one that includes it."
 FOLLOW_UP_WHILE_ANSWERING = "A follow-up arrived while the answer was being written: it gets its own round."
 REJECTED = "The user rejected this plan: {feedback}"
+RERUN = "{step} is re-run: the answer is written again from the new results."
 SUBPLAN = "subplan"
 """The ``tool_hint`` that marks a composite step."""
 
@@ -269,7 +270,7 @@ class GoalLoop:
         control.new_round()
         run.emit(RoundStarted(round=index))
         run.rounds.append(record)
-        self._clear_answer(run)
+        self._clear_answer(run, RERUN.format(step=step_id))
         await self._run_plan(run, record, plan, _reusable(run.rounds[:-2]), guard)
         analysis = await self._judge(run, guard, index)
         reason = f"Re-ran {step_id} of round {source.index} and what depends on it: answering from the new results."
@@ -834,11 +835,11 @@ class GoalLoop:
         return await self._synthesize(run, guard, analysis, max(len(run.rounds), 1), partial=True)
 
     @staticmethod
-    def _clear_answer(run: DagRun) -> None:
-        """Drop the answer being written: a follow-up made it outdated."""
+    def _clear_answer(run: DagRun, reason: str = FOLLOW_UP_WHILE_ANSWERING) -> None:
+        """Drop the answer being written: a follow-up (or a re-run) made it outdated."""
         if run.state.answer:
             run.state.answer = ""
-            run.emit(AnswerCleared(reason=FOLLOW_UP_WHILE_ANSWERING))
+            run.emit(AnswerCleared(reason=reason))
 
     @staticmethod
     def _answer(run: DagRun, answer: str, *, fallback: bool, partial: bool = False) -> None:

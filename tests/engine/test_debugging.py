@@ -67,7 +67,10 @@ async def test_a_rerun_calls_the_model_for_the_step_and_its_dependents_only_and_
     before = len(llm.requests_for("step"))
     assert step_calls(llm) == {"s1": 1, "s2": 1, "s3": 1, "s4": 1}
 
+    cleared: list[str] = []
+    run.subscribe(lambda event: cleared.append(event.reason) if event.type == "answer_cleared" else None)
     again = await run.rerun("s2", task="triple it")
+    assert cleared == ["s2 is re-run: the answer is written again from the new results."]
     assert again is run and run.status == "done"
     assert step_calls(llm, before) == {"s2": 1, "s3": 1}  # s1 and s4 kept their results
     assert len(run.rounds) == 2 and run.rounds[0] is first  # the first round is kept as it was
