@@ -246,7 +246,7 @@ class DagRun:
         """Continue: run the paused step (``task``: an edited task for it) and go on to the next breakpoint."""
         self._release("continue", step_id, task)
 
-    def step(self, step_id: str | None = None, *, task: str | None = None) -> None:
+    def step_over(self, step_id: str | None = None, *, task: str | None = None) -> None:
         """Step: run the paused step, then pause again before the next step that becomes ready."""
         self._release("step", step_id, task)
 

@@ -56,7 +56,7 @@ class DagSession:
         self.approve_plans = approve_plans
         """Every plan waits for ``run.approve()`` (perhaps with an edited plan) or ``run.reject(why)``."""
         self.step_through = step_through
-        """Every step pauses before it runs until ``run.step()``, ``run.resume_step()`` or ``run.skip(id)``."""
+        """Every step pauses before it runs until ``run.step_over()``, ``run.resume_step()`` or ``run.skip(id)``."""
         self.history: list[Exchange] = []
         self.runs: list[DagRun] = []
         self._digests: HistoryDigests = {}

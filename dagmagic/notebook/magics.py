@@ -593,7 +593,7 @@ class DagMagics(Magics):
         self._act(lambda run: run.resume_step(rest or None), self._running())
 
     def _cmd_step(self, rest: str) -> None:
-        self._act(lambda run: run.step(rest or None), self._running())
+        self._act(lambda run: run.step_over(rest or None), self._running())
 
     def _cmd_skip(self, rest: str) -> None:
         if not rest:

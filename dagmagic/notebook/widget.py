@@ -152,7 +152,7 @@ _HANDLERS: dict[str, Callable[[DagWidget, dict[str, Any]], object]] = {
     "approve": _approve,
     "reject": lambda w, c: w.run.reject(str(c.get("feedback", ""))),
     "continue": lambda w, c: w.run.resume_step(str(c.get("step", "")) or None, task=_text(c.get("task"))),
-    "step": lambda w, c: w.run.step(str(c.get("step", "")) or None, task=_text(c.get("task"))),
+    "step": lambda w, c: w.run.step_over(str(c.get("step", "")) or None, task=_text(c.get("task"))),
     "skip": lambda w, c: w.run.skip(str(c.get("step", ""))),
     "resume": lambda w, c: w._go_on("resume"),
     "restart": lambda w, c: w._go_on("restart"),

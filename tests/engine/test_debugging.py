@@ -251,7 +251,7 @@ async def test_step_through_runs_exactly_one_step_per_step() -> None:
         assert running == []  # everything else waits
         calls = len(llm.requests_for("step"))
         sid = run.paused[0]
-        run.step()
+        run.step_over()
         await until(lambda sid=sid: run.steps[sid].status == "completed", f"{sid} to complete")
         await asyncio.sleep(0.02)  # anything else that would start starts now
         assert len(llm.requests_for("step")) == calls + 1  # that step, and only it
