@@ -8,6 +8,7 @@ observations are capped, the trace keeps its latest calls without their messages
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +29,8 @@ _STATIC = Path(__file__).resolve().parent.parent / "static"
 RESULT_CHARS = 4000
 OBSERVATION_CHARS = 600
 PAUSED_CHARS = 20000
+DETAIL_CHARS = 50000
+"""A call's messages and reply, and a step's full result, sent on request: capped so one message stays small."""
 """A paused step's messages are shown whole up to this (the dependency context can be long)."""
 TRACE_CALLS = 400
 WARNINGS = 20
@@ -138,6 +141,57 @@ class DagWidget(anywidget.AnyWidget):
         self.follow(action())
 
 
+def _call_detail(widget: DagWidget, content: dict[str, Any]) -> None:
+    """One LLM call's messages, reply and error, sent on request (the synced state keeps calls small)."""
+    index = int(content.get("index", -1))
+    calls = widget.run.calls
+    if not 0 <= index < len(calls):
+        raise DagError(f"there is no LLM call {index}")
+    call = calls[index]
+    messages = [
+        {"role": str(m.get("role", "")), "content": _cap(_message_text(m), DETAIL_CHARS) or ""} for m in call.messages
+    ]
+    widget.send(
+        {
+            "type": "call_detail",
+            "index": index,
+            "messages": messages,
+            "reply": _cap(call.reply, DETAIL_CHARS) or "",
+            "tool_calls": [_cap(json.dumps(t, default=str), DETAIL_CHARS) for t in call.tool_calls],
+            "error": call.error or "",
+        }
+    )
+
+
+def _full_text(widget: DagWidget, content: dict[str, Any]) -> None:
+    """A step's whole result, or one tool call's whole observation (the synced state cuts them)."""
+    round_index, step_id = int(content.get("round", 0)), str(content.get("step", ""))
+    step = widget.run.step_of(round_index, step_id)
+    if step is None:
+        raise DagError(f"there is no step {step_id!r} in round {round_index}")
+    field = str(content.get("field", "result"))
+    if field == "result":
+        text = step.result or ""
+    elif field == "observation":
+        position = int(content.get("call", -1))
+        if not 0 <= position < len(step.tool_calls):
+            raise DagError(f"step {step_id} has no tool call {position}")
+        text = step.tool_calls[position].observation or ""
+    else:
+        raise DagError(f"unknown field {field!r}")
+    reply = {"type": "full_text", "round": round_index, "step": step_id, "field": field, "text": text}
+    if field == "observation":
+        reply["call"] = int(content.get("call", -1))
+    widget.send(reply)
+
+
+def _message_text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    return json.dumps(content, default=str) if content is not None else ""
+
+
 def _approve(widget: DagWidget, content: dict[str, Any]) -> None:
     plan = content.get("plan")
     widget.run.approve(plan.get("steps") if isinstance(plan, dict) else None)
@@ -154,6 +208,8 @@ _HANDLERS: dict[str, Callable[[DagWidget, dict[str, Any]], object]] = {
     "continue": lambda w, c: w.run.resume_step(str(c.get("step", "")) or None, task=_text(c.get("task"))),
     "step": lambda w, c: w.run.step_over(str(c.get("step", "")) or None, task=_text(c.get("task"))),
     "skip": lambda w, c: w.run.skip(str(c.get("step", ""))),
+    "call_detail": _call_detail,
+    "full_text": _full_text,
     "resume": lambda w, c: w._go_on("resume"),
     "restart": lambda w, c: w._go_on("restart"),
 }
@@ -188,7 +244,12 @@ def widget_state(run: DagRun) -> dict[str, Any]:
             "cost": usage.cost,
         },
         "rounds": [_round_state(record, run) for record in run.rounds],
-        "calls": [_call_state(call) for call in run.calls[-TRACE_CALLS:]],
+        "calls": [
+            _call_state(call, index)
+            for index, call in enumerate(run.calls[-TRACE_CALLS:], start=max(len(run.calls) - TRACE_CALLS, 0))
+        ],
+        "phase_since": _phase_since(run),
+        "stopped_by_user": any(event.type == "user_action" and event.action == "stop" for event in run.events),
         "now": time.time(),
         "started_at": run.state.started_at,
     }
@@ -303,8 +364,18 @@ def _step_state(step: PlanStep) -> dict[str, Any]:
     }
 
 
-def _call_state(call: LLMCall) -> dict[str, Any]:
+def _phase_since(run: DagRun) -> float:
+    """When the run entered its current phase (the front end counts the seconds since)."""
+    for event in reversed(run.events):
+        if event.type == "phase_changed" and not event.depth:
+            return event.at
+    return run.state.started_at
+
+
+def _call_state(call: LLMCall, index: int) -> dict[str, Any]:
     return {
+        "index": index,
+        "started_at": call.started_at,
         "purpose": call.purpose,
         "model": call.model,
         "round": call.round,

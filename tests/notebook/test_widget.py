@@ -276,3 +276,26 @@ async def test_a_composite_steps_nested_run_is_in_its_node() -> None:
     assert [n["id"] for n in sub["rounds"][0]["nodes"]] == ["s1", "s2"]
     assert {n["status"] for n in sub["rounds"][0]["nodes"]} == {"completed"} and node["result"] == "inner answer"
     json.dumps(node)
+
+
+async def test_a_calls_messages_and_a_steps_whole_result_are_sent_on_request() -> None:
+    run = await session(step=["x" * 9000]).run("goal")
+    widget = DagWidget(run)
+    sent: list[Any] = []
+    widget.send = sent.append  # type: ignore[method-assign]
+    state = widget_state(run)
+    assert [c["index"] for c in state["calls"]] == list(range(len(run.calls)))
+    assert state["calls"][0]["started_at"] == run.calls[0].started_at and state["stopped_by_user"] is False
+    assert state["phase_since"] >= run.state.started_at
+    plan_call = next(c["index"] for c in state["calls"] if c["purpose"] == "plan")
+    widget._on_message(widget, {"type": "call_detail", "index": plan_call}, [])
+    detail = sent[-1]
+    assert detail["type"] == "call_detail" and detail["index"] == plan_call
+    assert detail["messages"][0]["role"] == "system" and "planner" in detail["messages"][0]["content"]
+    assert detail["tool_calls"] and detail["error"] == ""
+    assert len(state["rounds"][0]["nodes"][0]["result"]) < 5000  # cut in the state...
+    widget._on_message(widget, {"type": "full_text", "round": 1, "step": "s1", "field": "result"}, [])
+    assert sent[-1]["text"] == "x" * 9000  # ...whole on request
+    widget._on_message(widget, {"type": "call_detail", "index": 999}, [])
+    assert sent[-1] == {"type": "error", "message": "there is no LLM call 999"}
+    widget.close()
