@@ -5,6 +5,7 @@ Every model here round-trips through JSON (the run store, widget state and saved
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Iterable
 from typing import Any, Literal
@@ -107,6 +108,43 @@ class Usage(BaseModel):
             result = result + usage
         return result
 
+    def describe(self) -> str:
+        """``1,234 in · 56 out · 3 requests · $0.0123`` (``cost unknown`` without a price)."""
+        plural = "" if self.requests == 1 else "s"
+        return (
+            f"{self.input_tokens:,} in · {self.output_tokens:,} out · {self.requests} request{plural} · "
+            f"{money(self.cost)}"
+        )
+
+    def __repr__(self) -> str:
+        return f"Usage({self.describe()})"
+
+    __str__ = __repr__
+
+    def _repr_html_(self) -> str:
+        return f"<code>{html.escape(self.describe())}</code>"
+
+
+def money(cost: float | None) -> str:
+    """A cost as people read it: ``$0.0123``, ``$1.25``, ``$0`` or ``cost unknown``."""
+    if cost is None:
+        return "cost unknown"
+    if cost == 0:
+        return "$0"
+    return f"${cost:.4f}" if cost < 1 else f"${cost:,.2f}"
+
+
+def _cut(text: str | None, limit: int) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _html_table(rows: Iterable[tuple[str, str]]) -> str:
+    """Rows of (label, already escaped HTML) as a two-column table."""
+    body = "".join(f"<tr><th style='text-align:left'>{label}</th><td style='text-align:left'>{cell}</td></tr>"
+                   for label, cell in rows)  # fmt: skip
+    return f"<table>{body}</table>"
+
 
 class ToolCallRecord(BaseModel):
     """One tool call a step made."""
@@ -177,6 +215,32 @@ class PlanStep(BaseModel):
             self._subrun = DagRun(self.nested, read_only=True)
         return self._subrun
 
+    def __repr__(self) -> str:
+        seconds = f" {self.run_time:.1f}s" if self.run_time is not None else ""
+        outcome = self.result if self.status == "completed" else self.error
+        arrow = f" → {_cut(outcome, 40)!r}" if outcome else ""
+        return f"PlanStep({self.id} {self.status}{seconds} {_cut(self.task, 40)!r}{arrow})"
+
+    __str__ = __repr__
+
+    def _repr_html_(self) -> str:
+        e = html.escape
+        rows = [
+            ("step", f"<b>{e(self.id)}</b> · {e(self.status)}"),
+            ("task", e(self.task)),
+            ("needs", e(", ".join(self.dependencies)) or "nothing"),
+        ]
+        if self.model:
+            rows.append(("model", e(self.model)))
+        if self.run_time is not None:
+            rows.append(("ran", f"{self.run_time:.1f}s · {self.attempts} attempt{'' if self.attempts == 1 else 's'}"))
+        rows.append(("usage", e(self.usage.describe())))
+        if self.result:
+            rows.append(("result", f"<pre style='white-space:pre-wrap'>{e(self.result[:4000])}</pre>"))
+        if self.error:
+            rows.append(("why" if self.status in ("skipped", "cancelled") else "error", e(self.error)))
+        return _html_table(rows)
+
     @property
     def queue_time(self) -> float | None:
         """Seconds between ready and started."""
@@ -207,6 +271,22 @@ class ExecutionPlan(BaseModel):
     """The nodes; dependencies name other steps' ids."""
     round: int = 1
     """The round (1-based) this plan belongs to."""
+
+    def __repr__(self) -> str:
+        steps = ", ".join(f"{step.id} {step.status}" for step in self.steps)
+        return f"ExecutionPlan(round {self.round}, {len(self.steps)} steps: {steps})"
+
+    __str__ = __repr__
+
+    def _repr_html_(self) -> str:
+        e = html.escape
+        head = "<tr><th>step</th><th>status</th><th>task</th><th>needs</th><th>result</th></tr>"
+        rows = "".join(
+            f"<tr><td>{e(s.id)}</td><td>{e(s.status)}</td><td>{e(_cut(s.task, 80))}</td>"
+            f"<td>{e(', '.join(s.dependencies))}</td><td>{e(_cut(s.result or s.error, 80))}</td></tr>"
+            for s in self.steps
+        )
+        return f"<b>Round {self.round}</b><table>{head}{rows}</table>"
 
     def step(self, step_id: str) -> PlanStep:
         """The step with this id (KeyError naming the known ids otherwise)."""
@@ -351,6 +431,37 @@ class LLMCall(BaseModel):
     def cost(self) -> float | None:
         """USD, None when unknown."""
         return self.usage.cost
+
+    def __repr__(self) -> str:
+        where = " · ".join(
+            part
+            for part in (f"round {self.round}" if self.round else "", f"step {self.step_id}" if self.step_id else "")
+            if part
+        )
+        usage = f"{self.usage.input_tokens:,} in/{self.usage.output_tokens:,} out"
+        outcome = self.status if not self.error else f"{self.status}: {_cut(self.error, 60)}"
+        return f"LLMCall({self.purpose} · {self.model}{' · ' + where if where else ''} · {usage} · " \
+            f"{self.latency:.2f}s · {money(self.cost)} · {outcome})"  # fmt: skip
+
+    __str__ = __repr__
+
+    def _repr_html_(self) -> str:
+        e = html.escape
+        rows = [("call", f"<b>{e(self.purpose)}</b> · {e(self.model)} · {e(self.status)}")]
+        if self.step_id:
+            rows.append(("step", e(f"round {self.round} · {self.step_id}")))
+        rows.append(("usage", e(f"{self.usage.describe()} · {self.latency:.2f}s")))
+        for message in self.messages:
+            content = message.get("content")
+            text = content if isinstance(content, str) else str(content)
+            summary = e(f"{message.get('role', '')} · {len(text):,} characters")
+            rows.append(("sent", f"<details><summary>{summary}</summary><pre style='white-space:pre-wrap'>"
+                                  f"{e(text[:20000])}</pre></details>"))  # fmt: skip
+        if self.reply:
+            rows.append(("reply", f"<pre style='white-space:pre-wrap'>{e(self.reply[:20000])}</pre>"))
+        if self.error:
+            rows.append(("error", e(self.error)))
+        return _html_table(rows)
 
 
 class RoundRecord(BaseModel):

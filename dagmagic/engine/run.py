@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
+import re
 from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -414,6 +416,50 @@ class DagRun:
     def steps(self) -> dict[str, PlanStep]:
         """The latest round's steps by id."""
         return {step.id: step for step in self.plan.steps} if self.plan else {}
+
+    def step(self, ref: str) -> PlanStep:
+        """A step of any round: ``"s3"`` in the latest round, ``"r1.s3"`` in round 1 (``KeyError`` saying
+        which steps there are otherwise).
+        """
+        match = re.fullmatch(r"r(\d+)\.(.+)", ref)
+        index, step_id = (int(match.group(1)), match.group(2)) if match else (len(self.rounds), ref)
+        for record in self.rounds:
+            if record.index == index:
+                return record.plan.step(step_id)
+        raise KeyError(f"no round {index} (this run has {len(self.rounds)})")
+
+    @property
+    def all_steps(self) -> dict[str, PlanStep]:
+        """Every step of every round, by ``rN.id``, in round order."""
+        return {f"r{record.index}.{step.id}": step for record in self.rounds for step in record.plan.steps}
+
+    def to_dataframe(self, what: Literal["steps", "calls"] = "steps") -> Any:
+        """Every step of every round (or every LLM call) as a pandas DataFrame, one row each."""
+        try:
+            pd = importlib.import_module("pandas")
+        except ImportError:
+            raise ImportError("run.to_dataframe() needs pandas: pip install pandas") from None
+        if what == "calls":
+            rows = [
+                {
+                    "purpose": c.purpose, "model": c.model, "round": c.round, "step": c.step_id,
+                    "status": c.status, "input_tokens": c.usage.input_tokens, "output_tokens": c.usage.output_tokens,
+                    "cost": c.cost, "latency_s": c.latency, "retries": c.retries, "error": c.error,
+                    "started": pd.to_datetime(c.started_at, unit="s") if c.started_at else None,
+                }
+                for c in self.calls
+            ]  # fmt: skip
+            return pd.DataFrame(rows)
+        rows = [
+            {
+                "round": int(ref[1 : ref.index(".")]), "step": s.id, "status": s.status, "task": s.task,
+                "dependencies": ", ".join(s.dependencies), "model": s.model, "attempts": s.attempts,
+                "run_s": s.run_time, "input_tokens": s.usage.input_tokens, "output_tokens": s.usage.output_tokens,
+                "cost": s.usage.cost, "result": s.result, "error": s.error,
+            }
+            for ref, s in self.all_steps.items()
+        ]  # fmt: skip
+        return pd.DataFrame(rows)
 
     @property
     def analysis(self) -> AnalysisResult | None:

@@ -498,17 +498,20 @@ class DagMagics(Magics):
 
         specs = {role: getattr(self, f"{role}_model") for role in _ROLES}
         settings = DagSettings(**self.overrides)
+        if not any(specs.values()) and not any(getattr(settings, f"{r}_model") for r in _ROLES):
+            print(f"No model is configured.\n{NO_MODEL_HELP}")
+            return
         for role in _ROLES:
             spec = specs[role] or getattr(settings, f"{role}_model")
             source = "DagMagics" if specs[role] else ROLE_ENV[role]
             print(f"{role:10} {spec or '(falls back)'}" + (f"   [{source}]" if spec else ""))
-        if not any(specs.values()) and not any(getattr(settings, f"{r}_model") for r in _ROLES):
-            print(NO_MODEL_HELP)
 
     def _cmd_config(self, rest: str) -> None:
         from dagmagic.settings import DagSettings
 
         if not rest:
+            if not self.overrides:
+                print("Nothing set with %dag config: the defaults apply, with any DAG_* environment variables.")
             for key, value in sorted(self.overrides.items()):
                 print(f"{key} = {value!r}")
             return

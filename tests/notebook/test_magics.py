@@ -416,3 +416,18 @@ def test_terminal_lines_for_nested_steps_breakpoints_and_approval() -> None:
     assert progress_line(ApprovalRequested(round=1)) == (
         "[round 1] the plan waits for approval: %dag approve, or %dag reject WHY"
     )
+
+
+def test_models_and_config_with_nothing_set_say_so(
+    ip: InteractiveShell, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for role in ("SMART", "GENERAL", "FAST", "REASONING"):
+        monkeypatch.delenv(f"DAG_{role}_MODEL", raising=False)
+    capsys.readouterr()
+    run_cell(ip, "%dag config")
+    assert capsys.readouterr().out == (
+        "Nothing set with %dag config: the defaults apply, with any DAG_* environment variables.\n"
+    )
+    run_cell(ip, "%dag models")
+    out = capsys.readouterr().out
+    assert out.startswith("No model is configured.\n") and "(falls back)" not in out
