@@ -439,7 +439,7 @@ class DagMagics(Magics):
             value = self._variable(args.models, "--models")
             if isinstance(value, ModelRegistry):
                 return value
-            return self._registry_of({role: value for role in ("smart",)})
+            return self._registry_of({"smart": args.models})  # named after its variable, as it shows in views
         configured = {role: getattr(self, f"{role}_model") for role in _ROLES}
         from_settings = {role: getattr(settings, f"{role}_model") for role in _ROLES}
         specs = {role: flags.get(role) or configured[role] or from_settings[role] for role in _ROLES}

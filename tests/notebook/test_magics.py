@@ -431,3 +431,9 @@ def test_models_and_config_with_nothing_set_say_so(
     run_cell(ip, "%dag models")
     out = capsys.readouterr().out
     assert out.startswith("No model is configured.\n") and "(falls back)" not in out
+
+
+def test_a_model_given_with_models_is_named_after_its_variable(ip: InteractiveShell) -> None:
+    run = run_cell(ip, "%%dag --models llm\ngoal")
+    assert {step.model for step in run.steps.values()} == {"llm"}  # what the views show, not "ScriptedLLM"
+    assert {call.model for call in run.calls} == {"llm"}
