@@ -7,11 +7,14 @@ from __future__ import annotations
 import html
 import textwrap
 
+import nh3
+from markdown_it import MarkdownIt
+
 from dagmagic.engine.run import DagRun
-from dagmagic.models import ExecutionPlan, PlanStep
+from dagmagic.models import ExecutionPlan, PlanStep, RoundRecord
 from dagmagic.notebook.layout import layout
 
-__all__ = ["STATUS_COLORS", "run_html", "run_markdown", "run_mimebundle", "step_rows", "svg"]
+__all__ = ["STATUS_COLORS", "markdown_html", "run_html", "run_markdown", "run_mimebundle", "step_rows", "svg"]
 
 STATUS_COLORS = {
     "pending": "#9e9e9e",
@@ -57,24 +60,78 @@ def run_markdown(run: DagRun) -> str:
 
 
 def run_html(run: DagRun) -> str:
-    """The run as self-contained HTML: header, SVG of the DAG, step table, answer (escaped)."""
-    rows = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in step_rows(run.plan)
-    )
-    table = (
-        "<table><thead><tr><th>step</th><th>status</th><th>task</th><th>model</th><th>s</th><th>result</th>"
-        f"</tr></thead><tbody>{rows}</tbody></table>"
-        if rows
-        else ""
-    )
+    """The run as self-contained HTML for readers without a kernel: every round (its DAG, each step in a
+    ``<details>`` with its result, the verdict and what followed), and the answer rendered from Markdown and
+    sanitized. No script, no style sheet, no remote resource.
+    """
+    e = html.escape
+    latest = run.rounds[-1].index if run.rounds else 0
+    rounds = "".join(_round_html(record, open_=record.index == latest) for record in run.rounds)
     title = f"<b>Answer</b> ({PARTIAL_NOTE})" if run.partial else "<b>Answer</b>"
-    answer = (
-        f'<div>{title}<div style="white-space: pre-wrap">{html.escape(run.answer)}</div></div>' if run.answer else ""
-    )
-    drawing = svg(run.plan) if run.plan is not None and run.plan.steps else ""
+    answer = f"<div>{title}{markdown_html(run.answer)}</div>" if run.answer else ""
     return (
-        f'<div class="dagmagic-static"><p><b>dagmagic</b> · {html.escape(run.goal)}</p>'
-        f"<p>{html.escape(_summary(run))}</p>{drawing}{table}{answer}</div>"
+        f'<div class="dagmagic-static"><p><b>dagmagic</b> · {e(run.goal)}</p>'
+        f"<p>{e(_summary(run))}</p>{rounds}{answer}</div>"
+    )
+
+
+def _round_html(record: RoundRecord, *, open_: bool) -> str:
+    e = html.escape
+    steps = record.plan.steps
+    label = f"Round {record.index} · {len(steps)} step{'' if len(steps) == 1 else 's'}"
+    if record.rerun_of is not None:
+        label += f" · re-run of round {record.rerun_of} ({record.rerun_step})"
+    if record.analysis is not None:
+        achieved = "achieved" if record.analysis.achieved else "not achieved"
+        label += f" · {achieved}, confidence {record.analysis.confidence:.0%}"
+    parts = [f"<summary>{e(label)}</summary>"]
+    if record.error:
+        parts.append(f"<p>{e(record.error)}</p>")
+    if steps:
+        parts.append(svg(record.plan))
+        parts += [_step_html(step) for step in steps]
+    if record.analysis is not None and record.analysis.reasoning:
+        parts.append(f"<p><i>Verdict:</i> {e(record.analysis.reasoning)}</p>")
+    if record.decision is not None and record.decision.reason != (record.analysis and record.analysis.reasoning):
+        parts.append(f"<p><i>Then:</i> {e(record.decision.reason)}</p>")
+    return f"<details{' open' if open_ else ''}>{''.join(parts)}</details>"
+
+
+def _step_html(step: PlanStep) -> str:
+    e = html.escape
+    seconds = f" · {step.run_time:.1f}s" if step.run_time is not None else ""
+    head = f"<b>{e(step.id)}</b> · {e(step.status)}{seconds} · {e(_short(step.task))}"
+    body = []
+    if step.result:
+        body.append(f'<pre style="white-space: pre-wrap">{e(_cap(step.result))}</pre>')
+    if step.error:
+        label = "Why" if step.status in ("skipped", "cancelled") else "Error"
+        body.append(f"<p><i>{label}:</i> {e(step.error)}</p>")
+    return f"<details><summary>{head}</summary>{''.join(body) or '<p>No result.</p>'}</details>"
+
+
+def _cap(text: str, limit: int = 4000) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text) - limit} more characters)"
+
+
+_MARKDOWN = MarkdownIt("commonmark", {"html": False}).enable("table")
+_ALLOWED_TAGS = {
+    "a", "b", "blockquote", "br", "code", "del", "em", "h1", "h2", "h3", "h4", "h5", "h6", "hr", "i", "li", "ol",
+    "p", "pre", "s", "strong", "table", "tbody", "td", "th", "thead", "tr", "ul",
+}  # fmt: skip
+"""No ``img``: a model's answer must not make the reader's browser fetch anything."""
+
+
+def markdown_html(text: str) -> str:
+    """Markdown (a model's answer: untrusted) as sanitized HTML: raw HTML in it stays text, only plain tags
+    survive, links keep http(s) and mailto targets only.
+    """
+    return nh3.clean(
+        _MARKDOWN.render(text),
+        tags=_ALLOWED_TAGS,
+        attributes={"a": {"href", "title"}, "th": {"align"}, "td": {"align"}},
+        url_schemes={"http", "https", "mailto"},
+        link_rel="noopener noreferrer nofollow",
     )
 
 

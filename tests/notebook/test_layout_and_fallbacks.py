@@ -69,7 +69,34 @@ def test_html_escapes_everything_the_model_wrote() -> None:
     page = run_html(finished_run())
     assert "<script>" not in page and "&lt;script&gt;" in page
     assert "found &lt;b&gt;it&lt;/b&gt;" in page
-    assert "<table>" in page and "<svg" in page and "Compare &lt;x&gt;" in page
+    assert "<details open><summary>Round 1 · 2 steps · achieved, confidence 80%</summary>" in page
+    assert "<svg" in page and "Compare &lt;x&gt;" in page
+    assert "<details><summary><b>s2</b> · failed · compare</summary><p><i>Error:</i> RuntimeError: boom" in page
+
+
+def test_the_answer_is_rendered_from_markdown_and_sanitized() -> None:
+    answer = (
+        "## Result\n\nThe **answer** is\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n"
+        "<script>alert(1)</script> <img src=x onerror=alert(1)> [click](javascript:alert(1)) "
+        "![leak](http://127.0.0.1:9/leak?d=secret) [docs](https://example.org)"
+    )
+    page = run_html(finished_run(answer))
+    body = page[page.index("<b>Answer</b>") :]
+    assert "<h2>Result</h2>" in body and "<strong>answer</strong>" in body and "<table>" in body
+    assert "<td>1</td>" in body
+    assert "<script" not in body and "onerror" not in body.replace("onerror=alert(1)&gt;", "")
+    assert 'href="javascript:' not in body and "<img" not in body  # an unsafe link stays inert text
+    assert 'src="http' not in body  # no remote image: nothing is fetched when the notebook is read
+    assert '<a href="https://example.org" rel="noopener noreferrer nofollow">docs</a>' in body
+
+
+def test_every_round_is_in_the_static_view() -> None:
+    run = finished_run()
+    second = RoundRecord(index=2, plan=plan(("s1", [])), rerun_of=1, rerun_step="s1")
+    run.rounds.append(second)
+    page = run_html(run)
+    assert page.count("<details><summary>Round") == 1 and page.count("<details open><summary>Round") == 1
+    assert "Round 2 · 1 step · re-run of round 1 (s1)" in page
 
 
 def test_svg_colours_nodes_by_status_and_escapes_tasks() -> None:
