@@ -39,6 +39,11 @@ _EXPORTS = {
 }
 
 
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    """The server extension (``dagmagic.server``): saved notebooks keep the static views of runs."""
+    return [{"module": "dagmagic.server"}]
+
+
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'dagmagic' has no attribute {name!r}")

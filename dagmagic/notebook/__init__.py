@@ -22,10 +22,10 @@ def load_ipython_extension(shell: Any) -> None:
     shell.display_formatter.mimebundle_formatter.for_type_by_name("dagmagic.engine.run", "DagRun", _display_run)
 
 
-def _display_run(run: Any, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-    from dagmagic.notebook.display import run_bundle
+def _display_run(run: Any, include: Any = None, exclude: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    from dagmagic.notebook.display import marker, run_bundle
 
-    return run_bundle(run, include, exclude)
+    return run_bundle(run, include, exclude), marker(run)
 
 
 def unload_ipython_extension(shell: Any) -> None:

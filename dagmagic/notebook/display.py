@@ -8,7 +8,7 @@ from typing import Any
 from dagmagic.engine.run import DagRun
 from dagmagic.notebook.fallbacks import run_mimebundle
 
-__all__ = ["live_bundle", "render_static", "run_bundle", "widget_for"]
+__all__ = ["live_bundle", "marker", "render_static", "run_bundle", "show_live", "widget_for"]
 
 _widgets: weakref.WeakKeyDictionary[DagRun, Any] = weakref.WeakKeyDictionary()
 _static_only: weakref.WeakSet[DagRun] = weakref.WeakSet()
@@ -34,6 +34,18 @@ def _widget_bundle(run: DagRun) -> dict[str, Any]:
     """The widget's own mime bundle (ipywidgets returns it alone or as ``(data, metadata)``)."""
     bundle = widget_for(run)._repr_mimebundle_()
     return dict(bundle[0] if isinstance(bundle, tuple) else bundle)
+
+
+def marker(run: DagRun) -> dict[str, Any]:
+    """Output metadata that marks a dagmagic output (the server extension drops its widget view on save)."""
+    return {"dagmagic": {"run_id": run.run_id}}
+
+
+def show_live(run: DagRun) -> None:
+    """Display the run's live widget (marked: a saved notebook keeps the cell's static value instead)."""
+    from IPython.display import display
+
+    display(live_bundle(run), raw=True, metadata=marker(run))  # type: ignore[no-untyped-call]
 
 
 def live_bundle(run: DagRun) -> dict[str, Any]:

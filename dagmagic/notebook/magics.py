@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
-from IPython.display import display
 from traitlets import Bool, Float, Int, Unicode
 
 from dagmagic.errors import ConfigurationError, DagError
@@ -240,9 +239,9 @@ class DagMagics(Magics):
         if args.bg:
             return run
         if _in_kernel(self.shell) and self.widget:
-            from dagmagic.notebook.display import live_bundle
+            from dagmagic.notebook.display import show_live
 
-            display(live_bundle(run), raw=True)
+            show_live(run)
         elif not _in_kernel(self.shell):
             from dagmagic.notebook.progress import print_progress
 
@@ -278,10 +277,10 @@ class DagMagics(Magics):
 
             run.subscribe(print_progress)
         elif self.widget and not args.no_widget:
-            from dagmagic.notebook.display import live_bundle
+            from dagmagic.notebook.display import show_live
 
             try:
-                display(live_bundle(run), raw=True)
+                show_live(run)
             except BaseException:
                 run.cancel()  # a run whose view failed must not go on unseen in the background
                 raise
@@ -562,9 +561,9 @@ class DagMagics(Magics):
             raise UsageError(str(exc)) from None
 
     def _cmd_show(self, rest: str) -> Any:
-        from dagmagic.notebook.display import live_bundle
+        from dagmagic.notebook.display import show_live
 
-        display(live_bundle(self._find(rest)), raw=True)
+        show_live(self._find(rest))
 
     def _cmd_trace(self, rest: str) -> None:
         from dagmagic.notebook.progress import trace_table

@@ -401,3 +401,35 @@ def test_a_composite_step_shows_its_nested_dag_in_its_detail(notebook: NotebookP
     )
     assert state == "seven, from its digits ['s1', 's2', 's2/s1', 's2/s2']\n"
     assert notebook.errors == []
+
+
+def test_a_saved_notebook_reopens_readable_without_its_kernel(notebook: NotebookPage) -> None:
+    gate = Gate(notebook, "reopen")
+    gate.open()
+    notebook.open("reopen", cells(gate, "scripted()", "Reopen me **later**"))
+    empty = (notebook.lab.root / "reopen.ipynb").stat().st_size
+    notebook.run_all()
+    widget = notebook.widget()
+    expect(widget.locator(".dagmagic-status")).to_have_attribute("data-status", "done")
+    notebook.wait_until_done()
+    notebook.page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+    saved = notebook.lab.root / "reopen.ipynb"
+    notebook.page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty", timeout=WAIT_MS)
+    expect(notebook.widgets()).to_have_count(1)  # the live widget stays while the kernel lives
+    text = saved.read_text(encoding="utf-8")
+    assert "application/vnd.jupyter.widget-view+json" not in text and "dagmagic-static" in text
+    grown = saved.stat().st_size - empty
+    print(f"saved notebook grew {grown} bytes for one run")
+    assert grown <= 30_000
+
+    notebook.lab.shut_down_kernels()  # the kernel is gone: nothing to draw a widget from
+    page = notebook.page
+    page.goto(f"{notebook.lab.url}/lab/workspaces/reopened/tree/reopen.ipynb?reset")
+    output = page.locator(".jp-OutputArea-output .dagmagic-static")
+    expect(output).to_be_visible()
+    expect(output.locator("details").first).to_contain_text("Round 1 · 3 steps · achieved")
+    expect(output).to_contain_text("forty-two")
+    expect(output.locator("strong").last).to_have_text("42")  # the answer's Markdown, rendered
+    expect(page.get_by_text("model not found")).to_have_count(0)
+    expect(page.get_by_text("Error displaying widget")).to_have_count(0)
+    notebook.screenshot("reopened", focus=output)

@@ -262,6 +262,9 @@ def test_a_dag_cell_returns_the_run_with_its_answer(kernel: Kernel) -> None:
     assert "| s3 | completed |" in cell.result["text/markdown"]  # and the static views for everything else
     (live,) = cell.of_type("display_data")  # the live view shown while the cell ran
     assert "application/vnd.jupyter.widget-view+json" in live["content"]["data"]
+    (value,) = cell.of_type("execute_result")
+    run_id = value["content"]["metadata"]["dagmagic"]["run_id"]  # both marked: saving drops their widget views
+    assert live["content"]["metadata"] == {"dagmagic": {"run_id": run_id}}
     assert kernel.execute("print(dagmagic.last_run().answer)").stdout == "The answer is 42.\n"
 
 

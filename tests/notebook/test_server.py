@@ -1,0 +1,58 @@
+"""The server extension: a saved notebook keeps the static views of runs, not their widget views."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from typing import Any
+
+import dagmagic
+from dagmagic.server import WIDGET_VIEW, strip_live_views
+
+WIDGET = {WIDGET_VIEW: {"version_major": 2, "version_minor": 0, "model_id": "abc"}}
+MARK = {"dagmagic": {"run_id": "r1"}}
+
+
+def notebook(outputs: list[dict[str, Any]]) -> dict[str, Any]:
+    cell = {"cell_type": "code", "source": "%%dag\ngoal", "metadata": {}, "outputs": outputs, "execution_count": 1}
+    other = {"cell_type": "code", "source": "w", "metadata": {}, "execution_count": 2, "outputs": [
+        {"output_type": "display_data", "data": {**WIDGET, "text/plain": "IntSlider()"}, "metadata": {}}]}  # fmt: skip
+    return {"type": "notebook", "content": {"cells": [cell, other, {"cell_type": "markdown", "source": "x"}]}}
+
+
+STATIC = {"text/plain": "<DagRun done>", "text/html": "<div>run</div>", "text/markdown": "run"}
+LIVE = {
+    "output_type": "display_data",
+    "data": {**WIDGET, "text/plain": "dagmagic live view of 'goal'"},
+    "metadata": MARK,
+}
+
+
+def test_a_saved_notebook_keeps_the_static_view_and_drops_the_live_widget() -> None:
+    value = {"output_type": "execute_result", "execution_count": 1, "metadata": MARK, "data": {**WIDGET, **STATIC}}
+    printed = {"output_type": "stream", "name": "stdout", "text": "hello"}
+    model = notebook([printed, copy.deepcopy(LIVE), value])
+    untouched = copy.deepcopy(model["content"]["cells"][1])
+    strip_live_views(model, path="a.ipynb", contents_manager=None)
+    cells = model["content"]["cells"]
+    assert cells[0]["outputs"] == [printed, {**value, "data": STATIC}]
+    assert cells[1] == untouched  # another library's widget is not ours to change
+    json.dumps(model)
+
+
+def test_a_cell_interrupted_before_its_value_keeps_a_text_line_not_a_broken_widget() -> None:
+    error = {"output_type": "error", "ename": "CancelledError", "evalue": "", "traceback": []}
+    model = notebook([copy.deepcopy(LIVE), error])
+    strip_live_views(model)
+    assert model["content"]["cells"][0]["outputs"] == [error]
+    strip_live_views({"type": "file", "content": "text"})  # other files pass through
+
+
+def test_the_package_enables_the_extension() -> None:
+    assert dagmagic._jupyter_server_extension_points() == [{"module": "dagmagic.server"}]
+    listed = subprocess.run(
+        [sys.executable, "-m", "jupyter", "server", "extension", "list"], capture_output=True, text=True, timeout=60
+    )
+    assert "dagmagic" in listed.stdout + listed.stderr and "enabled" in listed.stdout + listed.stderr
