@@ -57,6 +57,8 @@ class DagWidget(anywidget.AnyWidget):
     calls: traitlets.List[dict[str, Any]] = traitlets.List().tag(sync=True)
     now = traitlets.Float(0.0).tag(sync=True)
     started_at = traitlets.Float(0.0).tag(sync=True)
+    phase_since = traitlets.Float(0.0).tag(sync=True)
+    stopped_by_user = traitlets.Bool(False).tag(sync=True)
 
     def __init__(self, run: DagRun, *, max_rate: float = 15.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -1,12 +1,16 @@
-// The answer: streamed Markdown, sanitized, with a note when it is partial (the user stopped the run) or a
-// fallback rather than a synthesis.
+// The answer: streamed Markdown, sanitized, its code blocks highlighted, with a note when it is partial (the
+// user stopped the run) or a fallback rather than a synthesis, and a button that copies its Markdown.
 
+import { copyButton, copyText } from "./copy.js";
 import { h } from "./dom.js";
-import { renderMarkdown } from "./markdown.js";
+import { highlightCode, renderMarkdown } from "./markdown.js";
 
 /** @typedef {import("./types.js").Traits} Traits */
 
-export function createAnswer() {
+/**
+ * @param {{signal?: AbortSignal}} [options]  the render's signal, which removes the copy button's listener
+ */
+export function createAnswer({ signal } = {}) {
   const note = h("div", { class: "dagmagic-answer-fallback", hidden: true }, [
     "Fallback answer: the run did not synthesize one, so this is assembled from the step results.",
   ]);
@@ -14,14 +18,17 @@ export function createAnswer() {
     "Partial answer: the run was stopped before it finished, so this covers only the steps that completed.",
   ]);
   const body = h("div", { class: "dagmagic-answer-body dagmagic-markdown" });
+  const copy = copyButton("the answer (Markdown)");
   const el = h("section", { class: "dagmagic-answer", "aria-label": "Answer", hidden: true }, [
-    h("h3", { class: "dagmagic-section-title" }, ["Answer"]),
+    h("div", { class: "dagmagic-answer-head" }, [h("h3", { class: "dagmagic-section-title" }, ["Answer"]), copy]),
     partial,
     note,
     body,
   ]);
   /** @type {string | null} */
   let shown = null;
+
+  copy.addEventListener("click", () => void copyText(copy, shown ?? "", body), { signal });
 
   /** @param {Traits} state */
   function update(state) {
@@ -32,6 +39,7 @@ export function createAnswer() {
     if (state.answer !== shown) {
       shown = state.answer;
       renderMarkdown(body, state.answer);
+      highlightCode(body);
     }
   }
 

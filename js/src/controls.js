@@ -1,4 +1,5 @@
-// Stop, Cancel and the follow-up box, and the messages Python sends back about them.
+// Stop, Cancel and the follow-up box while the run runs; once it ended, what can be done then (re-run a step,
+// resume) and, cancelled, what was kept. The messages Python sends back about them.
 
 import { h, log } from "./dom.js";
 
@@ -43,16 +44,16 @@ export function createControls({ send, signal }) {
     restart,
   ]);
   const message = h("div", { class: "dagmagic-message", role: "alert", hidden: true });
-  const el = h("div", { class: "dagmagic-controls" }, [
-    h("div", { class: "dagmagic-controls-row" }, [
-      stop,
-      cancel,
-      h("div", { class: "dagmagic-followup" }, [input, sendButton]),
-    ]),
-    offer,
-    notice,
-    message,
+  const row = h("div", { class: "dagmagic-controls-row" }, [
+    stop,
+    cancel,
+    h("div", { class: "dagmagic-followup" }, [input, sendButton]),
   ]);
+  const kept = h("div", { class: "dagmagic-cancelled-note", role: "status", hidden: true });
+  const hint = h("div", { class: "dagmagic-rerun-hint", hidden: true }, [
+    "Open a step to re-run it with another task.",
+  ]);
+  const el = h("div", { class: "dagmagic-controls" }, [row, kept, hint, offer, notice, message]);
 
   let running = false;
   /** @type {"stop" | "cancel" | null} */
@@ -165,8 +166,32 @@ export function createControls({ send, signal }) {
       requested = null;
       if (wasRunning) notice.hidden = true;
     }
+    // Stop, Cancel and follow-ups are for a running run; once it ended, what can be done then
+    row.hidden = !running;
+    hint.hidden = running || !state.can_rerun;
+    kept.hidden = state.status !== "cancelled";
+    kept.textContent = state.status === "cancelled" ? keptText(state) : "";
     sync();
   }
 
   return { el, update, showMessage };
+}
+
+/**
+ * What a cancelled run kept, counted over its latest round's steps: "Cancelled: 3 of 5 steps had completed;
+ * their results are kept."
+ * @param {Traits} state
+ */
+export function keptText(state) {
+  const nodes = state.rounds.length ? state.rounds[state.rounds.length - 1].nodes : [];
+  if (!nodes.length) return "Cancelled before any step ran.";
+  const done = nodes.filter((n) => n.status === "completed").length;
+  const steps = `${nodes.length} step${nodes.length === 1 ? "" : "s"}`;
+  if (done === 0) {
+    return nodes.length === 1
+      ? "Cancelled before its step completed."
+      : `Cancelled before any of its ${steps} completed.`;
+  }
+  const kept = done === 1 ? "its result is kept" : "their results are kept";
+  return `Cancelled: ${done} of ${steps} had completed; ${kept}.`;
 }

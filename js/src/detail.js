@@ -1,6 +1,7 @@
 // The detail panel of one step: what it was asked, how it ran, what it called (or, composite, the nested DAG
-// it ran as) and what it produced.
+// it ran as) and what it produced. A result or observation that Python cut offers to show all of it.
 
+import { copyButton } from "./copy.js";
 import { h } from "./dom.js";
 import { formatCost, formatDuration, formatInt, num, prettyJson } from "./format.js";
 import { STATUS_GLYPH } from "./graph.js";
@@ -21,6 +22,9 @@ import { renderSubrun } from "./subrun.js";
  * @property {(key: string) => string | undefined} draft  text the user typed and has not sent yet
  * @property {(key: string) => boolean | undefined} messageOpen  which of the paused step's messages are open
  * @property {(key: string) => boolean | undefined} subrunOpen  which sub-runs are open (by `subrunKey`)
+ * @property {(key: string, cut: string) => string | undefined} fullText  the whole text fetched for a cut one (by
+ *   `textKey`), while the step still shows that cut text
+ * @property {(key: string) => boolean} loading  the whole text was asked for and has not come yet
  */
 
 /** @type {DetailActions} */
@@ -30,7 +34,42 @@ const NO_ACTIONS = {
   draft: () => undefined,
   messageOpen: () => undefined,
   subrunOpen: () => undefined,
+  fullText: () => undefined,
+  loading: () => false,
 };
+
+/** How Python ends a text it cut: "… (1234 more characters)". */
+const CUT = /… \((\d+) more characters\)$/;
+
+/**
+ * How many characters Python cut off the end of `text` (null: it is whole).
+ * @param {string | null | undefined} text
+ * @returns {number | null}
+ */
+export function cutLength(text) {
+  const match = text ? CUT.exec(text) : null;
+  return match ? Number(match[1]) : null;
+}
+
+/**
+ * What is left of a cut text without the note of what was cut (the start of the whole text).
+ * @param {string} text
+ */
+export function uncut(text) {
+  return text.replace(CUT, "");
+}
+
+/**
+ * The key of a text that can be fetched whole: a step's result, or the observation of its tool call `call`
+ * (its position in `tool_calls`).
+ * @param {number} round
+ * @param {string} step
+ * @param {"result" | "observation"} field
+ * @param {number | null} [call]
+ */
+export function textKey(round, step, field, call = null) {
+  return JSON.stringify([round, step, field, field === "observation" ? call : null]);
+}
 
 /**
  * Where a dependency lives: "s2" is in this round, "r1.s2" is step s2 of round 1.
@@ -69,7 +108,7 @@ export function renderDetail(node, round, rounds, now, actions = NO_ACTIONS) {
           ["Retry now"],
         ),
     ]),
-    node.error && field("Error", h("pre", { class: "dagmagic-detail-error" }, [node.error])),
+    node.error && errorField(node),
     node.warnings.length > 0 &&
       field(
         "Note",
@@ -92,7 +131,9 @@ export function renderDetail(node, round, rounds, now, actions = NO_ACTIONS) {
       `${tokens(node.input_tokens)} in · ${tokens(node.output_tokens)} out tokens · ${formatCost(node.cost)}`,
     ),
   ];
-  const calls = node.tool_calls.map((call, i) => toolCall(call, i));
+  const calls = node.tool_calls.map((call, i) => toolCall(call, i, node, round, actions));
+  const resultKey = textKey(round.index, node.id, "result");
+  const result = node.result ? (actions.fullText(resultKey, node.result) ?? node.result) : node.result;
   return h("section", { class: "dagmagic-detail", "data-step-id": node.id, "aria-label": `Step ${node.id} detail` }, [
     h("header", { class: "dagmagic-detail-head" }, [
       h("span", { class: "dagmagic-detail-title" }, [`Step ${node.id}`]),
@@ -112,10 +153,14 @@ export function renderDetail(node, round, rounds, now, actions = NO_ACTIONS) {
       h("div", { class: "dagmagic-detail-tools" }, [h("h4", {}, [`Tool calls (${calls.length})`]), ...calls]),
     node.subrun && renderSubrun(node.subrun, [round.index, node.id], now, actions.subrunOpen),
     h("div", { class: "dagmagic-detail-result-wrap" }, [
-      h("h4", {}, ["Result"]),
-      node.result
-        ? h("div", { class: "dagmagic-detail-result dagmagic-markdown" }, [markdownFragment(node.result)])
+      h("div", { class: "dagmagic-detail-result-head" }, [
+        h("h4", {}, ["Result"]),
+        result && copyButton(`the result of step ${node.id}`, { "data-copy": "result" }),
+      ]),
+      result
+        ? h("div", { class: "dagmagic-detail-result dagmagic-markdown" }, [markdownFragment(result)])
         : h("div", { class: "dagmagic-muted" }, [node.status === "completed" ? "(empty)" : "No result yet."]),
+      expandButton(result, "result", null, actions.loading(resultKey)),
     ]),
   ]);
 }
@@ -196,6 +241,9 @@ function pausedSection(node, round, actions) {
             h("span", { class: "dagmagic-paused-role" }, [message.role || "message"]),
             h("span", { class: "dagmagic-muted" }, [` · ${formatInt(message.content.length)} characters`]),
           ]),
+          h("div", { class: "dagmagic-paused-message-tools" }, [
+            copyButton(`this ${message.role || "message"} message`, { "data-copy": "message", "data-index": i }),
+          ]),
           h("pre", { class: "dagmagic-paused-content" }, [message.content]),
         ],
       );
@@ -256,6 +304,48 @@ function field(label, value) {
   return [h("dt", {}, [label]), h("dd", {}, Array.isArray(value) ? value : [value])];
 }
 
+/** Why a step has no result, when it did not fail: the reason in neutral words, not as an error. */
+const WHY = /** @type {Record<string, string>} */ ({ skipped: "Why skipped", cancelled: "Why cancelled" });
+
+/**
+ * A failed step's error (in red), or why a step was skipped or cancelled, or the last error of a step that
+ * has not failed (yet).
+ * @param {DagNode} node
+ */
+function errorField(node) {
+  if (node.status === "failed") {
+    return field("Error", h("pre", { class: "dagmagic-detail-error" }, [String(node.error)]));
+  }
+  return field(WHY[node.status] ?? "Last error", [
+    h("pre", { class: "dagmagic-detail-reason", "data-status": node.status }, [String(node.error)]),
+  ]);
+}
+
+/**
+ * "Show all" under a text Python cut: asks for the whole text (the rounds' click handler sends it).
+ * @param {string | null | undefined} text  as shown
+ * @param {"result" | "observation"} name
+ * @param {number | null} call  an observation's tool call
+ * @param {boolean} loading  asked for, not come yet
+ */
+function expandButton(text, name, call, loading) {
+  const more = cutLength(text);
+  if (more === null) return null;
+  return h(
+    "button",
+    {
+      type: "button",
+      class: "dagmagic-button dagmagic-expand",
+      "data-field": name,
+      "data-call": call,
+      title: `Show the whole ${name}: ${formatInt(more)} more characters`,
+      "aria-busy": loading ? "true" : null,
+      disabled: loading,
+    },
+    [loading ? "Loading…" : "Show all"],
+  );
+}
+
 /** @param {DagNode} node */
 function statusLine(node) {
   const attempts = node.attempts > 1 ? ` · ${node.attempts} attempts` : node.attempts === 1 ? " · 1 attempt" : "";
@@ -296,10 +386,16 @@ function dependencies(node, round, rounds) {
 
 /**
  * @param {ToolCall} call
- * @param {number} i
+ * @param {number} i  its position in the step's `tool_calls`
+ * @param {DagNode} node
+ * @param {Round} round
+ * @param {DetailActions} actions
  */
-function toolCall(call, i) {
+function toolCall(call, i, node, round, actions) {
   const duration = num(call?.duration);
+  const key = textKey(round.index, node.id, "observation", i);
+  const cut = String(call?.observation ?? "");
+  const observation = actions.fullText(key, cut) ?? cut;
   return h("div", { class: "dagmagic-toolcall", "data-tool": String(call?.name ?? "") }, [
     h("div", { class: "dagmagic-toolcall-head" }, [
       h("span", { class: "dagmagic-toolcall-name" }, [`${i + 1}. ${call?.name ?? "?"}`]),
@@ -309,6 +405,7 @@ function toolCall(call, i) {
     h("pre", { class: "dagmagic-toolcall-args" }, [prettyJson(call?.arguments ?? {})]),
     call?.error && h("pre", { class: "dagmagic-toolcall-error" }, [String(call.error)]),
     h("div", { class: "dagmagic-label" }, ["observation"]),
-    h("pre", { class: "dagmagic-toolcall-obs" }, [String(call?.observation ?? "")]),
+    h("pre", { class: "dagmagic-toolcall-obs" }, [observation]),
+    expandButton(observation, "observation", i, actions.loading(key)),
   ]);
 }

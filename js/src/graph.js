@@ -2,7 +2,7 @@
 // No ids, no random values, no clock: the same round gives byte-identical markup.
 
 import { s } from "./dom.js";
-import { coord, formatCompact, formatDuration, num, shorten, shortModel } from "./format.js";
+import { coord, formatCompact, formatCost, formatDuration, num, shorten, shortModel } from "./format.js";
 import { stepTimes } from "./state.js";
 
 /** @typedef {import("./types.js").Round} Round */
@@ -136,7 +136,7 @@ function renderNode(node, now, selected, interactive) {
     ])) {
       if (!label) continue;
       const fit = shorten(label, Math.floor((room - left - 8) / BADGE_CHAR));
-      if (fit.length < 3) break;
+      if (fit.length < Math.min(3, label.length)) break; // a short name ("ls") shows whole; a long one needs room
       const bw = fit.length * BADGE_CHAR + 8;
       children.push(
         s("g", { class: `dagmagic-badge dagmagic-badge-${kind}` }, [
@@ -145,6 +145,15 @@ function renderNode(node, now, selected, interactive) {
         ]),
       );
       left += bw + 4;
+    }
+    const cost = num(node.cost);
+    const price = cost === null ? "" : formatCost(cost);
+    if (price && !subrun && left + price.length * BADGE_CHAR <= room) {
+      children.push(
+        s("text", { class: "dagmagic-node-cost", x: coord(x + w - 8), y: coord(top + 9), "text-anchor": "end" }, [
+          price,
+        ]),
+      );
     }
   }
   if (subrun) {
@@ -175,7 +184,7 @@ function renderNode(node, now, selected, interactive) {
 }
 
 /**
- * "3.2s · 1.2k" (run time, tokens in + out); a retry countdown when Python says when the retry is.
+ * "3.2s · 1.2k tok" (run time, tokens in + out); a retry countdown when Python says when the retry is.
  * @param {DagNode} node
  * @param {number} now
  */
@@ -189,7 +198,7 @@ function nodeStats(node, now) {
     if (run !== null) parts.push(formatDuration(run));
   }
   const tokens = (num(node.input_tokens) ?? 0) + (num(node.output_tokens) ?? 0);
-  if (tokens > 0) parts.push(formatCompact(tokens));
+  if (tokens > 0) parts.push(`${formatCompact(tokens)} tok`);
   return parts.join(" · ");
 }
 

@@ -1,8 +1,10 @@
-// The header: the goal, the run's status, its totals (tokens, requests, cost, elapsed) and its error.
+// The header: the goal, the run's status (what a running run is doing, and for how long), its totals
+// (tokens, requests, cost, elapsed) and its error. Built once; updates change only the texts that changed, so
+// the clock's ticks are cheap and the status's live region speaks only when the phase or status changes.
 
 import { h } from "./dom.js";
 import { formatCost, formatDuration, formatInt } from "./format.js";
-import { runElapsed } from "./state.js";
+import { phaseElapsed, runElapsed } from "./state.js";
 
 /** @typedef {import("./types.js").Traits} Traits */
 
@@ -23,10 +25,64 @@ const PHASE_LABEL = /** @type {Record<string, string>} */ ({
   synthesizing: "writing the answer…",
 });
 
+const TOTALS = /** @type {const} */ (["tokens", "requests", "cost", "elapsed"]);
+
+/**
+ * Sets a node's text only when it differs (rewriting a live region's text may announce it again).
+ * @param {Node} node
+ * @param {string} text
+ */
+function setText(node, text) {
+  if (node.textContent !== text) node.textContent = text;
+}
+
+/**
+ * Whole seconds in a phase, like a stopwatch: "3s", "59s", then "1m 05s".
+ * @param {number} seconds
+ */
+export function formatPhaseTime(seconds) {
+  return seconds < 60 ? `${Math.floor(seconds)}s` : formatDuration(seconds);
+}
+
+/**
+ * The status badge's words and the seconds in the phase ("" when not shown).
+ * @param {Traits} state
+ * @returns {{label: string, time: string, stopped: boolean}}
+ */
+function statusText(state) {
+  const doing = state.status === "running" ? PHASE_LABEL[state.phase] : undefined;
+  if (doing) {
+    const seconds = phaseElapsed(state);
+    return { label: doing, time: seconds === null ? "" : formatPhaseTime(seconds), stopped: false };
+  }
+  const stopped = state.status === "done" && state.stopped_by_user;
+  return { label: stopped ? "stopped by you" : (STATUS_LABEL[state.status] ?? state.status), time: "", stopped };
+}
+
 export function createHeader() {
   const goal = h("div", { class: "dagmagic-goal" });
-  const status = h("span", { class: "dagmagic-status", role: "status" });
-  const totals = h("div", { class: "dagmagic-totals" });
+  // Only the words are a live region: the seconds beside them tick.
+  const label = h("span", { class: "dagmagic-status-label", role: "status" });
+  const phaseTime = h("span", { class: "dagmagic-phase-time", hidden: true });
+  const status = h("span", { class: "dagmagic-status" }, [label, phaseTime]);
+  /** @type {Record<(typeof TOTALS)[number], HTMLElement>} */
+  const values = {
+    tokens: h("span", { class: "dagmagic-total-value" }),
+    requests: h("span", { class: "dagmagic-total-value" }),
+    cost: h("span", { class: "dagmagic-total-value" }),
+    elapsed: h("span", { class: "dagmagic-total-value" }),
+  };
+  const totals = h(
+    "div",
+    { class: "dagmagic-totals" },
+    TOTALS.map((name) =>
+      h("span", { class: `dagmagic-total dagmagic-total-${name}` }, [
+        h("span", { class: "dagmagic-label" }, [name]),
+        " ",
+        values[name],
+      ]),
+    ),
+  );
   const error = h("div", { class: "dagmagic-error", role: "alert", hidden: true });
   const el = h("header", { class: "dagmagic-header" }, [
     h("div", { class: "dagmagic-title" }, [h("span", { class: "dagmagic-brand" }, ["dagmagic"]), status, goal]),
@@ -36,28 +92,22 @@ export function createHeader() {
 
   /** @param {Traits} state */
   function update(state) {
-    goal.textContent = state.goal;
+    setText(goal, state.goal);
     goal.title = state.goal;
-    const doing = state.status === "running" ? PHASE_LABEL[state.phase] : undefined;
-    status.textContent = doing ?? STATUS_LABEL[state.status] ?? state.status;
+    const text = statusText(state);
+    setText(label, text.label);
+    // the space is part of the text, so the badge reads "planning… 3s"
+    setText(phaseTime, text.time ? ` ${text.time}` : "");
+    phaseTime.hidden = !text.time;
     status.dataset.status = state.status;
     status.dataset.phase = state.phase;
+    status.toggleAttribute("data-stopped", text.stopped);
     const { usage } = state;
-    const items = [
-      ["tokens", `${formatInt(usage.input_tokens)} in · ${formatInt(usage.output_tokens)} out`],
-      ["requests", formatInt(usage.requests)],
-      ["cost", formatCost(usage.cost)],
-      ["elapsed", formatDuration(runElapsed(state))],
-    ];
-    totals.replaceChildren(
-      ...items.map(([name, value]) =>
-        h("span", { class: `dagmagic-total dagmagic-total-${name}` }, [
-          h("span", { class: "dagmagic-label" }, [name]),
-          ` ${value}`,
-        ]),
-      ),
-    );
-    error.textContent = state.error;
+    setText(values.tokens, `${formatInt(usage.input_tokens)} in · ${formatInt(usage.output_tokens)} out`);
+    setText(values.requests, formatInt(usage.requests));
+    setText(values.cost, formatCost(usage.cost));
+    setText(values.elapsed, formatDuration(runElapsed(state)));
+    setText(error, state.error);
     error.hidden = !state.error;
   }
 

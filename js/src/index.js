@@ -1,23 +1,26 @@
 // The dagmagic widget's front end (anywidget). Python owns the state; this draws it and sends back the
 // user's Stop, Cancel and follow-up, and their word on a plan, a paused step or a step to re-run. Redraws are
-// coalesced into one per animation frame.
+// coalesced into one per animation frame. While the run runs, a timer redraws the parts that show time (the
+// display clock carries Python's last `now` forward, see clock.js).
 
 import { createAnswer } from "./answer.js";
 import { createApproval } from "./approval.js";
+import { clockRuns, createClock, TICK_MS } from "./clock.js";
 import { createControls } from "./controls.js";
 import { h, log } from "./dom.js";
 import { createHeader } from "./header.js";
-import { createRounds } from "./rounds.js";
-import { readState, TRAITS } from "./state.js";
+import { createRounds, onFullText } from "./rounds.js";
+import { readNow, readState, TRAITS } from "./state.js";
+import { createTimeline } from "./timeline.js";
 import { createTrace } from "./trace.js";
 
 /** @typedef {import("./types.js").Model} Model */
-/** @typedef {"header" | "approval" | "rounds" | "answer" | "controls" | "trace"} Part */
+/** @typedef {"header" | "approval" | "rounds" | "answer" | "controls" | "timeline" | "trace"} Part */
 
 /** Which parts of the view each trait feeds. */
 const FEEDS = /** @type {Record<(typeof TRAITS)[number], Part[]>} */ ({
   goal: ["header"],
-  status: ["header", "approval", "rounds", "answer", "controls"],
+  status: ["header", "approval", "rounds", "answer", "controls", "timeline"],
   phase: ["header", "approval"],
   error: ["header"],
   answer: ["answer"],
@@ -26,13 +29,15 @@ const FEEDS = /** @type {Record<(typeof TRAITS)[number], Part[]>} */ ({
   resumable: ["controls"],
   can_rerun: ["rounds"],
   usage: ["header"],
-  rounds: ["rounds", "header", "approval"],
-  calls: ["trace"],
+  rounds: ["rounds", "header", "approval", "timeline"],
+  calls: ["trace", "timeline"],
   now: ["header", "rounds"],
-  started_at: ["header"],
+  started_at: ["header", "trace", "timeline"],
+  phase_since: ["header"],
+  stopped_by_user: ["header"],
 });
 
-const ALL_PARTS = /** @type {Part[]} */ (["header", "approval", "rounds", "answer", "controls", "trace"]);
+const ALL_PARTS = /** @type {Part[]} */ (["header", "approval", "rounds", "answer", "controls", "timeline", "trace"]);
 
 /**
  * The views of each run, oldest first. A `%%dag` cell shows its run live while it runs, then again as the
@@ -57,6 +62,20 @@ function nextFrame(fn) {
 }
 
 /**
+ * Whether the user is selecting text or typing in `container`: a redraw there would take either away.
+ * @param {HTMLElement} container
+ */
+function busyIn(container) {
+  const active = document.activeElement;
+  if ((active instanceof HTMLTextAreaElement || active instanceof HTMLInputElement) && container.contains(active)) {
+    return true;
+  }
+  const selection = document.getSelection?.();
+  if (!selection || selection.isCollapsed || !selection.rangeCount) return false;
+  return container.contains(selection.getRangeAt(0).commonAncestorContainer);
+}
+
+/**
  * @param {{model: Model, el: HTMLElement}} props
  * @returns {() => void} cleanup: removes every listener and the view
  */
@@ -69,6 +88,10 @@ function render({ model, el }) {
   /** @type {(() => void) | null} */
   let cancelFrame = null;
   let alive = true;
+  const clock = createClock();
+  clock.sync(readNow(model));
+  /** @type {ReturnType<typeof setInterval> | null} */
+  let ticker = null;
 
   /** @param {Iterable<Part>} parts */
   function schedule(parts) {
@@ -82,8 +105,9 @@ function render({ model, el }) {
   const answer = createAnswer();
   const controls = createControls({ signal, send: (msg) => model.send(msg) });
   const approval = createApproval({ signal, send: (msg) => model.send(msg) });
-  const trace = createTrace();
-  const parts = { header, approval, rounds, answer, controls, trace };
+  const trace = createTrace({ signal, send: (msg) => model.send(msg), redraw: () => schedule(["trace"]) });
+  const timeline = createTimeline();
+  const parts = { header, approval, rounds, answer, controls, timeline, trace };
 
   const root = h("div", { class: "dagmagic", "data-lm-suppress-shortcuts": "true" }, [
     header.el,
@@ -91,6 +115,7 @@ function render({ model, el }) {
     approval.el,
     rounds.el,
     answer.el,
+    timeline.el,
     trace.el,
   ]);
   // JupyterLab matches its command-mode shortcuts ("d d" deletes the cell, Enter edits it) against the
@@ -115,12 +140,38 @@ function render({ model, el }) {
     { signal },
   );
 
+  /**
+   * The clock's tick: redraws what shows time, unless the view is not on the page (detached, or an older view
+   * hidden). The rounds wait while the user selects text or types in them (their next sync redraws them).
+   */
+  function tick() {
+    if (!alive || !root.isConnected || root.hidden) return;
+    clock.tick();
+    schedule(busyIn(rounds.el) ? ["header"] : FEEDS.now);
+  }
+
+  /**
+   * Starts the clock's timer while the run runs, stops it once it ended.
+   * @param {import("./types.js").Traits} state
+   */
+  function runClock(state) {
+    const runs = alive && clockRuns(state);
+    if (runs && ticker === null) {
+      ticker = setInterval(tick, TICK_MS);
+    } else if (!runs && ticker !== null) {
+      clearInterval(ticker);
+      ticker = null;
+    }
+  }
+
   function flush() {
     cancelFrame = null;
     if (!alive) return;
     const todo = [...dirty];
     dirty.clear();
-    const state = readState(model);
+    const synced = readState(model);
+    const state = { ...synced, now: clock.read(synced) };
+    runClock(state);
     for (const name of todo) {
       try {
         parts[name].update(state);
@@ -131,7 +182,13 @@ function render({ model, el }) {
   }
 
   /** @type {Array<[string, (...args: any[]) => void]>} */
-  const handlers = TRAITS.map((trait) => [`change:${trait}`, () => schedule(FEEDS[trait])]);
+  const handlers = TRAITS.map((trait) => [
+    `change:${trait}`,
+    () => {
+      if (trait === "now") clock.sync(readNow(model));
+      schedule(FEEDS[trait]);
+    },
+  ]);
   handlers.push([
     "msg:custom",
     /** @param {any} msg */
@@ -142,6 +199,11 @@ function render({ model, el }) {
         // the refused action's buttons work again
         rounds.actionFailed();
         approval.actionFailed();
+        trace.actionFailed();
+      } else if (msg && msg.type === "call_detail") {
+        trace.receive(msg);
+      } else if (msg && msg.type === "full_text") {
+        onFullText(msg);
       } else {
         log.debug("ignored message", msg);
       }
@@ -164,6 +226,8 @@ function render({ model, el }) {
     alive = false;
     cancelFrame?.();
     cancelFrame = null;
+    if (ticker !== null) clearInterval(ticker);
+    ticker = null;
     for (const [event, handler] of handlers) model.off(event, handler);
     controller.abort();
     root.remove();

@@ -1,9 +1,11 @@
 // The rounds: one section each (the latest expanded, earlier ones collapsible) holding the DAG, the step
 // detail and the verdict. A section is rebuilt only when its round, its view state or (while steps run) the
-// clock changed, so earlier rounds keep their DOM.
+// clock changed, so earlier rounds keep their DOM. The views of one run share what the user opened and the
+// whole texts fetched (`RunMemory`), and the copy and "Show all" buttons of a step's detail work from here.
 
+import { copyText } from "./copy.js";
 import { h } from "./dom.js";
-import { draftKey, renderDetail } from "./detail.js";
+import { draftKey, renderDetail, textKey, uncut } from "./detail.js";
 import { renderGraph } from "./graph.js";
 import { isLive } from "./state.js";
 import { subrunKeys } from "./subrun.js";
@@ -27,7 +29,64 @@ import { renderVerdict, roundNotes, roundSummary } from "./verdict.js";
  */
 
 /** @typedef {import("./types.js").OutgoingMessage} OutgoingMessage */
+/** @typedef {import("./types.js").FullTextRequest} FullTextRequest */
+/** @typedef {import("./types.js").FullTextMessage} FullTextMessage */
 /** @typedef {import("./detail.js").DetailActions} DetailActions */
+
+/**
+ * What the views of one run share while one of them is alive. A `%%dag` cell shows its run live, then again as
+ * the cell's value (index.js hides the older view): the newer view opens with the step and rounds the user left
+ * open. The whole texts fetched for cut results and observations are kept here too, with those asked for.
+ * @typedef {object} RunMemory
+ * @property {string} id  the run's id ("" for a view of a run without one: then the memory is that view's own)
+ * @property {{round: number, step: string} | null} selected
+ * @property {Map<number, boolean>} expanded
+ * @property {Map<string, {cut: string, text: string}>} texts  by `textKey`: a whole text, and the cut one it completes
+ * @property {Map<string, {cut: string, ask: number, refused: boolean}>} asked  by `textKey`: asked for, with the cut
+ *   text shown then; refused: Python refused an action since (perhaps this one): "Show all" works again, and a
+ *   late answer is still taken
+ * @property {Set<(round: number) => void>} views  each view's redraw of one round
+ */
+
+/** @type {Map<string, RunMemory>} by run id */
+const memories = new Map();
+/** @type {Set<RunMemory>} every memory a view uses, those of runs without an id too */
+const inUse = new Set();
+/** How long "Show all" waits for the whole text before it can be clicked again (ms). */
+const ASK_TIMEOUT = 30000;
+let asks = 0;
+
+/**
+ * @param {string} id
+ * @returns {RunMemory}
+ */
+function newMemory(id) {
+  return { id, selected: null, expanded: new Map(), texts: new Map(), asked: new Map(), views: new Set() };
+}
+
+/**
+ * Python's answer to `{type: "full_text"}`: the whole text replaces the cut one, in every view of the run that
+ * asked for it (and stays across redraws). index.js routes the custom message here.
+ * @param {FullTextMessage | any} msg
+ * @returns {boolean} whether a view had asked for it
+ */
+export function onFullText(msg) {
+  if (!msg || msg.type !== "full_text" || typeof msg.text !== "string") return false;
+  const field = msg.field === "observation" ? "observation" : "result";
+  const round = Number(msg.round);
+  const key = textKey(round, String(msg.step), field, field === "observation" ? Number(msg.call) : null);
+  let taken = false;
+  for (const memory of inUse) {
+    const asked = memory.asked.get(key);
+    // another run's step of the same name would not start with this one's text
+    if (!asked || !msg.text.startsWith(uncut(asked.cut))) continue;
+    memory.asked.delete(key);
+    memory.texts.set(key, { cut: asked.cut, text: msg.text });
+    for (const redrawRound of memory.views) redrawRound(round);
+    taken = true;
+  }
+  return taken;
+}
 
 /** A step's nested run, in its detail: what happens inside is no click, key or focus of the run's own steps. */
 const SUBRUN = ".dagmagic-subrun";
@@ -43,7 +102,7 @@ const ACTIONS = `${TASK_ACTIONS}, .dagmagic-skip`;
 const stepKey = (round, step) => JSON.stringify([round, step]);
 
 /**
- * @param {{signal: AbortSignal, redraw: () => void, send: (msg: OutgoingMessage) => void}} options
+ * @param {{signal: AbortSignal, redraw: () => void, send: (msg: OutgoingMessage | FullTextRequest) => void}} options
  */
 export function createRounds({ signal, redraw, send }) {
   const el = h("div", { class: "dagmagic-rounds" });
@@ -63,6 +122,55 @@ export function createRounds({ signal, redraw, send }) {
   let latest = -1;
   /** @type {Traits | null} */
   let last = null;
+  /** @type {RunMemory} */
+  let memory = newMemory("");
+  /** whether the user opened or closed something here (then a newer view's choices are not taken over) */
+  let touched = false;
+
+  /** @param {number} round */
+  const redrawRound = (round) => {
+    cache.delete(round);
+    redraw();
+  };
+
+  /**
+   * Uses the memory of run `id`, shared with its other views: a new view opens what the user left open.
+   * @param {string} id
+   */
+  function attach(id) {
+    leave();
+    const shared = id ? memories.get(id) : undefined;
+    if (shared && !touched) {
+      view.selected = shared.selected;
+      view.expanded = new Map(shared.expanded);
+    }
+    memory = shared ?? newMemory(id);
+    if (!shared) remember();
+    if (id) memories.set(id, memory);
+    memory.views.add(redrawRound);
+    inUse.add(memory);
+  }
+
+  function leave() {
+    memory.views.delete(redrawRound);
+    if (memory.views.size) return;
+    inUse.delete(memory);
+    if (memories.get(memory.id) === memory) memories.delete(memory.id);
+  }
+  signal.addEventListener("abort", leave);
+
+  /** The user's choice, for a newer view of the run. */
+  function remember() {
+    memory.selected = view.selected;
+    memory.expanded = new Map(view.expanded);
+  }
+
+  /** The user opened or closed something: remember it, and redraw. */
+  function changed() {
+    touched = true;
+    remember();
+    redraw();
+  }
 
   /** @param {number} index */
   const isExpanded = (index) => view.expanded.get(index) ?? index === latest;
@@ -86,7 +194,7 @@ export function createRounds({ signal, redraw, send }) {
     if (same) closeDetail();
     else view.selected = { round, step };
     if (!same) view.expanded.set(round, true);
-    redraw();
+    changed();
   }
 
   /**
@@ -114,6 +222,72 @@ export function createRounds({ signal, redraw, send }) {
     cache.delete(round); // drawn without the busy buttons: the next redraw (or a refusal) redraws it
   }
 
+  /**
+   * The step of a detail's button, in round `round` of the last state.
+   * @param {number} round
+   * @param {Element} button
+   */
+  function stepOf(round, button) {
+    const detail = button.closest(".dagmagic-detail");
+    const step = String(detail?.getAttribute("data-step-id"));
+    const node = last?.rounds.find((r) => r.index === round)?.nodes.find((n) => n.id === step);
+    return { detail, step, node };
+  }
+
+  /**
+   * A copy button of a step's detail: its result (whole, if fetched) or one of its paused messages.
+   * @param {number} round
+   * @param {HTMLButtonElement} button
+   */
+  function copyFromDetail(round, button) {
+    const { detail, step, node } = stepOf(round, button);
+    if (!node || !detail) return;
+    if (button.getAttribute("data-copy") === "result") {
+      const cut = node.result ?? "";
+      const whole = memory.texts.get(textKey(round, step, "result"));
+      void copyText(
+        button,
+        whole && whole.cut === cut ? whole.text : cut,
+        detail.querySelector(".dagmagic-detail-result"),
+      );
+    } else if (button.getAttribute("data-copy") === "message") {
+      const message = node.paused_messages?.[Number(button.getAttribute("data-index"))];
+      const shown = button.closest(".dagmagic-paused-message")?.querySelector(".dagmagic-paused-content");
+      if (message) void copyText(button, message.content, shown);
+    }
+  }
+
+  /**
+   * "Show all" under a cut result or observation: asks Python for the whole text (`onFullText` takes the answer).
+   * @param {number} round
+   * @param {HTMLButtonElement} button
+   */
+  function askWhole(round, button) {
+    const { step, node } = stepOf(round, button);
+    const observation = button.getAttribute("data-field") === "observation";
+    const call = observation ? Number(button.getAttribute("data-call")) : null;
+    const cut = observation ? node?.tool_calls[Number(call)]?.observation : node?.result;
+    if (!node || typeof cut !== "string" || button.disabled) return;
+    send(
+      observation
+        ? { type: "full_text", round, step, field: "observation", call: Number(call) }
+        : { type: "full_text", round, step, field: "result" },
+    );
+    const key = textKey(round, step, observation ? "observation" : "result", call);
+    const ask = ++asks;
+    const asked = memory;
+    asked.asked.set(key, { cut, ask, refused: false });
+    button.disabled = true;
+    button.textContent = "Loading…";
+    for (const redrawRound of asked.views) redrawRound(round);
+    // no answer (a lost message): the button works again
+    setTimeout(() => {
+      if (asked.asked.get(key)?.ask !== ask) return;
+      asked.asked.delete(key);
+      for (const redrawRound of asked.views) redrawRound(round);
+    }, ASK_TIMEOUT);
+  }
+
   el.addEventListener(
     "click",
     (event) => {
@@ -125,9 +299,15 @@ export function createRounds({ signal, redraw, send }) {
       const node = target.closest(".dagmagic-node");
       const dep = target.closest("[data-goto-step]");
       const action = target.closest(ACTIONS);
+      const copy = target.closest(".dagmagic-copy");
+      const expand = target.closest(".dagmagic-expand");
       if (toggle) {
         view.expanded.set(round, !isExpanded(round));
-        redraw();
+        changed();
+      } else if (copy) {
+        copyFromDetail(round, /** @type {HTMLButtonElement} */ (copy));
+      } else if (expand) {
+        askWhole(round, /** @type {HTMLButtonElement} */ (expand));
       } else if (target.closest(".dagmagic-retry-now")) {
         const detail = target.closest(".dagmagic-detail");
         send({ type: "retry_now", step: String(detail?.getAttribute("data-step-id")) });
@@ -136,14 +316,14 @@ export function createRounds({ signal, redraw, send }) {
         act(round, /** @type {HTMLButtonElement} */ (action));
       } else if (target.closest(".dagmagic-detail-close")) {
         closeDetail();
-        redraw();
+        changed();
       } else if (dep) {
         view.selected = {
           round: Number(dep.getAttribute("data-goto-round")),
           step: String(dep.getAttribute("data-goto-step")),
         };
         view.expanded.set(view.selected.round, true);
-        redraw();
+        changed();
       } else if (node) {
         toggleSelection(round, String(node.getAttribute("data-step-id")));
       }
@@ -232,8 +412,15 @@ export function createRounds({ signal, redraw, send }) {
     }
   }
 
-  /** Python refused the last action: its buttons work again. */
+  /** Python refused the last action: its buttons work again (and "Show all" buttons waiting for a text). */
   function actionFailed() {
+    /** @type {Set<number>} */
+    const rounds = new Set();
+    for (const [key, asked] of memory.asked) {
+      if (!asked.refused) rounds.add(Number(JSON.parse(key)[0]));
+      asked.refused = true;
+    }
+    for (const round of rounds) for (const redrawRound of memory.views) redrawRound(round);
     if (!view.busy) return;
     view.busy = null;
     redraw();
@@ -250,6 +437,7 @@ export function createRounds({ signal, redraw, send }) {
         /** @type {HTMLDetailsElement} */ (details).open,
       );
     }
+    if (!signal.aborted && (!inUse.has(memory) || state.run_id !== memory.id)) attach(state.run_id);
     last = state;
     latest = state.rounds.length ? state.rounds[state.rounds.length - 1].index : -1;
     prune(state);
@@ -265,13 +453,15 @@ export function createRounds({ signal, redraw, send }) {
       const isLatest = round.index === latest;
       const busy = view.busy && selected !== null && view.busy.step === stepKey(round.index, selected);
       // Everything the section shows: the round, its view state, the clock while steps run, and for the latest
-      // round the run status (it decides whether a missing verdict is still coming) and whether it can re-run.
+      // round the run status (it decides whether a missing verdict is still coming), its phase (planning) and
+      // whether it can re-run. (Whole texts fetched and asked for redraw their round themselves.)
       const sig = JSON.stringify([
         round,
         expanded,
         selected,
         live ? state.now : 0,
         isLatest && state.status,
+        isLatest && state.phase,
         isLatest && state.can_rerun,
         busy,
       ]);
@@ -284,6 +474,11 @@ export function createRounds({ signal, redraw, send }) {
         draft: (key) => view.drafts.get(key),
         messageOpen: (key) => view.open.get(key),
         subrunOpen: (key) => view.subruns.get(key),
+        fullText: (key, cut) => {
+          const whole = memory.texts.get(key);
+          return whole && whole.cut === cut ? whole.text : undefined;
+        },
+        loading: (key) => memory.asked.get(key)?.refused === false,
       };
       const section = renderRound(round, state, expanded, selected, isLatest, actions);
       cache.set(round.index, { sig, el: section });
@@ -296,7 +491,12 @@ export function createRounds({ signal, redraw, send }) {
       el.replaceChildren(...sections);
     }
     if (!state.rounds.length) {
-      const text = state.status === "running" ? "Planning…" : "No plan.";
+      const text =
+        state.status !== "running"
+          ? "No plan."
+          : state.phase === "planning"
+            ? "Planning the first steps…"
+            : "Planning…";
       el.replaceChildren(h("div", { class: "dagmagic-muted dagmagic-planning" }, [text]));
     }
     if (focused) {
@@ -408,17 +608,24 @@ function CSS_escape(value) {
  * @param {DetailActions} actions  for the selected step's detail
  */
 function renderRound(round, state, expanded, selected, isLatest, actions) {
-  const body = expanded
-    ? h("div", { class: "dagmagic-round-body" }, [
-        ...roundNotes(round),
-        round.nodes.length
-          ? h("div", { class: "dagmagic-graph-wrap" }, [renderGraph(round, state.now, selected)])
-          : h("div", { class: "dagmagic-muted" }, ["No steps."]),
-        renderDiff(round, state.rounds),
-        selectedDetail(round, state, selected, actions),
-        renderVerdict(round, isLatest && state.status === "running"),
-      ])
-    : null;
+  const planning = isLatest && isPlanning(round, state);
+  const body = !expanded
+    ? null
+    : planning
+      ? h("div", { class: "dagmagic-round-body" }, [
+          h("div", { class: "dagmagic-muted dagmagic-planning" }, [
+            round.index <= 1 ? "Planning the first steps…" : `Planning round ${round.index}…`,
+          ]),
+        ])
+      : h("div", { class: "dagmagic-round-body" }, [
+          ...roundNotes(round),
+          round.nodes.length
+            ? h("div", { class: "dagmagic-graph-wrap" }, [renderGraph(round, state.now, selected)])
+            : h("div", { class: "dagmagic-muted" }, ["No steps."]),
+          renderDiff(round, state.rounds),
+          selectedDetail(round, state, selected, actions),
+          renderVerdict(round, isLatest && state.status === "running"),
+        ]);
   return h(
     "section",
     { class: "dagmagic-round", "data-round": round.index, "data-expanded": expanded ? "true" : "false" },
@@ -430,10 +637,26 @@ function renderRound(round, state, expanded, selected, isLatest, actions) {
           h("span", { class: "dagmagic-rerun-label" }, [
             `re-run of round ${round.rerun_of}${round.rerun_step ? ` (${round.rerun_step})` : ""}`,
           ]),
-        h("span", { class: "dagmagic-round-summary" }, [roundSummary(round)]),
+        h("span", { class: "dagmagic-round-summary" }, [planning ? "planning…" : roundSummary(round)]),
       ]),
       body,
     ],
+  );
+}
+
+/**
+ * The run's latest round waits for its plan: it has no steps yet (nor a verdict or an error) and the run plans.
+ * @param {Round} round
+ * @param {Traits} state
+ */
+function isPlanning(round, state) {
+  return (
+    state.status === "running" &&
+    (state.phase === "planning" || state.phase === "starting") &&
+    !round.nodes.length &&
+    !round.analysis &&
+    !round.decision &&
+    !round.error
   );
 }
 

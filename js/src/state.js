@@ -26,7 +26,17 @@ export const TRAITS = /** @type {const} */ ([
   "calls",
   "now",
   "started_at",
+  "phase_since",
+  "stopped_by_user",
 ]);
+
+/**
+ * Python's clock at the last sync (epoch seconds; 0 when unknown), without reading the rest of the state.
+ * @param {Model} model
+ */
+export function readNow(model) {
+  return num(get(model, "now")) ?? 0;
+}
 
 /**
  * @template T
@@ -81,6 +91,8 @@ export function readState(model) {
     calls: list(get(model, "calls")),
     now: num(get(model, "now")) ?? 0,
     started_at: num(get(model, "started_at")),
+    phase_since: num(get(model, "phase_since")),
+    stopped_by_user: Boolean(get(model, "stopped_by_user")),
   };
 }
 
@@ -180,7 +192,8 @@ export function isLive(node) {
 }
 
 /**
- * Queue wait and run time of a step, in seconds; a running step counts up to `now` (the last sync).
+ * Queue wait and run time of a step, in seconds; a running step counts up to `now` (the display clock: the last
+ * sync carried forward while the run runs, see clock.js).
  * @param {DagNode} node
  * @param {number} now
  * @returns {{queue: number | null, run: number | null}}
@@ -213,4 +226,15 @@ export function runElapsed(state) {
   }
   if (start === null || !state.now) return null;
   return Math.max(state.now - start, 0);
+}
+
+/**
+ * Seconds the running run has been in its current phase, up to `now`; null when it is not running or the
+ * phase's start is unknown (older kernels).
+ * @param {Traits} state
+ * @returns {number | null}
+ */
+export function phaseElapsed(state) {
+  if (state.status !== "running" || state.phase_since === null || !state.now) return null;
+  return Math.max(state.now - state.phase_since, 0);
 }

@@ -1,47 +1,156 @@
-// The trace: every LLM call with its purpose, model, structured level, retries, tokens, latency and cost,
-// and totals per purpose. Collapsed by default; its open state survives redraws (the <details> stays).
+// The trace: every LLM call in the order they started, with when it started (from the run's start), its
+// purpose, model, structured level, retries, tokens, latency and cost, and totals per purpose. Collapsed by
+// default; its open state survives redraws (the <details> stays). A click (or Enter) on a call opens what it
+// sent and got back under it: Python sends that on request (`call_detail`), once per call. Rows are kept by
+// call and moved only when they change, so focus, opened rows and opened messages survive the syncs.
 
 import { h } from "./dom.js";
-import { formatCost, formatDuration, formatInt, num } from "./format.js";
+import { formatCost, formatDuration, formatInt, num, shorten } from "./format.js";
 
 /** @typedef {import("./types.js").Traits} Traits */
 /** @typedef {import("./types.js").CallRecord} CallRecord */
+/** @typedef {import("./types.js").CallDetail} CallDetail */
+/** @typedef {import("./types.js").CallDetailRequest} CallDetailRequest */
 
 const COLUMNS = ["purpose", "model", "round", "step", "level", "retries", "in", "out", "latency", "cost"];
+
+/** The columns of numbers: their heads align with them. */
+const NUMBERS = new Set(["start", "round", "retries", "in", "out", "latency", "cost"]);
+
+/** The columns before the numbers the totals add up (purpose to retries, and the start when shown). */
+const LABEL_COLUMNS = 6;
 
 /**
  * @typedef {{calls: number, input: number, output: number, latency: number, cost: number | null, errors: number, cancelled: number}} Totals
  */
 
-export function createTrace() {
+/**
+ * A call as listed: `index` is null for calls from older kernels (they cannot be opened).
+ * @typedef {{call: CallRecord, key: string, index: number | null, started: number | null, position: number}} Listed
+ */
+
+/**
+ * @param {{signal: AbortSignal, send: (msg: CallDetailRequest) => void, redraw: () => void}} options
+ */
+export function createTrace({ signal, send, redraw }) {
   const summary = h("summary", { class: "dagmagic-trace-summary" });
+  const thead = h("thead");
+  const tbody = h("tbody");
+  const tfoot = h("tfoot");
+  const table = h("table", { class: "dagmagic-trace-table" }, [thead, tbody, tfoot]);
+  const empty = h("div", { class: "dagmagic-muted" }, ["No LLM calls yet."]);
   const body = h("div", { class: "dagmagic-trace-body" });
   const el = h("details", { class: "dagmagic-trace" }, [summary, body]);
-  /** @type {CallRecord[] | null} */
-  let shown = null;
 
-  /** @param {Traits} state */
-  function update(state) {
-    if (state.calls === shown) return;
-    shown = state.calls;
-    const calls = state.calls.filter((c) => c && typeof c === "object");
-    const byPurpose = new Map();
-    const all = emptyTotals();
-    for (const call of calls) {
-      const purpose = String(call.purpose ?? "?");
-      if (!byPurpose.has(purpose)) byPurpose.set(purpose, emptyTotals());
-      add(byPurpose.get(purpose), call);
-      add(all, call);
+  /** The calls (by index) whose detail the user opened. */
+  const opened = new Set();
+  /** @type {Map<number, CallDetail>} details Python sent, by call index */
+  const fetched = new Map();
+  /** Asked for and not answered yet. */
+  const pending = new Set();
+  /** Asked for and refused (Python's error shows with the controls): opening the call again asks again. */
+  const refused = new Set();
+  /** @type {Map<string, {sig: string, el: HTMLTableRowElement}>} a call's row, by `Listed.key` */
+  const rows = new Map();
+  /** @type {Map<number, {sig: string, el: HTMLTableRowElement}>} an opened call's detail row, by index */
+  const detailRows = new Map();
+  /** @type {boolean | null} whether the start column shows (the head and every row depend on it) */
+  let startColumn = null;
+  /** @type {string | null} */
+  let runId = null;
+
+  /** @param {number} index */
+  function toggle(index) {
+    if (opened.has(index)) {
+      opened.delete(index);
+    } else {
+      opened.add(index);
+      if (!fetched.has(index) && !pending.has(index)) {
+        refused.delete(index);
+        pending.add(index);
+        send({ type: "call_detail", index });
+      }
     }
-    const noun = calls.length === 1 ? "call" : "calls";
-    const tokens = `${formatInt(all.input)} in · ${formatInt(all.output)} out`;
-    summary.textContent = `Trace: ${calls.length} LLM ${noun} · ${tokens} · ${formatCost(all.cost)}`;
-    if (!calls.length) {
-      body.replaceChildren(h("div", { class: "dagmagic-muted" }, ["No LLM calls yet."]));
-      return;
-    }
-    const rows = calls.map((call) =>
-      h("tr", rowAttributes(call), [
+    redraw();
+  }
+
+  /** @param {EventTarget | null} target */
+  function rowOf(target) {
+    const row = target instanceof Element ? target.closest(".dagmagic-trace-row[data-index]") : null;
+    return row && tbody.contains(row) ? row : null;
+  }
+
+  el.addEventListener(
+    "click",
+    (event) => {
+      const row = rowOf(event.target);
+      if (row) toggle(Number(row.getAttribute("data-index")));
+    },
+    { signal },
+  );
+  el.addEventListener(
+    "keydown",
+    (event) => {
+      const row = rowOf(event.target);
+      if (!row || event.target !== row || (event.key !== "Enter" && event.key !== " ")) return;
+      event.preventDefault();
+      event.stopPropagation(); // keep the notebook from running the cell on Enter
+      toggle(Number(row.getAttribute("data-index")));
+    },
+    { signal },
+  );
+
+  /**
+   * Python's answer to a `call_detail` request.
+   * @param {any} msg
+   */
+  function receive(msg) {
+    const index = num(msg?.index);
+    if (index === null) return;
+    fetched.set(index, normalizeDetail(msg, index));
+    pending.delete(index);
+    refused.delete(index);
+    redraw();
+  }
+
+  /** Python refused something: a detail still awaited will not come. */
+  function actionFailed() {
+    if (!pending.size) return;
+    for (const index of pending) refused.add(index);
+    pending.clear();
+    redraw();
+  }
+
+  /** A different run: its calls' indices mean other calls. */
+  function reset() {
+    for (const store of [opened, fetched, pending, refused, rows, detailRows]) store.clear();
+  }
+
+  /**
+   * @param {Listed} item
+   * @param {number | null} origin
+   */
+  function rowFor(item, origin) {
+    const { call, index } = item;
+    const offset =
+      startColumn && item.started !== null && origin !== null
+        ? `+${formatDuration(Math.max(item.started - origin, 0))}`
+        : "";
+    const sig = JSON.stringify([call, offset, startColumn]);
+    const cached = rows.get(item.key);
+    if (cached && cached.sig === sig) return cached.el;
+    const opens = index !== null;
+    const row = h(
+      "tr",
+      {
+        ...rowAttributes(call, opens),
+        "data-index": index,
+        tabindex: opens ? 0 : null,
+        role: opens ? "button" : null,
+        "aria-expanded": opens ? "false" : null,
+      },
+      [
+        startColumn && h("td", { class: "dagmagic-num dagmagic-trace-offset" }, [offset]),
         h("td", {}, [String(call.purpose ?? "")]),
         h("td", {}, [String(call.model ?? "")]),
         h("td", { class: "dagmagic-num" }, [call.round === null || call.round === undefined ? "" : String(call.round)]),
@@ -52,28 +161,245 @@ export function createTrace() {
         h("td", { class: "dagmagic-num" }, [formatInt(num(call.output_tokens) ?? 0)]),
         h("td", { class: "dagmagic-num" }, [formatDuration(call.latency) + (call.stream ? " ⇣" : "")]),
         h("td", { class: "dagmagic-num" }, [formatCost(call.cost)]),
-      ]),
+      ],
     );
+    rows.set(item.key, { sig, el: row });
+    return row;
+  }
+
+  /**
+   * @param {CallRecord} call
+   * @param {number} index
+   */
+  function detailFor(call, index) {
+    const detail = fetched.get(index);
+    const kind = detail ? "fetched" : refused.has(index) ? "refused" : "loading";
+    const colspan = COLUMNS.length + (startColumn ? 1 : 0);
+    const sig = JSON.stringify([kind, colspan, call.error ?? null]);
+    const cached = detailRows.get(index);
+    if (cached && cached.sig === sig) return cached.el;
+    const content =
+      kind === "fetched" && detail
+        ? renderDetail(detail, call)
+        : kind === "refused"
+          ? [h("div", { class: "dagmagic-muted" }, ["Could not load this call. Close it and open it again to retry."])]
+          : [h("div", { class: "dagmagic-muted dagmagic-trace-loading" }, ["Loading…"])];
+    const row = h("tr", { class: "dagmagic-trace-detail", "data-index": index }, [h("td", { colspan }, content)]);
+    detailRows.set(index, { sig, el: row });
+    return row;
+  }
+
+  /** @param {Traits} state */
+  function update(state) {
+    if (state.run_id !== runId) {
+      if (runId !== null) reset();
+      runId = state.run_id;
+    }
+    const listed = listCalls(state.calls);
+    const all = emptyTotals();
+    /** @type {Map<string, Totals>} */
+    const byPurpose = new Map();
+    for (const { call } of listed) {
+      const purpose = String(call.purpose ?? "?");
+      const totals = byPurpose.get(purpose) ?? emptyTotals();
+      byPurpose.set(purpose, totals);
+      add(totals, call);
+      add(all, call);
+    }
+    const noun = listed.length === 1 ? "call" : "calls";
+    const tokens = `${formatInt(all.input)} in · ${formatInt(all.output)} out`;
+    summary.textContent = `Trace: ${listed.length} LLM ${noun} · ${tokens} · ${formatCost(all.cost)}`;
+    if (!listed.length) {
+      if (body.firstChild !== empty) body.replaceChildren(empty);
+      return;
+    }
+    if (body.firstChild !== table) body.replaceChildren(table);
+
+    const withStart = listed.some((item) => item.started !== null);
+    if (withStart !== startColumn) {
+      startColumn = withStart;
+      rows.clear();
+      detailRows.clear();
+      thead.replaceChildren(
+        h(
+          "tr",
+          {},
+          [...(startColumn ? ["start"] : []), ...COLUMNS].map((c) =>
+            h(
+              "th",
+              {
+                scope: "col",
+                class: NUMBERS.has(c) ? "dagmagic-num" : null,
+                title: c === "start" ? "When the call was sent, from the run's start" : null,
+              },
+              [c],
+            ),
+          ),
+        ),
+      );
+    }
+    let origin = state.started_at ?? null;
+    if (origin === null) {
+      for (const { started } of listed) if (started !== null && (origin === null || started < origin)) origin = started;
+    }
+
+    const focused = rowOf(document.activeElement)?.getAttribute("data-index") ?? null;
+    /** @type {HTMLTableRowElement[]} */
+    const wanted = [];
+    const keys = new Set();
+    const indices = new Set();
+    for (const item of listed) {
+      const row = rowFor(item, origin);
+      keys.add(item.key);
+      wanted.push(row);
+      if (item.index === null) continue;
+      indices.add(item.index);
+      const open = opened.has(item.index);
+      row.setAttribute("aria-expanded", open ? "true" : "false");
+      row.classList.toggle("dagmagic-trace-row--open", open);
+      if (open) wanted.push(detailFor(item.call, item.index));
+    }
+    for (const key of [...rows.keys()]) if (!keys.has(key)) rows.delete(key);
+    for (const index of [...detailRows.keys()]) if (!indices.has(index)) detailRows.delete(index);
+    for (const index of opened) if (!indices.has(index)) opened.delete(index);
+    reconcile(tbody, wanted);
+    if (focused !== null) {
+      const again = tbody.querySelector(`.dagmagic-trace-row[data-index="${focused}"]`);
+      if (again instanceof HTMLElement && again !== document.activeElement) again.focus();
+    }
+
+    const labelSpan = LABEL_COLUMNS + (startColumn ? 1 : 0);
     const totals = [...byPurpose.entries()]
       .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
-      .map(([purpose, t]) => totalsRow(`${purpose} (${t.calls})`, t, "dagmagic-trace-purpose"));
-    totals.push(totalsRow(`all (${all.calls})`, all, "dagmagic-trace-total"));
-    body.replaceChildren(
-      h("table", { class: "dagmagic-trace-table" }, [
-        h("thead", {}, [
-          h(
-            "tr",
-            {},
-            COLUMNS.map((c) => h("th", { scope: "col" }, [c])),
-          ),
-        ]),
-        h("tbody", {}, rows),
-        h("tfoot", {}, totals),
+      .map(([purpose, t]) => totalsRow(`${purpose} (${callCount(t.calls)})`, t, "dagmagic-trace-purpose", labelSpan));
+    totals.push(totalsRow(`all (${callCount(all.calls)})`, all, "dagmagic-trace-total", labelSpan));
+    tfoot.replaceChildren(
+      h("tr", { class: "dagmagic-trace-totals-head" }, [
+        h("th", { scope: "col", colspan: labelSpan }, ["per purpose"]),
+        h("th", { scope: "col", class: "dagmagic-num" }, ["in"]),
+        h("th", { scope: "col", class: "dagmagic-num" }, ["out"]),
+        h(
+          "th",
+          {
+            scope: "col",
+            class: "dagmagic-num",
+            title: "The calls' latencies added up, not wall-clock time: calls running at once all count",
+          },
+          ["latency (sum)"],
+        ),
+        h("th", { scope: "col", class: "dagmagic-num" }, ["cost"]),
       ]),
+      ...totals,
     );
   }
 
-  return { el, update };
+  return { el, update, receive, actionFailed };
+}
+
+/**
+ * The calls as objects, in the order they started (calls without a start keep their place after those with
+ * one), keyed by index, or by position for older kernels' calls.
+ * @param {CallRecord[]} calls
+ * @returns {Listed[]}
+ */
+function listCalls(calls) {
+  const seen = new Set();
+  /** @type {Listed[]} */
+  const listed = [];
+  calls.forEach((call, position) => {
+    if (!call || typeof call !== "object") return;
+    let index = num(call.index);
+    if (index !== null && seen.has(index)) index = null; // a repeated index cannot ask for its own detail
+    if (index !== null) seen.add(index);
+    const key = index === null ? `p${position}` : `i${index}`;
+    listed.push({ call, key, index, started: num(call.started_at), position });
+  });
+  return listed.sort(
+    (a, b) =>
+      (a.started ?? Infinity) - (b.started ?? Infinity) ||
+      (a.index ?? a.position) - (b.index ?? b.position) ||
+      a.position - b.position,
+  );
+}
+
+/**
+ * Makes `parent`'s children `wanted`, moving as few as possible (a focused row stays where it is).
+ * @param {HTMLElement} parent
+ * @param {HTMLElement[]} wanted
+ */
+function reconcile(parent, wanted) {
+  const keep = new Set(wanted);
+  for (const child of [...parent.children]) if (!keep.has(/** @type {HTMLElement} */ (child))) child.remove();
+  let cursor = parent.firstElementChild;
+  for (const child of wanted) {
+    if (child === cursor) cursor = cursor.nextElementSibling;
+    else parent.insertBefore(child, cursor);
+  }
+}
+
+/**
+ * @param {any} msg
+ * @param {number} index
+ * @returns {CallDetail}
+ */
+function normalizeDetail(msg, index) {
+  const list = (/** @type {unknown} */ value) => (Array.isArray(value) ? value : []);
+  return {
+    type: "call_detail",
+    index,
+    messages: list(msg.messages).map((/** @type {any} */ m) => ({
+      role: String(m?.role ?? ""),
+      content: String(m?.content ?? ""),
+    })),
+    reply: String(msg.reply ?? ""),
+    tool_calls: list(msg.tool_calls).map(String),
+    error: String(msg.error ?? ""),
+  };
+}
+
+/**
+ * What a call sent and got back, all as text: each message collapsible under its role, the reply, the tool
+ * calls it asked for, and the error of a failed call.
+ * @param {CallDetail} detail
+ * @param {CallRecord} call
+ */
+function renderDetail(detail, call) {
+  const error = detail.error || (call.error ? String(call.error) : "");
+  return [
+    h("div", { class: "dagmagic-label" }, [
+      detail.messages.length === 1 ? "1 message sent" : `${formatInt(detail.messages.length)} messages sent`,
+    ]),
+    ...detail.messages.map((message) =>
+      h("details", { class: "dagmagic-trace-message", "data-role": message.role }, [
+        h("summary", {}, [
+          h("span", { class: "dagmagic-trace-role" }, [message.role || "message"]),
+          h("span", { class: "dagmagic-muted" }, [` · ${shorten(message.content, 100) || "(empty)"}`]),
+        ]),
+        h("pre", {}, [message.content]),
+      ]),
+    ),
+    // a failed call, or one that only asked for tools, has no reply to show
+    detail.reply || (!error && !detail.tool_calls.length)
+      ? h("div", { class: "dagmagic-trace-reply" }, [
+          h("div", { class: "dagmagic-label" }, ["reply"]),
+          detail.reply ? h("pre", {}, [detail.reply]) : h("div", { class: "dagmagic-muted" }, ["(empty)"]),
+        ])
+      : null,
+    detail.tool_calls.length
+      ? h("div", { class: "dagmagic-trace-tool-calls" }, [
+          h("div", { class: "dagmagic-label" }, ["tool calls"]),
+          ...detail.tool_calls.map((text) => h("pre", { class: "dagmagic-trace-tool-call" }, [text])),
+        ])
+      : null,
+    error
+      ? h("div", { class: "dagmagic-trace-error" }, [h("span", { class: "dagmagic-label" }, ["error "]), error])
+      : null,
+  ];
+}
+
+/** @param {number} n */
+function callCount(n) {
+  return n === 1 ? "1 call" : `${formatInt(n)} calls`;
 }
 
 /** @returns {Totals} */
@@ -84,12 +410,17 @@ function emptyTotals() {
 /**
  * A failed call is marked with its error, a cancelled one with why its usage is missing.
  * @param {CallRecord} call
+ * @param {boolean} opens  whether a click opens its detail
  */
-function rowAttributes(call) {
+function rowAttributes(call, opens) {
   if (call.status === "cancelled") {
-    return { class: "dagmagic-trace-cancelled", title: "Cancelled before its reply: its usage is unknown." };
+    return {
+      class: "dagmagic-trace-row dagmagic-trace-cancelled",
+      title: "Cancelled before its reply: its usage is unknown.",
+    };
   }
-  return { class: call.error ? "dagmagic-trace-error" : null, title: call.error ? String(call.error) : null };
+  if (call.error) return { class: "dagmagic-trace-row dagmagic-trace-error", title: String(call.error) };
+  return { class: "dagmagic-trace-row", title: opens ? "Show what this call sent and got back" : null };
 }
 
 /**
@@ -111,10 +442,11 @@ function add(t, call) {
  * @param {string} label
  * @param {Totals} t
  * @param {string} cls
+ * @param {number} span  the columns the label spans
  */
-function totalsRow(label, t, cls) {
+function totalsRow(label, t, cls, span) {
   return h("tr", { class: cls }, [
-    h("th", { scope: "row", colspan: 6 }, [
+    h("th", { scope: "row", colspan: span }, [
       label + (t.errors ? ` · ${t.errors} failed` : "") + (t.cancelled ? ` · ${t.cancelled} cancelled` : ""),
     ]),
     h("td", { class: "dagmagic-num" }, [formatInt(t.input)]),

@@ -114,6 +114,9 @@
  * @property {string | null} error
  * @property {boolean} stream
  * @property {"ok" | "failed" | "cancelled"} [status]  cancelled: the run moved on before the reply (usage unknown)
+ * @property {number} [index]  its position in the run's calls, stable (what `call_detail` asks for); missing from
+ *   older kernels
+ * @property {number | null} [started_at]  epoch seconds when it was sent
  */
 
 /** @typedef {{input_tokens: number, output_tokens: number, requests: number, cost: number | null}} Usage */
@@ -140,6 +143,9 @@
  * @property {CallRecord[]} calls
  * @property {number} now  epoch seconds at the last sync: running durations use it, not the browser clock
  * @property {number | null} [started_at]  optional: when the run started (elapsed falls back to the steps)
+ * @property {number | null} phase_since  epoch seconds when the run entered its current phase (null from older
+ *   kernels)
+ * @property {boolean} stopped_by_user  the user pressed Stop: the ended run says so
  */
 
 /** @typedef {import("@anywidget/types").AnyModel<Traits>} Model */
@@ -163,6 +169,40 @@
  *   | {type: "approve", plan: {steps: PlanStep[]} | null} | {type: "reject", feedback: string}
  *   | {type: "continue", step: string, task: string | null} | {type: "step", step: string, task: string | null}
  *   | {type: "skip", step: string}} OutgoingMessage
+ */
+
+/**
+ * The trace asks for one LLM call's messages and reply (the synced `calls` keep only their numbers).
+ * @typedef {{type: "call_detail", index: number}} CallDetailRequest
+ */
+
+/**
+ * Python's answer to a `CallDetailRequest`, as a custom message; texts are capped by Python.
+ * @typedef {object} CallDetail
+ * @property {"call_detail"} type
+ * @property {number} index
+ * @property {PausedMessage[]} messages  what was sent, in order
+ * @property {string} reply
+ * @property {string[]} tool_calls  each as JSON text
+ * @property {string} error  empty unless it failed
+ */
+
+/**
+ * A step's detail asks for the whole of a text Python cut ("… (N more characters)"): the step's result, or the
+ * observation of its tool call at position `call` in `tool_calls`.
+ * @typedef {{type: "full_text", round: number, step: string, field: "result"}
+ *   | {type: "full_text", round: number, step: string, field: "observation", call: number}} FullTextRequest
+ */
+
+/**
+ * Python's answer to a `FullTextRequest`, as a custom message (`call` only for an observation).
+ * @typedef {object} FullTextMessage
+ * @property {"full_text"} type
+ * @property {number} round
+ * @property {string} step
+ * @property {"result" | "observation"} field
+ * @property {number} [call]
+ * @property {string} text  the whole text
  */
 
 export {};

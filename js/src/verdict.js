@@ -56,21 +56,47 @@ export function renderVerdict(round, pending) {
           h("span", { class: "dagmagic-verdict-confidence" }, [`confidence ${formatPercent(analysis.confidence)}`]),
         ]),
       analysis?.reasoning && h("p", { class: "dagmagic-verdict-reasoning" }, [String(analysis.reasoning)]),
-      decision &&
-        h("p", { class: "dagmagic-decision", "data-action": decision.action }, [
-          h("strong", {}, [DECISION_LABEL[decision.action] ?? String(decision.action)]),
-          decision.reason ? ` ${decision.reason}` : "",
-        ]),
+      decision && decisionLine(decision, analysis?.reasoning),
     ],
   );
 }
 
-/** @type {Record<string, string>} */
-const DECISION_LABEL = {
-  replan: "Replanned:",
-  synthesize: "Synthesize:",
-  stop: "Stopped:",
-};
+/** What the loop did next, in words. */
+const DECISION_LABEL = /** @type {Record<string, string>} */ ({
+  synthesize: "Next: the answer",
+  replan: "Next: a new plan",
+  stop: "Stopped here",
+});
+
+/**
+ * "Next: a new plan — Step s2 failed", its reason left out when it only repeats the verdict's reasoning.
+ * @param {import("./types.js").Decision} decision
+ * @param {unknown} reasoning  the verdict's
+ */
+function decisionLine(decision, reasoning) {
+  const reason = decision.reason ? String(decision.reason) : "";
+  const repeats = typeof reasoning === "string" && sameText(reason, reasoning);
+  return h("p", { class: "dagmagic-decision", "data-action": decision.action }, [
+    h("strong", {}, [DECISION_LABEL[decision.action] ?? String(decision.action)]),
+    reason && !repeats ? ` — ${reason}` : "",
+  ]);
+}
+
+/**
+ * The same words, whatever the case, spacing or final full stop.
+ * @param {string} a
+ * @param {string} b
+ */
+function sameText(a, b) {
+  /** @param {string} s */
+  const norm = (s) =>
+    s
+      .trim()
+      .replace(/\s+/g, " ")
+      .replace(/[.!…]+$/, "")
+      .toLowerCase();
+  return norm(a) === norm(b);
+}
 
 /**
  * What went wrong in a round, and what was fixed on the way (both as text).

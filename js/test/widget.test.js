@@ -133,7 +133,7 @@ describe("drawing", () => {
     expect(a.getAttribute("data-status")).toBe("completed");
     expect(a.classList.contains("dagmagic-node")).toBe(true);
     expect(a.querySelector(".dagmagic-node-id")?.textContent).toBe("✓ a");
-    expect(a.querySelector(".dagmagic-node-stats")?.textContent).toBe("2.0s · 1.8k");
+    expect(a.querySelector(".dagmagic-node-stats")?.textContent).toBe("2.0s · 1.8k tok");
     const task = String(a.querySelector(".dagmagic-node-task")?.textContent);
     expect(task.endsWith("…")).toBe(true);
     expect(task.length).toBeLessThanOrEqual(24);
@@ -511,10 +511,11 @@ describe("trace", () => {
     expect(trace.querySelector("tbody tr:nth-child(3)")?.classList.contains("dagmagic-trace-error")).toBe(true);
     const totals = [...trace.querySelectorAll("tfoot tr")].map((tr) => [...tr.children].map((td) => td.textContent));
     expect(totals).toEqual([
-      ["analyze (1)", "800", "60", "0.9s", "$0.0050"],
-      ["plan (1)", "500", "120", "1.2s", "$0.0040"],
-      ["step (2) · 1 failed", "420", "80", "8.4s", "$0.0012"],
-      ["all (4) · 1 failed", "1,720", "260", "10s", "$0.0102"],
+      ["per purpose", "in", "out", "latency (sum)", "cost"],
+      ["analyze (1 call)", "800", "60", "0.9s", "$0.0050"],
+      ["plan (1 call)", "500", "120", "1.2s", "$0.0040"],
+      ["step (2 calls) · 1 failed", "420", "80", "8.4s", "$0.0012"],
+      ["all (4 calls) · 1 failed", "1,720", "260", "10s", "$0.0102"],
     ]);
     trace.open = true;
     model.set("calls", [
@@ -563,7 +564,7 @@ describe("trace", () => {
     const row = /** @type {HTMLElement} */ (el.querySelector(".dagmagic-trace tbody tr"));
     expect(row.classList.contains("dagmagic-trace-cancelled")).toBe(true);
     expect(row.title).toContain("usage is unknown");
-    expect(el.querySelector(".dagmagic-trace tfoot tr:last-child th")?.textContent).toBe("all (1) · 1 cancelled");
+    expect(el.querySelector(".dagmagic-trace tfoot tr:last-child th")?.textContent).toBe("all (1 call) · 1 cancelled");
   });
 });
 

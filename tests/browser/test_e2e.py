@@ -143,7 +143,8 @@ def test_stop_skips_the_steps_not_started_and_answers_from_what_completed(notebo
     widget = notebook.widget()
 
     expect_waiting_for_the_gate(widget)
-    expect(widget.locator(".dagmagic-status")).to_have_text("running steps…")  # what the run is doing
+    # what the run is doing, and for how long (it ticks between kernel messages)
+    expect(widget.locator(".dagmagic-status")).to_have_text(re.compile(r"^running steps…( \d+s)?$"))
     widget.locator(".dagmagic-stop").click()
     expect(node(widget, "s3")).to_have_attribute("data-status", "skipped")  # at once, while s1 and s2 still run
     expect(node(widget, "s1")).to_have_attribute("data-status", "running")
@@ -283,7 +284,7 @@ def test_an_edited_plan_is_approved_in_the_view_and_runs_as_edited(notebook: Not
     widget = notebook.widget()
     panel = widget.locator(".dagmagic-approval")
     expect(panel).to_be_visible()
-    expect(widget.locator(".dagmagic-status")).to_have_text("waiting for your approval…")
+    expect(widget.locator(".dagmagic-status")).to_have_text(re.compile(r"^waiting for your approval…( \d+s)?$"))
     for step in ("s1", "s2", "s3"):  # nothing runs while the plan waits
         expect(node(widget, step)).to_have_attribute("data-status", "pending")
     panel.locator('.dagmagic-approval-step[data-step-id="s2"] .dagmagic-approval-task').fill("Look up the other half")
@@ -433,3 +434,44 @@ def test_a_saved_notebook_reopens_readable_without_its_kernel(notebook: Notebook
     expect(page.get_by_text("model not found")).to_have_count(0)
     expect(page.get_by_text("Error displaying widget")).to_have_count(0)
     notebook.screenshot("reopened", focus=output)
+
+
+def test_clocks_tick_between_kernel_messages_and_the_timeline_and_trace_open(notebook: NotebookPage) -> None:
+    gate = Gate(notebook, "clocks")
+    notebook.open("clocks", cells(gate, "scripted()", "Watch the clock"))
+    notebook.run_all()
+    widget = notebook.widget()
+    expect_waiting_for_the_gate(widget)  # s1 and s2 run, held by the gate: no kernel message meanwhile
+    elapsed = widget.locator(".dagmagic-total-elapsed .dagmagic-total-value")
+    phase = widget.locator(".dagmagic-phase-time")
+    first, first_phase = elapsed.inner_text(), phase.inner_text()
+    notebook.page.wait_for_timeout(2_200)
+    assert elapsed.inner_text() != first and phase.inner_text() != first_phase, (first, elapsed.inner_text())
+    notebook.screenshot("clock-ticking", focus=widget.locator(".dagmagic-status"))
+    gate.open()
+    expect(widget.locator(".dagmagic-status")).to_have_attribute("data-status", "done")
+    notebook.wait_until_done()
+    widget = notebook.widgets().last
+    after = elapsed.inner_text() if elapsed.count() else ""
+    notebook.page.wait_for_timeout(1_200)
+    assert widget.locator(".dagmagic-total-elapsed .dagmagic-total-value").inner_text() == (
+        after or widget.locator(".dagmagic-total-elapsed .dagmagic-total-value").inner_text()
+    )  # an ended run's clock stands still
+
+    timeline = widget.locator(".dagmagic-timeline")
+    timeline.locator("summary").click()
+    expect(timeline.locator(".dagmagic-timeline-bar--completed")).to_have_count(3)  # the steps' runs
+    expect(timeline.locator(".dagmagic-timeline-bar--call-ok")).to_have_count(4)  # route, plan, analyze, answer
+    expect(timeline.locator(".dagmagic-timeline-bar--queued").first).to_be_attached()
+    notebook.screenshot("timeline", focus=timeline)
+
+    trace = widget.locator(".dagmagic-trace")
+    trace.locator("summary").click()
+    rows = trace.locator(".dagmagic-trace-row")
+    expect(rows.first).to_contain_text("route")  # start order
+    expect(trace.locator(".dagmagic-trace-offset").first).to_have_text(re.compile(r"^\+\d"))
+    rows.nth(1).click()  # the plan
+    detail = trace.locator('.dagmagic-trace-detail[data-index="1"]')
+    expect(detail.locator('.dagmagic-trace-message[data-role="system"]')).to_contain_text("planner")
+    notebook.screenshot("trace-open", focus=detail)
+    assert notebook.errors == []

@@ -299,3 +299,9 @@ async def test_a_calls_messages_and_a_steps_whole_result_are_sent_on_request() -
     widget._on_message(widget, {"type": "call_detail", "index": 999}, [])
     assert sent[-1] == {"type": "error", "message": "there is no LLM call 999"}
     widget.close()
+
+
+def test_every_state_key_is_a_synced_trait() -> None:
+    run = asyncio.run(session().run("goal"))
+    synced = set(DagWidget(run).trait_names(sync=True))
+    assert set(widget_state(run)) <= synced  # a key without a trait would never reach the browser
