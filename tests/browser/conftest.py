@@ -47,12 +47,14 @@ WAIT_MS = 60_000
 
 @dataclass
 class Lab:
-    """A running JupyterLab server."""
+    """A running JupyterLab (or Notebook 7) server."""
 
     url: str
     root: Path
     process: subprocess.Popen[bytes]
     log: Path
+    app: str = "lab"
+    """``lab`` or ``notebook`` (Notebook 7): how a notebook's page is addressed."""
 
     def api(self, method: str, path: str) -> Any:
         request = urllib.request.Request(f"{self.url}{path}", method=method)
@@ -99,6 +101,16 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 # break the asyncio tests of the modules that follow; it must be gone before they start.
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    yield from _serve(tmp_path_factory, "lab")
+
+
+@pytest.fixture(scope="module")
+def notebook7_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """The same server as Notebook 7 (the ``notebook`` package) serves it."""
+    yield from _serve(tmp_path_factory, "notebook")
+
+
+def _serve(tmp_path_factory: pytest.TempPathFactory, app: str) -> Iterator[Lab]:
     if not CHROMIUM.exists():
         pytest.skip(f"Debian's chromium is not installed at {CHROMIUM} (apt-get install chromium)")
     base = tmp_path_factory.mktemp("jupyterlab")
@@ -131,11 +143,20 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         "--ServerApp.port_retries=0",
         "--ServerApp.disable_check_xsrf=True",  # lets the fixture shut kernels down through the REST API
         f"--ServerApp.root_dir={root}",
-        "--LabApp.expose_app_in_browser=True",
-        f"--LabApp.user_settings_dir={settings}",
-        f"--LabApp.workspaces_dir={base / 'workspaces'}",
-        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
     ]
+    if app == "lab":
+        command += [
+            "--LabApp.expose_app_in_browser=True",
+            f"--LabApp.user_settings_dir={settings}",
+            f"--LabApp.workspaces_dir={base / 'workspaces'}",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        ]
+    else:
+        command[3] = "notebook"
+        command += [
+            "--JupyterNotebookApp.expose_app_in_browser=True",
+            f"--JupyterNotebookApp.user_settings_dir={settings}",
+        ]
     log = base / "server.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
@@ -147,7 +168,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-    server = Lab(f"http://127.0.0.1:{port}", root, process, log)
+    server = Lab(f"http://127.0.0.1:{port}", root, process, log, app)
     try:
         deadline = time.monotonic() + STARTUP_TIMEOUT
         while True:
@@ -167,8 +188,11 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
 
 
 @pytest.fixture(scope="module")
-def browser(lab: Lab) -> Iterator[Any]:
+def browser() -> Iterator[Any]:
     from playwright.sync_api import expect, sync_playwright
+
+    if not CHROMIUM.exists():
+        pytest.skip(f"Debian's chromium is not installed at {CHROMIUM} (apt-get install chromium)")
 
     expect.set_options(timeout=WAIT_MS)
     with sync_playwright() as playwright:  # never `playwright install`: Debian's chromium is used
@@ -194,7 +218,7 @@ class NotebookPage:
         """Write the notebook, open it in a workspace of its own, and wait until its kernel is idle."""
         path = self.lab.write_notebook(name, cells)
         # a fresh workspace: the server would otherwise reopen the tabs of earlier tests
-        self.page.goto(f"{self.lab.url}/lab/workspaces/{name}/tree/{path}?reset")
+        self.page.goto(self.url_of(path, name))
         handle = self.page.wait_for_function(
             """(path) => {
                 const panel = window.jupyterapp?.shell?.currentWidget;
@@ -206,6 +230,12 @@ class NotebookPage:
             timeout=WAIT_MS,
         )
         self.panel_id = str(handle.json_value())
+
+    def url_of(self, path: str, workspace: str) -> str:
+        """Where the notebook at ``path`` opens: a JupyterLab workspace of its own, or Notebook 7's page."""
+        if self.lab.app == "notebook":
+            return f"{self.lab.url}/notebooks/{path}"
+        return f"{self.lab.url}/lab/workspaces/{workspace}/tree/{path}?reset"
 
     def run_all(self) -> None:
         """Run every cell of the notebook. Not awaited: the command resolves only when every cell is done."""
@@ -272,6 +302,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 @pytest.fixture
 def notebook(request: pytest.FixtureRequest, browser: Any, lab: Lab) -> Iterator[NotebookPage]:
+    yield from _tab(request, browser, lab)
+
+
+@pytest.fixture
+def notebook7(request: pytest.FixtureRequest, browser: Any, notebook7_server: Lab) -> Iterator[NotebookPage]:
+    """A tab on Notebook 7."""
+    yield from _tab(request, browser, notebook7_server)
+
+
+def _tab(request: pytest.FixtureRequest, browser: Any, lab: Lab) -> Iterator[NotebookPage]:
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     context.set_default_timeout(WAIT_MS)
     tab = NotebookPage(context.new_page(), lab)

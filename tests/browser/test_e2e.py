@@ -405,6 +405,16 @@ def test_a_composite_step_shows_its_nested_dag_in_its_detail(notebook: NotebookP
 
 
 def test_a_saved_notebook_reopens_readable_without_its_kernel(notebook: NotebookPage) -> None:
+    reopen_readable(notebook)
+
+
+def test_in_notebook_7_a_run_draws_live_and_its_saved_notebook_reopens_readable(notebook7: NotebookPage) -> None:
+    reopen_readable(notebook7)
+    notebook7.screenshot("notebook7-reopened")
+
+
+def reopen_readable(notebook: NotebookPage) -> None:
+    """Run a cell, save, shut the kernel down, reopen: the whole run as static HTML, no widget error."""
     gate = Gate(notebook, "reopen")
     gate.open()
     notebook.open("reopen", cells(gate, "scripted()", "Reopen me **later**"))
@@ -425,7 +435,7 @@ def test_a_saved_notebook_reopens_readable_without_its_kernel(notebook: Notebook
 
     notebook.lab.shut_down_kernels()  # the kernel is gone: nothing to draw a widget from
     page = notebook.page
-    page.goto(f"{notebook.lab.url}/lab/workspaces/reopened/tree/reopen.ipynb?reset")
+    page.goto(notebook.url_of("reopen.ipynb", "reopened"))
     output = page.locator(".jp-OutputArea-output .dagmagic-static")
     expect(output).to_be_visible()
     expect(output.locator("details").first).to_contain_text("Round 1 · 3 steps · achieved")
