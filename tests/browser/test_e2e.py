@@ -485,3 +485,33 @@ def test_clocks_tick_between_kernel_messages_and_the_timeline_and_trace_open(not
     expect(detail.locator('.dagmagic-trace-message[data-role="system"]')).to_contain_text("planner")
     notebook.screenshot("trace-open", focus=detail)
     assert notebook.errors == []
+
+
+def test_the_widget_follows_the_dark_theme(notebook: NotebookPage) -> None:
+    gate = Gate(notebook, "dark")
+    gate.open()
+    notebook.open("dark", cells(gate, "scripted()", "Draw me in the dark"))
+    notebook.page.evaluate(
+        "() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})"
+    )
+    notebook.page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'", timeout=WAIT_MS)
+    notebook.run_all()
+    widget = notebook.widget()
+    expect(widget.locator(".dagmagic-status")).to_have_attribute("data-status", "done")
+    notebook.wait_until_done()
+    widget = notebook.widgets().last
+
+    def luminance(selector: str, prop: str) -> float:
+        color = widget.locator(selector).first.evaluate(f"(el) => getComputedStyle(el).{prop}")
+        red, green, blue = (int(v) for v in re.findall(r"\d+", color)[:3])
+        return (0.2126 * red + 0.7152 * green + 0.0722 * blue) / 255
+
+    assert luminance(".dagmagic-goal", "color") > 0.6  # light text...
+    assert luminance(".dagmagic-answer-body", "color") > 0.6
+    page_bg = notebook.page.evaluate("() => getComputedStyle(document.querySelector('.jp-Notebook')).backgroundColor")
+    assert sum(int(v) for v in re.findall(r"\d+", page_bg)[:3]) / (3 * 255) < 0.3  # ...on the dark page
+    notebook.screenshot("dark-theme", focus=widget)
+    notebook.page.evaluate(
+        "() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Light'})"
+    )
+    assert notebook.errors == []
