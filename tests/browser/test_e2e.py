@@ -515,3 +515,38 @@ def test_the_widget_follows_the_dark_theme(notebook: NotebookPage) -> None:
         "() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Light'})"
     )
     assert notebook.errors == []
+
+
+def test_after_a_stop_the_view_says_so_plainly_and_long_results_open_in_place(notebook: NotebookPage) -> None:
+    gate = Gate(notebook, "plainly")
+    long_result = "seven " * 1200  # 7,200 characters: cut at 4,000 in the synced state
+    model = 'scripted(analyze=[{"achieved": False, "confidence": 0.4, "reasoning": "s3 never ran."}])\n' + (
+        f"RESULTS['s2'] = {long_result!r}"
+    )
+    notebook.open("plainly", cells(gate, model, "Stop me and read"))
+    notebook.run_all()
+    widget = notebook.widget()
+    expect_waiting_for_the_gate(widget)
+    widget.locator(".dagmagic-stop").click()
+    gate.open()
+    expect(widget.locator(".dagmagic-status")).to_have_attribute("data-status", "done")
+    notebook.wait_until_done()
+    widget = notebook.widgets().last
+    expect(widget.locator(".dagmagic-status")).to_contain_text("stopped by you")
+    expect(widget.locator(".dagmagic-answer-partial")).to_be_visible()
+    expect(widget.locator(".dagmagic-stop")).to_be_hidden()  # the controls of a running run are gone
+
+    node(widget, "s3").click()
+    reason = widget.locator('.dagmagic-detail[data-step-id="s3"] .dagmagic-detail-reason')
+    expect(reason).to_have_text("Skipped — user changed requirements")  # neutral, not a red "Error"
+    expect(widget.locator('.dagmagic-detail[data-step-id="s3"] .dagmagic-detail-error')).to_have_count(0)
+
+    node(widget, "s2").click()
+    detail = widget.locator('.dagmagic-detail[data-step-id="s2"]')
+    expect(detail).to_contain_text("more characters)")
+    detail.locator(".dagmagic-expand").click()
+    expect(detail).not_to_contain_text("more characters)")  # the whole result, fetched on request
+    assert detail.inner_text().count("seven") >= 1200
+    expect(widget.locator(".dagmagic-answer .dagmagic-copy")).to_be_visible()
+    notebook.screenshot("stopped-and-expanded", focus=detail)
+    assert notebook.errors == []
