@@ -1,13 +1,18 @@
-// One round's DAG as inline SVG. The layout (boxes and edge end points) comes from Python; this only draws.
-// No ids, no random values, no clock: the same round gives byte-identical markup.
+// One round's DAG as inline SVG: boxes and edges where layout.js puts them (dagre, in the browser), each box
+// with its status, id, stats, its task on two lines and its badges; an earlier round's step a step uses is a
+// small dashed ghost box. No ids, no random values, no clock: the same round gives byte-identical markup.
+// The SVG scales down to the widget's width, never up past its natural size (zoom.js zooms big graphs).
 
 import { s } from "./dom.js";
 import { coord, formatCompact, formatCost, formatDuration, num, shorten, shortModel } from "./format.js";
+import { ARROW, layoutRound, wrapLabel } from "./layout.js";
 import { stepTimes } from "./state.js";
 
 /** @typedef {import("./types.js").Round} Round */
 /** @typedef {import("./types.js").DagNode} DagNode */
-/** @typedef {import("./types.js").DagEdge} DagEdge */
+/** @typedef {import("./layout.js").Box} Box */
+/** @typedef {import("./layout.js").EdgePath} EdgePath */
+/** @typedef {import("./layout.js").GhostBox} GhostBox */
 
 /** A glyph per status, so colour is not the only cue. */
 export const STATUS_GLYPH = /** @type {const} */ ({
@@ -22,9 +27,9 @@ export const STATUS_GLYPH = /** @type {const} */ ({
   cancelled: "⊘",
 });
 
-const ARROW = 6; // arrowhead length, px
 const CHAR = 6.2; // rough width of a character at the node font size (no layout engine to measure in tests)
 const BADGE_CHAR = 5.4;
+const TASK_FONT = 11; // px, the task's font size (widget.css)
 const SUBRUN_LABEL = "sub-DAG";
 
 /**
@@ -36,17 +41,20 @@ const SUBRUN_LABEL = "sub-DAG";
  * @returns {SVGSVGElement}
  */
 export function renderGraph(round, now, selected, { interactive = true } = {}) {
-  const width = Math.max(num(round.width) ?? 0, 1);
-  const height = Math.max(num(round.height) ?? 0, 1);
+  const layout = layoutRound(round);
+  const width = coord(layout.width);
+  const height = coord(layout.height);
   const status = new Map(round.nodes.map((n) => [n.id, n.status]));
+  // its width and height are its natural size: CSS scales it down to the widget's width (never up), keeping
+  // its proportions (viewBox)
   return s(
     "svg",
     {
       class: "dagmagic-graph",
       xmlns: "http://www.w3.org/2000/svg",
-      width: coord(width),
-      height: coord(height),
-      viewBox: `0 0 ${coord(width)} ${coord(height)}`,
+      width,
+      height,
+      viewBox: `0 0 ${width} ${height}`,
       role: "group",
       "aria-label": `Round ${round.index} plan: ${round.nodes.length} steps`,
     },
@@ -54,58 +62,86 @@ export function renderGraph(round, now, selected, { interactive = true } = {}) {
       s(
         "g",
         { class: "dagmagic-edges" },
-        round.edges.map((e) => renderEdge(e, status.get(e.source))),
+        layout.edges.map((e) => renderEdge(e, status.get(e.source))),
       ),
+      layout.ghosts.length > 0 &&
+        s(
+          "g",
+          { class: "dagmagic-ghosts" },
+          layout.ghosts.map((g) => renderGhost(g, layout.edges)),
+        ),
       s(
         "g",
         { class: "dagmagic-nodes" },
-        round.nodes.map((n) => renderNode(n, now, n.id === selected, interactive)),
+        round.nodes.map((n, i) => renderNode(n, layout.nodes[i], now, n.id === selected, interactive)),
       ),
     ],
   );
 }
 
 /**
- * A vertical S-curve from (x1, y1) to just above (x2, y2), then an arrowhead whose tip is (x2, y2).
- * @param {DagEdge} edge
+ * An edge along its route, the arrowhead's tip on the target's top; an earlier round's step's is dashed.
+ * @param {EdgePath} edge
  * @param {string | undefined} sourceStatus
  */
 function renderEdge(edge, sourceStatus) {
-  const x1 = num(edge.x1) ?? 0;
-  const y1 = num(edge.y1) ?? 0;
-  const x2 = num(edge.x2) ?? 0;
-  const y2 = num(edge.y2) ?? 0;
-  const end = y2 - ARROW;
-  const mid = (y1 + end) / 2;
   /** @type {(x: number, y: number) => string} */
   const pt = (x, y) => `${coord(x)},${coord(y)}`;
-  const d = `M${pt(x1, y1)} C${pt(x1, mid)} ${pt(x2, mid)} ${pt(x2, end)}`;
-  const head = `${pt(x2 - ARROW / 2, end)} ${pt(x2 + ARROW / 2, end)} ${pt(x2, y2)}`;
+  const { tipX, tipY } = edge;
+  const head = `${pt(tipX - ARROW / 2, tipY - ARROW)} ${pt(tipX + ARROW / 2, tipY - ARROW)} ${pt(tipX, tipY)}`;
   return s(
     "g",
     {
-      class: "dagmagic-edge",
+      class: edge.ghost ? "dagmagic-edge-ghost" : "dagmagic-edge",
       "data-source": edge.source,
       "data-target": edge.target,
-      "data-source-status": sourceStatus ?? "pending",
+      "data-source-status": edge.ghost ? null : (sourceStatus ?? "pending"),
     },
-    [s("path", { class: "dagmagic-edge-line", d }), s("polygon", { class: "dagmagic-edge-head", points: head })],
+    [
+      // dashed for an earlier round's step, whatever the theme's styles
+      s("path", { class: "dagmagic-edge-line", d: edge.d, "stroke-dasharray": edge.ghost ? "4 3" : null }),
+      s("polygon", { class: "dagmagic-edge-head", points: head }),
+    ],
   );
 }
 
 /**
- * A step's box: id, status glyph, duration and tokens; the task, shortened; model and tool badges, and a
+ * An earlier round's step ("r1.s2") a step of this round uses: a small dashed box, not selectable.
+ * @param {GhostBox} ghost
+ * @param {EdgePath[]} edges
+ */
+function renderGhost(ghost, edges) {
+  const users = edges.filter((e) => e.ghost && e.source === ghost.id).map((e) => e.target);
+  const match = /^r(\d+)\.(.+)$/.exec(ghost.id);
+  const what = match ? `step ${match[2]} of round ${match[1]}` : `step ${ghost.id}, not in this round`;
+  const label = `${ghost.id}: ${what}, used by ${users.join(", ")}`;
+  return s("g", { class: "dagmagic-node-ghost", "data-ref": ghost.id, role: "img", "aria-label": label }, [
+    s("title", {}, [label]),
+    s("rect", {
+      x: coord(ghost.x),
+      y: coord(ghost.y),
+      width: coord(ghost.w),
+      height: coord(ghost.h),
+      rx: 4,
+      "stroke-dasharray": "3 3",
+    }),
+    s("text", { x: coord(ghost.x + ghost.w / 2), y: coord(ghost.y + ghost.h / 2 + 3.5), "text-anchor": "middle" }, [
+      ghost.id,
+    ]),
+  ]);
+}
+
+/**
+ * A step's box: id, status glyph, duration and tokens; the task on two lines; model and tool badges, and a
  * composite step's sub-DAG badge at the right.
  * @param {DagNode} node
+ * @param {Box & {layer: number}} box
  * @param {number} now
  * @param {boolean} selected
  * @param {boolean} interactive
  */
-function renderNode(node, now, selected, interactive) {
-  const x = num(node.x) ?? 0;
-  const y = num(node.y) ?? 0;
-  const w = num(node.w) ?? 160;
-  const h = num(node.h) ?? 52;
+function renderNode(node, box, now, selected, interactive) {
+  const { x, y, w, h } = box;
   const chars = Math.max(Math.floor((w - 16) / CHAR), 4);
 
   const stats = nodeStats(node, now);
@@ -116,13 +152,24 @@ function renderNode(node, now, selected, interactive) {
   const subrun = node.subrun ?? null;
   const described = subrun ? `${node.status}, sub-DAG ${subrun.status}` : node.status;
 
+  // two lines when the box has room for them above its badges
+  const lines = h >= 60 ? wrapLabel(node.task, w - 16, TASK_FONT) : [shorten(node.task, chars)];
+  const task = s(
+    "text",
+    { class: "dagmagic-node-task", x: coord(x + 8), y: coord(y + 30) },
+    lines.map((line, i) =>
+      // a space ends every line but the last: the text's content is the task as shortened
+      s("tspan", { x: coord(x + 8), dy: i ? 13 : null }, [i < lines.length - 1 ? `${line} ` : line]),
+    ),
+  );
+
   const children = [
     s("title", {}, [`${node.id} (${described}): ${node.task}`]),
     s("rect", { class: "dagmagic-node-box", x: coord(x), y: coord(y), width: coord(w), height: coord(h), rx: 6 }),
     s("text", { class: "dagmagic-node-id", x: coord(x + 8), y: coord(y + 15) }, [head]),
     stats &&
       s("text", { class: "dagmagic-node-stats", x: coord(x + w - 8), y: coord(y + 15), "text-anchor": "end" }, [stats]),
-    s("text", { class: "dagmagic-node-task", x: coord(x + 8), y: coord(y + 30) }, [shorten(node.task, chars)]),
+    task,
   ];
   const top = y + h - 16;
   // a composite step's badge is always drawn, at the right: the model and tool badges make room for it
@@ -173,7 +220,7 @@ function renderNode(node, now, selected, interactive) {
       class: classes.join(" "),
       "data-step-id": node.id,
       "data-status": node.status,
-      "data-layer": num(node.layer) ?? 0,
+      "data-layer": box.layer,
       tabindex: interactive ? 0 : null,
       role: interactive ? "button" : "img",
       "aria-pressed": interactive ? (selected ? "true" : "false") : null,

@@ -6,10 +6,10 @@
 import { copyText } from "./copy.js";
 import { h } from "./dom.js";
 import { draftKey, renderDetail, textKey, uncut } from "./detail.js";
-import { renderGraph } from "./graph.js";
 import { isLive } from "./state.js";
 import { subrunKeys } from "./subrun.js";
 import { renderVerdict, roundNotes, roundSummary } from "./verdict.js";
+import { createZoom, graphView } from "./zoom.js";
 
 /** @typedef {import("./types.js").Round} Round */
 /** @typedef {import("./types.js").Traits} Traits */
@@ -119,6 +119,7 @@ export function createRounds({ signal, redraw, send }) {
   };
   /** @type {Map<number, {sig: string, el: HTMLElement}>} */
   const cache = new Map();
+  const zoom = createZoom(el, signal); // zoom buttons and drag-to-pan; a drag's click selects no step
   let latest = -1;
   /** @type {Traits | null} */
   let last = null;
@@ -499,6 +500,7 @@ export function createRounds({ signal, redraw, send }) {
             : "Planning…";
       el.replaceChildren(h("div", { class: "dagmagic-muted dagmagic-planning" }, [text]));
     }
+    zoom.apply(); // graphs drawn anew: zoomed and panned as the user left them
     if (focused) {
       const again = el.querySelector(
         `.dagmagic-round[data-round="${focused.round}"] > .dagmagic-round-body > .dagmagic-graph-wrap .dagmagic-node[data-step-id="${CSS_escape(focused.step)}"]`,
@@ -620,7 +622,7 @@ function renderRound(round, state, expanded, selected, isLatest, actions) {
       : h("div", { class: "dagmagic-round-body" }, [
           ...roundNotes(round),
           round.nodes.length
-            ? h("div", { class: "dagmagic-graph-wrap" }, [renderGraph(round, state.now, selected)])
+            ? graphView(round, state.now, selected, { zoomKey: JSON.stringify([round.index]) })
             : h("div", { class: "dagmagic-muted" }, ["No steps."]),
           renderDiff(round, state.rounds),
           selectedDetail(round, state, selected, actions),

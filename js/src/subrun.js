@@ -3,8 +3,8 @@
 // A nested step that is composite again gets its own section below its round.
 
 import { h } from "./dom.js";
-import { renderGraph } from "./graph.js";
 import { renderVerdict, roundNotes, roundSummary } from "./verdict.js";
+import { graphView } from "./zoom.js";
 
 /** @typedef {import("./types.js").Round} Round */
 /** @typedef {import("./types.js").SubRun} SubRun */
@@ -103,7 +103,7 @@ function renderSubrunRound(round, path, now, isOpen, pending) {
     ]),
     ...roundNotes(round),
     round.nodes.length
-      ? h("div", { class: "dagmagic-graph-wrap" }, [renderGraph(round, now, null, { interactive: false })])
+      ? graphView(round, now, null, { interactive: false, zoomKey: subrunKey([...path, round.index]) })
       : h("div", { class: "dagmagic-muted" }, ["No steps."]),
     renderVerdict(round, pending),
     ...round.nodes.map(

@@ -20,7 +20,8 @@
  * @property {string} id
  * @property {string} task
  * @property {StepStatus} status
- * @property {number} x  top-left corner
+ * @property {number} x  top-left corner, as Python laid the round out: drawn only if the browser's layout
+ *   (layout.js, dagre) fails; so are `y`, `w`, `h`, `layer` and the round's `edges`, `width` and `height`
  * @property {number} y
  * @property {number} w
  * @property {number} h
@@ -60,7 +61,8 @@
 /** @typedef {{role: string, content: string}} PausedMessage */
 
 /**
- * @typedef {object} DagEdge  from the bottom centre of the source to the top centre of the target
+ * @typedef {object} DagEdge  from the bottom centre of the source to the top centre of the target (Python's
+ *   layout: a fallback, see DagNode.x)
  * @property {string} source
  * @property {string} target
  * @property {number} x1

@@ -550,3 +550,51 @@ def test_after_a_stop_the_view_says_so_plainly_and_long_results_open_in_place(no
     expect(widget.locator(".dagmagic-answer .dagmagic-copy")).to_be_visible()
     notebook.screenshot("stopped-and-expanded", focus=detail)
     assert notebook.errors == []
+
+
+def test_a_twelve_step_plan_stays_legible(notebook: NotebookPage) -> None:
+    gate = Gate(notebook, "twelve")
+    gate.open()
+    cities = ["Paris", "Berlin", "Zürich", "Kraków", "São Paulo", "Reykjavík", "Łódź", "Malmö", "Genève", "Köln"]
+    steps = [{"id": f"s{i + 1}", "task": f"Find the population of {city} in 2023 from its statistics office"}
+             for i, city in enumerate(cities)]  # fmt: skip
+    steps.append({"id": "s11", "task": "Rank the ten cities by population", "dependencies": [s["id"] for s in steps]})
+    steps.append({"id": "s12", "task": "Write the ranking as a table", "dependencies": ["s11"]})
+    second = {"steps": [{"id": "s1", "task": "Check the top city again", "dependencies": ["r1.s11"]}]}
+    model = (
+        f"scripted(plan=[{{'steps': {steps!r}}}, {second!r}], "
+        'analyze=[{"achieved": False, "confidence": 0.3, "reasoning": "check again"}, '
+        '{"achieved": True, "confidence": 0.9, "reasoning": "fine"}])'
+    )
+    load, setup, cell = cells(gate, model, "Rank ten cities")
+    notebook.open("twelve", [load, "%dag config plan_max_steps=12", setup, cell])
+    notebook.run_all()
+    widget = notebook.widget()
+    expect(widget.locator(".dagmagic-status")).to_have_attribute("data-status", "done")
+    notebook.wait_until_done()
+    widget = notebook.widgets().last
+    first = widget.locator('.dagmagic-round[data-round="1"]')
+    first.locator(".dagmagic-round-toggle, summary, .dagmagic-round-head").first.click()
+    boxes = first.locator(".dagmagic-node-box")
+    expect(boxes).to_have_count(12)
+    rects = [boxes.nth(i).bounding_box() for i in range(12)]
+    for a in range(12):
+        for b in range(a + 1, 12):
+            ra, rb = rects[a], rects[b]
+            assert ra and rb
+            apart = (
+                ra["x"] + ra["width"] <= rb["x"] + 0.5
+                or rb["x"] + rb["width"] <= ra["x"] + 0.5
+                or ra["y"] + ra["height"] <= rb["y"] + 0.5
+                or rb["y"] + rb["height"] <= ra["y"] + 0.5
+            )
+            assert apart, f"boxes {a} and {b} overlap"
+    tasks = [
+        first.locator(f'.dagmagic-node[data-step-id="s{i}"] .dagmagic-node-task').text_content() or "" for i in (1, 3)
+    ]
+    assert tasks[0] != tasks[1] and "Paris" in tasks[0] and "Zürich" in tasks[1]  # two lines tell them apart
+    expect(first.locator(".dagmagic-zoom")).to_be_visible()  # above 8 steps
+    notebook.screenshot("twelve-steps", focus=first)
+    latest = widget.locator('.dagmagic-round[data-round="2"]')
+    expect(latest.locator(".dagmagic-node-ghost")).to_contain_text("r1.s11")  # a result of round 1, drawn apart
+    assert notebook.errors == []
