@@ -487,6 +487,8 @@ class RoundRecord(BaseModel):
     """The step the user re-ran."""
     approval: Literal["pending", "approved", "rejected"] | None = None
     """Where the plan stands when plans wait for the user's approval (None when they do not)."""
+    follow_ups: list[str] = Field(default_factory=list)
+    """The user's follow-ups this round's plan was the first to see."""
 
 
 class StepChange(BaseModel):

@@ -444,7 +444,7 @@ class GoalLoop:
         )
         if isinstance(plan, Interrupted):
             return False
-        self._planned(run, planning.follow_ups)
+        self._planned(run, planning)
         if self.approve_plans:
             approved = await self._approval(run, record, plan, planning.planner, planning.earlier)
             if approved is None:
@@ -501,9 +501,12 @@ class GoalLoop:
         edited = verdict[1]
         return plan if edited is None else ExecutionPlan(goal=plan.goal, steps=edited, round=index)
 
-    def _planned(self, run: DagRun, count: int) -> None:
-        """The follow-ups the round's plan saw are handled now."""
-        run.state.follow_ups.extend(run.control.seen(count))
+    @staticmethod
+    def _planned(run: DagRun, planning: _Planning) -> None:
+        """The follow-ups the round's plan saw are handled now (the round keeps those it was first to see)."""
+        seen = run.control.seen(planning.follow_ups)
+        run.state.follow_ups.extend(seen)
+        planning.record.follow_ups.extend(seen)
 
     async def _judge(self, run: DagRun, guard: ContextGuard, index: int) -> AnalysisResult:
         """The round's verdict against the goal and every follow-up so far; judged again when a follow-up
@@ -712,7 +715,7 @@ class GoalLoop:
                     else ([], "unreadable")
                 )
             if problem is None:
-                self._planned(run, planning.follow_ups)
+                self._planned(run, planning)
                 self._adopt(executor, plan, steps, started, start)
                 executor.close()
                 control.enter("executing", index)
@@ -744,7 +747,7 @@ class GoalLoop:
         replanned = await control.interruptible("planning", again, round=index, name=f"dagmagic:plan:{index}")
         if isinstance(replanned, Interrupted):
             return False
-        self._planned(run, planning.follow_ups)
+        self._planned(run, planning)
         await self._run_plan(run, planning.record, replanned, earlier, planning.guard)
         return True
 

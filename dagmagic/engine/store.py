@@ -90,7 +90,7 @@ _STEP_EVENTS = frozenset(
 _ROUND_EVENTS = frozenset({"plan_ready", "step_planned", "analysis_ready", "replanning", "approval_requested"})
 _RUN_EVENTS = (PhaseChanged, AnswerReady, AnswerCleared, UserAction, RunFinished)
 _HOST = socket.gethostname()
-_ROUND_EXTRA = {"rerun_of", "rerun_step", "approval"}
+_ROUND_EXTRA = {"rerun_of", "rerun_step", "approval", "follow_ups"}
 """RoundRecord fields kept as JSON in ``rounds.extra`` (schema 2)."""
 
 

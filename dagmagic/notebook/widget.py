@@ -273,6 +273,8 @@ def _round_state(record: RoundRecord, run: DagRun) -> dict[str, Any]:
         "rerun_of": record.rerun_of,
         "rerun_step": record.rerun_step,
         "approval": record.approval,
+        "follow_ups": [_cap(text, 500) for text in record.follow_ups],
+        "diff_base": _diff_base(run, record),
         "diff": _diff_state(run, record),
         "error": record.error,
         "warnings": [_cap(warning, 300) for warning in record.warnings[-WARNINGS:]],
@@ -296,11 +298,21 @@ def _round_state(record: RoundRecord, run: DagRun) -> dict[str, Any]:
     }
 
 
+def _diff_base(run: DagRun, record: RoundRecord) -> int | None:
+    """The round a round is compared with: the one it re-ran, or for a follow-up's round the round before."""
+    if record.rerun_of is not None:
+        return record.rerun_of
+    if record.follow_ups and record.index > 1 and any(r.index == record.index - 1 for r in run.rounds):
+        return record.index - 1
+    return None
+
+
 def _diff_state(run: DagRun, record: RoundRecord) -> list[dict[str, Any]] | None:
-    """For a re-run round: what differs from the round it re-ran."""
-    if record.rerun_of is None:
+    """What differs from the round it is compared with (a re-run's, a follow-up's), None for other rounds."""
+    base = _diff_base(run, record)
+    if base is None:
         return None
-    diff = run.diff(record.rerun_of, record.index)
+    diff = run.diff(base, record.index)
     return [{"id": change.id, "change": change.change, "fields": change.fields} for change in diff.changes]
 
 

@@ -620,6 +620,7 @@ function renderRound(round, state, expanded, selected, isLatest, actions) {
           ]),
         ])
       : h("div", { class: "dagmagic-round-body" }, [
+          renderFollowUps(round),
           ...roundNotes(round),
           round.nodes.length
             ? graphView(round, state.now, selected, { zoomKey: JSON.stringify([round.index]) })
@@ -679,7 +680,7 @@ function selectedDetail(round, state, selected, actions) {
  * @param {Round[]} rounds  to make each step clickable where it exists
  */
 function renderDiff(round, rounds) {
-  const before = round.rerun_of;
+  const before = round.rerun_of ?? round.diff_base ?? null;
   if (before === null || round.diff === null) return null;
   const items = round.diff.map((entry) => {
     const where = entry.change === "removed" ? before : round.index;
@@ -711,4 +712,18 @@ function renderDiff(round, rounds) {
       items.length ? items : [h("li", { class: "dagmagic-muted" }, ["No step changed"])],
     ),
   ]);
+}
+
+/**
+ * The follow-ups a round was planned for: what the user asked that made this round.
+ * @param {Round} round
+ */
+function renderFollowUps(round) {
+  const texts = round.follow_ups ?? [];
+  if (!texts.length) return null;
+  return h(
+    "ul",
+    { class: "dagmagic-round-followups", "aria-label": "Planned for your follow-up" },
+    texts.map((text) => h("li", { class: "dagmagic-round-followup" }, [h("b", {}, ["Follow-up: "]), text])),
+  );
 }

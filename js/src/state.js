@@ -117,6 +117,8 @@ function normalizeRound(round, position) {
     rerun_step: optionalText(r.rerun_step),
     approval: APPROVALS.includes(r.approval) ? r.approval : null,
     diff: Array.isArray(r.diff) ? r.diff.map(normalizeDiff) : null,
+    diff_base: num(r.diff_base),
+    follow_ups: list(r.follow_ups).map(String),
   };
 }
 

@@ -99,6 +99,9 @@
  * @property {string | null} rerun_step  ...and that step's id
  * @property {Approval | null} approval  the plan's approval, when the run asks for one
  * @property {StepDiff[] | null} diff  a re-run round: what differs from round `rerun_of`
+ * @property {number | null} [diff_base]  the round `diff` compares with (the re-run one, or for a follow-up's
+ *   round the round before)
+ * @property {string[]} [follow_ups]  the user's follow-ups this round's plan was the first to see
  */
 
 /**

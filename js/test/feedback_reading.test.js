@@ -530,3 +530,20 @@ describe("the open step across views of a run", () => {
     expect(fresh.el.querySelector(".dagmagic-detail")).toBeNull();
   });
 });
+
+describe("follow-ups in their round", () => {
+  it("shows the follow-up a round was planned for, and what changed since the round before", async () => {
+    const state = sampleState();
+    state.rounds[1].follow_ups = ["also in euros <b>now</b>"];
+    state.rounds[1].diff_base = 1;
+    state.rounds[1].diff = [{ id: "c", change: "changed", fields: ["task"] }];
+    const { el } = mount(state);
+    await nextRedraw();
+    const second = /** @type {HTMLElement} */ (el.querySelector('.dagmagic-round[data-round="2"]'));
+    expect(second.querySelector(".dagmagic-round-followup")?.textContent).toBe("Follow-up: also in euros <b>now</b>");
+    expect(second.querySelector(".dagmagic-round-followup b:not(:first-child)")).toBeNull(); // text, not markup
+    expect(second.querySelector(".dagmagic-diff-wrap .dagmagic-label")?.textContent).toBe("Compared with round 1");
+    expect(second.querySelector('.dagmagic-diff li[data-step-id="c"]')?.textContent).toBe("c changed: task");
+    expect(el.querySelector('.dagmagic-round[data-round="1"] .dagmagic-round-followups')).toBeNull();
+  });
+});

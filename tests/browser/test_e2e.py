@@ -188,6 +188,9 @@ def test_a_follow_up_triggers_a_visible_replan(notebook: NotebookPage) -> None:
 
     expect(widget.locator(".dagmagic-round")).to_have_count(2)
     expect(node(widget, "s1", 2)).to_contain_text("Redo it in base 13")
+    second = widget.locator('.dagmagic-round[data-round="2"]')
+    expect(second.locator(".dagmagic-round-followup")).to_have_text("Follow-up: Give it in base 13")  # its cause
+    expect(second.locator(".dagmagic-diff-wrap")).to_contain_text("Compared with round 1")  # and what changed
     expect(node(widget, "s1", 2)).to_have_attribute("data-status", "completed")
     expect(widget.locator(".dagmagic-status")).to_have_attribute("data-status", "done")
     notebook.wait_until_done()

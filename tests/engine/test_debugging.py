@@ -290,3 +290,30 @@ async def test_a_run_read_back_cannot_be_debugged_here(tmp_path: Path) -> None:
         with pytest.raises(DagError, match="read back from the run store"):
             action()
     assert isinstance(stored.diff(1, 1), RoundDiff) and stored.diff(1, 1).changes == []
+
+
+async def test_a_round_keeps_the_follow_ups_it_was_planned_for(tmp_path: Path) -> None:
+    gate = asyncio.Event()
+
+    async def slow(request: ScriptedRequest) -> str:
+        if request.round == 1:
+            await gate.wait()
+        return echo_step(request)
+
+    verdicts = [verdict(False, 0.3, "the euros are missing"), verdict(True, 0.9, "complete")]
+    llm = ScriptedLLM(script(step=slow, plan=[CHAIN, plan_reply(("s1", [], "in euros"))], analyze=verdicts))
+    path = tmp_path / "runs.sqlite"
+    run = DagSession(ModelRegistry().register("m", llm), DagSettings(store=str(path))).start("goal")
+    await until(lambda: any(s.status == "running" for s in run.steps.values()), "a running step")
+    run.follow_up("and in euros")
+    gate.set()
+    await run
+    assert [r.follow_ups for r in run.rounds] == [[], ["and in euros"]]
+    stored = dagmagic.load_run(run.run_id, store=str(path))
+    assert [r.follow_ups for r in stored.rounds] == [[], ["and in euros"]]
+
+    from dagmagic.notebook.widget import widget_state
+
+    second = widget_state(run)["rounds"][1]
+    assert second["follow_ups"] == ["and in euros"] and second["diff_base"] == 1 and second["diff"]
+    assert widget_state(run)["rounds"][0]["diff"] is None
