@@ -200,6 +200,7 @@ export function computeLayout(round) {
     g.setEdge(name(link.source, link.ghost), `n:${link.target}`, { minlen });
   }
   dagreLayout(g);
+  mirrorToPlanOrder(g, round, depth);
 
   /** @param {string} key @returns {Box} */
   const boxOf = (key) => {
@@ -525,4 +526,26 @@ function takeWords(text, fits) {
     cut += ch;
   }
   return cut || [...text][0] || "";
+}
+
+/**
+ * Dagre may lay a row out right to left; the top row then reads against the plan (s2 before s1). Mirroring
+ * the whole layout puts it back in plan order and changes no crossing.
+ * @param {any} g  the laid-out graph
+ * @param {import("./types.js").Round} round
+ * @param {Map<string, number>} depth
+ */
+function mirrorToPlanOrder(g, round, depth) {
+  const top = round.nodes.filter((n) => (depth.get(n.id) ?? 0) === 0).map((n) => Number(g.node(`n:${n.id}`).x));
+  if (top.length < 2 || top[0] <= top[top.length - 1]) return;
+  const width = Number(g.graph().width);
+  for (const key of g.nodes()) {
+    const label = g.node(key);
+    label.x = width - Number(label.x);
+  }
+  for (const e of g.edges()) {
+    const label = g.edge(e);
+    if (Array.isArray(label.points))
+      label.points = label.points.map((/** @type {any} */ p) => ({ x: width - p.x, y: p.y }));
+  }
 }

@@ -417,3 +417,15 @@ describe("fit and zoom", () => {
     expect(model.send).not.toHaveBeenCalled();
   });
 });
+
+describe("plan order", () => {
+  it("lays a small top row out in the plan's order, left to right (dagre may lay it mirrored)", () => {
+    for (const count of [2, 3]) {
+      const nodes = Array.from({ length: count }, (_, i) => ({ id: `s${i + 1}`, dependencies: [] }));
+      nodes.push({ id: "join", dependencies: nodes.map((n) => n.id) });
+      const layout = computeLayout(/** @type {any} */ ({ index: 1, nodes, edges: [] }));
+      const xs = layout.nodes.filter((n) => n.id !== "join").map((n) => n.x);
+      expect(xs).toEqual([...xs].sort((a, b) => a - b));
+    }
+  });
+});

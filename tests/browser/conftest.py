@@ -315,7 +315,7 @@ def _tab(request: pytest.FixtureRequest, browser: Any, lab: Lab) -> Iterator[Not
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     context.set_default_timeout(WAIT_MS)
     tab = NotebookPage(context.new_page(), lab)
-    tab.page.on("pageerror", lambda exc: tab.errors.append(f"page error: {exc}"))
+    tab.page.on("pageerror", lambda exc: tab.errors.append(f"page error: {exc} {getattr(exc, 'stack', '')}"))
     tab.page.on(
         "console",
         lambda msg: (
