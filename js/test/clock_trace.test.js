@@ -2,24 +2,7 @@
 // open on a click. Fake timers throughout: the clock's timer, the redraw's frame and the browser clock.
 
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import widget from "../src/index.js";
-import { fakeModel, sampleState } from "./fixtures.js";
-
-/** @type {Array<() => void>} */
-let cleanups = [];
-
-/** @param {Record<string, any>} [state] */
-function mount(state = sampleState()) {
-  const model = fakeModel(state);
-  const el = document.createElement("div");
-  document.body.append(el);
-  const cleanup = widget.render({ model: /** @type {any} */ (model), el });
-  cleanups.push(() => {
-    cleanup();
-    el.remove();
-  });
-  return { model, el, cleanup };
-}
+import { mount, sampleState, unmountAll } from "./fixtures.js";
 
 /** Lets the coalesced redraw run (its animation frame, or the timer standing in for one). */
 function frame() {
@@ -52,8 +35,7 @@ beforeEach(() => {
 });
 
 afterEach(() => {
-  for (const c of cleanups) c();
-  cleanups = [];
+  unmountAll();
   document.body.replaceChildren();
   vi.useRealTimers();
 });
@@ -131,8 +113,7 @@ describe("clocks", () => {
     expect(older.model.get.mock.calls.length).toBe(olderReads);
     expect(text(newer.el, ".dagmagic-total-elapsed")).toBe("elapsed 18s");
 
-    for (const c of cleanups) c();
-    cleanups = [];
+    unmountAll();
     const dead = mount({ ...sampleState(), resumable: true }); // read back, not moving
     expect(vi.getTimerCount()).toBe(0);
     vi.advanceTimersByTime(2000);

@@ -8,35 +8,9 @@ import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import widget from "../src/index.js";
 import { onFullText } from "../src/rounds.js";
 import { renderVerdict } from "../src/verdict.js";
-import { fakeModel, nextRedraw, pausedState, rerunState, sampleState } from "./fixtures.js";
+import { mount, mountView, nextRedraw, pausedState, rerunState, sampleState, unmountAll } from "./fixtures.js";
 
-/** @type {Array<() => void>} */
-let cleanups = [];
-
-/** @param {Record<string, any>} [state] */
-function mount(state = sampleState()) {
-  const model = fakeModel(state);
-  return { model, ...view(model) };
-}
-
-/**
- * Another view of the same model (the cell's Out[n] after its live view).
- * @param {ReturnType<typeof fakeModel>} model
- */
-function view(model) {
-  const el = document.createElement("div");
-  document.body.append(el);
-  const cleanup = widget.render({ model: /** @type {any} */ (model), el });
-  let done = false;
-  const dispose = () => {
-    if (done) return;
-    done = true;
-    cleanup();
-    el.remove();
-  };
-  cleanups.push(dispose);
-  return { el, cleanup: dispose };
-}
+const view = mountView;
 
 /** @param {Element} target */
 function click(target) {
@@ -78,8 +52,7 @@ beforeEach(() => {
 });
 
 afterEach(() => {
-  for (const c of cleanups) c();
-  cleanups = [];
+  unmountAll();
   document.body.replaceChildren();
   // @ts-ignore: jsdom has no clipboard of its own
   delete window.navigator.clipboard;

@@ -1,6 +1,7 @@
 // A fake anywidget model and sample states laid out the way dagmagic/notebook/layout.py lays them out.
 
 import { vi } from "vitest";
+import widget from "../src/index.js";
 
 /**
  * A fake model: get/set/on/off/save_changes/send, `fire` for change events, `receive` for custom messages.
@@ -444,4 +445,41 @@ export function subrunState(status = "running") {
   };
   for (const round of state.rounds) for (const n of round.nodes) if (n !== c) n.subrun = null;
   return state;
+}
+
+/** The views mounted by `mount`/`mountView`, removed by `unmountAll` after each test. */
+const mounted = /** @type {Array<() => void>} */ ([]);
+
+/**
+ * Renders a view of `model` into a fresh element on the page. Its `cleanup` runs the render's cleanup and
+ * removes the element, once (a second call, or `unmountAll`, does nothing more).
+ * @param {ReturnType<typeof fakeModel>} model
+ */
+export function mountView(model) {
+  const el = document.createElement("div");
+  document.body.append(el);
+  const cleanupRender = widget.render({ model: /** @type {any} */ (model), el });
+  let done = false;
+  const cleanup = () => {
+    if (done) return;
+    done = true;
+    cleanupRender();
+    el.remove();
+  };
+  mounted.push(cleanup);
+  return { el, cleanup };
+}
+
+/**
+ * A fake model holding `state`, and a view of it on the page.
+ * @param {Record<string, any>} [state]
+ */
+export function mount(state = sampleState()) {
+  const model = fakeModel(state);
+  return { model, ...mountView(model) };
+}
+
+/** Cleans up every view mounted so far (an `afterEach` in each test file). */
+export function unmountAll() {
+  for (const cleanup of mounted.splice(0)) cleanup();
 }

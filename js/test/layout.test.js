@@ -4,29 +4,12 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
 import widget from "../src/index.js";
 import { computeLayout, wrapLabel } from "../src/layout.js";
-import { fakeModel, layOut, nextRedraw, sampleState } from "./fixtures.js";
-
-/** @type {Array<() => void>} */
-let cleanups = [];
+import { layOut, mount, nextRedraw, sampleState, unmountAll } from "./fixtures.js";
 
 afterEach(() => {
-  for (const c of cleanups) c();
-  cleanups = [];
+  unmountAll();
   document.body.replaceChildren();
 });
-
-/** @param {Record<string, any>} state */
-function mount(state) {
-  const model = fakeModel(state);
-  const el = document.createElement("div");
-  document.body.append(el);
-  const cleanup = widget.render({ model: /** @type {any} */ (model), el });
-  cleanups.push(() => {
-    cleanup();
-    el.remove();
-  });
-  return { model, el };
-}
 
 const TASKS = /** @type {Record<string, [string, string[]]>} */ ({
   s1: ["Find the population of France in 2024 using INSEE's census", []],

@@ -1,22 +1,15 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import widget from "../src/index.js";
-import { approvalState, fakeModel, nextRedraw, pausedState, rerunState, sampleState, subrunState } from "./fixtures.js";
-
-/** @type {Array<() => void>} */
-let cleanups = [];
-
-/** @param {Record<string, any>} [state] */
-function mount(state = sampleState()) {
-  const model = fakeModel(state);
-  const el = document.createElement("div");
-  document.body.append(el);
-  const cleanup = widget.render({ model: /** @type {any} */ (model), el });
-  cleanups.push(() => {
-    cleanup();
-    el.remove();
-  });
-  return { model, el, cleanup };
-}
+import {
+  approvalState,
+  mount,
+  nextRedraw,
+  pausedState,
+  rerunState,
+  sampleState,
+  subrunState,
+  unmountAll,
+} from "./fixtures.js";
 
 /**
  * @param {Element} el
@@ -49,8 +42,7 @@ function box(g) {
 }
 
 afterEach(() => {
-  for (const c of cleanups) c();
-  cleanups = [];
+  unmountAll();
   document.body.replaceChildren();
 });
 
