@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from dagmagic.engine.planner import PlanDraft, Planner, StepDraft, normalize_step, recover_steps
+from dagmagic.engine.planner import PlanDraft, Planner, StepDraft, normalize_step, recover_steps, step_hints
 from dagmagic.errors import TransientProviderError
 from dagmagic.llm.backend import StreamChunk
 from dagmagic.llm.extraction import parse_json
@@ -287,7 +287,7 @@ class _Handover:
         queue = [ready]
         while queue and len(self.streamed.started) < self.limit:  # past the limit the validation rejects it
             draft = heapq.heappop(queue).draft
-            step = _step(draft, self.stream.planner.roles)
+            step = _step(draft, self.stream.planner.roles, self.stream.planner.tool_names)
             self.streamed.started[step.id] = step
             self.stream.on_step(step)
             for waiting in self.blocked.pop(step.id, []):
@@ -320,12 +320,13 @@ def _draft(item: Any, index: int) -> StepDraft | None:
         return None
 
 
-def _step(draft: StepDraft, roles: Collection[str]) -> PlanStep:
-    hint = draft.model_hint if draft.model_hint in roles else None
+def _step(draft: StepDraft, roles: Collection[str], tools: Collection[str]) -> PlanStep:
+    """A streamed step, its hints as the whole plan's validation will have them (that warns, not this)."""
+    tool, hint = step_hints(draft, roles=roles, tools=tools)
     return PlanStep(
         id=draft.id,
         task=draft.task,
         dependencies=list(dict.fromkeys(draft.dependencies)),
-        tool_hint=draft.tool_hint,
+        tool_hint=tool,
         model_hint=hint,
     )

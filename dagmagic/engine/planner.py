@@ -186,18 +186,32 @@ def _plan_steps(
                 kept.append(dep)
             else:
                 dropped.append(f"{draft.id} -> {dep}")
-        hint, tool = draft.model_hint, draft.tool_hint
-        if tool is not None and tool in roles and tool not in tools:  # a role written as the tool (real models do)
-            warn(f"step {draft.id}: tool_hint {tool!r} is a role, not a tool: used as its model_hint")
-            hint, tool = hint or tool, None
-        if hint is not None and hint not in roles:
-            warn(f"step {draft.id}: unknown model_hint {hint!r} replaced by the general model")
-            hint = None
+        tool, hint = step_hints(draft, roles=roles, tools=tools, warn=warn)
         steps.append(PlanStep(id=draft.id, task=draft.task, dependencies=kept, tool_hint=tool, model_hint=hint))
     if dropped:
         more = f" and {len(dropped) - 10} more" if len(dropped) > 10 else ""
         warn(f"dropped dependencies on unknown steps: {', '.join(dropped[:10])}{more}")
     return steps
+
+
+def step_hints(
+    draft: StepDraft,
+    *,
+    roles: Collection[str],
+    tools: Collection[str] = (),
+    warn: Callable[[str], None] = lambda message: None,
+) -> tuple[str | None, str | None]:
+    """A draft's ``(tool_hint, model_hint)`` as a step uses them: a role written as the tool (real models do)
+    becomes the model hint, unless a tool has that name; an unknown model hint becomes None (the general model).
+    """
+    hint, tool = draft.model_hint, draft.tool_hint
+    if tool is not None and tool in roles and tool not in tools:
+        warn(f"step {draft.id}: tool_hint {tool!r} is a role, not a tool: used as its model_hint")
+        hint, tool = hint or tool, None
+    if hint is not None and hint not in roles:
+        warn(f"step {draft.id}: unknown model_hint {hint!r} replaced by the general model")
+        hint = None
+    return tool, hint
 
 
 def repair_steps(

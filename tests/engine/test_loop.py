@@ -551,3 +551,15 @@ async def test_a_step_failed_for_good_stops_only_its_branch_and_the_analyzer_hea
     whole = ScriptedLLM(script())
     await session_for(whole).run("goal")
     assert "partial" not in whole.requests_for("analyze")[0].prompt  # only when something did not complete
+
+
+async def test_a_streamed_step_gets_the_same_hints_as_the_whole_plans_validation() -> None:
+    # Qwen2.5-Coder-0.5B wrote {"tool_hint": "fast"}: the validated plan moved it to model_hint, but the step
+    # that had started while the plan streamed kept the raw hint (and was told "Suggested tool: fast")
+    plan = {"steps": [{"id": "s1", "task": "look up", "tool_hint": "fast"}, {"id": "s2", "task": "compare"}]}
+    llm = ScriptedLLM(script(plan=[plan]))
+    run = await session_for(llm).run("goal")
+    assert llm.requests_for("plan")[0].stream  # the streaming path
+    assert (run.steps["s1"].tool_hint, run.steps["s1"].model_hint) == (None, "fast")
+    assert "Suggested tool" not in llm.requests_for("step")[0].prompt
+    assert run.rounds[0].warnings == ["step s1: tool_hint 'fast' is a role, not a tool: used as its model_hint"]
