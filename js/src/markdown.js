@@ -1,6 +1,6 @@
-// The only path by which LLM text becomes markup: Markdown -> HTML (marked) -> sanitized DOM (DOMPurify).
-// Everything else the LLM wrote goes in through textContent. Code blocks are highlighted (highlight.js) on the
-// sanitized DOM, from their text, and sanitized again.
+// The only path by which LLM text becomes markup: Markdown -> HTML (marked; raw HTML escaped, images as links)
+// -> sanitized DOM (DOMPurify, an allowlist of plain tags). Everything else the LLM wrote goes in through
+// textContent. Code blocks are highlighted (highlight.js) on the sanitized DOM, from their text, and sanitized again.
 
 import DOMPurify from "dompurify";
 import hljs from "highlight.js/lib/core";
@@ -18,14 +18,41 @@ hljs.registerLanguage("json", json);
 hljs.registerLanguage("bash", bash);
 hljs.registerLanguage("sql", sql);
 
-const marked = new Marked({ gfm: true, breaks: false });
+/** @param {string} text */
+const escapeHtml = (text) =>
+  text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
+
+/** The only link targets kept: absolute http(s) and mailto (no javascript:, data:, or paths on the Jupyter server). */
+const SAFE_URL = /^(?:https?:\/\/|mailto:)/i;
+
+// A model's output is untrusted (a prompt-injected model writes payloads): raw HTML in it is shown as the text it
+// is, never parsed; an image is never fetched (that would leak whatever its URL carries) but shown as a link
+// "🖼 alt" to its address, or as "[image: alt]" when the address is not http(s).
+const marked = new Marked({
+  gfm: true,
+  breaks: false,
+  renderer: {
+    html: ({ text }) => escapeHtml(text),
+    image: ({ href, text }) =>
+      SAFE_URL.test(href.trim())
+        ? `<a href="${escapeHtml(href.trim())}" class="dagmagic-image-link">🖼 ${escapeHtml(text || href)}</a>`
+        : `[image: ${escapeHtml(text)}]`,
+  },
+});
 
 /** @type {import("dompurify").Config & {RETURN_DOM_FRAGMENT: true}} */
 const PURIFY = {
   RETURN_DOM_FRAGMENT: true,
-  // <style> and style="" would restyle (or overlay) the whole notebook page; forms have no business here.
-  FORBID_TAGS: ["style", "form", "input", "button", "textarea", "select", "option"],
-  FORBID_ATTR: ["style"],
+  // An allowlist of plain tags: nothing that fetches (img, picture, source, video, audio, iframe, object, embed,
+  // link, input, svg, math), runs, restyles the page (style, style="") or submits (form, button).
+  ALLOWED_TAGS: [
+    "a", "b", "blockquote", "br", "code", "del", "em", "h1", "h2", "h3", "h4", "h5", "h6", "hr", "i", "li", "ol",
+    "p", "pre", "s", "span", "strong", "table", "tbody", "td", "th", "thead", "tr", "ul",
+  ], // prettier-ignore
+  ALLOWED_ATTR: ["href", "title", "align", "class", "start"],
+  ALLOWED_URI_REGEXP: SAFE_URL,
+  ALLOW_DATA_ATTR: false,
+  ALLOW_ARIA_ATTR: false,
 };
 
 /** @type {import("dompurify").Config & {RETURN_DOM_FRAGMENT: true}} */
@@ -36,12 +63,16 @@ let hooked = false;
 function addLinkHook() {
   if (hooked) return;
   hooked = true;
-  // Links open outside the notebook and cannot reach back into it.
+  // Links open outside the notebook, cannot reach back into it, and tell nobody where they came from.
   DOMPurify.addHook("afterSanitizeAttributes", (node) => {
-    if (node.tagName === "A" && node.hasAttribute("href")) {
-      node.setAttribute("target", "_blank");
-      node.setAttribute("rel", "noopener noreferrer");
+    if (node.tagName !== "A") return;
+    const href = node.getAttribute("href");
+    if (href === null || !SAFE_URL.test(href)) {
+      node.removeAttribute("href");
+      return;
     }
+    node.setAttribute("target", "_blank");
+    node.setAttribute("rel", "noopener noreferrer nofollow");
   });
 }
 
