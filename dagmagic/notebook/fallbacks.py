@@ -1,10 +1,18 @@
 """Static views of a run for nbconvert, GitHub, Colab and terminals: Markdown, HTML with a step table, and an
 SVG of the DAG drawn from the widget's own layout. Everything the LLM wrote is escaped.
+
+A model's output is untrusted (a prompt-injected model writes payloads), and front ends render these views:
+JupyterLab renders ``text/markdown`` and would fetch a remote image from it. So in the Markdown view every string
+the model wrote is inert text, except the answer, which keeps its Markdown with its images turned into links
+(``![x](url)`` -> ``!`` and a link ``x``), raw HTML as text, and links only to http(s)/mailto; an answer that
+still parses to anything else is shown escaped whole. The HTML view lets through plain tags only (nh3), the SVG
+escapes every text and attribute.
 """
 
 from __future__ import annotations
 
 import html
+import re
 import textwrap
 
 import nh3
@@ -14,7 +22,16 @@ from dagmagic.engine.run import DagRun
 from dagmagic.models import ExecutionPlan, PlanStep, RoundRecord
 from dagmagic.notebook.layout import layout
 
-__all__ = ["STATUS_COLORS", "markdown_html", "run_html", "run_markdown", "run_mimebundle", "step_rows", "svg"]
+__all__ = [
+    "STATUS_COLORS",
+    "inert_markdown",
+    "markdown_html",
+    "run_html",
+    "run_markdown",
+    "run_mimebundle",
+    "step_rows",
+    "svg",
+]
 
 STATUS_COLORS = {
     "pending": "#9e9e9e",
@@ -47,7 +64,7 @@ def step_rows(plan: ExecutionPlan | None) -> list[tuple[str, str, str, str, str,
 
 def run_markdown(run: DagRun) -> str:
     """The run as Markdown: header, verdict, step table, answer."""
-    lines = [f"**dagmagic** · {_md(run.goal)}", "", _summary(run), ""]
+    lines = [f"**dagmagic** · {_md(run.goal)}", "", _md(_summary(run)), ""]
     rows = step_rows(run.plan)
     if rows:
         lines += ["| step | status | task | model | s | result |", "|---|---|---|---|---|---|"]
@@ -55,7 +72,7 @@ def run_markdown(run: DagRun) -> str:
         lines.append("")
     if run.answer:
         title = f"**Answer** ({PARTIAL_NOTE})" if run.partial else "**Answer**"
-        lines += [title, "", run.answer.replace("<", "&lt;")]  # Markdown stays, tags go inert
+        lines += [title, "", inert_markdown(run.answer)]
     return "\n".join(lines)
 
 
@@ -68,7 +85,7 @@ def run_html(run: DagRun) -> str:
     latest = run.rounds[-1].index if run.rounds else 0
     rounds = "".join(_round_html(record, open_=record.index == latest) for record in run.rounds)
     title = f"<b>Answer</b> ({PARTIAL_NOTE})" if run.partial else "<b>Answer</b>"
-    answer = f"<div>{title}{markdown_html(run.answer)}</div>" if run.answer else ""
+    answer = f"<div>{title}{markdown_html(_images_as_links(run.answer))}</div>" if run.answer else ""
     return (
         f'<div class="dagmagic-static"><p><b>dagmagic</b> · {e(run.goal)}</p>'
         f"<p>{e(_summary(run))}</p>{rounds}{answer}</div>"
@@ -124,15 +141,23 @@ _ALLOWED_TAGS = {
 
 def markdown_html(text: str) -> str:
     """Markdown (a model's answer: untrusted) as sanitized HTML: raw HTML in it stays text, only plain tags
-    survive, links keep http(s) and mailto targets only.
+    survive, links keep absolute http(s) and mailto targets only.
     """
     return nh3.clean(
         _MARKDOWN.render(text),
         tags=_ALLOWED_TAGS,
         attributes={"a": {"href", "title"}, "th": {"align"}, "td": {"align"}},
         url_schemes={"http", "https", "mailto"},
+        attribute_filter=_absolute_links_only,
         link_rel="noopener noreferrer nofollow",
     )
+
+
+def _absolute_links_only(tag: str, attribute: str, value: str) -> str | None:
+    """A relative link would point into the Jupyter server the notebook is read on: dropped (its text stays)."""
+    if attribute == "href" and not _SAFE_HREF.match(value):
+        return None
+    return value
 
 
 def run_mimebundle(run: DagRun) -> dict[str, str]:
@@ -177,7 +202,7 @@ def _summary(run: DagRun) -> str:
     if run.analysis is not None:
         parts += [f"achieved: {'yes' if run.achieved else 'no'}", f"confidence: {run.confidence:.2f}"]
     if run.error:
-        parts.append(f"error: {run.error}")
+        parts.append(f"error: {run.error}")  # quotes model-written ids and messages: escaped where it is shown
     return " · ".join(parts)
 
 
@@ -185,6 +210,57 @@ def _short(text: str) -> str:
     return textwrap.shorten(" ".join(text.split()), _PREVIEW, placeholder="…") if text else ""
 
 
+_MARKDOWN_SPECIALS = re.compile(r"([\\`*_\[\]!|~])")
+
+
 def _md(text: str) -> str:
-    """Text safe inside a Markdown table cell (pipes and HTML escaped)."""
-    return html.escape(text).replace("|", "\\|").replace("\n", " ")
+    """Text shown as itself on one Markdown line or table cell: HTML escaped, Markdown's specials backslashed."""
+    return html.escape(_MARKDOWN_SPECIALS.sub(r"\\\1", " ".join(text.splitlines())))
+
+
+_IMAGE_OPENER = re.compile(r"(\\*)!\[")
+_UNSAFE_LINK_END = re.compile(r"(\\*)\](?=\s*\[|\(\s*(?!https?://|mailto:))", re.IGNORECASE)
+_DEFINITION = re.compile(r"^( {0,3}(?:>\s*)*)\[(?=[^\]\n]*\]:)", re.MULTILINE)
+_SAFE_HREF = re.compile(r"^(?:https?://|mailto:)", re.IGNORECASE)
+_CHECKER = MarkdownIt("commonmark", {"html": True}).enable(["table", "strikethrough"])
+_CHECKER.validateLink = lambda url: True  # type: ignore[method-assign] # every link, as marked would render it
+
+
+def _unescaped(pattern: re.Pattern[str], replacement: str, text: str) -> str:
+    """Replace ``pattern``'s matches whose first group (the backslashes before them) is even: not escaped."""
+
+    def sub(match: re.Match[str]) -> str:
+        backslashes = match.group(1)
+        return match.group(0) if len(backslashes) % 2 else backslashes + replacement
+
+    return pattern.sub(sub, text)
+
+
+def _images_as_links(text: str) -> str:
+    """Markdown whose images are links: an escaped ``!`` before what stays a link, so nothing is fetched."""
+    return _unescaped(_IMAGE_OPENER, "\\![", text)
+
+
+def inert_markdown(text: str) -> str:
+    """A model's Markdown that renders without fetching or running anything in any Markdown renderer: raw HTML
+    as text, images as links, links only to http(s) and mailto (others and reference links as their text).
+    Checked by parsing the result; if anything else survives, the whole text is shown escaped.
+    """
+    inert = _images_as_links(text.replace("<", "&lt;"))
+    inert = _unescaped(_UNSAFE_LINK_END, "\\]", inert)
+    inert = _DEFINITION.sub(lambda match: f"{match.group(1)}\\[", inert)
+    if _renders_inert(inert):
+        return inert
+    return "\n\n".join(_md(line) for line in text.splitlines())
+
+
+def _renders_inert(markdown: str) -> bool:
+    tokens = list(_CHECKER.parse(markdown))
+    while tokens:
+        token = tokens.pop()
+        tokens += token.children or []
+        if token.type in ("image", "html_inline", "html_block"):
+            return False
+        if token.type == "link_open" and not _SAFE_HREF.match(str(token.attrGet("href") or "")):
+            return False
+    return True
