@@ -54,6 +54,8 @@ def payloads(leak: str = LEAK) -> list[str]:
         "[ref][r]\n\n[r]: javascript:window.__pwned=6",
         f"![ref image][i]\n\n[i]: {leak}/leak20",
         f"> [q]: {leak}/leak21\n\n![q]",
+        "- [l]: javascript:window.__pwned=8\n\n[l]",  # a definition in a list item: the answer is escaped whole
+        "[multi\nline]: javascript:window.__pwned=9\n\n[multi line]",
         '<details open ontoggle="window.__pwned=7">d</details>',
         "`<img src=x onerror=alert(1)>` in code",
         f"\\\\![escaped backslash]({leak}/leak22)",
