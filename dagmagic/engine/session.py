@@ -6,10 +6,11 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Iterable
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
 from dagmagic.engine.agent import StepAgent
-from dagmagic.engine.code_tool import python_tool
+from dagmagic.engine.code_tool import CodeWorkspace
 from dagmagic.engine.context import Exchange
 from dagmagic.engine.guard import HistoryDigests
 from dagmagic.engine.loop import GoalLoop
@@ -31,8 +32,9 @@ class DagSession:
 
     ``models`` defaults to ``ModelRegistry.from_settings(settings)`` (the ``DAG_*_MODEL`` variables);
     ``tools`` are ``@tool`` functions or plain callables; ``allow_code=True`` adds the ``python`` tool,
-    which runs model-written code in a separate process. ``approve_plans=True`` makes every plan wait for
-    ``run.approve()`` or ``run.reject(why)``; ``step_through=True`` pauses before every step.
+    which runs model-written code in a separate process, in a working directory of the session's own that
+    ``close()`` removes (``with DagSession(...) as session:`` closes it too). ``approve_plans=True`` makes
+    every plan wait for ``run.approve()`` or ``run.reject(why)``; ``step_through=True`` pauses before every step.
     """
 
     def __init__(
@@ -49,7 +51,8 @@ class DagSession:
         self.settings = settings or DagSettings()
         self.models = models if models is not None else ModelRegistry.from_settings(self.settings)
         self.models.for_role("smart")  # an empty registry fails here, with the message that says what to set
-        extra = [python_tool(self.settings.code_timeout)] if allow_code else []
+        self._code = CodeWorkspace(self.settings.code_timeout) if allow_code else None
+        extra = [self._code.tool()] if self._code is not None else []
         self.tools = as_tools([*tools, *extra])
         """The tools steps may call (``python`` only with ``allow_code=True``)."""
         self.step_runner = step_runner or StepAgent(self.tools)
@@ -166,6 +169,30 @@ class DagSession:
             else:
                 self._in_history[run.run_id] = len(self.history)
                 self.history.append(exchange)
+
+    def close(self) -> None:
+        """Kill the ``python`` tool's scripts still running and remove its working directory; idempotent.
+
+        Garbage collection and interpreter exit do the same for a session never closed.
+        """
+        if self._code is not None:
+            self._code.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.close()
 
     def __repr__(self) -> str:
         return f"DagSession(models={[entry.name for entry in self.models]}, runs={len(self.runs)})"

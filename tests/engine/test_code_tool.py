@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import re
+import resource
 import signal
+import subprocess
+import sys
+import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +24,7 @@ from typing import Any
 import pytest
 
 from dagmagic import DagSession, DagSettings, ModelRegistry
-from dagmagic.engine.code_tool import python_tool
+from dagmagic.engine.code_tool import CodeWorkspace, python_tool
 from dagmagic.engine.tools import Tool, tool
 from dagmagic.testing import ScriptedLLM, ToolCall
 
@@ -147,10 +152,121 @@ async def test_exit_code_stdout_and_stderr_come_back() -> None:
     assert "Traceback" in failed.observation and "ValueError: boom" in failed.observation
 
 
-async def test_long_output_is_truncated() -> None:
-    outcome = await python_tool(timeout=10).run({"code": "import sys\nsys.stdout.write('z' * 30000)"}, timeout=30)
-    assert outcome.observation.endswith("\n[output truncated: 10000 more characters]")
-    assert outcome.observation.count("z") == 20000
+async def test_long_output_keeps_its_head_and_tail_and_counts_what_was_dropped() -> None:
+    code = "import sys\nsys.stdout.write('h' * 20000 + 'm' * 10000 + 't' * 2000)"
+    outcome = await python_tool(timeout=10).run({"code": code}, timeout=30)
+    head, marker, tail = outcome.observation.split("\n", 1)[1].split("\n")
+    assert head == "h" * 18000 and tail == "t" * 2000
+    assert marker == "[output truncated: 12000 more bytes]"
+
+
+async def test_a_cut_never_splits_a_character() -> None:
+    code = "import sys\nsys.stdout.write('é' * 30000)"  # two bytes each: 60000 bytes
+    outcome = await python_tool(timeout=10).run({"code": code}, timeout=30)
+    head, marker, tail = outcome.observation.split("\n", 1)[1].split("\n")
+    assert set(head) == {"é"} and set(tail) == {"é"}, "a replacement character shows a split"
+    assert marker == f"[output truncated: {60000 - 2 * len(head) - 2 * len(tail)} more bytes]"
+
+
+async def test_megabytes_of_output_are_drained_to_the_end() -> None:
+    code = "import sys\nfor _ in range(5000):\n    print('x' * 999)\nprint('the end')\nsys.exit(3)"
+    outcome = await python_tool(timeout=30).run({"code": code}, timeout=60)
+    assert outcome.observation.startswith("exit code 3\n")
+    assert outcome.observation.endswith("x\nthe end\n")
+    assert "[output truncated: 4980008 more bytes]" in outcome.observation
+    assert len(outcome.observation) < 20100
+
+
+async def test_a_flood_of_output_is_cut_off_with_bounded_memory() -> None:
+    code = "import sys\nline = 'y' * 999 + '\\n'\nfor _ in range(300_000):\n    sys.stdout.write(line)"  # 300 MB
+    python = python_tool(timeout=50)
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    tracemalloc.start()
+    try:
+        outcome = await python.run({"code": code}, timeout=60)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    rss_growth = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before  # KiB on Linux
+    flooded = "Killed: the script wrote more than 64 MiB of output"
+    assert outcome.observation.startswith(flooded), outcome.observation[:200]
+    dropped = int(re.findall(r"\[output truncated: (\d+) more bytes\]", outcome.observation)[0])
+    assert 64 * 2**20 - 20000 < dropped < 300_000_000  # read up to the cap, not to the end
+    assert len(outcome.observation) < 20200
+    assert peak < 50 * 2**20, f"the call allocated {peak / 2**20:.0f} MiB at its peak"
+    assert rss_growth < 50 * 2**10, f"the process grew by {rss_growth / 2**10:.0f} MiB"
+
+
+# --- the environment --------------------------------------------------------------------------------------------
+
+CANARIES = {
+    "OPENAI_API_KEY": "canary-openai-3f9a",
+    "ANTHROPIC_API_KEY": "canary-anthropic-77c1",
+    "DAG_SMART_MODEL": "canary-dag-model-51e0",
+    "DAG_STORE": "canary-dag-store-0b6e",
+    "MY_SERVICE_TOKEN": "canary-token-a2d4",
+    "AWS_SECRET_ACCESS_KEY": "canary-aws-9c3d",
+    "GOOGLE_APPLICATION_CREDENTIALS": "canary-google-e18f",
+}
+
+# what it finds comes first, so no cap on the observation can hide a leak
+DUMP_ENVIRONMENT = r"""
+import os, subprocess, sys
+entries = [f"{name}={value}" for name, value in os.environ.items()]
+entries += open("/proc/self/environ", "rb").read().decode(errors="replace").split("\0")
+entries += subprocess.run([sys.executable, "-c", "import os; print(*os.environ, sep=chr(10))"],
+                          capture_output=True, text=True).stdout.splitlines()
+for entry in entries:
+    if "canary" in entry:
+        print("seen", entry)
+print("ENVIRONMENT DUMPED")
+print(dict(os.environ))
+"""
+
+
+@pytest.fixture
+def canaries(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    for name, value in CANARIES.items():
+        monkeypatch.setenv(name, value)
+    return CANARIES
+
+
+def assert_no_canary(text: str) -> None:
+    leaked = [name for name, value in CANARIES.items() if value in text]
+    assert not leaked, f"{leaked} reached the script: {text[:2000]}"
+
+
+async def test_the_script_sees_none_of_the_kernels_secrets(canaries: dict[str, str]) -> None:
+    outcome = await python_tool(timeout=20).run({"code": DUMP_ENVIRONMENT}, timeout=30)
+    assert outcome.observation.startswith("exit code 0\n") and "ENVIRONMENT DUMPED" in outcome.observation
+    assert_no_canary(outcome.observation)
+
+
+async def test_the_script_gets_a_home_and_a_temporary_directory_of_its_own(tmp_path: Path) -> None:
+    code = "import os, tempfile\nfor name in ('HOME', 'TMPDIR', 'PATH', 'PYTHONIOENCODING'):\n"
+    code += "    print(os.environ[name])\nprint(tempfile.gettempdir())\nprint(os.path.expanduser('~'))"
+    outcome = await python_tool(timeout=20, workdir=tmp_path).run({"code": code}, timeout=30)
+    assert outcome.observation.startswith("exit code 0\n"), outcome.observation
+    home, temporary, path, encoding, gettempdir, expanded = outcome.observation.splitlines()[1:]
+    assert Path(home).parent == tmp_path and Path(home).is_dir()
+    assert Path(temporary).parent == tmp_path and Path(temporary).is_dir()
+    assert gettempdir == temporary and expanded == home
+    assert path == os.environ["PATH"] and encoding == "utf-8"
+
+
+@pytest.mark.slow  # 10-15 s when it runs first: most of it importing litellm to count tokens
+async def test_a_whole_run_never_shows_a_secret(canaries: dict[str, str]) -> None:
+    llm = ScriptedLLM(run_script([ToolCall("python", {"code": DUMP_ENVIRONMENT}), "dumped it"]))
+    run = await session(llm, allow_code=True).run("show the environment")
+    assert run.status == "done"
+    (call,) = run.steps["s1"].tool_calls
+    assert call.name == "python" and "ENVIRONMENT DUMPED" in call.observation, call
+    assert_no_canary(run.steps["s1"].model_dump_json())
+    for event in run.events:
+        assert_no_canary(event.model_dump_json())
+    assert any("ENVIRONMENT DUMPED" in call.model_dump_json() for call in run.calls)  # the step's second request
+    for llm_call in run.calls:
+        assert_no_canary(llm_call.model_dump_json())
 
 
 # --- the kill ---------------------------------------------------------------------------------------------------
@@ -193,6 +309,96 @@ async def test_cancelling_the_call_kills_the_script(tmp_path: Path) -> None:
         with pytest.raises(asyncio.CancelledError):
             await call
         assert await gone(pids[0])
+
+
+SETSID_CHILD = """
+import os, subprocess, sys, time
+LEAVE = "import os, time; os.setsid(); open('child.pid', 'w').write(str(os.getpid())); time.sleep(60)"
+subprocess.Popen([sys.executable, "-c", LEAVE])
+while not (os.path.exists("child.pid") and open("child.pid").read()):
+    time.sleep(0.01)
+open("script.pid", "w").write(str(os.getpid()))
+while True:
+    time.sleep(0.01)
+"""
+
+DOUBLE_FORKED_DAEMON = """
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        open("daemon.pid", "w").write(str(os.getpid()))
+        time.sleep(60)
+    os._exit(0)
+os.wait()
+while not (os.path.exists("daemon.pid") and open("daemon.pid").read()):
+    time.sleep(0.01)
+print("started the daemon")
+"""
+
+
+def pid_in(path: Path) -> int:
+    assert path.exists() and path.read_text(), f"the script did not write {path.name}"
+    return int(path.read_text())
+
+
+async def test_a_child_that_left_the_process_group_is_killed_at_the_timeout(tmp_path: Path) -> None:
+    with killed_afterwards([]) as pids:
+        outcome = await python_tool(timeout=3, workdir=tmp_path).run({"code": SETSID_CHILD}, timeout=30)
+        pids.extend([pid_in(tmp_path / "script.pid"), pid_in(tmp_path / "child.pid")])
+        assert outcome.observation.startswith("Killed: the script ran longer than 3s"), outcome.observation
+        script, child = pids
+        assert await gone(script, zombie_ok=True)
+        assert await gone(child, zombie_ok=True), f"child {child} (its own session) survived the timeout"
+
+
+async def test_a_daemon_is_killed_when_its_script_exits(tmp_path: Path) -> None:
+    with killed_afterwards([]) as pids:
+        outcome = await python_tool(timeout=20, workdir=tmp_path).run({"code": DOUBLE_FORKED_DAEMON}, timeout=30)
+        pids.append(pid_in(tmp_path / "daemon.pid"))
+        assert outcome.observation == "exit code 0\nstarted the daemon\n"
+        assert await gone(pids[0], zombie_ok=True), f"daemon {pids[0]} outlived its script"
+
+
+async def test_cancelling_the_call_kills_a_child_that_left_the_process_group(tmp_path: Path) -> None:
+    with killed_afterwards([]) as pids:
+        call = asyncio.create_task(python_tool(timeout=30, workdir=tmp_path).run({"code": SETSID_CHILD}, timeout=60))
+        while not (tmp_path / "script.pid").exists() or not (tmp_path / "script.pid").read_text():
+            assert not call.done(), call.result()
+            await asyncio.sleep(0.02)
+        pids.extend([pid_in(tmp_path / "script.pid"), pid_in(tmp_path / "child.pid")])
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        for pid in pids:
+            assert await gone(pid, zombie_ok=True), f"pid {pid} survived the cancelled call"
+
+
+KERNEL_THAT_DIES = """
+import asyncio, sys
+from pathlib import Path
+from dagmagic.engine.code_tool import python_tool
+asyncio.run(python_tool(timeout=60, workdir=Path(sys.argv[1])).run({"code": sys.argv[2]}, timeout=90))
+"""
+
+
+async def test_a_script_dies_with_the_kernel_that_started_it(tmp_path: Path) -> None:
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    kernel = subprocess.Popen([sys.executable, "-c", KERNEL_THAT_DIES, str(tmp_path), SETSID_CHILD], env=env)
+    with killed_afterwards([]) as pids:
+        try:
+            while not (tmp_path / "script.pid").exists() or not (tmp_path / "script.pid").read_text():
+                assert kernel.poll() is None, "the kernel ended before its script started"
+                await asyncio.sleep(0.02)
+            pids.extend([pid_in(tmp_path / "script.pid"), pid_in(tmp_path / "child.pid")])
+        finally:
+            kernel.kill()  # no cleanup of its own can run
+            kernel.wait()
+        for pid in pids:
+            assert await gone(pid, zombie_ok=True), f"pid {pid} outlived the kernel that started it"
 
 
 # --- opt-in only ------------------------------------------------------------------------------------------------
@@ -246,3 +452,115 @@ async def test_a_model_asking_for_python_without_opt_in_runs_nothing(tmp_path: P
     second = llm.requests_for("step")[1]
     assert "There is no tool named 'python'. Available tools: lookup." in second.prompt
     assert all("python" not in step_tools for step_tools in offered(llm))
+
+
+# --- the working directory's lifetime ----------------------------------------------------------------------------
+
+
+def python_of(owner: DagSession) -> Tool:
+    return next(t for t in owner.tools if t.name == "python")
+
+
+async def directory_of(python: Tool) -> Path:
+    outcome = await python.run({"code": "import os\nopen('kept.txt', 'w').write('x')\nprint(os.getcwd())"}, timeout=30)
+    assert outcome.observation.startswith("exit code 0\n"), outcome.observation
+    directory = Path(outcome.observation.splitlines()[1])
+    assert directory.name.startswith("dagmagic-code-") and (directory / "kept.txt").exists()
+    return directory
+
+
+async def test_the_working_directory_lasts_the_session_and_goes_with_close() -> None:
+    llm = ScriptedLLM(run_script([ToolCall("python", {"code": "import os\nprint(os.getcwd())"}), "there"]))
+    allowed = session(llm, allow_code=True)
+    run = await allowed.run("where is it")
+    (call,) = run.steps["s1"].tool_calls
+    directory = Path(call.observation.splitlines()[1])
+    assert directory.name.startswith("dagmagic-code-") and directory.is_dir()
+    assert await directory_of(python_of(allowed)) == directory  # the same directory for the whole session
+    allowed.close()
+    assert not directory.exists()
+    allowed.close()  # a second close is harmless
+    after = await python_of(allowed).run({"code": "print(1)"}, timeout=30)
+    assert after.error is not None and "closed" in after.observation
+
+
+async def test_a_session_used_as_a_context_manager_closes_itself() -> None:
+    with session(ScriptedLLM({"*": "x"}), allow_code=True) as allowed:
+        directory = await directory_of(python_of(allowed))
+    assert not directory.exists()
+    async with session(ScriptedLLM({"*": "x"}), allow_code=True) as allowed:
+        directory = await directory_of(python_of(allowed))
+    assert not directory.exists()
+    with session(ScriptedLLM({"*": "x"})) as without_code:  # nothing to remove: closing is still fine
+        assert without_code.tools == []
+
+
+async def test_a_dropped_session_leaves_no_directory() -> None:
+    allowed = session(ScriptedLLM({"*": "x"}), allow_code=True)
+    directory = await directory_of(python_of(allowed))
+    del allowed
+    gc.collect()
+    assert not directory.exists()
+
+
+async def test_a_dropped_tool_leaves_no_directory() -> None:
+    python = python_tool(timeout=10)
+    directory = await directory_of(python)
+    del python
+    gc.collect()
+    assert not directory.exists()
+
+
+async def test_a_given_workdir_is_never_removed(tmp_path: Path) -> None:
+    workspace = CodeWorkspace(timeout=10, workdir=tmp_path)
+    outcome = await workspace.tool().run({"code": "open('result.csv', 'w').write('a,b')"}, timeout=30)
+    assert outcome.observation == "exit code 0\n"
+    workspace.close()
+    assert (tmp_path / "result.csv").read_text() == "a,b"
+    python = python_tool(timeout=10, workdir=tmp_path)
+    await python.run({"code": "print(1)"}, timeout=30)
+    del python
+    gc.collect()
+    assert (tmp_path / "result.csv").read_text() == "a,b"
+
+
+async def test_closing_kills_a_script_still_running(tmp_path: Path) -> None:
+    workspace = CodeWorkspace(timeout=30)
+    code = "import os, time\nopen('pid', 'w').write(str(os.getpid()))\nwhile True:\n    time.sleep(0.01)"
+    with killed_afterwards([]) as pids:
+        call = asyncio.create_task(workspace.tool().run({"code": code}, timeout=60))
+        pid_file = workspace.directory / "pid"
+        while not (pid_file.exists() and pid_file.read_text()):
+            assert not call.done(), call.result()
+            await asyncio.sleep(0.02)
+        pids.append(int(pid_file.read_text()))
+        workspace.close()
+        outcome = await call
+        assert await gone(pids[0], zombie_ok=True)
+        assert not workspace.directory.exists()
+        assert "closed" in outcome.observation, outcome.observation
+
+
+EXIT_WITHOUT_CLOSE = """
+import asyncio
+from dagmagic import DagSession, DagSettings, ModelRegistry
+from dagmagic.testing import ScriptedLLM
+
+session = DagSession(ModelRegistry().register("scripted", ScriptedLLM({"*": "x"})), DagSettings(store="none"),
+                     allow_code=True)
+python = next(t for t in session.tools if t.name == "python")
+outcome = asyncio.run(python.run({"code": "import os; print(os.getcwd())"}, timeout=30))
+directory = outcome.observation.splitlines()[1]
+assert os.path.isdir(directory), outcome.observation
+print(directory)
+"""
+
+
+def test_the_directory_is_gone_at_interpreter_exit() -> None:
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    code = "import os\n" + EXIT_WITHOUT_CLOSE
+    finished = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=50)
+    assert finished.returncode == 0, finished.stderr
+    directory = Path(finished.stdout.strip())
+    assert directory.name.startswith("dagmagic-code-")
+    assert not directory.exists()

@@ -1,0 +1,160 @@
+"""The supervisor of one ``python`` tool script: it owns every process the script starts and ends them all.
+
+``code_tool`` runs ``python -I _code_supervisor.py PARENT_PID COMMAND...``; this file imports only the standard
+library, so that it starts fast and without the package. On Linux the supervisor makes itself a child subreaper
+(``prctl(PR_SET_CHILD_SUBREAPER)``): a descendant whose parent dies (a daemon's double fork, a child that left
+the process group with ``setsid()``) is re-parented to it rather than to init, so it stays findable. When the
+script exits, or when the supervisor is told to stop (SIGTERM, SIGINT, SIGHUP, or the death of the process
+that started it), it kills every process whose parent chain leads to it, reaps them, and ends with the
+script's status (or by the signal that ended the script, so the caller sees the same return code).
+
+Elsewhere (no ``prctl``, no ``/proc``) it only runs and waits for the script; the caller's ``killpg`` of its
+process group is then the net, and it misses what left the group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from types import FrameType
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+_STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name))
+_CLEANUP_SECONDS = 5.0
+"""How long the supervisor keeps killing a family that keeps forking before it gives up and exits."""
+
+
+class _Stopped(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def main(argv: list[str]) -> None:
+    """Run ``argv[2:]`` as the script, then end every process it left behind and exit as it did."""
+    parent, command = int(argv[1]), argv[2:]
+    owns_orphans = _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    for signum in _STOP_SIGNALS:
+        signal.signal(signum, _raise_stopped)
+    exit_code: int | None = None
+    stopped_by: int | None = None
+    try:
+        # a kernel that dies (or restarts) must not leave a runaway script behind
+        if _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM) and os.getppid() != parent:
+            raise _Stopped(signal.SIGTERM)
+        script = subprocess.Popen(command)
+        exit_code = _wait(script, owns_orphans)
+    except _Stopped as stop:
+        stopped_by = stop.signum
+    finally:
+        _clean_up()
+    if stopped_by is not None:
+        _exit_by_signal(stopped_by)
+    if exit_code is not None and exit_code < 0:
+        _exit_by_signal(-exit_code)
+    sys.exit(exit_code)
+
+
+def _raise_stopped(signum: int, frame: FrameType | None) -> None:
+    raise _Stopped(signum)
+
+
+def _wait(script: subprocess.Popen[bytes], owns_orphans: bool) -> int:
+    """The script's return code; orphans re-parented meanwhile are reaped as they die."""
+    if not owns_orphans:
+        return script.wait()
+    while True:
+        pid, status = os.waitpid(-1, 0)
+        if pid == script.pid:
+            script.returncode = os.waitstatus_to_exitcode(status)
+            return script.returncode
+
+
+def _clean_up() -> None:
+    """End every descendant, even if a stop signal lands while this starts."""
+    while True:
+        try:
+            for signum in _STOP_SIGNALS:  # a second SIGTERM must not cut the cleanup short
+                signal.signal(signum, signal.SIG_IGN)
+            _end_descendants()
+            return
+        except _Stopped:
+            continue
+
+
+def _end_descendants() -> None:
+    """Kill and reap every descendant, again and again while some is still forking, for a bounded time."""
+    if not os.path.isdir("/proc"):
+        return
+    me = os.getpid()
+    deadline = time.monotonic() + _CLEANUP_SECONDS
+    while True:
+        _reap()
+        family = list(_descendants(me))
+        if not family or time.monotonic() > deadline:
+            return
+        for pid in family:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.005)
+
+
+def _descendants(root: int) -> Iterator[int]:
+    """Every process (zombies included) whose parent chain leads to ``root``, read from ``/proc``."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                # the command name may hold spaces and parentheses: the fields start after the last ')'
+                parent = int(stat.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # it ended while we looked
+        children.setdefault(parent, []).append(int(entry))
+    pending = list(children.get(root, []))
+    while pending:
+        pid = pending.pop()
+        yield pid
+        pending.extend(children.get(pid, []))
+
+
+def _reap() -> None:
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+
+
+def _exit_by_signal(signum: int) -> None:
+    """End as the script did, by ``signum``, so the caller sees the same negative return code."""
+    with contextlib.suppress(ImportError, ValueError, OSError):
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGABRT or SIGSEGV: no core file of the supervisor
+    with contextlib.suppress(OSError, ValueError):
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+    os._exit(128 + signum)  # a signal that does not end a process by default
+
+
+def _prctl(option: int, value: int) -> bool:
+    """Whether Linux's ``prctl(option, value)`` succeeded; False anywhere else."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(option, value, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+if __name__ == "__main__":
+    main(sys.argv)
