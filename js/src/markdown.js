@@ -27,7 +27,8 @@ const SAFE_URL = /^(?:https?:\/\/|mailto:)/i;
 
 // A model's output is untrusted (a prompt-injected model writes payloads): raw HTML in it is shown as the text it
 // is, never parsed; an image is never fetched (that would leak whatever its URL carries) but shown as a link
-// "🖼 alt" to its address, or as "[image: alt]" when the address is not http(s).
+// "[image: alt]" to its address, or as that text alone when the address is not http(s). Plain text, not an emoji:
+// not every system has a font for one.
 const marked = new Marked({
   gfm: true,
   breaks: false,
@@ -35,7 +36,7 @@ const marked = new Marked({
     html: ({ text }) => escapeHtml(text),
     image: ({ href, text }) =>
       SAFE_URL.test(href.trim())
-        ? `<a href="${escapeHtml(href.trim())}" class="dagmagic-image-link">🖼 ${escapeHtml(text || href)}</a>`
+        ? `<a href="${escapeHtml(href.trim())}" class="dagmagic-image-link">[image: ${escapeHtml(text || href)}]</a>`
         : `[image: ${escapeHtml(text)}]`,
   },
 });
@@ -85,7 +86,10 @@ export function markdownFragment(text) {
   try {
     addLinkHook();
     const html = marked.parse(text, { async: false });
-    return DOMPurify.sanitize(html, PURIFY);
+    const fragment = DOMPurify.sanitize(html, PURIFY);
+    // a link whose target was dropped (javascript:, a relative path) is only its text, not a dead link
+    for (const dead of fragment.querySelectorAll("a:not([href])")) dead.replaceWith(...dead.childNodes);
+    return fragment;
   } catch (err) {
     console.warn("[dagmagic] markdown rendering failed; showing the text as is", err);
     return document.createTextNode(text);

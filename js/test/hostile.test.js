@@ -37,6 +37,8 @@ export const PAYLOADS = [
   `![ref image][i]\n\n[i]: ${LEAK}20`,
   '<details open ontoggle="window.__pwned=7">d</details>',
   "`<img src=x onerror=alert(1)>` in code",
+  "- [l]: javascript:window.__pwned=8\n\n[l]",
+  "[multi\nline]: javascript:window.__pwned=9\n\n[multi line]",
 ].join("\n\n");
 
 const FETCHING =
@@ -70,7 +72,8 @@ describe("the sanitizer, given every payload", () => {
     const root = document.createElement("div");
     root.append(markdownFragment(PAYLOADS));
     expectInert(root);
-    expect(root.querySelector("a:not([href])")?.textContent).toBe("click"); // a javascript: link: its text only
+    expect(root.querySelector("a:not([href])")).toBeNull(); // a javascript: link: its text only
+    expect(root.textContent).toContain("click");
   });
 
   it("shows raw HTML as the text it is", () => {
@@ -88,7 +91,7 @@ describe("the sanitizer, given every payload", () => {
     root.append(markdownFragment(`![a chart](${LEAK}?d=secret) and ![local](file.png) and ![s](javascript:x)`));
     const link = /** @type {HTMLAnchorElement} */ (root.querySelector("a.dagmagic-image-link"));
     expect(link.getAttribute("href")).toBe(`${LEAK}?d=secret`);
-    expect(link.textContent).toBe("🖼 a chart");
+    expect(link.textContent).toBe("[image: a chart]");
     expect(root.textContent).toContain("[image: local]");
     expect(root.textContent).toContain("[image: s]");
     expectInert(root);
