@@ -137,8 +137,9 @@ def _exit_by_signal(signum: int) -> None:
         import resource
 
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGABRT or SIGSEGV: no core file of the supervisor
-    with contextlib.suppress(OSError, ValueError):
+    with contextlib.suppress(OSError, ValueError):  # SIGKILL and SIGSTOP take no handler: theirs is the default
         signal.signal(signum, signal.SIG_DFL)
+    with contextlib.suppress(OSError, ValueError):
         os.kill(os.getpid(), signum)
     os._exit(128 + signum)  # a signal that does not end a process by default
 

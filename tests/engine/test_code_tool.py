@@ -152,6 +152,14 @@ async def test_exit_code_stdout_and_stderr_come_back() -> None:
     assert "Traceback" in failed.observation and "ValueError: boom" in failed.observation
 
 
+async def test_a_script_killed_by_a_signal_shows_that_signal() -> None:
+    # the supervisor between the tool and the script passes on how the script ended
+    outcome = await python_tool(timeout=10).run(
+        {"code": "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"}, timeout=30
+    )
+    assert outcome.observation == "exit code -9\n"
+
+
 async def test_long_output_keeps_its_head_and_tail_and_counts_what_was_dropped() -> None:
     code = "import sys\nsys.stdout.write('h' * 20000 + 'm' * 10000 + 't' * 2000)"
     outcome = await python_tool(timeout=10).run({"code": code}, timeout=30)
