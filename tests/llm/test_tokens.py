@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from dagmagic import ModelRegistry
@@ -63,3 +65,19 @@ def test_windows_come_from_the_registration_then_litellm_then_the_backend() -> N
     assert context_window(models.get("known")) == 128_000
     assert context_window(models.get("unknown")) is None  # the guard then assumes default_context_tokens
     assert context_window(models.get("scripted")) == 5000
+
+
+def test_a_growing_transcript_is_counted_from_its_remembered_beginning_never_under_its_whole_count() -> None:
+    import litellm
+
+    entry = MODELS.get("local")
+    messages: list[dict[str, object]] = [{"role": "system", "content": "be brief " * 100}]
+    for turn in range(12):
+        messages.append({"role": "user" if turn % 2 else "assistant", "content": f"turn {turn}: " + CSV[turn * 90 :]})
+        counted = request_tokens(entry, messages)
+        texts = [str(message["content"]) for message in messages]
+        whole = litellm.token_counter(model="", text="\n".join(texts)) + sum(
+            len(run) - (len(run) + 2) // 3 for text in texts for run in re.findall(r"\d+", text)
+        )
+        overhead = 4 * len(messages) + 3
+        assert whole <= counted - overhead <= whole + 2 * len(messages)  # never under; a join costs two at most
