@@ -86,7 +86,7 @@ def _interrupted(run: DagRun | None) -> str:
         return "Interrupted."
     kept = sum(step.status == "completed" for step in run.all_steps.values())
     resume = f"; `%dag resume {run.run_id}` continues it" if run.durable else ""
-    return f"Interrupted: run {run.run_id} was cancelled ({kept} completed steps kept){resume}."
+    return f"Interrupted: run {run.run_id} was cancelled ({kept} completed step{'s' * (kept != 1)} kept){resume}."
 
 
 def _magics() -> DagMagics:

@@ -10,6 +10,7 @@ seeded ``random.Random``: ``DAGMAGIC_INTERRUPT_SEED=<seed>`` replays a failing s
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
@@ -23,9 +24,10 @@ from typing import Any
 import pytest
 from jupyter_client.manager import KernelManager
 
-from .test_kernel import CellResult, Kernel
+from dagmagic.testing import ScriptedRequest
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+from .conftest import scripted
+from .test_kernel import CellResult, Kernel
 
 INTERRUPTS = 20
 CANCEL_WITHIN = 2.0
@@ -277,6 +279,8 @@ def _resume(kernel: Kernel, kind: Kind, run_id: str, label: str) -> dict[str, An
     return after
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_twenty_interrupts_at_random_moments(kernel: Kernel, record_property: Any) -> None:
     seed = int(os.environ.get("DAGMAGIC_INTERRUPT_SEED", random.SystemRandom().randrange(10**6)))
     print(f"DAGMAGIC_INTERRUPT_SEED={seed}")
@@ -331,3 +335,32 @@ def test_twenty_interrupts_at_random_moments(kernel: Kernel, record_property: An
     print(f"interrupt -> finished_at: max {max(lags):.3f} s, mean {sum(lags) / len(lags):.3f} s")
     record_property("max_cancel_lag_s", round(max(lags), 3))
     assert len(phases) >= 3, f"the interrupts met too few phases: {dict(phases)}"
+
+
+async def test_an_interrupted_cell_says_in_one_line_what_was_kept(ip: Any, tmp_path: Any) -> None:
+    """IPython showed the CancelledError's traceback through a dozen of dagmagic's frames."""
+    from dagmagic.notebook import magics
+
+    magics._magics().overrides["store"] = str(tmp_path / "runs.sqlite")
+
+    async def step(request: ScriptedRequest) -> str:
+        if request.step_id == "s2":
+            await asyncio.sleep(30)  # running when the cell is interrupted
+        return "a result"
+
+    ip.user_ns["llm"] = scripted(step=step)
+    cell = asyncio.ensure_future(magics.run_dag_cell("--models llm", "a goal"))
+    for _ in range(500):
+        run = magics.last_run()
+        if run is not None and run.steps.get("s1") and run.steps["s1"].status == "completed":
+            break
+        await asyncio.sleep(0.01)
+    cell.cancel()  # what the kernel's Interrupt does to the cell
+    with pytest.raises(asyncio.CancelledError) as interrupted:
+        await cell
+    run = magics.last_run()
+    assert run is not None and run.status == "cancelled"
+    told = interrupted.value._render_traceback_()  # type: ignore[attr-defined]
+    assert told == [
+        f"Interrupted: run {run.run_id} was cancelled (1 completed step kept); `%dag resume {run.run_id}` continues it."
+    ]
