@@ -16,8 +16,9 @@ from pydantic import BaseModel, Field
 from dagmagic.engine import prompts
 from dagmagic.engine.context import format_results, result_blocks
 from dagmagic.engine.guard import STRUCTURED_RESERVE, ContextGuard
-from dagmagic.events import Event
+from dagmagic.events import Event, RunWarning
 from dagmagic.llm import ChatModel, structured_llm_call
+from dagmagic.llm.secrets import mask_secrets
 from dagmagic.models import AnalysisResult, PlanStep
 from dagmagic.settings import DagSettings
 
@@ -118,4 +119,10 @@ class Analyzer:
             temperature=0.0,
         )
         verdict: AnalysisResult = result.value
+        if result.failure and any(call.status == "failed" for call in result.calls):
+            # the analyzer was not reached (not: it wrote nonsense): say why, on the verdict and as a warning
+            verdict.reasoning = f"{verdict.reasoning} ({result.failure})"
+            if self.emit is not None:
+                message = f"The round could not be judged ({result.failure}): it counts as not achieved."
+                self.emit(RunWarning(message=mask_secrets(message), round=round))
         return verdict

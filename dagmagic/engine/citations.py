@@ -62,7 +62,9 @@ def _clean(found: str) -> str:
 async def verify_citations(
     model: ChatModel, task: str, result: str, citations: list[str], *, round: int, step_id: str
 ) -> CitationVerdict:
-    """The smart model's verdict; when it cannot be read, the citations pass (a check never blocks a step)."""
+    """The smart model's verdict; ``StructuredOutputError`` when it cannot be read (the step then keeps its
+    result, marked not verified: a check never blocks a step).
+    """
     listed = "\n".join(f"- {c}" for c in citations)
     messages = [
         {
@@ -76,7 +78,6 @@ async def verify_citations(
         model,
         messages,
         CitationVerdict,
-        default=CitationVerdict(valid=True, feedback="(the check could not be read)"),
         purpose="citation_check",
         round=round,
         step_id=step_id,

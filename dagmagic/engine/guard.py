@@ -17,8 +17,10 @@ from typing import Any
 
 from dagmagic.engine import prompts
 from dagmagic.engine.context import Exchange, compose_query, format_history, truncate_middle
-from dagmagic.events import Event
+from dagmagic.errors import RUN_ENDING
+from dagmagic.events import Event, RunWarning
 from dagmagic.llm import ChatModel, ModelRegistry
+from dagmagic.llm.secrets import mask_secrets
 from dagmagic.llm.tokens import context_window, count_tokens, fits, request_tokens
 from dagmagic.models import Purpose
 from dagmagic.settings import DagSettings
@@ -162,7 +164,10 @@ class ContextGuard:
         target = max(min(budget // 2, self.window(fast) - self.budget(fast)), 50)
         system = prompts.COMPACTION_SYSTEM.format(tokens=target, task=task)
         compacted = await self._ask_fast(system, text, purpose="compaction", round=round, step_id=step_id)
-        if not compacted or not fits(model.entry, compacted, budget):
+        if not compacted:
+            return None
+        if not fits(model.entry, compacted, budget):
+            self._degraded("compaction", "the fast model's shortening is still too long", round, step_id)
             return None
         self._compacted[key] = compacted
         return compacted
@@ -185,9 +190,25 @@ class ContextGuard:
                 round=round,
                 step_id=step_id,
             )
-        except Exception:  # any failure: the caller cuts instead
+        except RUN_ENDING:  # a wrong key or model ends the run: every later call would meet it too
+            raise
+        except Exception as exc:  # any other failure: the caller cuts instead, and says so
+            self._degraded(purpose, f"{type(exc).__name__}: {exc}", round, step_id)
             return ""
-        return result.content.strip()
+        reply = result.content.strip()
+        if not reply:
+            self._degraded(purpose, "the fast model's reply was empty", round, step_id)
+        return reply
+
+    def _degraded(self, purpose: Purpose, cause: str, round: int | None, step_id: str | None) -> None:
+        if self.emit is None:
+            return
+        if purpose == "history_summary":
+            fallback = f"the planner sees its last {self.settings.history_fallback_chars} characters"
+            what = "The conversation so far could not be summarized"
+        else:
+            what, fallback = "A text could not be compacted", "it is cut to fit instead (its head and tail kept)"
+        self.emit(RunWarning(message=mask_secrets(f"{what} ({cause}): {fallback}."), round=round, step_id=step_id))
 
     # --- fitting many texts
 

@@ -512,7 +512,7 @@ class GoalLoop:
         """The round's verdict against the goal and every follow-up so far; judged again when a follow-up
         arrives meanwhile.
         """
-        analyzer = Analyzer(self._model("smart", run), self.settings, guard=guard)
+        analyzer = Analyzer(self._model("smart", run), self.settings, emit=run.emit, guard=guard)
         while True:
             waiting = len(run.control.pending)
             verdict = await run.control.interruptible(

@@ -9,6 +9,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from dagmagic.errors import RUN_ENDING
+from dagmagic.events import RunWarning
 from dagmagic.llm import ChatModel, structured_llm_call
 
 __all__ = ["Domain", "DomainHint", "classify_domain"]
@@ -25,7 +27,9 @@ class DomainHint(BaseModel):
 
 
 async def classify_domain(model: ChatModel, goal: str, *, round: int) -> Domain | None:
-    """The goal's domain, or None (also when the classification fails: routing is only a hint)."""
+    """The goal's domain, or None (also when the classification fails: routing is only a hint, and a warning
+    says so). A wrong key or an unknown model ends the run as everywhere else: every later call would meet it.
+    """
     messages = [
         {
             "role": "system",
@@ -44,7 +48,18 @@ async def classify_domain(model: ChatModel, goal: str, *, round: int) -> Domain 
             round=round,
             temperature=0.0,
         )
-    except Exception:  # the route is a hint; without it the plan is simply not domain-steered
+    except RUN_ENDING:
+        raise
+    except Exception as exc:  # the route is a hint; without it the plan is simply not domain-steered
+        _unrouted(model, f"{type(exc).__name__}: {exc}", round)
         return None
+    if outcome.failure:
+        _unrouted(model, outcome.failure, round)
     hint: DomainHint = outcome.value
     return hint.domain
+
+
+def _unrouted(model: ChatModel, cause: str, round: int) -> None:
+    if model.emit is not None:
+        message = f"The goal's domain could not be classified ({cause}): planning without domain steering."
+        model.emit(RunWarning(message=message, round=round))

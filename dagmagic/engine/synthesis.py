@@ -13,7 +13,10 @@ from collections.abc import Callable, Iterable
 from dagmagic.engine import prompts
 from dagmagic.engine.context import format_results, result_blocks, truncate
 from dagmagic.engine.guard import ContextGuard
+from dagmagic.errors import RUN_ENDING
+from dagmagic.events import RunWarning
 from dagmagic.llm import ChatModel
+from dagmagic.llm.secrets import mask_secrets
 from dagmagic.models import AnalysisResult, PlanStep
 from dagmagic.settings import DagSettings
 
@@ -25,10 +28,18 @@ REASONING_CHARS = 4000
 _SEPARATOR = "\n\n---\n\n"
 
 
+FALLBACK_RESULT_CHARS = 10000
+"""Characters of each step result a fallback answer quotes (as synthesis sees them, by default)."""
+
+
 def fallback_answer(analysis: AnalysisResult | None, completed: Iterable[tuple[str, PlanStep]]) -> str:
-    """The analyzer's reasoning, then every completed step as ``**ref**: result``."""
+    """The analyzer's reasoning, then every completed step as ``**ref**: result`` (each result capped)."""
     reasoning = analysis.reasoning.strip() if analysis else ""
-    blocks = [f"**{ref}**: {step.result}" for ref, step in completed if step.status == "completed" and step.result]
+    blocks = [
+        f"**{ref}**: {truncate(step.result, FALLBACK_RESULT_CHARS)}"
+        for ref, step in completed
+        if step.status == "completed" and step.result
+    ]
     if not blocks:
         return f"{NOT_ACHIEVED}\n\n{reasoning}".strip()
     return _SEPARATOR.join([reasoning, *blocks] if reasoning else blocks)
@@ -73,9 +84,18 @@ async def synthesize(
             reply = await model.chat(messages, purpose="synthesize", round=round)
             pieces.append(reply.content)
             on_delta(reply.content)
-    except Exception:  # any failure of the stream: the fallback below still answers
+    except RUN_ENDING:  # a wrong key or model ends the run (which then answers with the fallback)
+        raise
+    except Exception as exc:  # any other failure of the stream: the fallback below still answers
         pieces = []
+        cause = f"{type(exc).__name__}: {exc}"
+    else:
+        cause = "the reply was empty"
     answer = "".join(pieces)
     if answer.strip():
         return answer, False
+    fallback = "the analyzer's answer" if analysis.final_answer else "the completed steps' results"
+    if model.emit is not None:
+        message = f"The answer could not be written ({cause}): showing {fallback} instead."
+        model.emit(RunWarning(message=mask_secrets(message), round=round))
     return analysis.final_answer or fallback_answer(analysis, steps), True

@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dagmagic import errors
 from dagmagic.errors import StructuredOutputError
@@ -48,6 +48,16 @@ class StructuredResult(BaseModel, Generic[T]):
     """Their records."""
     usage: Usage
     """Their summed usage."""
+    problems: list[str] = Field(default_factory=list)
+    """What went wrong at each level tried (``"json_mode: Rate limited"``), why ``default`` was used."""
+
+    @property
+    def failure(self) -> str:
+        """Why no level gave a value, in a few words ("" when one did)."""
+        if self.level_used != "default":
+            return ""
+        short = (problem if len(problem) <= 160 else f"{problem[:159]}…" for problem in self.problems)
+        return "; ".join(dict.fromkeys(short))
 
 
 class _Attempts:
@@ -65,6 +75,7 @@ class _Attempts:
             llm_calls=len(self.calls),
             calls=self.calls,
             usage=Usage.total(call.usage for call in self.calls),
+            problems=self.problems,
         )
 
 

@@ -30,6 +30,8 @@ RESULT_CHARS = 4000
 OBSERVATION_CHARS = 600
 PAUSED_CHARS = 20000
 DETAIL_CHARS = 50000
+ANSWER_CHARS = 100_000
+"""The answer as the view shows it: a model that writes a megabyte must not make every sync re-render it."""
 """A call's messages and reply, and a step's full result, sent on request: capped so one message stays small."""
 """A paused step's messages are shown whole up to this (the dependency context can be long)."""
 TRACE_CALLS = 400
@@ -234,7 +236,7 @@ def widget_state(run: DagRun) -> dict[str, Any]:
         "status": run.status,
         "phase": run.phase,
         "error": run.error or "",
-        "answer": run.answer,
+        "answer": _capped_answer(run.answer),
         "answer_fallback": _answer_is_fallback(run),
         "answer_partial": run.partial and bool(run.answer),
         "resumable": False,
@@ -404,6 +406,12 @@ def _call_state(call: LLMCall, index: int) -> dict[str, Any]:
         "stream": call.stream,
         "status": call.status,
     }
+
+
+def _capped_answer(answer: str) -> str:
+    if len(answer) <= ANSWER_CHARS:
+        return answer
+    return f"{answer[:ANSWER_CHARS]}\n\n*… {len(answer) - ANSWER_CHARS} more characters: `run.answer` has all of it.*"
 
 
 def _cap(text: str | None, limit: int) -> str | None:
