@@ -363,6 +363,8 @@ class AnalysisResult(BaseModel):
             number = float(str(value).strip().rstrip("%").strip()) if isinstance(value, str) else float(value)
         except (TypeError, ValueError):
             return 0.0
+        except OverflowError:  # an integer beyond float's range (10**1000): clamped like any other
+            return 1.0 if value > 0 else 0.0
         if number != number:  # NaN
             return 0.0
         if percent or 1.0 < number <= 100.0:  # "85%" or 85: a percentage

@@ -316,7 +316,8 @@ def _native_calls(tool_calls: Sequence[Any]) -> list[_Call]:
     for tc in tool_calls:
         try:
             arguments: Any = json.loads(tc.arguments) if tc.arguments else {}
-        except json.JSONDecodeError:
+        # ValueError: broken JSON or an integer too long to convert; RecursionError: nested past the parser
+        except (ValueError, RecursionError):
             arguments = tc.arguments  # validation turns this into an observation the model can fix
         calls.append(_Call(tc.id, tc.name, arguments))
     return calls
@@ -354,7 +355,8 @@ def _as_call(item: Any, index: int) -> _Call | None:
         return None
     arguments = item.get("arguments", item.get("parameters", {}))
     if isinstance(arguments, str):
-        with contextlib.suppress(json.JSONDecodeError):  # left as text, validation tells the model what is wrong
+        # left as text (broken, too long a number, too deep), validation tells the model what is wrong
+        with contextlib.suppress(ValueError, RecursionError):
             arguments = json.loads(arguments) if arguments.strip() else {}
     return _Call(f"call_text_{index}", name, arguments)
 

@@ -131,6 +131,8 @@ class Tool:
                 arguments = json.loads(arguments)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"the arguments are not valid JSON ({exc.msg})") from None
+            except RecursionError:
+                raise ValueError("the arguments are not valid JSON (nested too deeply)") from None
         if not isinstance(arguments, dict):
             raise ValueError(f"the arguments must be a JSON object, got {type(arguments).__name__}")
         model = self.arguments_model.model_validate(arguments)

@@ -193,6 +193,10 @@ class OutputShape:
             return self.parse_fn(raw)
         if self.model is not None:
             return self.model.model_validate(raw)
+        expected = self.json_schema.get("type")
+        if isinstance(expected, str) and not _is_json_type(raw, expected):
+            # a dict schema is not validated in full (no JSON schema validator here), but its top-level type is
+            raise ValueError(f"it is a {type(raw).__name__} where the schema asks for a JSON {expected}")
         return raw
 
 
@@ -340,6 +344,27 @@ def _from_regex(regex_fallback: Callable[[str], Any], text: str, shape: OutputSh
         return shape.convert(raw) if isinstance(raw, dict | list) else raw
     except Exception:  # a fallback that raises simply found nothing
         return _MISSING
+
+
+_JSON_TYPES: dict[str, type | tuple[type, ...]] = {
+    "object": dict,
+    "array": list,
+    "string": str,
+    "integer": int,
+    "number": (int, float),
+    "boolean": bool,
+    "null": type(None),
+}
+
+
+def _is_json_type(value: Any, json_type: str) -> bool:
+    """Whether ``value`` is of the JSON schema type ``json_type`` (an unknown type name accepts anything)."""
+    python_type = _JSON_TYPES.get(json_type)
+    if python_type is None:
+        return True
+    if isinstance(value, bool) and json_type in ("integer", "number"):
+        return False
+    return isinstance(value, python_type)
 
 
 def _first_errors(exc: ValidationError, limit: int = 3) -> str:
