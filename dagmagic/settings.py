@@ -254,6 +254,16 @@ class DagSettings(BaseModel):
         ),
         json_schema_extra=_env("DAG_STORE"),
     )
+    runs_in_memory: int = Field(
+        10,
+        ge=1,
+        description=(
+            "Finished runs a session (and `%dag`) keeps in memory; older ones are dropped from `session.runs` and "
+            "read back from the run store when asked for (`dagmagic.load_run(run_id)`, `%dag show N`). Their "
+            "answers stay in the conversation."
+        ),
+        json_schema_extra=_env("DAG_RUNS_IN_MEMORY"),
+    )
 
     def __init__(self, **data: Any) -> None:
         from_env = _read_env(type(self).model_fields, data.keys(), os.environ)

@@ -62,6 +62,8 @@ class DagSession:
         """Every step pauses before it runs until ``run.step_over()``, ``run.resume_step()`` or ``run.skip(id)``."""
         self.history: list[Exchange] = []
         self.runs: list[DagRun] = []
+        """Runs started here, the latest ``settings.runs_in_memory`` finished ones and every running one; older
+        ones are read back with ``dagmagic.load_run(run_id)`` (or taken back with ``reopen(run_id)``)."""
         self._digests: HistoryDigests = {}
         self._active: set[asyncio.Task[None]] = set()
         self._store: RunStore | None = None
@@ -104,6 +106,25 @@ class DagSession:
         )
         return self._launch(DagRun(state, events=stored.events), stored.history)
 
+    def reopen(self, run_id: str) -> DagRun:
+        """A stored run that ended, taken back into this session so that its steps can be re-run
+        (``run.rerun``): for a run no longer in memory (see ``DagSettings.runs_in_memory``). Nothing runs yet.
+        """
+        store = self.store
+        if store is None:
+            raise DagError(f"there is no run store to read run {run_id!r} back from ({self._store_problem})")
+        try:
+            stored = store.load(run_id)
+        except KeyError:
+            raise DagError(f"no run {run_id!r} in the run store {store.path}") from None
+        if stored.state.status == "running":
+            raise DagError(f"run {run_id} did not end: continue it with `session.resume({run_id!r})`")
+        run = DagRun(stored.state, events=stored.events)
+        self._drive(run, stored.history)
+        self.runs.append(run)
+        self._forget_finished()
+        return run
+
     async def resume(self, run_id: str) -> DagRun:
         """Continue the stored run ``run_id`` to its end (see ``start_resume``) and return it."""
         return await self.start_resume(run_id).wait(cancel_with_waiter=True)
@@ -128,6 +149,14 @@ class DagSession:
             run.save_to(store, history)
         elif self.settings.store_path is not None and self._store_problem:
             run.emit(RunWarning(message=f"This run is not saved: {self._store_problem}"))
+        driver = self._drive(run, history)
+        self._start_task(run, driver.drive(run))
+        self.runs.append(run)
+        self._forget_finished()
+        return run
+
+    def _drive(self, run: DagRun, history: list[Exchange]) -> GoalLoop:
+        """Give ``run`` the goal loop that drives it (and re-runs its steps) in this session."""
         driver = GoalLoop(
             self.models,
             self.settings,
@@ -139,10 +168,16 @@ class DagSession:
         )
         run.control.step_through = self.step_through
         run._driver = driver
-        run._relaunch = lambda work: self._start_task(run, work)
-        self._start_task(run, driver.drive(run))
-        self.runs.append(run)
-        return run
+        run._relaunch = lambda work: self._relaunch(run, history, work)
+        return driver
+
+    def _relaunch(self, run: DagRun, history: list[Exchange], work: Coroutine[Any, Any, None]) -> None:
+        store = self.store
+        if store is not None and not run.durable:  # a run taken back from the store is saved again as it re-runs
+            run.save_to(store, history)
+        self._start_task(run, work)
+        if all(kept is not run for kept in self.runs):
+            self.runs.append(run)
 
     def _start_task(self, run: DagRun, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(work, name=f"dagmagic:run:{run.run_id}")
@@ -155,8 +190,16 @@ class DagSession:
         self.history.clear()
         self._digests.clear()
 
+    def _forget_finished(self) -> None:
+        """Keep the latest ``runs_in_memory`` finished runs (and every running one); older ones stay in the store."""
+        finished = [run for run in self.runs if run.done() and (run._task is None or run._task.done())]
+        dropped = {id(run) for run in finished[: max(len(finished) - self.settings.runs_in_memory, 0)]}
+        if dropped:
+            self.runs[:] = [run for run in self.runs if id(run) not in dropped]
+
     def _finished(self, run: DagRun, task: asyncio.Task[None]) -> None:
         self._active.discard(task)
+        self._forget_finished()
         if not task.cancelled():
             task.exception()  # retrieved: the loop records failures on the run itself
         if run.status in ("done", "failed") and run.answer:
