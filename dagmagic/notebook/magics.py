@@ -122,6 +122,10 @@ class DagMagics(Magics):
         super().__init__(shell=shell, **kwargs)
         self.history: list[Exchange] = []
         self.runs: list[DagRun] = []
+        """The latest runs: every running one and the last ``runs_in_memory`` finished ones (older ones are read
+        back from the run store when asked for by number or id)."""
+        self._numbers: list[str] = []
+        """Every run's id, by its number in this kernel (``%dag show 3`` is ``_numbers[2]``)."""
         self.overrides: dict[str, Any] = {}
         """Settings set with ``%dag config key=value``."""
         self._background: set[asyncio.Task[Any]] = set()
@@ -256,6 +260,13 @@ class DagMagics(Magics):
         """``%dag rerun STEP [--task TEXT] [--model M] [--run RUN]``: re-run a step, shown like a cell's run."""
         args = _parse_words("rerun", line, ("step",), ("--task", "--model", "--run"), flags=("--bg",))
         run = self._find(args.run or "")
+        if run.read_only and run.run_id in self._numbers:  # started here, no longer in memory: taken back
+            session = self._session(self._parse(self._options.get(run.run_id, "")))
+            try:
+                run = session.reopen(run.run_id)
+            except DagError as exc:
+                raise UsageError(str(exc)) from None
+            self.runs.append(run)
         try:
             run.start_rerun(args.step, task=args.task, model=args.model)
         except DagError as exc:
@@ -282,8 +293,22 @@ class DagMagics(Magics):
         except (ValueError, RuntimeError, DagError) as exc:  # DagError: a resume the store cannot serve
             raise UsageError(str(exc)) from None
         self.runs.append(run)
+        self._numbers.append(run.run_id)
         self._options.setdefault(run.run_id, self._last_options)
+        self._forget_finished()
+        if run._task is not None:
+            run._task.add_done_callback(lambda _: self._forget_finished())
         return run
+
+    def _forget_finished(self) -> None:
+        """Keep the latest ``runs_in_memory`` finished runs; older ones are read back from the store when asked for."""
+        from dagmagic.settings import DagSettings
+
+        finished = [run for run in self.runs if run.done()]
+        keep = DagSettings(**self.overrides).runs_in_memory
+        dropped = {id(run) for run in finished[: max(len(finished) - keep, 0)]}
+        if dropped:
+            self.runs[:] = [run for run in self.runs if id(run) not in dropped]
 
     def _show(self, run: DagRun, session: DagSession, args: Any) -> None:
         if args.output:
@@ -380,8 +405,8 @@ class DagMagics(Magics):
         """The run id ``key`` names: this kernel's run number, a stored run's id (or its start), or, when
         empty, the latest interrupted run.
         """
-        if key.isdigit() and 1 <= int(key) <= len(self.runs):
-            return self.runs[int(key) - 1].run_id
+        if key.isdigit() and 1 <= int(key) <= len(self._numbers):
+            return self._numbers[int(key) - 1]
         summaries = store.runs(limit=500)
         if not key:
             for summary in summaries:
@@ -552,7 +577,7 @@ class DagMagics(Magics):
 
     def _cmd_history(self, _: str) -> None:
         store = self._store()
-        numbers = {run.run_id: number for number, run in enumerate(self.runs, 1)}
+        numbers = {run_id: number for number, run_id in enumerate(self._numbers, 1)}
         if store is None:
             if not self.runs:
                 print("No runs yet.")
@@ -677,13 +702,19 @@ class DagMagics(Magics):
             if not self.runs:
                 raise UsageError("no runs yet: run a %%dag cell first")
             return self.runs[-1]
-        if key.isdigit() and 1 <= int(key) <= len(self.runs):
-            return self.runs[int(key) - 1]
+        number = int(key) if key.isdigit() and 1 <= int(key) <= len(self._numbers) else None
+        if number is not None:
+            key = self._numbers[number - 1]
         for run in reversed(self.runs):
             if run.run_id == key:
                 return run
         store = self._store()
-        if store is not None:  # a run of another kernel, read back
+        if store is None and key in self._numbers:
+            raise UsageError(
+                f"run {number or key} ({key}) is no longer in memory (only the latest finished runs are kept: "
+                f"runs_in_memory) and there is no run store to read it back from: {_NO_STORE}"
+            )
+        if store is not None:  # a run of another kernel, or one no longer in memory, read back
             from dagmagic.engine.run import DagRun
 
             try:

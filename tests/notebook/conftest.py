@@ -41,6 +41,7 @@ def ip(shell: InteractiveShell) -> Iterator[InteractiveShell]:
     assert instance is not None
     instance.history.clear()
     instance.runs.clear()
+    instance._numbers.clear()  # run numbers start at 1 in each test, as in a new kernel
     instance.overrides.clear()
     yield shell
     for name in ("llm", "run", "myrun"):

@@ -437,3 +437,32 @@ def test_a_model_given_with_models_is_named_after_its_variable(ip: InteractiveSh
     run = run_cell(ip, "%%dag --models llm\ngoal")
     assert {step.model for step in run.steps.values()} == {"llm"}  # what the views show, not "ScriptedLLM"
     assert {call.model for call in run.calls} == {"llm"}
+
+
+def test_runs_beyond_runs_in_memory_are_read_back_from_the_store_by_number(
+    ip: InteractiveShell, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_cell(ip, f"%dag config store={tmp_path / 'runs.sqlite'} runs_in_memory=2")
+    first, *_ = [run_cell(ip, f"%%dag --models llm\ngoal {n}") for n in range(4)]
+    from dagmagic.notebook import magics
+
+    assert magics._active is not None and [run.goal for run in magics._active.runs] == ["goal 2", "goal 3"]
+    assert isinstance(first, DagRun) and all(run is not first for run in magics._active.runs)
+    capsys.readouterr()
+    run_cell(ip, "%dag trace 1")  # run 1 left memory: read back from the store
+    assert "plan" in capsys.readouterr().out
+    rerun = run_cell(ip, '%dag rerun s2 --run 1 --task "compare again"')
+    assert isinstance(rerun, DagRun) and rerun.run_id == first.run_id and rerun.status == "done"
+    assert len(rerun.rounds) == 2 and rerun.steps["s2"].task == "compare again"
+    assert dagmagic.load_run(first.run_id, store=str(tmp_path / "runs.sqlite")).steps["s2"].task == "compare again"
+
+
+def test_a_run_no_longer_in_memory_without_a_store_says_so(
+    ip: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_cell(ip, "%dag config runs_in_memory=1")
+    for n in range(2):
+        run_cell(ip, f"%%dag --models llm\ngoal {n}")
+    message = usage_error(ip, "%dag show 1", capsys)
+    assert "is no longer in memory" in message and "DAG_STORE is none" in message
+    assert run_cell(ip, "%dag show 2") is None  # the latest is kept
