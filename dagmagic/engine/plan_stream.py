@@ -21,8 +21,8 @@ from typing import Any
 from dagmagic.engine.planner import PlanDraft, Planner, StepDraft, normalize_step, recover_steps, step_hints
 from dagmagic.errors import TransientProviderError
 from dagmagic.llm.backend import StreamChunk
-from dagmagic.llm.extraction import parse_json
-from dagmagic.llm.structured import OutputShape, with_instruction
+from dagmagic.llm.extraction import extract_json, parse_json
+from dagmagic.llm.structured import OutputShape, echoes_schema, with_instruction
 from dagmagic.models import PlanStep, StructuredLevel, split_round_reference
 
 __all__ = ["PlanStream", "StreamedPlan"]
@@ -90,7 +90,10 @@ class PlanStream:
             if not reply.complete:
                 raise
         try:
-            streamed.drafts = recover_steps(reply.whole())  # the whole reply, parsed once
+            raw = extract_json(reply.whole())  # the whole reply, parsed once
+            if echoes_schema(raw, shape.json_schema):  # as for the normal planner: a failed reply, not a plan
+                raise ValueError("the reply repeats the JSON schema instead of giving a plan")
+            streamed.drafts = recover_steps(raw)
         except (ValueError, TypeError, RecursionError):
             # ValueError (pydantic's ValidationError is one): no plan, or a step that is not one; the others
             # guard against shapes no one has met yet. The normal planner counts any exception as an unreadable

@@ -398,4 +398,4 @@ async def test_the_work_per_piece_is_bounded_each_step_parsed_once(monkeypatch: 
     # every character is looked at once, each step object parsed once, the whole reply parsed once at the end
     assert structure.scanned + string.scanned <= len(text)
     assert len(parsed) == 800 and sum(len(candidate) for candidate in parsed) < len(text)
-    assert whole == [text]
+    assert whole == [{"steps": steps}]  # the whole reply, parsed once (then checked for a schema echo)

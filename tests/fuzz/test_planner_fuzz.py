@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from dagmagic.engine.plan_stream import PlanStream
-from dagmagic.engine.planner import Planner, recover_steps
+from dagmagic.engine.planner import PlanDraft, Planner, recover_steps
 from dagmagic.events import RunWarning
 from dagmagic.llm.backend import StreamChunk, ToolCallDelta
 from dagmagic.llm.structured import echoes_schema
@@ -158,6 +159,34 @@ async def test_streaming_and_whole_paths_agree_on_complete_json(
     for step in started:  # a step started early is the whole plan's step, or was replaced by the final one
         if step.id in final and (step.task, step.dependencies) != (final[step.id].task, final[step.id].dependencies):
             assert not usable_as_written(text)
+
+
+SCHEMA = PlanDraft.model_json_schema()
+SCHEMA_ECHOES = [SCHEMA, {"steps": SCHEMA["properties"]["steps"]}, SCHEMA["$defs"]["StepDraft"]]
+
+
+@given(
+    st.one_of(plan_like(), st.sampled_from(SCHEMA_ECHOES)),
+    LEVELS,
+    CHUNK_SIZES,
+    st.sampled_from(["{}", "Here it is:\n```json\n{}\n```", "{} Done."]),
+)
+async def test_streaming_and_whole_paths_agree_on_any_complete_reply(
+    value: Any, level: str, sizes: list[int], frame: str
+) -> None:
+    text = frame.replace("{}", json.dumps(value, ensure_ascii=False), 1)
+    whole, _ = await plan_whole(text, level)
+    streamed, _, _ = await plan_streamed(text, level, sizes)
+    assert _shape(streamed) == _shape(whole)
+
+
+@pytest.mark.parametrize("echo", SCHEMA_ECHOES, ids=["whole schema", "steps property", "step definition"])
+async def test_a_streamed_schema_echo_is_no_plan(echo: dict[str, Any]) -> None:
+    # found by comparing the paths: the stream took the schema for a bare step, a one-step plan whose task was
+    # the schema's description ("The planner's output."), with no warning; the whole reply path refuses it
+    plan, started, warnings = await plan_streamed(json.dumps(echo), "json_mode", [7])
+    assert _shape(plan) == [("s1", GOAL, [], None, None)] and not started
+    assert any("no usable plan" in warning for warning in warnings)
 
 
 @settings(max_examples=settings().max_examples // 6 or 1)
