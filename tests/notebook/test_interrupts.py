@@ -36,14 +36,15 @@ CANCEL_WITHIN = 2.0
 SETUP = textwrap.dedent(
     """
     %load_ext dagmagic
-    import asyncio, json
+    %config DagMagics.allow_code = True
+    import asyncio, json, psutil
     from collections import Counter
     import dagmagic
     from dagmagic import errors
     from dagmagic.testing import ScriptedLLM, ToolCall
 
     ROUND_1 = {"steps": [
-        {"id": "s1", "task": "look up the first part"},
+        {"id": "s1", "task": "work the first part out in python", "tool_hint": "python"},
         {"id": "s2", "task": "look up the second part with the lookup tool", "tool_hint": "lookup"},
         {"id": "s3", "task": "look up the third part"},
         {"id": "s4", "task": "combine the parts", "dependencies": ["s1", "s2", "s3"]},
@@ -53,7 +54,7 @@ SETUP = textwrap.dedent(
         {"id": "t2", "task": "check the units"},
         {"id": "t3", "task": "write the check up", "dependencies": ["t1", "t2"]},
     ]}
-    STEP_SECONDS = {"s1": 0.3, "s2": 0.1, "s3": 0.2, "s4": 0.15, "t1": 0.2, "t2": 0.1, "t3": 0.15}
+    STEP_SECONDS = {"s1": 0.05, "s2": 0.1, "s3": 0.2, "s4": 0.15, "t1": 0.2, "t2": 0.1, "t3": 0.15}
     ANSWER = [f"part {i} of the answer. " for i in range(24)]
 
     def lookup(q: str) -> str:
@@ -88,6 +89,8 @@ SETUP = textwrap.dedent(
             await asyncio.sleep(STEP_SECONDS[request.step_id])
             if request.step_id == "s3" and self.starts["r1.s3"] <= self.rate_limited:
                 raise errors.RateLimitError("429 slow down", model="scripted")
+            if request.step_id == "s1" and not continued:  # a script in a process of its own
+                return ToolCall("python", {"code": "import time; time.sleep(0.3); print('the first part')"})
             if request.step_id == "s2" and not continued:
                 return ToolCall("lookup", {"q": "the second part"})
             return f"value of {request.step_id}"
@@ -112,6 +115,13 @@ SETUP = textwrap.dedent(
                 waiting[e.step_id] = e.type.removeprefix("step_")
             elif e.type == "step_started":
                 waiting.pop(e.step_id, None)
+                if e.step_id == "s1":  # its script starts once the first reply (0.05 s) is in, and runs 0.3 s
+                    waiting["s1"] = ("script running", e.at)
+            elif e.type == "step_iteration" and e.step_id == "s1":
+                waiting.pop("s1", None)
+        script = waiting.pop("s1", None)
+        if script is not None and run.state.finished_at - script[1] > 0.1:
+            waiting["s1"] = script[0]
         phase = phases[-1] if phases else "starting"
         return " ".join([phase, *(f"({step_id} {what})" for step_id, what in sorted(waiting.items()))])
 
@@ -121,6 +131,7 @@ SETUP = textwrap.dedent(
             "run_id": run.run_id, "status": run.status, "finished_at": run.state.finished_at,
             "stored_status": stored.status, "stored_finished_at": stored.state.finished_at,
             "phase": phase_at_end(run), "tasks": dagmagic_tasks(),
+            "processes": [" ".join(p.cmdline()) for p in psutil.Process().children(recursive=True)],
             "memory": steps_json(run), "stored": steps_json(stored),
             "starts": dict(model.starts), "answer": run.answer,
         }))
@@ -252,6 +263,7 @@ def _check_cancelled(kernel: Kernel, interrupted: Interrupted, label: str) -> di
     assert lag < CANCEL_WITHIN, f"{label}: the run ended {lag:.2f} s after the interrupt"
     assert report["stored_finished_at"] == report["finished_at"], label
     assert report["tasks"] == [], f"{label}: tasks left running: {report['tasks']}"
+    assert report["processes"] == [], f"{label}: processes left running: {report['processes']}"
     completed = {ref: result for ref, (status, result) in report["memory"].items() if status == "completed"}
     stored = {ref: result for ref, (status, result) in report["stored"].items() if status == "completed"}
     assert stored == completed, f"{label}: completed in memory {completed}, stored {stored}"
