@@ -29,8 +29,10 @@ from dagmagic.engine.context import truncate
 from dagmagic.engine.executor import StepFailure
 from dagmagic.engine.steps import StepRequest, step_messages
 from dagmagic.engine.tools import Tool, ToolOutcome
-from dagmagic.events import StepIteration, Verification, Verifying
+from dagmagic.errors import RUN_ENDING
+from dagmagic.events import RunWarning, StepIteration, Verification, Verifying
 from dagmagic.llm import ChatModel, extract_json, structured_llm_call
+from dagmagic.llm.secrets import mask_secrets
 from dagmagic.models import ToolCallRecord
 
 __all__ = ["SHORT_ANSWER_CHARS", "StepAgent", "ToolSelection"]
@@ -110,8 +112,9 @@ class StepAgent:
             verdict = await self._check_citations(request, result, citations)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # a check that cannot run never costs the step its result
-            note = NOT_VERIFIED.format(error=f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # a check that cannot run never costs the step its result (not even a
+            # wrong key: the result exists already, and the run's next call meets the key and ends the run)
+            note = mask_secrets(NOT_VERIFIED.format(error=f"{type(exc).__name__}: {exc}"))
             step.warnings.append(note)
             request.emit(Verification(round=request.round, step_id=step.id, passed=False, feedback=note))
             return result
@@ -160,10 +163,14 @@ class StepAgent:
                 round=request.round,
                 step_id=request.step.id,
             )
-        except Exception:  # selection only narrows the list: on any failure the step gets every tool
+        except RUN_ENDING:
+            raise
+        except Exception as exc:  # selection only narrows the list: on any failure the step gets every tool
+            _all_tools(request, f"{type(exc).__name__}: {exc}", len(tools))
             return tools
         picked = [name for name in dict.fromkeys(outcome.value.tools) if name in self.tools]
         if not picked:
+            _all_tools(request, "it named none of the tools", len(tools))
             return tools
         hint = request.step.tool_hint
         if hint in self.tools and hint not in picked[: settings.tool_selection_max]:
@@ -309,6 +316,11 @@ async def _fit(request: StepRequest, messages: list[dict[str, Any]], tools: list
             round=request.round,
             step_id=request.step.id,
         )
+
+
+def _all_tools(request: StepRequest, cause: str, count: int) -> None:
+    message = f"Tool selection for {request.step.id} failed ({cause}): the step is given all {count} tools."
+    request.emit(RunWarning(message=mask_secrets(message), round=request.round, step_id=request.step.id))
 
 
 def _native_calls(tool_calls: Sequence[Any]) -> list[_Call]:

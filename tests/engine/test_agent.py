@@ -499,11 +499,13 @@ async def test_a_failed_check_reruns_the_step_once_with_the_feedback() -> None:
     assert [(e.passed, e.feedback) for e in events_of(run, Verification)] == [(False, feedback)]
 
 
-async def test_an_unreadable_verdict_lets_the_result_pass() -> None:
+async def test_an_unreadable_verdict_keeps_the_result_marked_not_verified() -> None:
     llm = ScriptedLLM(script([CITING, "never asked"], citation_check=["I cannot tell."]))
     run = await session(llm).run("goal")
-    assert run.steps["s1"].result == CITING and len(llm.requests_for("step")) == 1
-    assert [e.passed for e in events_of(run, Verification)] == [True]
+    step = run.steps["s1"]
+    assert step.result == CITING and len(llm.requests_for("step")) == 1
+    assert [e.passed for e in events_of(run, Verification)] == [False]
+    assert len(step.warnings) == 1 and "gave no usable CitationVerdict" in step.warnings[0]
 
 
 @pytest.mark.parametrize(

@@ -1,75 +1,33 @@
-"""Real providers misbehaving, through the real litellm path against a local HTTP server: a provider that
-echoes the key it was given in its 401, and one that accepts the request and never answers.
+"""Real providers misbehaving, through the real litellm path against a local HTTP server (``tests.fake_provider``):
+each provider fault as litellm meets it, a provider that echoes the key it was given in its errors, one that
+accepts the request and never answers, and a whole run through faults with key canaries everywhere.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-import threading
+import logging
 import traceback
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from dagmagic import DagSession, DagSettings, ModelRegistry, errors
-from dagmagic.notebook.fallbacks import run_html, run_markdown
+from dagmagic import DagSession, DagSettings, ModelRegistry, errors, load_run
+from dagmagic.llm import ChatModel
+from dagmagic.notebook.fallbacks import run_html, run_markdown, run_mimebundle
 from dagmagic.notebook.widget import widget_state
+from tests.fake_provider import Provider
 
 MODEL = "openai/gpt-4.1-mini"
-
-
-class Provider:
-    """An OpenAI-compatible endpoint on loopback that misbehaves as told."""
-
-    def __init__(self) -> None:
-        self.mode = "echo-401"
-        self.requests = 0
-        self.release = threading.Event()
-        provider = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                provider.requests += 1
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                if provider.mode == "hang":
-                    provider.release.wait(60)  # accepted, and no answer
-                    return
-                key = self.headers.get("Authorization", "").removeprefix("Bearer ")
-                body = json.dumps(
-                    {
-                        "error": {
-                            "message": f"Incorrect API key provided: {key}. Check it at your provider.",
-                            "type": "invalid_request_error",
-                            "code": "invalid_api_key",
-                        }
-                    }
-                ).encode()
-                self.send_response(401)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.base = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def close(self) -> None:
-        self.release.set()
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture
 def provider() -> Iterator[Provider]:
     served = Provider()
-    served.thread.start()
+    served.mode = "401"
     yield served
     served.close()
 
@@ -116,7 +74,7 @@ async def test_a_key_the_provider_echoes_is_never_shown(
 @pytest.mark.filterwarnings("ignore:coroutine 'OpenAIChatCompletion.acompletion' was never awaited:RuntimeWarning")
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 async def test_a_provider_that_never_answers_cannot_hold_the_run(provider: Provider) -> None:
-    provider.mode = "hang"
+    provider.mode = "never"
     registry = ModelRegistry().register("gpt", MODEL, api_base=provider.base, api_key="sk-local-test-key-000000")
     settings = DagSettings(
         store="none",
@@ -133,3 +91,136 @@ async def test_a_provider_that_never_answers_cannot_hold_the_run(provider: Provi
     assert all("no reply within 0.3 s (DAG_LLM_TIMEOUT)" in (call.error or "") for call in run.calls)
     assert {call.purpose for call in run.calls} >= {"plan", "step", "analyze"}
     assert [step.status for step in run.plan.steps] == ["failed"]  # the goal as one step, timed out
+
+
+# fault -> (what the call gives: an error type or the reply's length, requests made) with llm_retries=1; a
+# stream broken after its first piece is not retried (its text was shown already)
+THROUGH_LITELLM: dict[str, dict[str, tuple[type[Exception] | int, int]]] = {
+    "chat": {
+        "429": (errors.RateLimitError, 2),
+        "500": (errors.ServerError, 2),
+        "reset": (errors.TransientProviderError, 2),
+        "401": (errors.AuthenticationError, 1),
+        "broken": (errors.TransientProviderError, 2),
+        "empty": (0, 1),
+        "huge": (1_000_000, 1),
+        "slow": (errors.ProviderTimeoutError, 2),
+        "never": (errors.ProviderTimeoutError, 2),
+    },
+    "stream": {
+        "429": (errors.RateLimitError, 2),
+        "500": (errors.ServerError, 2),
+        "reset": (errors.TransientProviderError, 2),
+        "401": (errors.AuthenticationError, 1),
+        "broken": (errors.TransientProviderError, 1),
+        "empty": (0, 1),
+        "huge": (1_000_000, 1),
+        "slow": (errors.ProviderTimeoutError, 2),
+        "never": (errors.ProviderTimeoutError, 2),
+    },
+}
+CANARY = "sk-canary-registered-0123456789abcdef"
+
+
+@pytest.fixture(scope="module")
+def warm_provider() -> Iterator[Provider]:
+    """One provider for the module, and litellm imported and warmed by a first call (seconds, once)."""
+    served = Provider()
+    registry = ModelRegistry().register("gpt", MODEL, api_base=served.base, api_key=CANARY)
+    asyncio.run(ChatModel(registry.get("gpt")).chat([{"role": "user", "content": "hi"}], purpose="step"))
+    yield served
+    served.close()
+
+
+@pytest.mark.parametrize("how", list(THROUGH_LITELLM))
+@pytest.mark.parametrize("fault", list(THROUGH_LITELLM["chat"]))
+@pytest.mark.filterwarnings("ignore:coroutine 'OpenAIChatCompletion.acompletion' was never awaited:RuntimeWarning")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_each_provider_fault_through_litellm(how: str, fault: str, warm_provider: Provider) -> None:
+    provider = warm_provider
+    provider.mode, provider.requests, provider.slow_seconds = fault, 0, 2.0
+    registry = ModelRegistry().register("gpt", MODEL, api_base=provider.base, api_key=CANARY)
+    # a short bound where the fault is about time; elsewhere one that a loaded machine never meets
+    timeout = 0.5 if fault in ("slow", "never") else 30
+    settings = DagSettings(store="none", llm_retries=1, llm_retry_backoff=0, llm_timeout=timeout)
+    events: list[Any] = []
+    model = ChatModel(registry.get("gpt"), settings=settings, emit=events.append)
+    messages = [{"role": "user", "content": "hello"}]
+    expected, requests = THROUGH_LITELLM[how][fault]
+    try:
+        if how == "chat":
+            text = (await model.chat(messages, purpose="step")).content
+        else:
+            text = "".join([chunk.text async for chunk in model.stream(messages, purpose="synthesize")])
+    except errors.ProviderError as exc:
+        assert isinstance(expected, type) and isinstance(exc, expected), f"{type(exc).__name__}: {exc}"
+        assert CANARY not in str(exc) and CANARY not in repr(exc)
+        assert exc.__cause__ is None and exc.__suppress_context__  # litellm's exception (with the key) not chained
+    else:
+        assert len(text) == expected
+    assert provider.requests == requests
+    (record,) = [event.call for event in events]  # one record per call, its retries counted
+    assert record.retries == requests - 1 and CANARY not in record.model_dump_json()
+
+
+async def test_a_run_through_provider_faults_shows_no_key_anywhere(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Keys in the environment and in ``register(api_key=...)``, echoed by the provider in its errors: a whole
+    run degraded by rate limits and 5xx, then one ended by a 401, leave no key in anything a user or a file sees.
+    """
+    environment_key = "sk-canary-environment-fedcba9876543210"
+    monkeypatch.setenv("OPENAI_API_KEY", environment_key)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-canary-environment-000111222")
+    caplog.set_level(logging.DEBUG)  # every logger, litellm's too
+    provider = Provider()
+    try:
+        registry = (
+            ModelRegistry()
+            .register("gpt", MODEL, api_base=provider.base, api_key=CANARY)
+            .register("env", MODEL, roles=["fast"], api_base=provider.base)  # the key from the environment
+        )
+        store = tmp_path / "runs.sqlite"
+        settings = DagSettings(
+            store=str(store),
+            llm_retries=1,
+            llm_retry_backoff=0,
+            llm_timeout=5,
+            step_immediate_retries=1,
+            step_retry_delays=(),
+            max_replan_rounds=1,
+        )
+        session = DagSession(registry, settings)
+        provider.modes = ["429", "500"]
+        degraded = await session.run("What does a 404 status mean?")
+        provider.modes = ["401"]
+        refused = await session.run("And a 410?")
+    finally:
+        provider.close()
+
+    assert {environment_key, CANARY} <= set(provider.keys_seen)  # both keys were sent, and echoed back
+    assert degraded.status == "done" and degraded.answer and all(call.status == "failed" for call in degraded.calls)
+    assert refused.status == "failed" and refused.error is not None and "Authentication failed" in refused.error
+    with pytest.raises(errors.RunFailedError) as caught:
+        refused.raise_for_status()
+    shown: dict[str, str] = {
+        "traceback": "".join(traceback.format_exception(caught.value)),
+        "logs": caplog.text,
+        "printed": "".join(capsys.readouterr()),
+        "store": b"".join(path.read_bytes() for path in tmp_path.iterdir() if path.is_file()).decode("latin-1"),
+    }
+    for run in (degraded, refused):
+        shown |= {
+            f"{run.run_id} events": json.dumps([event.model_dump(mode="json") for event in run.events]),
+            f"{run.run_id} calls": json.dumps([call.model_dump(mode="json") for call in run.calls]),
+            f"{run.run_id} widget": json.dumps(widget_state(run), default=str),
+            f"{run.run_id} views": json.dumps(run_mimebundle(run)),
+            f"{run.run_id} repr": repr(run) + repr(run.exception) + str(run.exception),
+            f"{run.run_id} stored": json.dumps(load_run(run.run_id, store=str(store)).state.model_dump(mode="json")),
+        }
+    assert len(shown["store"]) > 10_000 and "Provider server error" in shown[f"{degraded.run_id} calls"]
+    leaks = [(name, key) for name, text in shown.items() for key in (environment_key, CANARY) if key in text]
+    assert leaks == [], f"a key shows in {leaks}"
