@@ -343,6 +343,10 @@ def test_twenty_interrupts_at_random_moments(kernel: Kernel, record_property: An
             phases[f"resume: {resumed['phase']}"] += 1
         _resume(kernel, kind, report["run_id"], label)
 
+    stderr = "".join(
+        m["content"]["text"] for _, m in kernel.log if m["msg_type"] == "stream" and m["content"]["name"] == "stderr"
+    )
+    assert "Traceback" not in stderr and "Task was destroyed" not in stderr and "never retrieved" not in stderr, stderr
     print(f"phases interrupted: {dict(phases)}")
     print(f"interrupt -> finished_at: max {max(lags):.3f} s, mean {sum(lags) / len(lags):.3f} s")
     record_property("max_cancel_lag_s", round(max(lags), 3))
