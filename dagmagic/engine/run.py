@@ -341,6 +341,10 @@ class DagRun:
                 self.cancel()
                 await self.wait()
             raise
+        if self._task is not None:
+            # A wake-up can see the task done before its done callbacks (the session's: the answer joins the
+            # history, older runs leave memory) have run; they were scheduled first, so one yield lets them.
+            await asyncio.sleep(0)
         return self
 
     def __await__(self) -> Generator[Any, None, DagRun]:
