@@ -17,7 +17,7 @@ import random
 import textwrap
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -227,6 +227,7 @@ class Interrupted:
     """One interrupted cell: what its user saw, and when the interrupt was sent (wall clock)."""
 
     cell: CellResult
+    msg_id: str
     interrupted_at: float
     delay: float
 
@@ -246,7 +247,7 @@ def _interrupt(kernel: Kernel, code: str, delay: float) -> Interrupted:
     interrupted_at = time.time()
     kernel.manager.interrupt_kernel()
     cell = kernel.collect(msg_id, submitted, timeout=30)
-    return Interrupted(cell, interrupted_at, delay)
+    return Interrupted(cell, msg_id, interrupted_at, delay)
 
 
 def _check_cancelled(kernel: Kernel, interrupted: Interrupted, label: str) -> dict[str, Any]:
@@ -267,8 +268,31 @@ def _check_cancelled(kernel: Kernel, interrupted: Interrupted, label: str) -> di
     completed = {ref: result for ref, (status, result) in report["memory"].items() if status == "completed"}
     stored = {ref: result for ref, (status, result) in report["stored"].items() if status == "completed"}
     assert stored == completed, f"{label}: completed in memory {completed}, stored {stored}"
+    assert report["stored"] == report["memory"], f"{label}: in memory {report['memory']}, stored {report['stored']}"
+    view = _view_state(kernel, interrupted.msg_id, lambda state: state.get("status") == "cancelled")
+    assert view["resumable"] is True, f"{label}: the view does not offer to resume the run"
+    drawn = {f"r{r['index']}.{node['id']}": node["status"] for r in view["rounds"] for node in r["nodes"]}
+    assert drawn == {ref: status for ref, (status, _) in report["memory"].items()}, f"{label}: the view shows {drawn}"
     report["lag"] = lag
     return report
+
+
+def _view_state(kernel: Kernel, msg_id: str, check: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """The state of the live view the cell ``msg_id`` opened, once ``check`` holds (its updates folded in)."""
+    comm_id = kernel.widget_comm_id(msg_id)
+    opened = kernel.wait_for(lambda m: m["msg_type"] == "comm_open" and m["content"]["comm_id"] == comm_id, "open")
+    state: dict[str, Any] = dict(opened["content"]["data"]["state"])
+    deadline = time.monotonic() + 10
+    seen = 0
+    while True:
+        updates = kernel.updates(comm_id)
+        for update in updates[seen:]:
+            state.update(update["content"]["data"]["state"])
+        seen = len(updates)
+        if check(state):
+            return state
+        assert time.monotonic() < deadline, f"the view never showed the state asked for; it shows {state}"
+        kernel._read(time.monotonic() + 0.1)
 
 
 def _resume(kernel: Kernel, kind: Kind, run_id: str, label: str) -> dict[str, Any]:
