@@ -308,6 +308,22 @@ async def test_a_finished_run_leaves_no_task_behind() -> None:
     assert await leftover_tasks(before) == []
 
 
+async def test_runs_stopped_or_steered_while_steps_run_leave_no_task_behind() -> None:
+    async def slow(request: ScriptedRequest) -> str:
+        await asyncio.sleep(0.05)
+        return f"result of {request.step_id}"
+
+    before = asyncio.all_tasks()
+    session = session_with({"step": slow, "plan": [plan_reply(("s1", []), ("s2", ["s1"]))]})
+    stopped, steered = session.start("goal"), session.start("other goal")
+    await until(lambda: stopped.phase == "executing" and steered.phase == "executing")
+    stopped.stop()
+    steered.follow_up("also this")
+    await asyncio.gather(stopped.wait(), steered.wait())
+    assert (stopped.status, steered.status) == ("done", "done") and steered.follow_ups == ["also this"]
+    assert await leftover_tasks(before) == []
+
+
 @pytest.mark.parametrize("phase", list(CANCELLED_WHILE))
 async def test_a_run_cancelled_in_any_phase_leaves_no_task_behind(phase: str) -> None:
     script, options, reached = CANCELLED_WHILE[phase]
