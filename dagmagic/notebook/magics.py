@@ -244,6 +244,7 @@ class DagMagics(Magics):
             args.bg = False
         session = self._session(args)
         run = self._start(lambda: session.start_resume(run_id))
+        run.break_before(*_names(getattr(args, "breaks", None)))  # like --approve and --step-through, kept
         self._show(run, session, args)
         if args.bg:
             return run

@@ -135,19 +135,6 @@ SETUP = textwrap.dedent(
             "memory": steps_json(run), "stored": steps_json(stored),
             "starts": dict(model.starts), "answer": run.answer,
         }))
-
-    async def finish(job):
-        '''Act as the reader of a resumed run: approve its plan, release a breakpoint, skip a retry's wait.'''
-        while not job.done():
-            if job.awaiting_approval:
-                job.approve()
-            for step_id in job.paused:
-                job.resume_step(step_id)
-            for step_id, step in job.steps.items():
-                if step.status == "retrying":
-                    job.retry_now(step_id)
-            await asyncio.sleep(0.02)
-        return job
     """
 )
 
@@ -161,7 +148,7 @@ class Kind:
     rate_limited: int = 0
     retry_delays: str = "0.3"
     waits: bool = False
-    """The run waits for the reader (approval, breakpoint, a long retry): resumed in the background and helped."""
+    """The run waits for its reader (approval, breakpoint, a long retry): once resumed, it is helped on."""
 
 
 FULL = Kind("full")
@@ -277,12 +264,14 @@ def _check_cancelled(kernel: Kernel, interrupted: Interrupted, label: str) -> di
     return report
 
 
-def _view_state(kernel: Kernel, msg_id: str, check: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+def _view_state(
+    kernel: Kernel, msg_id: str, check: Callable[[dict[str, Any]], bool], timeout: float = 10
+) -> dict[str, Any]:
     """The state of the live view the cell ``msg_id`` opened, once ``check`` holds (its updates folded in)."""
     comm_id = kernel.widget_comm_id(msg_id)
     opened = kernel.wait_for(lambda m: m["msg_type"] == "comm_open" and m["content"]["comm_id"] == comm_id, "open")
     state: dict[str, Any] = dict(opened["content"]["data"]["state"])
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + timeout
     seen = 0
     while True:
         updates = kernel.updates(comm_id)
@@ -296,15 +285,18 @@ def _view_state(kernel: Kernel, msg_id: str, check: Callable[[dict[str, Any]], b
 
 
 def _resume(kernel: Kernel, kind: Kind, run_id: str, label: str) -> dict[str, Any]:
-    """Resume the run to its end: done, answered, and no step that had completed started again."""
+    """Resume the run to its end with ``%dag resume``: done, answered, and no step that had completed started
+    again. A run that waits for its reader (a plan to approve, a breakpoint, a retry 30 s away) is helped on
+    through its view, as a reader would click.
+    """
     before = _report(kernel)
     completed = [ref for ref, (status, _) in before["memory"].items() if status == "completed"]
+    submitted = time.monotonic()
+    msg_id = kernel.submit(f"%dag resume {run_id}")
     if kind.waits:
-        kernel.execute(f"%dag resume {run_id} --models llm --tools lookup --bg -o job")
-        kernel.execute("await finish(job)", timeout=60)
-    else:
-        cell = kernel.execute(f"%dag resume {run_id}", timeout=60)
-        assert cell.result["text/plain"].startswith("<DagRun done"), f"{label}: {cell.result.get('text/plain')}"
+        _help_on(kernel, msg_id)
+    cell = kernel.collect(msg_id, submitted, timeout=60)
+    assert cell.result.get("text/plain", "").startswith("<DagRun done"), f"{label}: {cell.result} {cell.error}"
     after = _report(kernel)
     assert after["run_id"] == run_id, label
     assert (after["status"], after["stored_status"]) == ("done", "done"), label
@@ -313,6 +305,31 @@ def _resume(kernel: Kernel, kind: Kind, run_id: str, label: str) -> dict[str, An
     assert all(then == now for then, now in ran_again.values()), f"{label}: completed steps ran again: {ran_again}"
     assert after["tasks"] == [], label
     return after
+
+
+def _help_on(kernel: Kernel, msg_id: str) -> None:
+    """Until the cell ``msg_id`` ends, approve its view's waiting plan, continue its paused steps and retry its
+    waiting ones now, with the messages the view's buttons send.
+    """
+    comm_id = kernel.widget_comm_id(msg_id)
+    last_sent = 0.0
+
+    def act(state: dict[str, Any]) -> bool:
+        nonlocal last_sent
+        if any(m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "execute_result" for _, m in kernel.log):
+            return True
+        if time.monotonic() - last_sent < 0.3:  # the view's state needs a moment to show what a click did
+            return False
+        nodes = [node for record in state["rounds"][-1:] for node in record["nodes"]]
+        actions = [{"type": "approve"}] if state.get("phase") == "awaiting_approval" else []
+        actions += [{"type": "continue", "step": n["id"]} for n in nodes if n["status"] == "paused"]
+        actions += [{"type": "retry_now", "step": n["id"]} for n in nodes if n["status"] == "retrying"]
+        for action in actions:
+            kernel.send_comm_msg(comm_id, {"method": "custom", "content": action})
+            last_sent = time.monotonic()
+        return False
+
+    _view_state(kernel, msg_id, act, timeout=60)
 
 
 @pytest.mark.slow
@@ -404,3 +421,31 @@ async def test_an_interrupted_cell_says_in_one_line_what_was_kept(ip: Any, tmp_p
     assert told == [
         f"Interrupted: run {run.run_id} was cancelled (1 completed step kept); `%dag resume {run.run_id}` continues it."
     ]
+
+
+async def test_a_run_interrupted_at_its_breakpoint_pauses_there_again_when_resumed(ip: Any, tmp_path: Any) -> None:
+    """``%dag resume`` kept the cell's ``--approve`` and ``--step-through`` but dropped its ``--break``."""
+    from dagmagic.notebook import magics
+
+    magics._magics().overrides["store"] = str(tmp_path / "runs.sqlite")
+    cell = asyncio.ensure_future(magics.run_dag_cell("--models llm --break s2", "a goal"))
+    run = await _until(lambda: magics.last_run(), lambda run: run.paused == ["s2"])
+    cell.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cell
+    assert run.status == "cancelled"
+
+    resumed_cell = asyncio.ensure_future(magics.run_dag_line("resume", run.run_id))
+    resumed = await _until(lambda: magics.last_run(), lambda resumed: resumed.paused == ["s2"])
+    assert resumed is not run and resumed.run_id == run.run_id
+    resumed.resume_step("s2")
+    assert (await resumed_cell).status == "done"
+
+
+async def _until(get: Callable[[], Any], check: Callable[[Any], bool]) -> Any:
+    for _ in range(500):
+        value = get()
+        if value is not None and check(value):
+            return value
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never: {get()}")
