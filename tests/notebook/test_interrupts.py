@@ -1,11 +1,12 @@
 """Interrupt ``%%dag`` cells at random moments in a real kernel: every run ends ``cancelled`` at once, the
-kernel stays usable, every completed step is in the run store, and ``%dag resume`` finishes the run without
-running a completed step again.
+user reads one line, the kernel stays usable, the store holds the run as it was, and ``%dag resume``
+finishes it without running a completed step again.
 
 One kernel serves the module. Its scripted model takes a run through every phase: planning, four steps
-executing in parallel (one calls a tool, one meets a rate limit and waits for a delayed retry), a replan
-round, analysing, a streamed answer; some cells add ``--approve`` or ``--break``. The moments come from a
-seeded ``random.Random``: ``DAGMAGIC_INTERRUPT_SEED=<seed>`` replays a failing sequence.
+executing in parallel (s1 runs a python-tool script in a process of its own, s2 calls a notebook tool, s3
+meets rate limits and waits for a delayed retry), analyzing, a replan round, a streamed answer; some cells
+add ``--approve`` or ``--break``. The moments come from a seeded ``random.Random``, printed:
+``DAGMAGIC_INTERRUPT_SEED=<seed>`` replays a failing sequence.
 """
 
 from __future__ import annotations
