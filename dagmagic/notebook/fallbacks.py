@@ -62,6 +62,18 @@ def step_rows(plan: ExecutionPlan | None) -> list[tuple[str, str, str, str, str,
     return rows
 
 
+STATIC_ANSWER_CHARS = 12_000
+"""The answer as the static views quote it: a model that writes a megabyte must not put it in the saved notebook
+twice (Markdown and HTML); ``run.answer`` keeps all of it."""
+
+
+def _static_answer(answer: str) -> str:
+    if len(answer) <= STATIC_ANSWER_CHARS:
+        return answer
+    more = len(answer) - STATIC_ANSWER_CHARS
+    return f"{answer[:STATIC_ANSWER_CHARS]}\n\n… {more} more characters: run.answer has all of it."
+
+
 def run_markdown(run: DagRun) -> str:
     """The run as Markdown: header, verdict, step table, answer."""
     lines = [f"**dagmagic** · {_md(run.goal)}", "", _md(_summary(run)), ""]
@@ -72,7 +84,7 @@ def run_markdown(run: DagRun) -> str:
         lines.append("")
     if run.answer:
         title = f"**Answer** ({PARTIAL_NOTE})" if run.partial else "**Answer**"
-        lines += [title, "", inert_markdown(run.answer)]
+        lines += [title, "", inert_markdown(_static_answer(run.answer))]
     return "\n".join(lines)
 
 
@@ -85,7 +97,7 @@ def run_html(run: DagRun) -> str:
     latest = run.rounds[-1].index if run.rounds else 0
     rounds = "".join(_round_html(record, open_=record.index == latest) for record in run.rounds)
     title = f"<b>Answer</b> ({PARTIAL_NOTE})" if run.partial else "<b>Answer</b>"
-    answer = f"<div>{title}{markdown_html(_images_as_links(run.answer))}</div>" if run.answer else ""
+    answer = f"<div>{title}{markdown_html(_images_as_links(_static_answer(run.answer)))}</div>" if run.answer else ""
     return (
         f'<div class="dagmagic-static"><p><b>dagmagic</b> · {e(run.goal)}</p>'
         f"<p>{e(_summary(run))}</p>{rounds}{answer}</div>"
