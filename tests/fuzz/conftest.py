@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, Phase, settings
 _QUIET = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example]
 
 settings.register_profile(
-    "ci", derandomize=True, database=None, deadline=None, max_examples=60, suppress_health_check=_QUIET
+    "ci", derandomize=True, database=None, deadline=None, max_examples=250, suppress_health_check=_QUIET
 )
 settings.register_profile(
     "deep",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from typing import Any
 
 from dagmagic.llm import ChatModel, ModelRegistry
@@ -46,14 +47,16 @@ def chat_model(llm: ScriptedLLM, settings: DagSettings = SETTINGS, emit: Any = N
     return ChatModel(ModelRegistry().register("m", llm).get("m"), settings=settings, emit=emit)
 
 
-def assert_valid_plan(plan: ExecutionPlan, max_steps: int) -> None:
-    """The planner's contract: 1..max steps, unique ids, every dependency a step of the plan, no cycle."""
+def assert_valid_plan(plan: ExecutionPlan, max_steps: int, earlier: Collection[str] = ()) -> None:
+    """The planner's contract: 1..max steps, unique ids, every dependency a step of the plan (or a reusable
+    result of an earlier round), no cycle.
+    """
     ids = [step.id for step in plan.steps]
     assert 1 <= len(ids) <= max_steps, ids
     assert len(set(ids)) == len(ids), ids
     for step in plan.steps:
         assert isinstance(step.task, str) and isinstance(step.id, str)
-        assert set(step.dependencies) <= set(ids), (step.id, step.dependencies, ids)
+        assert set(step.dependencies) <= {*ids, *earlier}, (step.id, step.dependencies, ids)
     layered = [sid for layer in plan.layers() for sid in layer]
     assert sorted(layered) == sorted(ids)
 

@@ -66,13 +66,15 @@ def dump(value: Any, ascii_only: bool = False, indent: int | None = None) -> str
 def deep_nesting(draw: st.DrawFn) -> str:
     """Lists or objects nested up to 3,000 deep, closed or not, maybe around a plan."""
     depth = draw(st.sampled_from([10, 500, 900, 990, 1000, 1200, 3000]))
-    kind = draw(st.sampled_from(["list", "object", "mixed"]))
+    kind = draw(st.sampled_from(["list", "object", "steps", "plan"]))
     if kind == "list":
         opened, closed = "[" * depth, "]" * depth
     elif kind == "object":
         opened, closed = '{"a":' * depth, "}" * depth
-    else:
+    elif kind == "steps":
         opened, closed = '{"steps":[' * depth, "]}" * depth
+    else:  # the planner follows `plan` keys into the object they hold
+        opened, closed = '{"plan":' * depth, "}" * depth
     inner = draw(st.sampled_from(["1", '{"id": "s1", "task": "t"}', "", '"x"']))
     text = opened + inner + (closed if draw(st.booleans()) else closed[: draw(st.integers(0, len(closed)))])
     return draw(st.sampled_from(["", "Plan:\n", '{"steps": ['])) + text

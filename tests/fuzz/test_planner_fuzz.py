@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from typing import Any
 
 import pytest
@@ -67,15 +68,17 @@ def _raw(text: str) -> Any:
         return None
 
 
-async def plan_whole(text: str, level: str) -> tuple[ExecutionPlan, list[str]]:
+async def plan_whole(text: str, level: str, earlier: Collection[str] = ()) -> tuple[ExecutionPlan, list[str]]:
     harness = PlannerHarness([text], level)
-    plan = await harness.planner.plan(GOAL, round=1)
+    plan = await harness.planner.plan(GOAL, round=1, earlier=earlier)
     assert len(harness.llm.requests_for("plan")) <= 2 * 5  # two plan attempts, each at most five calls
     return plan, harness.warnings
 
 
-def pieces_of(text: str, sizes: list[int], as_tool_call: bool) -> list[Any]:
-    """``text`` cut in pieces of the given sizes (cycled), as text or as the first tool call's arguments."""
+def pieces_of(text: str, sizes: list[int], as_tool_call: bool, preamble: str = "") -> list[Any]:
+    """``text`` cut in pieces of the given sizes (cycled), as text or as the first tool call's arguments (after
+    ``preamble`` as text, which a model may write before its call).
+    """
     pieces, start, n = [], 0, 0
     while start < len(text):
         size = sizes[n % len(sizes)]
@@ -83,31 +86,33 @@ def pieces_of(text: str, sizes: list[int], as_tool_call: bool) -> list[Any]:
         start, n = start + size, n + 1
     if not as_tool_call:
         return pieces
-    first = StreamChunk(tool_calls=[ToolCallDelta(index=0, id="call_0", name="submit_plandraft")])
+    first = StreamChunk(text=preamble, tool_calls=[ToolCallDelta(index=0, id="call_0", name="submit_plandraft")])
     return [first, *(StreamChunk(tool_calls=[ToolCallDelta(index=0, arguments=piece)]) for piece in pieces)]
 
 
-async def plan_streamed(text: str, level: str, sizes: list[int]) -> tuple[ExecutionPlan, list[PlanStep], list[str]]:
+async def plan_streamed(
+    text: str, level: str, sizes: list[int], preamble: str = "", earlier: Collection[str] = ()
+) -> tuple[ExecutionPlan, list[PlanStep], list[str]]:
     """The plan the streaming path ends with, as the loop decides it (``GoalLoop._stream_round``): the
     validated stream, else one correction of its drafts, else a normal plan.
     """
     as_tool_call = level == "tool_call"
-    harness = PlannerHarness([pieces_of(text, sizes, as_tool_call) or [""], text], level)
+    harness = PlannerHarness([pieces_of(text, sizes, as_tool_call, preamble) or [""], text], level)
     started: list[PlanStep] = []
-    streamed = await PlanStream(harness.planner, started.append).run(GOAL, round=1)
+    streamed = await PlanStream(harness.planner, started.append).run(GOAL, round=1, earlier=earlier)
     assert len(started) <= MAX_STEPS
     handed: set[str] = set()
     for step in started:  # a step is handed over only after every step it depends on
-        assert step.id not in handed and set(step.dependencies) <= handed, (step, handed)
+        assert step.id not in handed and set(step.dependencies) <= handed | set(earlier), (step, handed)
         handed.add(step.id)
     assert set(streamed.started) == handed
     if streamed.readable:
-        steps, problem = harness.planner.validate(streamed.drafts, round=1)
+        steps, problem = harness.planner.validate(streamed.drafts, round=1, earlier=earlier)
         if problem is None:
             return ExecutionPlan(goal=GOAL, steps=steps), started, harness.warnings
-        plan = await harness.planner.finish(streamed.messages, streamed.drafts, query=GOAL, round=1)
+        plan = await harness.planner.finish(streamed.messages, streamed.drafts, query=GOAL, round=1, earlier=earlier)
     else:
-        plan = await harness.planner.plan(GOAL, round=1)
+        plan = await harness.planner.plan(GOAL, round=1, earlier=earlier)
     return plan, started, harness.warnings
 
 
@@ -125,17 +130,28 @@ async def test_the_whole_reply_path_always_plans_validly(text: str, level: str) 
         assert warnings, "a plan that was repaired or replaced must say so"
 
 
-@given(plan_replies(), LEVELS, CHUNK_SIZES)
+@given(plan_replies(), LEVELS, CHUNK_SIZES, st.one_of(st.just(""), json_ish_text()))
 @example(
     '{"steps": [{"id": "s1", "task": "a", "dependencies": ["s2"]}, {"id": "s2", "task": "b", "dependencies": ["s1"]}]}',
-    "json_mode",
+    "tool_call",
     [3],
+    "Let me think [a] {b}",
 )
-async def test_the_streaming_path_always_plans_validly(text: str, level: str, sizes: list[int]) -> None:
-    plan, _, warnings = await plan_streamed(text, level, sizes)
+async def test_the_streaming_path_always_plans_validly(text: str, level: str, sizes: list[int], preamble: str) -> None:
+    plan, _, warnings = await plan_streamed(text, level, sizes, preamble)
     assert_valid_plan(plan, MAX_STEPS)
     if not usable_as_written(text):
         assert warnings, "a plan that was repaired or replaced must say so"
+
+
+@given(plan_replies(), LEVELS, CHUNK_SIZES, st.sets(st.sampled_from(["r1.s1", "r1.s2", "r2.s7"])))
+async def test_a_replan_reusing_earlier_results_plans_validly_on_both_paths(
+    text: str, level: str, sizes: list[int], earlier: set[str]
+) -> None:
+    whole, _ = await plan_whole(text, level, earlier)
+    assert_valid_plan(whole, MAX_STEPS, earlier)
+    streamed, _, _ = await plan_streamed(text, level, sizes, earlier=earlier)
+    assert_valid_plan(streamed, MAX_STEPS, earlier)
 
 
 def _shape(plan: ExecutionPlan) -> list[tuple[str, str, list[str], str | None, str | None]]:
@@ -199,3 +215,13 @@ async def test_hundreds_of_steps_are_cut_to_the_maximum(steps: list[dict[str, An
     streamed, started, _ = await plan_streamed(text, level, [size])
     assert_valid_plan(streamed, MAX_STEPS)
     assert len(started) <= MAX_STEPS
+
+
+@pytest.mark.xfail(strict=True, reason="known: plan_stream hands s1 over on round 1's r1.s2; loop._adopt keeps it")
+async def test_a_step_is_not_started_on_an_earlier_result_that_a_later_step_of_the_plan_shadows() -> None:
+    # s1 depends on "r1.s2", a reusable result of round 1, and the plan then names a step of its own r1.s2: the
+    # whole plan (and the executor) read the dependency as that step, but the stream started s1 before it
+    text = json.dumps({"steps": [{"id": "s1", "task": "a", "dependencies": ["r1.s2"]}, {"id": "r1.s2", "task": "b"}]})
+    plan, started, _ = await plan_streamed(text, "json_mode", [5], earlier={"r1.s2"})
+    assert plan.layers() == [["r1.s2"], ["s1"]]
+    assert [step.id for step in started] in (["r1.s2", "s1"], ["r1.s2"], [])
