@@ -387,6 +387,7 @@ class DagMagics(Magics):
 
         def resume() -> DagRun:
             resumed = self._start(lambda: session.start_resume(widget.run.run_id))
+            resumed.break_before(*_names(getattr(args, "breaks", None)))  # as `%dag resume` keeps them
             if args.output:
                 self._namespace[args.output] = resumed
             self._keep(resumed)
@@ -394,6 +395,7 @@ class DagMagics(Magics):
 
         def restart() -> DagRun:
             fresh = self._start(lambda: session.start(goal or widget.run.goal))
+            fresh.break_before(*_names(getattr(args, "breaks", None)))
             if args.output:
                 self._namespace[args.output] = fresh
             self._keep(fresh)

@@ -315,6 +315,19 @@ def test_the_offered_views_buttons_resume_or_start_over(ip: InteractiveShell, tm
     assert fresh is widget.run and fresh.run_id != again.run_id and fresh.status == "done"
 
 
+def test_the_offered_views_resume_keeps_the_cells_breakpoints(ip: InteractiveShell, tmp_path: Path) -> None:
+    job = _interrupted_run(ip, tmp_path)
+    offered = run_cell(ip, "%%dag --models llm --break s2\nthe goal")
+    assert offered.run_id == job.run_id
+    widget = ip.user_ns["widget"] = widget_for(offered)
+    run_cell(ip, "await asyncio.sleep(0)\nwidget._on_message(None, {'type': 'resume'}, [])")
+    resumed = widget.run
+    run_cell(ip, "for _ in range(200):\n    if widget.run.paused: break\n    await asyncio.sleep(0.01)")
+    assert resumed.paused == ["s2"]  # paused before s2, as the cell asked, instead of running through it
+    resumed.resume_step()
+    assert run_cell(ip, "await widget.run").status == "done"
+
+
 def test_restart_skips_the_offer_and_resume_names_runs(ip: InteractiveShell, tmp_path: Path) -> None:
     job = _interrupted_run(ip, tmp_path)
     fresh = run_cell(ip, "%%dag --models llm --restart\nthe goal")
