@@ -95,30 +95,18 @@ async def test_a_provider_that_never_answers_cannot_hold_the_run(provider: Provi
 
 # fault -> (what the call gives: an error type or the reply's length, requests made) with llm_retries=1; a
 # stream broken after its first piece is not retried (its text was shown already)
-THROUGH_LITELLM: dict[str, dict[str, tuple[type[Exception] | int, int]]] = {
-    "chat": {
-        "429": (errors.RateLimitError, 2),
-        "500": (errors.ServerError, 2),
-        "reset": (errors.TransientProviderError, 2),
-        "401": (errors.AuthenticationError, 1),
-        "broken": (errors.TransientProviderError, 2),
-        "empty": (0, 1),
-        "huge": (1_000_000, 1),
-        "slow": (errors.ProviderTimeoutError, 2),
-        "never": (errors.ProviderTimeoutError, 2),
-    },
-    "stream": {
-        "429": (errors.RateLimitError, 2),
-        "500": (errors.ServerError, 2),
-        "reset": (errors.TransientProviderError, 2),
-        "401": (errors.AuthenticationError, 1),
-        "broken": (errors.TransientProviderError, 1),
-        "empty": (0, 1),
-        "huge": (1_000_000, 1),
-        "slow": (errors.ProviderTimeoutError, 2),
-        "never": (errors.ProviderTimeoutError, 2),
-    },
+CHAT_FAULTS: dict[str, tuple[type[Exception] | int, int]] = {
+    "429": (errors.RateLimitError, 2),
+    "500": (errors.ServerError, 2),
+    "reset": (errors.TransientProviderError, 2),
+    "401": (errors.AuthenticationError, 1),
+    "broken": (errors.TransientProviderError, 2),
+    "empty": (0, 1),
+    "huge": (1_000_000, 1),
+    "slow": (errors.ProviderTimeoutError, 2),
+    "never": (errors.ProviderTimeoutError, 2),
 }
+THROUGH_LITELLM = {"chat": CHAT_FAULTS, "stream": CHAT_FAULTS | {"broken": (errors.TransientProviderError, 1)}}
 CANARY = "sk-canary-registered-0123456789abcdef"
 
 
