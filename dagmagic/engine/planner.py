@@ -99,10 +99,17 @@ def _looks_like_step(item: Mapping[str, Any]) -> bool:
 
 
 def normalize_step(item: dict[str, Any], index: int) -> dict[str, Any]:
-    """One step's fields as models write them, in the shape ``StepDraft`` expects."""
+    """One step's fields as models write them, in the shape ``StepDraft`` expects.
+
+    An id written like a reference to an earlier round's result (``r1.s2``) is the plan's own step, not that
+    result: it becomes ``r1_s2``, so that ``r1.s2`` in a dependency always means the earlier result (on both
+    planner paths: a streamed step may have started on it before the plan named a step so).
+    """
     if "task" not in item and "description" in item:
         item["task"] = item.pop("description")
     item["id"] = str(item["id"]).strip() if item.get("id") is not None else f"s{index + 1}"
+    if split_round_reference(item["id"]) is not None:
+        item["id"] = item["id"].replace(".", "_", 1)
     for key in _DEPENDENCY_KEYS[1:]:
         if key in item and "dependencies" not in item:
             item["dependencies"] = item.pop(key)
@@ -176,11 +183,14 @@ def _plan_steps(
     """Plan steps from drafts with unique ids: unknown dependencies and model hints dropped, with warnings."""
     ids = [draft.id for draft in drafts]
     known = set(ids)
+    # a step the model named "r1.a" is "r1_a" here (normalize_step); "r1.a" in a dependency is that step unless
+    # round 1 has a result "a" to reuse
+    own = {ref: i for i in ids if split_round_reference(ref := i.replace("_", ".", 1)) and ref not in earlier}
     steps: list[PlanStep] = []
     dropped: list[str] = []
     for draft in drafts:
         kept = []
-        for dep in dict.fromkeys(draft.dependencies):
+        for dep in dict.fromkeys(own.get(dep, dep) for dep in draft.dependencies):
             reusable = split_round_reference(dep) is not None and dep in earlier
             if dep in known or reusable:
                 kept.append(dep)

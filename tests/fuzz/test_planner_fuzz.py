@@ -217,11 +217,14 @@ async def test_hundreds_of_steps_are_cut_to_the_maximum(steps: list[dict[str, An
     assert len(started) <= MAX_STEPS
 
 
-@pytest.mark.xfail(strict=True, reason="known: plan_stream hands s1 over on round 1's r1.s2; loop._adopt keeps it")
-async def test_a_step_is_not_started_on_an_earlier_result_that_a_later_step_of_the_plan_shadows() -> None:
+async def test_a_step_named_like_an_earlier_result_cannot_shadow_it() -> None:
     # s1 depends on "r1.s2", a reusable result of round 1, and the plan then names a step of its own r1.s2: the
-    # whole plan (and the executor) read the dependency as that step, but the stream started s1 before it
+    # stream started s1 on round 1's result before that step arrived, and the whole plan read the dependency as
+    # the new step. The plan's own step is renamed r1_s2, so both paths read r1.s2 as round 1's result.
     text = json.dumps({"steps": [{"id": "s1", "task": "a", "dependencies": ["r1.s2"]}, {"id": "r1.s2", "task": "b"}]})
     plan, started, _ = await plan_streamed(text, "json_mode", [5], earlier={"r1.s2"})
-    assert plan.layers() == [["r1.s2"], ["s1"]]
-    assert [step.id for step in started] in (["r1.s2", "s1"], ["r1.s2"], [])
+    assert [(step.id, step.dependencies) for step in plan.steps] == [("s1", ["r1.s2"]), ("r1_s2", [])]
+    assert [sorted(layer) for layer in plan.layers()] == [["r1_s2", "s1"]]
+    assert [step.id for step in started] == ["s1", "r1_s2"]
+    whole, _ = await plan_whole(text, "json_mode", earlier={"r1.s2"})
+    assert [(step.id, step.dependencies) for step in whole.steps] == [("s1", ["r1.s2"]), ("r1_s2", [])]
