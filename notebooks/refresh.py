@@ -1,0 +1,76 @@
+"""Execute the tutorial notebooks and store their outputs as readers and nbval should see them.
+
+    python notebooks/refresh.py                 # every notebooks/NN_*.ipynb
+    python notebooks/refresh.py 03_replanning   # some of them
+
+Each notebook runs top to bottom in a fresh kernel, offline (``ScriptedLLM``), in a temporary working
+directory (its run store included). Then the live widgets' views and state are dropped — GitHub cannot draw
+them and nbval does not compare them — so each ``%%dag`` cell keeps its static views (Markdown, HTML, SVG),
+which is what a reader without a kernel sees. CI then re-runs every notebook with
+``pytest --nbval notebooks/`` and compares the outputs stored here, so a notebook that no longer matches the
+library fails CI: run this script and commit the notebooks after changing what they show.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+HERE = Path(__file__).resolve().parent
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+SECONDS_ALLOWED = 60.0
+
+
+def strip_widgets(nb: nbformat.NotebookNode) -> None:
+    """Drop widget state and widget views; keep every other output (the static views among them)."""
+    nb.metadata.pop("widgets", None)
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)  # nbclient's timestamps: noise in every diff
+        outputs = []
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            data.pop(WIDGET_VIEW, None)
+            if output.get("output_type") in ("display_data", "execute_result") and not data:
+                continue
+            outputs.append(output)
+        if cell.cell_type == "code":
+            cell.outputs = outputs
+
+
+def refresh(path: Path) -> float:
+    """Execute ``path`` in place; return the seconds it took."""
+    nb = nbformat.read(path, as_version=4)
+    env = {key: value for key, value in os.environ.items() if not key.startswith("DAG_")}
+    env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="dagmagic-tutorial-") as workdir:
+        client = NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": workdir}})
+        client.execute(env=env)
+    seconds = time.monotonic() - started
+    strip_widgets(nb)
+    nbformat.write(nb, path)
+    return seconds
+
+
+def main(names: list[str]) -> int:
+    """Refresh the named notebooks (all when none); 1 when one took longer than a tutorial may."""
+    paths = [HERE / f"{name.removesuffix('.ipynb')}.ipynb" for name in names] or sorted(HERE.glob("[0-9][0-9]_*.ipynb"))
+    slow = []
+    for path in paths:
+        seconds = refresh(path)
+        print(f"{path.name}: {seconds:.1f} s")
+        if seconds > SECONDS_ALLOWED:
+            slow.append(path.name)
+    if slow:
+        print(f"over {SECONDS_ALLOWED:g} s: {', '.join(slow)}", file=sys.stderr)
+    return 1 if slow else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
