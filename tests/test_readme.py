@@ -48,15 +48,20 @@ def test_every_setting_is_in_the_table() -> None:
         assert f"| `{name}` |" in table, f"setting {name} is missing from README.md's table"
 
 
-def test_readme_test_command_is_what_ci_runs() -> None:
-    blocks = re.findall(r"```bash\n(.*?)```", _section("The two commands"), flags=re.DOTALL)
-    commands = [line.strip() for block in blocks for line in block.splitlines() if "pytest" in line]
-    assert commands == [TEST_COMMAND], f"'The two commands' should show the test command once, found {commands}"
+def test_the_two_commands_are_the_quickstart_and_what_ci_runs() -> None:
+    section = _section("The two commands")
+    blocks = [block.strip() for block in re.findall(r"```bash\n(.*?)```", section, flags=re.DOTALL)]
+    assert blocks == ["bash quickstart.sh", "bash .ci/run"], f"'The two commands' should be those two, found {blocks}"
+    assert (ROOT / "quickstart.sh").exists()
+    assert f"`{TEST_COMMAND}`" in section  # the tests alone, in an installed environment
     ci_lines = [
         line.strip() for line in CI_RUN.read_text(encoding="utf-8").splitlines() if not line.lstrip().startswith("#")
     ]
     assert any(TEST_COMMAND in line for line in ci_lines), f".ci/run must run `{TEST_COMMAND}` verbatim"
+    assert any("--nbval" in line for line in ci_lines) and not any("--nbval-lax" in line for line in ci_lines)
 
 
-def test_readme_names_the_main_job() -> None:
-    assert "bash .ci/run" in _section("The two commands")
+def test_the_readme_links_every_tutorial_in_reading_order() -> None:
+    linked = re.findall(r"\]\((notebooks/\d\d_\w+\.ipynb)\)", _section("Tutorials"))
+    stored = sorted(f"notebooks/{path.name}" for path in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    assert linked == stored and len(linked) == 6
