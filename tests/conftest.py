@@ -12,6 +12,9 @@ import pytest
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
 
 _LOOPBACK = ("127.", "::1", "localhost")
+_OLLAMA_DEFAULT_PORT = 11434
+# The variables that make dagmagic pick models when none is set: a developer's own must not change outcomes.
+_MODEL_DEFAULT_SOURCES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "OLLAMA_HOST", "OLLAMA_API_BASE")
 _real_connect = socket.socket.connect
 
 
@@ -19,6 +22,8 @@ def _loopback_only(self: socket.socket, address: Any) -> Any:
     host = address[0] if isinstance(address, tuple) else address
     if isinstance(host, str) and self.family in (socket.AF_INET, socket.AF_INET6) and not host.startswith(_LOOPBACK):
         raise ConnectionRefusedError(f"tests may not reach the network (tried {host})")
+    if isinstance(address, tuple) and len(address) > 1 and address[1] == _OLLAMA_DEFAULT_PORT:
+        raise ConnectionRefusedError("tests may not reach a real Ollama (they serve their own on another port)")
     return _real_connect(self, address)
 
 
@@ -26,7 +31,7 @@ def _loopback_only(self: socket.socket, address: Any) -> Any:
 def _offline(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(socket.socket, "connect", _loopback_only)
     for name in list(os.environ):
-        if name.startswith("DAG_") or name == "MAX_CONCURRENCY":
+        if name.startswith("DAG_") or name == "MAX_CONCURRENCY" or name in _MODEL_DEFAULT_SOURCES:
             monkeypatch.delenv(name)
     monkeypatch.setenv("DAG_STORE", "none")  # tests that save runs name a store of their own
     yield

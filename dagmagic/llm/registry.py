@@ -9,6 +9,7 @@ from typing import Any
 from dagmagic.errors import ConfigurationError
 from dagmagic.llm._litellm import import_litellm
 from dagmagic.llm.backend import Capabilities, ChatBackend, LiteLLMBackend, is_router, router_deployments
+from dagmagic.llm.defaults import default_models
 from dagmagic.llm.secrets import is_secret_option, remember_secrets
 
 __all__ = ["ROLE_ENV", "STANDARD_ROLES", "ModelEntry", "ModelRegistry"]
@@ -31,7 +32,9 @@ _NO_KEY_PROVIDERS = ("bedrock", "sagemaker", "vertex_ai", "ollama", "ollama_chat
 NO_MODEL_MESSAGE = (
     "No model is configured. Set DAG_SMART_MODEL (and optionally DAG_GENERAL_MODEL, DAG_FAST_MODEL, "
     "DAG_REASONING_MODEL) to a litellm model string such as 'openai/gpt-4.1-mini' or 'ollama/qwen3', "
-    "or pass models=ModelRegistry().register(...)."
+    "or pass models=ModelRegistry().register(...). With none of those, models are picked for you when "
+    "OPENAI_API_KEY, ANTHROPIC_API_KEY or GEMINI_API_KEY is set, or when Ollama runs on this machine "
+    "(OLLAMA_HOST, default 127.0.0.1:11434); none of them was found."
 )
 
 
@@ -84,6 +87,8 @@ class ModelRegistry:
     def __init__(self) -> None:
         self._entries: dict[str, ModelEntry] = {}
         self._roles: dict[str, str] = {}
+        self.chosen_because: str | None = None
+        """How ``from_env``/``from_settings`` chose the models ("OPENAI_API_KEY is set"); None if built by hand."""
 
     def register(
         self,
@@ -199,27 +204,52 @@ class ModelRegistry:
         return missing
 
     @classmethod
-    def from_settings(cls, settings: Any) -> ModelRegistry:
-        """The registry the settings' ``smart_model`` ... ``reasoning_model`` describe."""
-        return cls.from_env({ROLE_ENV[role]: getattr(settings, f"{role}_model") or "" for role in STANDARD_ROLES})
+    def from_settings(cls, settings: Any, environ: Mapping[str, str] | None = None) -> ModelRegistry:
+        """The registry the settings' ``smart_model`` ... ``reasoning_model`` describe; with none of them set,
+        the defaults ``environ`` (the process environment) offers, as in ``from_env``.
+        """
+        chosen = {role: (f"{role}_model", getattr(settings, f"{role}_model") or "") for role in STANDARD_ROLES}
+        return cls._chosen_or_default(chosen, os.environ if environ is None else environ)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ModelRegistry:
         """One entry per distinct model named by ``DAG_SMART_MODEL``, ``DAG_GENERAL_MODEL``,
         ``DAG_FAST_MODEL`` and ``DAG_REASONING_MODEL``; the same model string serves all its roles.
+
+        Any of them set is the user's choice: missing roles fall back among those models. With none set,
+        models are picked from the first provider key found, else a local Ollama (``dagmagic.llm.defaults``),
+        and ``chosen_because`` says which; with nothing found, a ``ConfigurationError`` says how to choose.
         """
         environ = os.environ if environ is None else environ
-        by_model: dict[str, list[str]] = {}
-        for role, variable in ROLE_ENV.items():
-            model = environ.get(variable, "").strip()
-            if model:
-                by_model.setdefault(model, []).append(role)
-        if not by_model:
-            raise ConfigurationError(NO_MODEL_MESSAGE)
+        chosen = {role: (variable, environ.get(variable, "")) for role, variable in ROLE_ENV.items()}
+        return cls._chosen_or_default(chosen, environ)
+
+    @classmethod
+    def _chosen_or_default(cls, chosen: Mapping[str, tuple[str, str]], environ: Mapping[str, str]) -> ModelRegistry:
+        """``chosen``: role -> (where it is set, the model or ""); the defaults only when no model is chosen."""
+        chosen = {role: (where, model.strip()) for role, (where, model) in chosen.items() if model.strip()}
         registry = cls()
-        for model, roles in by_model.items():
-            registry.register(model, model, roles=roles)
+        if chosen:
+            for model, roles in _by_model({role: model for role, (_, model) in chosen.items()}).items():
+                registry.register(model, model, roles=roles)
+            named = [where for where, _ in chosen.values()]
+            registry.chosen_because = f"{', '.join(named)} {'is' if len(named) == 1 else 'are'} set"
+            return registry
+        defaults = default_models(environ)
+        if defaults is None:
+            raise ConfigurationError(NO_MODEL_MESSAGE)
+        for model, roles in _by_model(defaults.roles).items():
+            registry.register(model, model, roles=roles, **defaults.options)
+        registry.chosen_because = defaults.chosen_because
         return registry
+
+
+def _by_model(models: Mapping[str, str]) -> dict[str, list[str]]:
+    """Role -> model, turned into model -> its roles: one entry per distinct model."""
+    roles_of: dict[str, list[str]] = {}
+    for role, model in models.items():
+        roles_of.setdefault(model, []).append(role)
+    return roles_of
 
 
 def _resolve(name: str, model: Any, model_group: str | None) -> tuple[str, ChatBackend]:
