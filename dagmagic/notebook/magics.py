@@ -32,9 +32,12 @@ if TYPE_CHECKING:  # the engine loads on the first %%dag, not with the extension
 __all__ = ["NO_MODEL_HELP", "DagMagics", "last_run", "run_dag_cell", "run_dag_line"]
 
 NO_MODEL_HELP = (
-    "No model is configured for %%dag. Set DAG_SMART_MODEL (and optionally DAG_GENERAL_MODEL, DAG_FAST_MODEL, "
-    "DAG_REASONING_MODEL) to a litellm model such as openai/gpt-4.1-mini, pass --models VAR naming a "
-    "ModelRegistry (or a ScriptedLLM) in the notebook, or try `%dag demo` to see it work offline."
+    "No model is configured for %%dag, and none could be picked: no OPENAI_API_KEY, ANTHROPIC_API_KEY or "
+    "GEMINI_API_KEY is set, and no Ollama answers at OLLAMA_HOST (default 127.0.0.1:11434). To choose one: "
+    "set one of those keys (os.environ works, no restart needed) and models are picked for it; or set "
+    "DAG_SMART_MODEL (and optionally DAG_GENERAL_MODEL, DAG_FAST_MODEL, DAG_REASONING_MODEL) to a litellm model "
+    "such as openai/gpt-4.1-mini; or pass --models VAR naming a ModelRegistry (or a ScriptedLLM) in the "
+    "notebook. `%dag models` shows what is in use. Or try `%dag demo` to see it work offline."
 )
 
 _CONTEXT_CHARS = 1000
@@ -496,7 +499,7 @@ class DagMagics(Magics):
         specs = {role: flags.get(role) or configured[role] or from_settings[role] for role in _ROLES}
         specs = {role: spec for role, spec in specs.items() if spec}
         if not specs:
-            raise UsageError(NO_MODEL_HELP)
+            return _default_registry()
         return self._registry_of(specs)
 
     def _registry_of(self, specs: dict[str, Any]) -> ModelRegistry:
@@ -550,7 +553,16 @@ class DagMagics(Magics):
         specs = {role: getattr(self, f"{role}_model") for role in _ROLES}
         settings = DagSettings(**self.overrides)
         if not any(specs.values()) and not any(getattr(settings, f"{r}_model") for r in _ROLES):
-            print(f"No model is configured.\n{NO_MODEL_HELP}")
+            try:
+                registry = _default_registry()
+            except UsageError:
+                print(f"No model is configured.\n{NO_MODEL_HELP}")
+                return
+            for role in _ROLES:
+                print(
+                    f"{role:10} {registry.for_role(role).name}" + ("" if registry.has_role(role) else "   (falls back)")
+                )
+            print(f"Picked because {registry.chosen_because}; set DAG_SMART_MODEL (or --smart) to choose.")
             return
         for role in _ROLES:
             spec = specs[role] or getattr(settings, f"{role}_model")
@@ -776,6 +788,16 @@ def _parse_words(
 
 def _names(text: str | None) -> list[str]:
     return [name.strip() for name in (text or "").split(",") if name.strip()]
+
+
+def _default_registry() -> ModelRegistry:
+    """The models picked from a provider key or a local Ollama when none is chosen (``dagmagic.llm.defaults``)."""
+    from dagmagic.llm.registry import ModelRegistry
+
+    try:
+        return ModelRegistry.from_env()
+    except ConfigurationError:
+        raise UsageError(NO_MODEL_HELP) from None
 
 
 def _in_kernel(shell: Any) -> bool:
