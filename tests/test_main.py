@@ -1,0 +1,63 @@
+"""``python -m dagmagic``: the demo runs offline in a terminal; without a command, the usage."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_module(*arguments: str) -> subprocess.CompletedProcess[str]:
+    # no provider key and an Ollama address nothing answers: the demo must need neither
+    environment = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith("DAG_") and not name.endswith("_API_KEY") and not name.startswith("OLLAMA_")
+    }
+    environment.update(PYTHONIOENCODING="utf-8", OLLAMA_HOST="127.0.0.1:9")
+    return subprocess.run(
+        [sys.executable, "-m", "dagmagic", *arguments],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        cwd=ROOT,
+        env=environment,
+        check=False,
+    )
+
+
+def test_demo_prints_each_step_the_replan_and_the_answer() -> None:
+    done = run_module("demo")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "Goal: Which city has more inhabitants per square kilometre, Paris or Berlin, and by how much?"
+    for expected in (
+        "[round 1] s1 completed",
+        "[round 1] s2 completed",
+        "[round 1] s3 failed: RuntimeError: the area source for Berlin is unavailable",
+        "[round 1] s4 skipped: Skipped — dependency s3 failed",
+        "[round 2] s2 completed",
+        "| Paris | 2,102,650 | 105.4 | 19,949 |",
+    ):
+        assert expected in lines, f"{expected!r} missing from:\n{done.stdout}"
+    replanned = next(index for index, line in enumerate(lines) if line.startswith("[round 1] replanning: "))
+    assert lines.index("[round 1] s4 skipped: Skipped — dependency s3 failed") < replanned
+    assert replanned < lines.index("[round 2] s1 started (demo-model)")
+    assert lines[-1] == "[done] achieved=True confidence=0.92"
+    assert done.stderr == ""
+
+
+def test_without_a_command_the_usage_names_demo() -> None:
+    done = run_module()
+    assert done.returncode == 2
+    assert done.stderr.startswith("usage: python -m dagmagic [-h] COMMAND ...")
+    assert "required: COMMAND" in done.stderr
+
+
+def test_help_lists_demo() -> None:
+    done = run_module("--help")
+    assert done.returncode == 0
+    assert "demo      watch a whole run offline" in done.stdout
