@@ -24,7 +24,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands.add_parser(
         "demo",
         help="watch a whole run offline: a scripted model, two tools, a failing step and a replan (no API key)",
-        description="Run the scripted demo of `%%dag demo` in this terminal: no network, no API key.",
+        description="Run the scripted demo of `%dag demo` in this terminal: no network, no API key.",
     )
     args = parser.parse_args(argv)
     if args.command == "demo":

@@ -61,3 +61,9 @@ def test_help_lists_demo() -> None:
     done = run_module("--help")
     assert done.returncode == 0
     assert "demo      watch a whole run offline" in done.stdout
+
+
+def test_the_demo_help_names_the_magic_it_mirrors() -> None:
+    done = run_module("demo", "--help")
+    assert done.returncode == 0
+    assert "Run the scripted demo of `%dag demo` in this terminal" in done.stdout
