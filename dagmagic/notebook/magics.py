@@ -578,6 +578,9 @@ class DagMagics(Magics):
             for key, value in sorted(self.overrides.items()):
                 print(f"{key} = {value!r}")
             return
+        # %dag takes goals literally (no_var_expand), but a setting's value often lives in a variable (a store
+        # path): without this, `store=$path` silently named a file '$path' in the working directory.
+        rest = _expand_variables(rest, self.shell.user_ns if self.shell is not None else {})
         for pair in shlex.split(rest):
             key, sep, value = pair.partition("=")
             if not sep:
@@ -784,6 +787,18 @@ def _parse_words(
     except (argparse.ArgumentError, SystemExit, ValueError) as exc:
         detail = f": {exc}" if isinstance(exc, argparse.ArgumentError) else ""
         raise UsageError(f"{parser.format_usage().strip()}{detail}") from None
+
+
+def _expand_variables(text: str, namespace: dict[str, Any]) -> str:
+    """``$name`` and ``{expression}`` from the notebook's namespace, as IPython expands other magics' lines;
+    the text as written when it does not expand.
+    """
+    from IPython.utils.text import DollarFormatter
+
+    try:
+        return DollarFormatter().vformat(text, args=[], kwargs=namespace)
+    except Exception:
+        return text
 
 
 def _names(text: str | None) -> list[str]:

@@ -112,6 +112,13 @@ def test_dag_config_sets_settings_for_later_cells(ip: InteractiveShell, capsys: 
     assert "max_replan_rounds" in message and "expected an integer >= 1" in message
 
 
+def test_dag_config_expands_notebook_variables(ip: InteractiveShell, tmp_path: Path) -> None:
+    ip.user_ns["store_path"] = tmp_path / "runs.sqlite"
+    run_cell(ip, "%dag config store=$store_path max_replan_rounds={1 + 1}")
+    magics = ip.magics_manager.registry["DagMagics"]
+    assert magics.overrides == {"store": str(tmp_path / "runs.sqlite"), "max_replan_rounds": "2"}
+
+
 def test_role_options_take_model_variables(ip: InteractiveShell) -> None:
     ip.user_ns["small"] = scripted(step=["from the small model"])
     plan = {"steps": [{"id": "s1", "task": "t", "model_hint": "fast"}]}
