@@ -30,7 +30,8 @@ __all__ = ["DagSession"]
 class DagSession:
     """Runs goals with one set of models, settings and tools; each finished run becomes history for the next.
 
-    ``models`` defaults to ``ModelRegistry.from_settings(settings)`` (the ``DAG_*_MODEL`` variables);
+    ``models`` defaults to ``ModelRegistry.from_settings(settings)`` (the ``DAG_*_MODEL`` variables; with none
+    set, models picked from a provider key or a local Ollama, see ``ModelRegistry.from_env``);
     ``tools`` are ``@tool`` functions or plain callables; ``allow_code=True`` adds the ``python`` tool,
     which runs model-written code in a separate process, in a working directory of the session's own that
     ``close()`` removes (``with DagSession(...) as session:`` closes it too). ``approve_plans=True`` makes
