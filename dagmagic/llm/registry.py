@@ -9,7 +9,7 @@ from typing import Any
 from dagmagic.errors import ConfigurationError
 from dagmagic.llm._litellm import import_litellm
 from dagmagic.llm.backend import Capabilities, ChatBackend, LiteLLMBackend, is_router, router_deployments
-from dagmagic.llm.defaults import default_models
+from dagmagic.llm.defaults import default_models, ollama_base_url
 from dagmagic.llm.secrets import is_secret_option, remember_secrets
 
 __all__ = ["ROLE_ENV", "STANDARD_ROLES", "ModelEntry", "ModelRegistry"]
@@ -32,9 +32,9 @@ _NO_KEY_PROVIDERS = ("bedrock", "sagemaker", "vertex_ai", "ollama", "ollama_chat
 NO_MODEL_MESSAGE = (
     "No model is configured. Set DAG_SMART_MODEL (and optionally DAG_GENERAL_MODEL, DAG_FAST_MODEL, "
     "DAG_REASONING_MODEL) to a litellm model string such as 'openai/gpt-4.1-mini' or 'ollama/qwen3', "
-    "or pass models=ModelRegistry().register(...). With none of those, models are picked for you when "
-    "OPENAI_API_KEY, ANTHROPIC_API_KEY or GEMINI_API_KEY is set, or when Ollama runs on this machine "
-    "(OLLAMA_HOST, default 127.0.0.1:11434); none of them was found."
+    "or pass models=ModelRegistry().register(...). ModelRegistry.from_env() (a DagSession's default) picks "
+    "models itself when OPENAI_API_KEY, ANTHROPIC_API_KEY or GEMINI_API_KEY is set, or when Ollama runs "
+    "(OLLAMA_HOST, default 127.0.0.1:11434)."
 )
 
 
@@ -237,7 +237,8 @@ class ModelRegistry:
             return registry
         defaults = default_models(environ)
         if defaults is None:
-            raise ConfigurationError(NO_MODEL_MESSAGE)
+            where = ollama_base_url(environ)
+            raise ConfigurationError(f"{NO_MODEL_MESSAGE} None of those keys is set and no Ollama answered at {where}.")
         for model, roles in _by_model(defaults.roles).items():
             registry.register(model, model, roles=roles, **defaults.options)
         registry.chosen_because = defaults.chosen_because
