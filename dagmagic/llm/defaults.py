@@ -114,6 +114,8 @@ def ollama_base_url(environ: Mapping[str, str]) -> str:
     scheme, has_scheme, rest = host.partition("://")
     if not has_scheme:
         scheme, rest = "http", host
+    if rest.count(":") > 1 and "[" not in rest:  # a bare IPv6 address, as Ollama accepts it
+        rest = f"[{rest}]"
     parts = urlsplit(f"{scheme}://{rest}")
     try:
         explicit_port = parts.port

@@ -197,6 +197,7 @@ def test_an_explicit_empty_environment_probes_only_the_default_ollama_address() 
         ({"OLLAMA_HOST": "http://gpu-box"}, "http://gpu-box:80"),
         ({"OLLAMA_HOST": "https://gpu-box/ollama/"}, "https://gpu-box:443/ollama"),
         ({"OLLAMA_HOST": "[::1]:11435"}, "http://[::1]:11435"),
+        ({"OLLAMA_HOST": "::1"}, "http://[::1]:11434"),
         ({"OLLAMA_HOST": ":11436"}, "http://127.0.0.1:11436"),
         ({"OLLAMA_HOST": "gpu-box", "OLLAMA_API_BASE": "http://other:1234/"}, "http://other:1234"),
     ],
