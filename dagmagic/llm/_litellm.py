@@ -10,7 +10,7 @@ from types import ModuleType
 from dagmagic import errors
 from dagmagic.llm.secrets import mask_secrets
 
-__all__ = ["import_litellm", "mask_secrets", "translate_error"]
+__all__ = ["import_litellm", "import_litellm_off_the_loop", "mask_secrets", "translate_error"]
 
 
 def import_litellm() -> ModuleType:
@@ -24,6 +24,14 @@ def import_litellm() -> ModuleType:
         # blocking the event loop (23 s of retries offline); tiktoken's count is close enough for the guard
         litellm.disable_hf_tokenizer_download = True
     return litellm
+
+
+async def import_litellm_off_the_loop() -> None:
+    """Import litellm in a worker thread, once: its import takes seconds of CPU, which on the event loop would
+    freeze every widget, clock and other run meanwhile (a run's first token count imports it otherwise).
+    """
+    if "litellm" not in sys.modules:
+        await asyncio.to_thread(import_litellm)
 
 
 def _litellm_classes() -> list[tuple[type[BaseException], type[errors.ProviderError]]]:
