@@ -42,6 +42,7 @@ from dagmagic.events import (
     RunFinished,
     RunStarted,
     RunWarning,
+    StepCompleted,
     StepPaused,
     StepPlanned,
     UserAction,
@@ -59,6 +60,8 @@ STOPPED_WHILE_PLANNING = "Stopped by the user before the round's plan was ready.
 STOPPED_BEFORE_ROUND = "Stopped by the user before the round began."
 FOLLOW_UP_WHILE_PLANNING = "A follow-up arrived while planning: this plan was dropped for one that includes it."
 FOLLOW_UP_WHILE_ANSWERING = "A follow-up arrived while the answer was being written: it gets its own round."
+INTERRUPTED_WHILE_PLANNING = "Interrupted while planning: planned again, keeping what completed."
+UNFINISHED_PLAN = "Cancelled — the run stopped before the plan was whole; the plan was made again"
 REJECTED = "The user rejected this plan: {feedback}"
 RERUN = "{step} is re-run: the answer is written again from the new results."
 SUBPLAN = "subplan"
@@ -292,9 +295,11 @@ class GoalLoop:
         record = run.rounds[-1]
         if record.decision is not None:
             return await self._act(run, record, record.decision, guard, budget)
-        if not record.plan.steps:  # it was being planned: plan it again
-            run.rounds.pop()
-            return False
+        if not _plan_final(run, record):  # it was being planned (streaming, some steps may have run): plan again
+            if not record.plan.steps:
+                run.rounds.pop()
+                return False
+            return self._plan_again(run, record, budget)
         if record.approval == "pending":  # it waited for the user's word: it waits again
             earlier = _reusable(run.rounds[:-1])
             approved = await self._approval(run, record, record.plan, self._planner(run), earlier)
@@ -399,6 +404,25 @@ class GoalLoop:
         assert record.decision is not None
         run.emit(Replanning(round=record.index, reason=record.decision.reason))
         budget.next_free = True
+        return False
+
+    @staticmethod
+    def _plan_again(run: DagRun, record: RoundRecord, budget: _Budget) -> bool:
+        """A round whose plan was still streaming when the run stopped: it ends here, what completed stays
+        reusable (``rN.id``) and what did not is cancelled, and the next round plans the goal again in its place
+        (free if it was: no verdict was reached, so no budget was used). Returns False.
+        """
+        for step in record.plan.steps:
+            if step.status in ("pending", "queued", "paused", "running", "retrying"):
+                step.status, step.error, step.retry_at = "cancelled", UNFINISHED_PLAN, None
+                run.emit(StepCompleted(round=record.index, step_id=step.id, status="cancelled", error=UNFINISHED_PLAN))
+        record.decision = Decision(
+            action="replan", reason=INTERRUPTED_WHILE_PLANNING, counts_against_budget=not record.free
+        )
+        run.emit(
+            Replanning(round=record.index, reason=INTERRUPTED_WHILE_PLANNING, follow_up=_latest(run.control.pending))
+        )
+        budget.next_free = record.free
         return False
 
     @staticmethod
@@ -896,6 +920,11 @@ def _goal_with_follow_ups(run: DagRun) -> str:
     """The goal with every follow-up so far, those not yet planned for included."""
     follow_ups = [*run.state.follow_ups, *run.control.pending]
     return "".join([run.goal, *(f"\n\n[User follow-up]: {text}" for text in follow_ups)])
+
+
+def _plan_final(run: DagRun, record: RoundRecord) -> bool:
+    """Whether the round's plan was whole: ``PlanReady`` marks it (a streaming plan's steps come before it)."""
+    return any(isinstance(event, PlanReady) and event.round == record.index and not event.depth for event in run.events)
 
 
 def _rejected(record: RoundRecord) -> bool:

@@ -5,20 +5,25 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import textwrap
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dagmagic import DagError, DagSession, DagSettings, ModelRegistry
+from dagmagic.engine.loop import INTERRUPTED_WHILE_PLANNING
 from dagmagic.engine.store import RunStore
 from dagmagic.errors import RateLimitError
+from dagmagic.events import PlanReady
+from dagmagic.llm.backend import ChatRequest, StreamChunk
 from dagmagic.testing import ScriptedLLM, ScriptedRequest
 
 from ..stored import step_statuses
@@ -160,6 +165,76 @@ async def test_a_run_cancelled_while_planning_plans_again_on_resume(tmp_path: Pa
     resumed = await session(path, llm, streaming_planner=False).resume(run.run_id)
     assert resumed.status == "done" and len(resumed.rounds) == 1 and len(llm.requests_for("plan")) == 1
     assert llm.requests_for("route") == []  # classified once, before the interruption
+
+
+class HeldPlan(ScriptedLLM):
+    """Streams the plan's first piece, then holds the rest until the run is cancelled."""
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamChunk]:
+        async for number, chunk in aenumerate(super().stream(request)):
+            if request.purpose == "plan" and number == 1:
+                await asyncio.Event().wait()  # never set: the rest of the plan is not written
+            yield chunk
+
+
+async def aenumerate(chunks: AsyncIterator[StreamChunk]) -> AsyncIterator[tuple[int, StreamChunk]]:
+    number = 0
+    async for chunk in chunks:
+        yield number, chunk
+        number += 1
+
+
+@pytest.mark.parametrize("s2_done", [True, False], ids=["s1-s2-completed", "s2-running"])
+async def test_a_run_cancelled_while_its_plan_streams_plans_the_rest_on_resume(tmp_path: Path, s2_done: bool) -> None:
+    path = tmp_path / "runs.sqlite"
+    calls: Counter[str] = Counter()
+    running = asyncio.Event()
+
+    async def step(request: ScriptedRequest) -> str:
+        calls[str(request.step_id)] += 1
+        if request.step_id == "s2" and not s2_done and calls["s2"] == 1:
+            running.set()
+            await asyncio.Event().wait()  # still running when the run is cancelled
+        return f"value of {request.step_id}"
+
+    def synthesize(request: ScriptedRequest) -> list[str]:
+        return ["Answer from " + ", ".join(sorted(set(re.findall(r"value of s[0-9]", request.prompt))))]
+
+    head = '{"steps": [{"id": "s1", "task": "a"}, {"id": "s2", "task": "b", "dependencies": ["s1"]}, '
+    tail = '{"id": "s3", "task": "c", "dependencies": ["s2"]}]}'
+    first = HeldPlan(script(plan=[[head, tail]], step=step), capabilities=("json_mode", "stream"))
+    run = session(path, first).start("goal")
+
+    def ready() -> bool:
+        steps = run.steps
+        if s2_done:
+            return all(sid in steps and steps[sid].status == "completed" for sid in ("s1", "s2"))
+        return running.is_set() and steps["s1"].status == "completed"
+
+    await cancel_when(run, ready)
+    assert list(run.steps) == ["s1", "s2"] and not any(isinstance(e, PlanReady) for e in run.events)
+
+    again = [("s3", ["r1.s2"], "c")] if s2_done else [("s2", ["r1.s1"], "b"), ("s3", ["s2"], "c")]
+    llm = ScriptedLLM(
+        script(plan=[plan_reply(*again)], step=step, synthesize=synthesize), capabilities=("json_mode", "stream")
+    )
+    resumed = await session(path, llm).resume(run.run_id)
+
+    assert resumed.status == "done" and resumed.achieved
+    assert resumed.answer == "Answer from value of s1, value of s2, value of s3"
+    assert calls == {"s1": 1, "s2": 1 if s2_done else 2, "s3": 1}  # nothing completed ran again
+    interrupted, replanned = resumed.rounds
+    assert interrupted.decision is not None and interrupted.decision.reason == INTERRUPTED_WHILE_PLANNING
+    assert not replanned.free  # it took the interrupted round's place: the budget is as if nothing happened
+    statuses = {"s1": "completed", "s2": "completed" if s2_done else "cancelled"}
+    assert {s.id: s.status for s in interrupted.plan.steps} == statuses
+    (planning,) = llm.requests_for("plan")
+    assert "r1.s1 (completed)" in planning.prompt and f"r1.s2 ({statuses['s2']})" in planning.prompt
+    stored = RunStore.open(path).load(run.run_id).state
+    assert [{s.id: s.status for s in r.plan.steps} for r in stored.rounds] == [
+        statuses,
+        {s.id: "completed" for s in replanned.plan.steps},
+    ]
 
 
 async def test_a_follow_up_not_yet_planned_for_is_planned_after_a_resume(tmp_path: Path) -> None:
