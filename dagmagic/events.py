@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, TypeAdapter
+from pydantic import BaseModel, Field, TypeAdapter, field_validator
 
 from dagmagic.models import (
     AnalysisResult,
@@ -259,12 +259,21 @@ class UserAction(_Event):
 
 
 class RunWarning(_Event):
-    """Something the user should know that did not stop the run (a dropped dependency, say)."""
+    """Something the user should know that did not stop the run (a dropped dependency, say). Its message
+    often quotes an error, so it is masked here, once for every place that warns: no key reaches a view.
+    """
 
     type: Literal["warning"] = "warning"
     message: str
     round: int | None = None
     step_id: str | None = None
+
+    @field_validator("message")
+    @classmethod
+    def _masked(cls, message: str) -> str:
+        from dagmagic.llm.secrets import mask_secrets  # here: dagmagic.llm imports this module
+
+        return mask_secrets(message)
 
 
 Event = Annotated[

@@ -47,3 +47,10 @@ def test_events_round_trip_through_the_union(event: events.Event) -> None:
 
 def test_event_types_are_unique() -> None:
     assert len({e.type for e in SAMPLES}) == len(SAMPLES)
+
+
+def test_a_warning_never_carries_a_key() -> None:
+    from dagmagic.events import RunWarning
+
+    warning = RunWarning(message="The route failed (AuthenticationError: key sk-proj-abcdefghijklmnopqrstuvwxyz012345)")
+    assert "sk-proj-abcdefghijklmnopqrstuvwxyz012345" not in warning.message and "***" in warning.message

@@ -320,7 +320,7 @@ async def _fit(request: StepRequest, messages: list[dict[str, Any]], tools: list
 
 def _all_tools(request: StepRequest, cause: str, count: int) -> None:
     message = f"Tool selection for {request.step.id} failed ({cause}): the step is given all {count} tools."
-    request.emit(RunWarning(message=mask_secrets(message), round=request.round, step_id=request.step.id))
+    request.emit(RunWarning(message=message, round=request.round, step_id=request.step.id))
 
 
 def _native_calls(tool_calls: Sequence[Any]) -> list[_Call]:

@@ -18,7 +18,6 @@ from dagmagic.engine.context import format_results, result_blocks
 from dagmagic.engine.guard import STRUCTURED_RESERVE, ContextGuard
 from dagmagic.events import Event, RunWarning
 from dagmagic.llm import ChatModel, structured_llm_call
-from dagmagic.llm.secrets import mask_secrets
 from dagmagic.models import AnalysisResult, PlanStep
 from dagmagic.settings import DagSettings
 
@@ -124,5 +123,5 @@ class Analyzer:
             verdict.reasoning = f"{verdict.reasoning} ({result.failure})"
             if self.emit is not None:
                 message = f"The round could not be judged ({result.failure}): it counts as not achieved."
-                self.emit(RunWarning(message=mask_secrets(message), round=round))
+                self.emit(RunWarning(message=message, round=round))
         return verdict

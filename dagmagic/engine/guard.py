@@ -20,7 +20,6 @@ from dagmagic.engine.context import Exchange, compose_query, format_history, tru
 from dagmagic.errors import RUN_ENDING
 from dagmagic.events import Event, RunWarning
 from dagmagic.llm import ChatModel, ModelRegistry
-from dagmagic.llm.secrets import mask_secrets
 from dagmagic.llm.tokens import context_window, count_tokens, fits, request_tokens
 from dagmagic.models import Purpose
 from dagmagic.settings import DagSettings
@@ -208,7 +207,7 @@ class ContextGuard:
             what = "The conversation so far could not be summarized"
         else:
             what, fallback = "A text could not be compacted", "it is cut to fit instead (its head and tail kept)"
-        self.emit(RunWarning(message=mask_secrets(f"{what} ({cause}): {fallback}."), round=round, step_id=step_id))
+        self.emit(RunWarning(message=f"{what} ({cause}): {fallback}.", round=round, step_id=step_id))
 
     # --- fitting many texts
 

@@ -22,7 +22,6 @@ from dagmagic.errors import PlanningError, StructuredOutputError
 from dagmagic.events import Event, RunWarning
 from dagmagic.llm import ChatModel, extract_json, structured_llm_call
 from dagmagic.llm.registry import STANDARD_ROLES
-from dagmagic.llm.secrets import mask_secrets
 from dagmagic.models import ExecutionPlan, PlanStep, split_round_reference
 from dagmagic.settings import DagSettings
 
@@ -483,4 +482,4 @@ class Planner:
 
     def _warn(self, message: str, round: int) -> None:
         if self.emit is not None:
-            self.emit(RunWarning(message=mask_secrets(message), round=round))
+            self.emit(RunWarning(message=message, round=round))

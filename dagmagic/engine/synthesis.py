@@ -16,7 +16,6 @@ from dagmagic.engine.guard import ContextGuard
 from dagmagic.errors import RUN_ENDING
 from dagmagic.events import RunWarning
 from dagmagic.llm import ChatModel
-from dagmagic.llm.secrets import mask_secrets
 from dagmagic.models import AnalysisResult, PlanStep
 from dagmagic.settings import DagSettings
 
@@ -97,5 +96,5 @@ async def synthesize(
     fallback = "the analyzer's answer" if analysis.final_answer else "the completed steps' results"
     if model.emit is not None:
         message = f"The answer could not be written ({cause}): showing {fallback} instead."
-        model.emit(RunWarning(message=mask_secrets(message), round=round))
+        model.emit(RunWarning(message=message, round=round))
     return analysis.final_answer or fallback_answer(analysis, steps), True
