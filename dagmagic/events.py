@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter, field_validator
 
+from dagmagic.messages import ActionKind
 from dagmagic.models import (
     AnalysisResult,
     Decision,
@@ -55,9 +56,9 @@ class _Event(BaseModel):
     at: float = Field(default_factory=time.time)
     """Epoch seconds when it happened."""
     depth: int = 0
-    """0 for the run's own events; 1 for those of a composite step's nested run, and so on."""
+    """0 for the run's own events; 1 for those of a step's subrun, and so on."""
     scope: str | None = None
-    """For a nested run's event: the path of the composite step it belongs to (``s2``, or ``s2/s1`` deeper)."""
+    """For a subrun's event: the path of the step it belongs to (``s2``, or ``s2/s1`` deeper)."""
 
 
 class RunStarted(_Event):
@@ -250,12 +251,12 @@ class LLMCallRecorded(_Event):
 
 
 class UserAction(_Event):
-    """The user stopped the run, sent a follow-up, or asked a waiting step to retry now."""
+    """The run took one of the user's messages (``dagmagic.messages``): recorded once, by its inbox."""
 
     type: Literal["user_action"] = "user_action"
-    action: Literal["stop", "follow_up", "retry_now", "approve", "reject", "rerun", "continue", "step", "skip", "break"]
+    action: ActionKind
     text: str = ""
-    """The follow-up, the step acted on, or the reason for a rejection."""
+    """The follow-up, the step acted on, the reason for a rejection, the breakpoints set."""
 
 
 class RunWarning(_Event):

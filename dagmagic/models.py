@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, computed_field, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, computed_field, field_validator
 
 __all__ = [
     "AnalysisResult",
@@ -42,7 +42,7 @@ StepStatus = Literal[
 RunStatus = Literal["running", "done", "failed", "cancelled"]
 
 RunPhase = Literal["starting", "planning", "awaiting_approval", "executing", "analyzing", "synthesizing", "finished"]
-"""What a run is doing now; user actions take effect by phase (``dagmagic.engine.control``)."""
+"""What a run is doing now; what a user action does depends on it (``dagmagic.engine.inbox``)."""
 
 CallStatus = Literal["ok", "failed", "cancelled"]
 """How an LLM call ended: a reply, an error, or cancelled before its reply (usage then unknown)."""
@@ -202,18 +202,27 @@ class PlanStep(BaseModel):
     """Transient failures so far (rate limit, timeout, 5xx, connection): they pick the retry tier."""
     retry_at: float | None = None
     """Epoch seconds of the next try while the step is ``retrying``."""
-    nested: RunState | None = None
-    """A composite step's (``tool_hint="subplan"``) own run: planned and executed as a DAG of its own."""
+    subrun_state: RunState | None = Field(default=None, validation_alias=AliasChoices("subrun_state", "nested"))
+    """The state of the step's subrun when the planner marked it ``subplan`` (a DAG of its own); ``subrun``
+    is the same as a ``DagRun``. (Stores written before it had this name call it ``nested``.)"""
     _subrun: Any = PrivateAttr(default=None)
 
     @property
     def subrun(self) -> Any:
-        """A composite step's nested run as a ``DagRun`` (live while it runs), None for an ordinary step."""
-        if self._subrun is None and self.nested is not None:
-            from dagmagic.engine.run import DagRun  # the engine builds on these models, not the other way
-
-            self._subrun = DagRun(self.nested, read_only=True)
+        """The step's subrun as a ``DagRun`` (live while it runs), None for an ordinary step."""
         return self._subrun
+
+    def attach_subrun(self, run: Any) -> None:
+        """Make ``run`` (a ``DagRun``) this step's subrun: the engine calls it when the subrun starts, and a
+        run read back from the store for each step that had one.
+        """
+        self.subrun_state, self._subrun = run.state, run
+
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> PlanStep:
+        memo = {} if memo is None else memo
+        if self._subrun is not None:  # a live run is shared, never copied (it holds tasks and listeners)
+            memo[id(self._subrun)] = self._subrun
+        return super().__deepcopy__(memo)
 
     def __repr__(self) -> str:
         seconds = f" {self.run_time:.1f}s" if self.run_time is not None else ""
@@ -608,4 +617,4 @@ class RunState(BaseModel):
         return Usage.total(call.usage for call in self.calls)
 
 
-PlanStep.model_rebuild()  # a step may hold a nested run (RunState, defined after it)
+PlanStep.model_rebuild()  # a step may hold a subrun's state (RunState, defined after it)

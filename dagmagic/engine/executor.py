@@ -334,6 +334,10 @@ class DagExecutor:
         step.status = "queued"
         return True
 
+    def step(self, step_id: str) -> PlanStep | None:
+        """The plan's step ``step_id``, if it has one."""
+        return self._steps.get(step_id)
+
     def retry_now(self, step_id: str) -> bool:
         """Cut short the wait of a step waiting for a delayed retry; False when it is not waiting."""
         wake = self._wakeups.get(step_id)

@@ -1,4 +1,10 @@
-"""``DagRun``: one goal being pursued, its state, its event log, and the user's controls over it."""
+"""``DagRun``: one goal being pursued: its state, its event log, the user's messages to it, and queries.
+
+Everything the user does to a run is a message (``dagmagic.messages``) given to ``send``; the control
+methods (``stop()``, ``follow_up()``, ``approve()``...) are one-liners over it, and the run's inbox
+(``dagmagic.engine.inbox``) says what each does in each phase. What drives the run (a ``DagSession``'s
+driver, in practice) is given at construction; the rest of the class only reads.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +12,28 @@ import asyncio
 import importlib
 import logging
 import re
-from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Callable, Generator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from dagmagic.engine.control import RunControl, StepWord
-
-if TYPE_CHECKING:
-    from dagmagic.engine.loop import GoalLoop
-    from dagmagic.engine.store import RunStore
+from dagmagic.engine.inbox import Inbox
 from dagmagic.errors import DagError, RunFailedError
-from dagmagic.events import Event, LLMCallRecorded, PlanReady, RunWarning, StepPaused, StepPlanned, UserAction
-from dagmagic.llm.registry import STANDARD_ROLES
+from dagmagic.events import Event, LLMCallRecorded, PlanReady, RunFinished, RunWarning, StepPaused, StepPlanned
+from dagmagic.llm.registry import STANDARD_ROLES, ModelRegistry
+from dagmagic.messages import (
+    Approve,
+    BreakBefore,
+    Cancel,
+    ClearBreakpoints,
+    Continue,
+    FollowUp,
+    Message,
+    Reject,
+    Rerun,
+    RetryNow,
+    Skip,
+    Step,
+    Stop,
+)
 from dagmagic.models import (
     AnalysisResult,
     ExecutionPlan,
@@ -30,7 +47,11 @@ from dagmagic.models import (
     Usage,
 )
 
-__all__ = ["DagRun", "Listener"]
+if TYPE_CHECKING:
+    from dagmagic.engine.loop import Origin
+    from dagmagic.engine.store import RunStore
+
+__all__ = ["DagRun", "Listener", "RunDriver"]
 
 log = logging.getLogger("dagmagic")
 
@@ -40,33 +61,62 @@ WAKE_EVERY = 0.1
 """Seconds between wake-ups of the event loop while something awaits a run."""
 
 
+class RunDriver(Protocol):
+    """What drives a run: it starts the run's task from an origin (a new run, a resume, a re-run)."""
+
+    @property
+    def registry(self) -> ModelRegistry:
+        """The models the run's steps may be re-run on."""
+        ...
+
+    def start(self, run: DagRun, origin: Origin) -> asyncio.Task[None]:
+        """Start driving ``run`` from ``origin`` as a task on the running loop."""
+        ...
+
+
 class DagRun:
     """A goal being pursued. Await it for the finished run; read it at any time for where it stands.
 
-    Controls: ``stop()`` (steps not started are skipped, running ones finish, then an answer written from what
-    completed, marked partial), ``follow_up(text)`` (the text joins the goal: a plan being made or an answer
-    being written for the old goal is dropped, steps not started are skipped; uses no budget), ``cancel()``
-    (running steps cancelled now; status ``cancelled``). ``dagmagic.engine.control`` says what each does in
-    each phase.
+    ``driver`` drives it (``origin``: where it starts now; None: not yet, or only when a step is re-run);
+    ``step_through`` pauses before every step. A run read back from the store is ``read_only``.
     """
 
-    def __init__(self, state: RunState, *, events: list[Event] | None = None, read_only: bool = False) -> None:
+    def __init__(
+        self,
+        state: RunState,
+        *,
+        events: list[Event] | None = None,
+        read_only: bool = False,
+        driver: RunDriver | None = None,
+        origin: Origin | None = None,
+        step_through: bool = False,
+    ) -> None:
         self.state = state
         self.events: list[Event] = list(events or [])
         self.exception: BaseException | None = None
         """The unexpected exception that failed the run, if one did (the run's ``error`` describes it)."""
         self.read_only = read_only
         """A run read back from the store (``dagmagic.load_run``): to continue it, ``session.resume(run_id)``."""
+        self.inbox = Inbox(
+            state,
+            self.emit,
+            cancel=self._cancel_task,
+            check_rerun=self._check_rerun,
+            relaunch=self._relaunch,
+            step_through=step_through,
+        )
+        """Where the user's messages arrive; the goal loop reads the user's word from it."""
         self._listeners: list[Listener] = []
         self._steps_by_round = {(record.index, step.id): step for record in state.rounds for step in record.plan.steps}
-        self._task: asyncio.Task[None] | None = None
         self._store: RunStore | None = None
         self._pauses: dict[tuple[int, str], StepPaused] = {}
-        self._driver: GoalLoop | None = None
-        self._relaunch: Callable[[Coroutine[Any, Any, None]], None] | None = None
-        """Starts the run's task again (a re-run), with the session's bookkeeping."""
-        self.control = RunControl(state, self.emit)
-        """The run's inbox: what the loop reads the user's stop and follow-ups from."""
+        self._driver = driver
+        self._task: asyncio.Task[None] | None = None
+        for step in self._steps_by_round.values():  # a run read back: its steps' subruns, read back too
+            if step.subrun_state is not None and step.subrun is None:
+                step.attach_subrun(DagRun(step.subrun_state, read_only=True))
+        if driver is not None and origin is not None:
+            self._drive(origin)
 
     # --- the event stream -------------------------------------------------------------------------
 
@@ -86,9 +136,9 @@ class DagRun:
 
     def _fold(self, event: Event) -> None:
         """What the run keeps from an event besides the event itself."""
-        if isinstance(event, LLMCallRecorded):  # a nested run's calls count here too, under their step path
+        if isinstance(event, LLMCallRecorded):  # a subrun's calls count here too, under their step path
             self._record_call(event.call)
-        elif event.depth:  # the rest of a composite step's nested run is its own state's
+        elif event.depth:  # the rest of a subrun's events are its own state's
             return
         elif isinstance(event, PlanReady):
             for step in event.plan.steps:
@@ -137,46 +187,41 @@ class DagRun:
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener) if listener in self._listeners else None
 
-    # --- controls -------------------------------------------------------------------------------
+    # --- the user's messages ----------------------------------------------------------------------
 
-    def stop(self) -> None:
-        """Answer now: steps not started are skipped, running ones finish, no new round begins, and the answer
-        is written from what completed (marked partial). Does nothing once the run has ended.
+    def send(self, message: Message) -> bool:
+        """Give the run a message (``dagmagic.messages``): what it does depends on the phase the run is in
+        (``dagmagic.engine.inbox.EFFECTS``). False when there was nothing to act on; ``DagError`` (or
+        ``ValueError`` for a malformed message) says why one cannot be taken now.
         """
-        self._writable()
-        if not self.done():
-            self.control.send("stop")
-
-    def follow_up(self, text: str) -> None:
-        """Steer the run: ``text`` joins the goal; it is planned for in a new round or seen by the answer
-        (no budget used). It wins over an earlier ``stop()``.
-        """
-        self._writable()
-        if not isinstance(text, str) or not text.strip():
-            raise ValueError("a follow-up needs some text")
-        if self.done():
-            raise DagError(
-                f"this run is {self.status}; a follow-up can only steer a running run. "
-                "Start a new one in the same session to continue the conversation."
-            )
-        self.control.send("follow_up", text.strip())
-
-    def _writable(self) -> None:
         if self.read_only:
             raise DagError(
                 f"run {self.run_id} was read back from the run store and does not run here; "
                 f"continue it with `await session.resume({self.run_id!r})` (or `%dag resume {self.run_id}`)."
             )
+        return self.inbox.put(message)
+
+    def stop(self) -> None:
+        """Answer now: steps not started are skipped, running ones finish, no new round begins, and the answer
+        is written from what completed (marked partial). Does nothing once the run has ended.
+        """
+        self.send(Stop())
+
+    def follow_up(self, text: str) -> None:
+        """Steer the run: ``text`` joins the goal; it is planned for in a new round or seen by the answer
+        (no budget used). It wins over an earlier ``stop()``.
+        """
+        self.send(FollowUp(text=text if isinstance(text, str) else ""))
+
+    def cancel(self) -> bool:
+        """Abort now: running steps are cancelled and the run ends ``cancelled``. False if already done."""
+        return self.send(Cancel())
 
     def retry_now(self, step_id: str) -> bool:
         """Try a step waiting for a delayed retry now instead of at its ``retry_at``; False when no step of the
         current round by that id is waiting.
         """
-        self._writable()
-        woke = self.control.retry_now(step_id)
-        if woke:
-            self.emit(UserAction(action="retry_now", text=step_id))
-        return woke
+        return self.send(RetryNow(step=step_id))
 
     # --- debugging: approve a plan, pause before a step, re-run a step ----------------------------
 
@@ -185,50 +230,95 @@ class DagRun:
         steps as ``PlanStep`` objects or dicts), checked like a model's plan first (``ValueError`` says what
         is wrong with it).
         """
-        self._writable()
-        if not self.control.awaiting_approval:
-            raise DagError(f"no plan of this run is waiting for approval (the run is {self._where()})")
-        steps = None
-        if plan is not None:
-            items = plan.steps if isinstance(plan, ExecutionPlan) else plan
-            if isinstance(items, Mapping):
-                raise TypeError("approve() takes the plan's steps (a list), or an ExecutionPlan")
-            drafts = [item.model_dump() if isinstance(item, PlanStep) else dict(item) for item in items]
-            assert self.control.validate_plan is not None
-            steps = self.control.validate_plan(drafts)
-        self.emit(UserAction(action="approve", text="edited" if steps is not None else ""))
-        self.control.decide_plan(("approve", steps))
+        self.send(Approve(steps=_drafts(plan)))
 
     def reject(self, feedback: str) -> None:
         """Drop the plan waiting for approval and plan again, telling the planner ``feedback``."""
-        self._writable()
-        if not isinstance(feedback, str) or not feedback.strip():
-            raise ValueError("say why the plan is rejected: the planner plans again with it")
-        if not self.control.awaiting_approval:
-            raise DagError(f"no plan of this run is waiting for approval (the run is {self._where()})")
-        self.emit(UserAction(action="reject", text=feedback.strip()))
-        self.control.decide_plan(("reject", feedback.strip()))
+        self.send(Reject(feedback=feedback if isinstance(feedback, str) else ""))
+
+    def break_before(self, *step_ids: str) -> None:
+        """Pause before each of these steps runs (in any round), showing what it is about to send."""
+        self.send(BreakBefore(steps=step_ids))
+
+    def clear_breakpoints(self) -> None:
+        """Remove every breakpoint and stop stepping through (paused steps stay paused until released)."""
+        self.send(ClearBreakpoints())
+
+    def resume_step(self, step_id: str | None = None, *, task: str | None = None) -> None:
+        """Continue: run the paused step (``task``: an edited task for it) and go on to the next breakpoint."""
+        self.send(Continue(step=step_id, task=task))
+
+    def step_over(self, step_id: str | None = None, *, task: str | None = None) -> None:
+        """Step: run the paused step, then pause again before the next step that becomes ready."""
+        self.send(Step(step=step_id, task=task))
+
+    def skip(self, step_id: str) -> None:
+        """Skip a step: paused, it is skipped now; not started yet, it is skipped when it is ready. Its
+        dependents are skipped too.
+        """
+        self.send(Skip(step=step_id))
+
+    def start_rerun(self, step_id: str, *, task: str | None = None, model: str | None = None) -> DagRun:
+        """Start re-running ``step_id`` of the latest round (``task``: a new task; ``model``: a role or a
+        registered model's name) and every step downstream of it, in a new round that keeps the other
+        results; then the run judges and answers again. Returns the run at once; ``await`` it for its end.
+        """
+        self.send(Rerun(step=step_id, task=task, model=model))
+        return self
+
+    async def rerun(self, step_id: str, *, task: str | None = None, model: str | None = None) -> DagRun:
+        """Re-run ``step_id`` and what depends on it (see ``start_rerun``); the run once answered again."""
+        return await self.start_rerun(step_id, task=task, model=model).wait(cancel_with_waiter=True)
+
+    def _check_rerun(self, message: Rerun) -> None:
+        if self._driver is None:
+            raise DagError("this run was not started here, so it cannot re-run a step; resume it first")
+        if not self.done():
+            raise DagError("a step can be re-run once the run has ended: wait for it, or stop() it first")
+        if message.step not in self.steps:
+            known = ", ".join(self.steps) or "none"
+            raise DagError(f"no step {message.step!r} in the latest round (its steps: {known})")
+        registry = self._driver.registry
+        model = message.model
+        if model is not None and model not in registry and model not in STANDARD_ROLES and not registry.has_role(model):
+            names = ", ".join([*STANDARD_ROLES, *(entry.name for entry in registry)])
+            raise DagError(f"no model or role {model!r}; choose one of: {names}")
+
+    def _relaunch(self, message: Rerun) -> None:
+        self.state.status, self.state.finished_at, self.state.error = "running", None, None
+        self.inbox.reopen()
+        self._drive(message)
+
+    def _drive(self, origin: Origin) -> None:
+        assert self._driver is not None
+        self._task = self._driver.start(self, origin)
+        self._task.add_done_callback(self._task_ended)
+
+    def _task_ended(self, task: asyncio.Task[None]) -> None:
+        """A task cancelled before it began (or broken before its loop) never ended the run: it ends here."""
+        if self.state.status == "running" and task is self._task:
+            self.state.status = "cancelled" if task.cancelled() else "failed"
+            if not task.cancelled() and task.exception() is not None:
+                self.exception = task.exception()
+                self.state.error = f"{type(self.exception).__name__}: {self.exception}"
+            self.inbox.finish()
+            self.emit(RunFinished(status=self.state.status, achieved=False, confidence=0.0, error=self.state.error))
+
+    def _cancel_task(self) -> bool:
+        if self._task is None or self._task.done():
+            return False
+        return self._task.cancel()
 
     @property
     def awaiting_approval(self) -> bool:
         """Whether a plan waits for ``approve()`` or ``reject()``."""
-        return self.control.awaiting_approval
-
-    def break_before(self, *step_ids: str) -> None:
-        """Pause before each of these steps runs (in any round), showing what it is about to send."""
-        self._writable()
-        self.control.breakpoints.update(step_ids)
-
-    def clear_breakpoints(self) -> None:
-        """Remove every breakpoint and stop stepping through (paused steps stay paused until released)."""
-        self._writable()
-        self.control.breakpoints.clear()
-        self.control.step_through = False
+        return not self.read_only and self.inbox.phase.name == "awaiting_approval"
 
     @property
     def paused(self) -> list[str]:
-        """The steps paused at a breakpoint now."""
-        return self.control.paused
+        """The steps of the latest round paused at a breakpoint now, in the order they paused."""
+        latest, steps = (self.rounds[-1].index if self.rounds else None), self.steps
+        return [sid for (round, sid) in self._pauses if round == latest and steps[sid].status == "paused"]
 
     def about_to_send(self, step_id: str) -> StepPaused | None:
         """What a paused step of the latest round is about to send (its messages and tools), None when it
@@ -244,64 +334,6 @@ class DagRun:
         """Whether ``rerun()`` can re-run a step here now (the run ended, and was started in this process)."""
         return self.done() and not self.read_only and self._driver is not None
 
-    def resume_step(self, step_id: str | None = None, *, task: str | None = None) -> None:
-        """Continue: run the paused step (``task``: an edited task for it) and go on to the next breakpoint."""
-        self._release("continue", step_id, task)
-
-    def step_over(self, step_id: str | None = None, *, task: str | None = None) -> None:
-        """Step: run the paused step, then pause again before the next step that becomes ready."""
-        self._release("step", step_id, task)
-
-    def skip(self, step_id: str) -> None:
-        """Skip a step: paused, it is skipped now; not started yet, it is skipped when it is ready. Its
-        dependents are skipped too.
-        """
-        self._writable()
-        if step_id in self.control.paused:
-            self._release("skip", step_id, None)
-            return
-        step = self.steps.get(step_id)
-        if step is None or step.status not in ("pending", "queued"):
-            state = "not in the latest round" if step is None else step.status
-            raise DagError(f"step {step_id!r} cannot be skipped: it is {state}")
-        self.control.skips.add(step_id)
-
-    def _release(self, word: StepWord, step_id: str | None, task: str | None) -> None:
-        self._writable()
-        paused = self.control.paused
-        if step_id is None:
-            if not paused:
-                raise DagError(f"no step is paused (the run is {self._where()})")
-            step_id = paused[0]
-        self.control.release(step_id, word, task)
-
-    def start_rerun(self, step_id: str, *, task: str | None = None, model: str | None = None) -> DagRun:
-        """Start re-running ``step_id`` of the latest round (``task``: a new task; ``model``: a role or a
-        registered model's name) and every step downstream of it, in a new round that keeps the other
-        results; then the run judges and answers again. Returns the run at once; ``await`` it for its end.
-        """
-        self._writable()
-        if not self.done():
-            raise DagError("a step can be re-run once the run has ended: wait for it, or stop() it first")
-        if self._driver is None or self._relaunch is None:
-            raise DagError("this run was not started here, so it cannot re-run a step; resume it first")
-        if step_id not in self.steps:
-            known = ", ".join(self.steps) or "none"
-            raise DagError(f"no step {step_id!r} in the latest round (its steps: {known})")
-        if model is not None:
-            registry = self._driver.registry
-            if model not in registry and model not in STANDARD_ROLES and not registry.has_role(model):
-                names = ", ".join([*STANDARD_ROLES, *(entry.name for entry in registry)])
-                raise DagError(f"no model or role {model!r}; choose one of: {names}")
-        self.emit(UserAction(action="rerun", text=step_id))
-        self.state.status, self.state.finished_at, self.state.error = "running", None, None
-        self._relaunch(self._driver.rerun(self, step_id, task.strip() if task else None, model))
-        return self
-
-    async def rerun(self, step_id: str, *, task: str | None = None, model: str | None = None) -> DagRun:
-        """Re-run ``step_id`` and what depends on it (see ``start_rerun``); the run once answered again."""
-        return await self.start_rerun(step_id, task=task, model=model).wait(cancel_with_waiter=True)
-
     def diff(self, a: int, b: int) -> RoundDiff:
         """What changed between rounds ``a`` and ``b`` (1-based): steps added, removed, or with another task,
         dependencies, model, status or result.
@@ -312,18 +344,14 @@ class DagRun:
             raise DagError(f"no round {missing[0]}; this run has rounds 1 to {len(self.rounds)}")
         return RoundDiff.between(rounds[a], rounds[b])
 
-    def _where(self) -> str:
-        return self.status if self.done() else self.phase
-
-    def cancel(self) -> bool:
-        """Abort now: running steps are cancelled and the run ends ``cancelled``. False if already done."""
-        if self._task is None or self._task.done():
-            return False
-        return self._task.cancel()
-
     def done(self) -> bool:
         """Whether the run has ended."""
         return self.state.status != "running"
+
+    @property
+    def driven(self) -> bool:
+        """Whether a task drives the run now (it may still be ending after ``done()``)."""
+        return self._task is not None and not self._task.done()
 
     async def wait(self, *, cancel_with_waiter: bool = False) -> DagRun:
         """The run, once it has ended. Cancelling the waiter leaves the run going, unless
@@ -399,7 +427,15 @@ class DagRun:
     @property
     def pending_follow_ups(self) -> list[str]:
         """Follow-ups no plan and no answer has seen yet."""
-        return list(self.control.pending)
+        return list(self.state.pending_follow_ups)
+
+    @property
+    def objective(self) -> str:
+        """The goal with every follow-up so far (those not yet planned for too): what the steps work towards,
+        the verdict judges and the answer answers.
+        """
+        follow_ups = [*self.state.follow_ups, *self.state.pending_follow_ups]
+        return "".join([self.goal, *(f"\n\n[User follow-up]: {text}" for text in follow_ups)])
 
     @property
     def error(self) -> str | None:
@@ -521,3 +557,13 @@ class DagRun:
             f"<DagRun {self.status}: {goal!r} rounds={len(self.rounds)} "
             f"steps={completed}/{len(steps)} completed achieved={self.achieved} confidence={self.confidence:.2f}>"
         )
+
+
+def _drafts(plan: ExecutionPlan | Sequence[PlanStep | Mapping[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """An edited plan's steps as dicts (``approve``'s argument)."""
+    if plan is None:
+        return None
+    items = plan.steps if isinstance(plan, ExecutionPlan) else plan
+    if isinstance(items, Mapping):
+        raise TypeError("approve() takes the plan's steps (a list), or an ExecutionPlan")
+    return [item.model_dump() if isinstance(item, PlanStep) else dict(item) for item in items]

@@ -1,11 +1,13 @@
-"""``DagSession``: the conversation runs belong to; it starts runs and remembers their answers."""
+"""``DagSession``: the conversation runs belong to; it starts runs, drives them, and remembers their answers."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
@@ -13,18 +15,21 @@ from dagmagic.engine.agent import StepAgent
 from dagmagic.engine.code_tool import CodeWorkspace
 from dagmagic.engine.context import Exchange
 from dagmagic.engine.guard import HistoryDigests
-from dagmagic.engine.loop import GoalLoop
+from dagmagic.engine.loop import GoalLoop, Origin
 from dagmagic.engine.run import DagRun
 from dagmagic.engine.steps import StepRunner
-from dagmagic.engine.store import RunStore, StoreUnavailable
+from dagmagic.engine.store import RunStore, StoredRun, StoreUnavailable
 from dagmagic.engine.tools import Tool, as_tools
 from dagmagic.errors import DagError
 from dagmagic.events import RunWarning
 from dagmagic.llm import ModelRegistry
+from dagmagic.messages import Rerun
 from dagmagic.models import RunState
 from dagmagic.settings import DagSettings
 
 __all__ = ["DagSession"]
+
+ToolLike = Tool | Callable[..., Any]
 
 
 class DagSession:
@@ -36,6 +41,9 @@ class DagSession:
     which runs model-written code in a separate process, in a working directory of the session's own that
     ``close()`` removes (``with DagSession(...) as session:`` closes it too). ``approve_plans=True`` makes
     every plan wait for ``run.approve()`` or ``run.reject(why)``; ``step_through=True`` pauses before every step.
+
+    ``start``, ``run`` and ``start_resume`` take any of these for one run only (the notebook's cells do):
+    the run still belongs to this session's conversation.
     """
 
     def __init__(
@@ -43,7 +51,7 @@ class DagSession:
         models: ModelRegistry | None = None,
         settings: DagSettings | None = None,
         *,
-        tools: Iterable[Tool | Callable[..., Any]] = (),
+        tools: Iterable[ToolLike] = (),
         allow_code: bool = False,
         step_runner: StepRunner | None = None,
         approve_plans: bool = False,
@@ -52,11 +60,11 @@ class DagSession:
         self.settings = settings or DagSettings()
         self.models = models if models is not None else ModelRegistry.from_settings(self.settings)
         self.models.for_role("smart")  # an empty registry fails here, with the message that says what to set
-        self._code = CodeWorkspace(self.settings.code_timeout) if allow_code else None
-        extra = [self._code.tool()] if self._code is not None else []
-        self.tools = as_tools([*tools, *extra])
-        """The tools steps may call (``python`` only with ``allow_code=True``)."""
-        self.step_runner = step_runner or StepAgent(self.tools)
+        self.allow_code = allow_code
+        """Steps may run model-written code with the ``python`` tool."""
+        self._code: CodeWorkspace | None = None
+        self._tools = list(tools)
+        self._step_runner = step_runner
         self.approve_plans = approve_plans
         """Every plan waits for ``run.approve()`` (perhaps with an edited plan) or ``run.reject(why)``."""
         self.step_through = step_through
@@ -67,124 +75,176 @@ class DagSession:
         ones are read back with ``dagmagic.load_run(run_id)`` (or taken back with ``reopen(run_id)``)."""
         self._digests: HistoryDigests = {}
         self._active: set[asyncio.Task[None]] = set()
-        self._store: RunStore | None = None
-        self._store_problem: str | None = None
+        self._stores: dict[Path, RunStore] = {}
+        self._store_problems: dict[Path | None, str] = {}
         self._in_history: dict[str, int] = {}
         """Where each run's exchange sits in the history (a re-run replaces it)."""
 
-    def start(self, goal: str) -> DagRun:
-        """Start pursuing ``goal`` as a task on the running loop; ``await`` the returned run for its end."""
+    @property
+    def tools(self) -> list[Tool]:
+        """The tools steps may call (``python`` only with ``allow_code=True``)."""
+        return self._toolset(self._tools, self.allow_code)
+
+    @property
+    def step_runner(self) -> StepRunner:
+        """What runs each step: a ``StepAgent`` over the session's tools, unless one was given."""
+        return self._step_runner or StepAgent(self.tools)
+
+    # --- runs
+
+    def start(
+        self,
+        goal: str,
+        *,
+        models: ModelRegistry | None = None,
+        settings: DagSettings | None = None,
+        tools: Iterable[ToolLike] | None = None,
+        allow_code: bool | None = None,
+        approve_plans: bool | None = None,
+        step_through: bool | None = None,
+    ) -> DagRun:
+        """Start pursuing ``goal`` as a task on the running loop; ``await`` the returned run for its end.
+        The keywords replace the session's own for this run.
+        """
         goal = _check_goal(goal)
         _running_loop("DagSession.start()", "asyncio.run(session.run(goal))")
-        run = DagRun(RunState(run_id=uuid.uuid4().hex[:12], goal=goal, started_at=time.time()))
-        return self._launch(run, list(self.history))
+        driver = self._driver(list(self.history), models, settings, tools, allow_code, approve_plans)
+        driver.check_store()
+        state = RunState(run_id=uuid.uuid4().hex[:12], goal=goal, started_at=time.time())
+        return self._keep(DagRun(state, driver=driver, origin="new", step_through=self._through(step_through)))
 
-    async def run(self, goal: str) -> DagRun:
-        """Pursue ``goal`` to its end and return the finished run. Cancelling this cancels the run."""
-        return await self.start(goal).wait(cancel_with_waiter=True)
+    async def run(self, goal: str, **options: Any) -> DagRun:
+        """Pursue ``goal`` to its end and return the finished run (``options``: as ``start``'s). Cancelling
+        this cancels the run.
+        """
+        return await self.start(goal, **options).wait(cancel_with_waiter=True)
 
-    def start_resume(self, run_id: str) -> DagRun:
+    def start_resume(
+        self,
+        run_id: str,
+        *,
+        models: ModelRegistry | None = None,
+        settings: DagSettings | None = None,
+        tools: Iterable[ToolLike] | None = None,
+        allow_code: bool | None = None,
+        approve_plans: bool | None = None,
+        step_through: bool | None = None,
+    ) -> DagRun:
         """Continue a run that did not end (its kernel restarted, its process died, it was cancelled), as a
         task on the running loop: completed steps are kept, the others run again, and the loop goes on from
-        the round it was in. The session's models and tools serve it; ``await`` the run for its end.
+        the round it was in. The session's models and tools serve it (or those given); ``await`` the run.
         """
         _running_loop("DagSession.start_resume()", "asyncio.run(session.resume(run_id))")
-        store = self.store
-        if store is None:
-            raise DagError(f"there is no run store to resume {run_id!r} from ({self._store_problem})")
         if any(run.run_id == run_id and not run.done() for run in self.runs):
             raise DagError(f"run {run_id} is running in this session already")
-        try:
-            stored = store.load(run_id)
-        except KeyError:
-            raise DagError(
-                f"no run {run_id!r} in the run store {store.path}; `%dag history` lists the stored runs"
-            ) from None
+        stored = self._stored(run_id, settings, "resume", f"{run_id!r} from")
         if stored.state.status in ("done", "failed"):
             raise DagError(f"run {run_id} ended ({stored.state.status}): there is nothing to resume")
         state = stored.state.model_copy(
             update={"status": "running", "finished_at": None, "error": None, "answer": "", "phase": "starting"}
         )
-        return self._launch(DagRun(state, events=stored.events), stored.history)
+        driver = self._driver(stored.history, models, settings, tools, allow_code, approve_plans)
+        run = DagRun(
+            state, events=stored.events, driver=driver, origin="resume", step_through=self._through(step_through)
+        )
+        return self._keep(run)
 
-    def reopen(self, run_id: str) -> DagRun:
+    async def resume(self, run_id: str, **options: Any) -> DagRun:
+        """Continue the stored run ``run_id`` to its end (see ``start_resume``) and return it."""
+        return await self.start_resume(run_id, **options).wait(cancel_with_waiter=True)
+
+    def reopen(self, run_id: str, **options: Any) -> DagRun:
         """A stored run that ended, taken back into this session so that its steps can be re-run
         (``run.rerun``): for a run no longer in memory (see ``DagSettings.runs_in_memory``). Nothing runs yet.
+        ``options``: as ``start``'s, for its re-runs.
         """
-        store = self.store
-        if store is None:
-            raise DagError(f"there is no run store to read run {run_id!r} back from ({self._store_problem})")
-        try:
-            stored = store.load(run_id)
-        except KeyError:
-            raise DagError(f"no run {run_id!r} in the run store {store.path}") from None
+        stored = self._stored(run_id, options.get("settings"), "read", f"run {run_id!r} back from")
         if stored.state.status == "running":
             raise DagError(f"run {run_id} did not end: continue it with `session.resume({run_id!r})`")
-        run = DagRun(stored.state, events=stored.events)
-        self._drive(run, stored.history)
-        self.runs.append(run)
-        self._forget_finished()
-        return run
+        step_through = self._through(options.pop("step_through", None))
+        driver = self._driver(stored.history, **options)
+        return self._keep(DagRun(stored.state, events=stored.events, driver=driver, step_through=step_through))
 
-    async def resume(self, run_id: str) -> DagRun:
-        """Continue the stored run ``run_id`` to its end (see ``start_resume``) and return it."""
-        return await self.start_resume(run_id).wait(cancel_with_waiter=True)
+    def _stored(self, run_id: str, settings: DagSettings | None, verb: str, what: str) -> StoredRun:
+        store = self.store_for(settings or self.settings)
+        if store is None:
+            problem = self._store_problems.get(_store_key(settings or self.settings), "DAG_STORE is none")
+            raise DagError(f"there is no run store to {verb} {what} ({problem})")
+        try:
+            return store.load(run_id)
+        except KeyError:
+            hint = "; `%dag history` lists the stored runs" if verb == "resume" else ""
+            raise DagError(f"no run {run_id!r} in the run store {store.path}{hint}") from None
 
     @property
     def store(self) -> RunStore | None:
         """The run store runs are saved to (``DAG_STORE``), None when it is off or cannot be written."""
-        if self._store_problem is None and self._store is None:
-            path = self.settings.store_path
-            if path is None:
-                self._store_problem = "DAG_STORE is none"
-            else:
-                try:
-                    self._store = RunStore.open(path)
-                except StoreUnavailable as exc:
-                    self._store_problem = str(exc)
-        return self._store
+        return self.store_for(self.settings)
 
-    def _launch(self, run: DagRun, history: list[Exchange]) -> DagRun:
-        store = self.store  # a foreign or damaged store file raises StoreError here, before anything runs
-        if store is not None:
-            run.save_to(store, history)
-        elif self.settings.store_path is not None and self._store_problem:
-            run.emit(RunWarning(message=f"This run is not saved: {self._store_problem}"))
-        driver = self._drive(run, history)
-        self._start_task(run, driver.drive(run))
-        self.runs.append(run)
+    def store_for(self, settings: DagSettings) -> RunStore | None:
+        """The run store ``settings`` name, opened once; None when it is off or cannot be written."""
+        path = settings.store_path
+        key = _store_key(settings)
+        if path is None:
+            self._store_problems[None] = "DAG_STORE is none"
+            return None
+        if key not in self._stores and key not in self._store_problems:
+            try:
+                self._stores[path] = RunStore.open(path)
+            except StoreUnavailable as exc:
+                self._store_problems[path] = str(exc)
+        return self._stores.get(path)
+
+    def store_problem(self, settings: DagSettings | None = None) -> str | None:
+        """Why runs with ``settings`` are not saved, None when they are."""
+        settings = settings or self.settings
+        return None if self.store_for(settings) is not None else self._store_problems.get(_store_key(settings))
+
+    def _driver(
+        self,
+        history: list[Exchange],
+        models: ModelRegistry | None = None,
+        settings: DagSettings | None = None,
+        tools: Iterable[ToolLike] | None = None,
+        allow_code: bool | None = None,
+        approve_plans: bool | None = None,
+    ) -> _Driver:
+        """What drives one run: the session's goal loop, or one with the run's own options."""
+        settings = settings or self.settings
+        models = models if models is not None else self.models
+        models.for_role("smart")
+        toolset = self._toolset(self._tools if tools is None else list(tools), _either(allow_code, self.allow_code))
+        runner = self._step_runner if self._step_runner is not None and tools is None else StepAgent(toolset)
+        loop = GoalLoop(
+            models,
+            settings,
+            runner,
+            history=tuple(history),
+            tool_names=[tool.name for tool in toolset],
+            digests=self._digests,
+            approve_plans=_either(approve_plans, self.approve_plans),
+        )
+        return _Driver(self, loop, history)
+
+    def _toolset(self, tools: list[ToolLike], allow_code: bool) -> list[Tool]:
+        if allow_code and self._code is None:
+            self._code = CodeWorkspace(self.settings.code_timeout)
+        extra = [self._code.tool()] if allow_code and self._code is not None else []
+        return as_tools([*tools, *extra])
+
+    def _through(self, step_through: bool | None) -> bool:
+        return _either(step_through, self.step_through)
+
+    def _keep(self, run: DagRun) -> DagRun:
+        if all(kept is not run for kept in self.runs):
+            self.runs.append(run)
         self._forget_finished()
         return run
 
-    def _drive(self, run: DagRun, history: list[Exchange]) -> GoalLoop:
-        """Give ``run`` the goal loop that drives it (and re-runs its steps) in this session."""
-        driver = GoalLoop(
-            self.models,
-            self.settings,
-            self.step_runner,
-            history=tuple(history),
-            tool_names=[t.name for t in self.tools],
-            digests=self._digests,
-            approve_plans=self.approve_plans,
-        )
-        run.control.step_through = self.step_through
-        run._driver = driver
-        run._relaunch = lambda work: self._relaunch(run, history, work)
-        return driver
-
-    def _relaunch(self, run: DagRun, history: list[Exchange], work: Coroutine[Any, Any, None]) -> None:
-        store = self.store
-        if store is not None and not run.durable:  # a run taken back from the store is saved again as it re-runs
-            run.save_to(store, history)
-        self._start_task(run, work)
-        if all(kept is not run for kept in self.runs):
-            self.runs.append(run)
-
-    def _start_task(self, run: DagRun, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(work, name=f"dagmagic:run:{run.run_id}")
-        run._task = task
+    def _started(self, run: DagRun, task: asyncio.Task[None]) -> None:
         self._active.add(task)  # the loop keeps only weak references to tasks
         task.add_done_callback(lambda finished: self._finished(run, finished))
+        self._keep(run)
 
     def reset(self) -> None:
         """Forget the conversation: later runs start without history."""
@@ -193,7 +253,7 @@ class DagSession:
 
     def _forget_finished(self) -> None:
         """Keep the latest ``runs_in_memory`` finished runs (and every running one); older ones stay in the store."""
-        finished = [run for run in self.runs if run.done() and (run._task is None or run._task.done())]
+        finished = [run for run in self.runs if run.done() and not run.driven]
         dropped = {id(run) for run in finished[: max(len(finished) - self.settings.runs_in_memory, 0)]}
         if dropped:
             self.runs[:] = [run for run in self.runs if id(run) not in dropped]
@@ -204,9 +264,7 @@ class DagSession:
         if not task.cancelled():
             task.exception()  # retrieved: the loop records failures on the run itself
         if run.status in ("done", "failed") and run.answer:
-            follow_ups = [*run.follow_ups, *run.pending_follow_ups]  # one sent just before a Stop counts too
-            goal = "".join([run.goal, *(f"\n\n[User follow-up]: {text}" for text in follow_ups)])
-            exchange = Exchange(goal=goal, answer=run.answer)
+            exchange = Exchange(goal=run.objective, answer=run.answer)  # a follow-up sent just before a Stop counts
             place = self._in_history.get(run.run_id)
             if place is not None and place < len(self.history):  # a re-run: its new answer replaces the old
                 self.history[place] = exchange
@@ -240,6 +298,46 @@ class DagSession:
 
     def __repr__(self) -> str:
         return f"DagSession(models={[entry.name for entry in self.models]}, runs={len(self.runs)})"
+
+
+@dataclass
+class _Driver:
+    """What drives one run of a session (``dagmagic.engine.run.RunDriver``): its goal loop, the conversation
+    it is planned in, and the session's bookkeeping of the run's tasks.
+    """
+
+    session: DagSession
+    loop: GoalLoop
+    history: list[Exchange]
+
+    @property
+    def registry(self) -> ModelRegistry:
+        """The run's models."""
+        return self.loop.registry
+
+    def check_store(self) -> None:
+        """Open the run's store now: a foreign or damaged file raises ``StoreError`` before anything runs."""
+        self.session.store_for(self.loop.settings)
+
+    def start(self, run: DagRun, origin: Origin) -> asyncio.Task[None]:
+        """Save the run (when its store can be written; else it says why not) and drive it as a task."""
+        settings = self.loop.settings
+        store = self.session.store_for(settings)
+        if store is not None and not run.durable:
+            run.save_to(store, self.history)
+        elif store is None and settings.store_path is not None and not isinstance(origin, Rerun):
+            run.emit(RunWarning(message=f"This run is not saved: {self.session.store_problem(settings)}"))
+        task = asyncio.get_running_loop().create_task(self.loop.drive(run, origin), name=f"dagmagic:run:{run.run_id}")
+        self.session._started(run, task)
+        return task
+
+
+def _either(value: bool | None, default: bool) -> bool:
+    return default if value is None else value
+
+
+def _store_key(settings: DagSettings) -> Path | None:
+    return settings.store_path
 
 
 def _running_loop(what: str, elsewhere: str) -> asyncio.AbstractEventLoop:

@@ -1,4 +1,4 @@
-"""Stop and follow-ups at every moment of a run: what each does in each phase (``engine/control.py``).
+"""Stop and follow-ups at every moment of a run: what each does in each phase (``engine/inbox.py``).
 
 Each test makes one phase slow with ``ScriptedLLM`` latencies, acts while the run is in it, and checks what
 each prompt then contained (``requests_for``) and how many calls each purpose made.
@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 
-from dagmagic import DagRun
-from dagmagic.engine.control import EFFECTS, INTERRUPTED, RunControl
+from dagmagic import DagError, DagRun
 from dagmagic.engine.executor import STOPPED_REASON
+from dagmagic.engine.inbox import EFFECTS, INTERRUPTED, Inbox
 from dagmagic.engine.loop import FOLLOW_UP_WHILE_ANSWERING, FOLLOW_UP_WHILE_PLANNING
 from dagmagic.engine.synthesis import NOT_ACHIEVED
 from dagmagic.events import AnswerCleared, AnswerDelta, AnswerReady, PhaseChanged, Replanning
+from dagmagic.messages import FollowUp, Stop
 from dagmagic.models import RunPhase, RunState
 from dagmagic.testing import ScriptedLLM, ScriptedRequest
 
@@ -72,34 +73,57 @@ def phases(run: DagRun) -> list[str]:
 def test_the_table_says_what_every_action_does_in_every_phase() -> None:
     phases_ = typing.get_args(RunPhase)
     assert "awaiting_approval" in phases_
-    assert set(EFFECTS) == {(phase, action) for phase in phases_ for action in ("stop", "follow_up")}
+    assert {(phase, action) for phase in phases_ for action in ("stop", "follow_up")} <= {(p, a) for a, p in EFFECTS}
 
 
-@pytest.mark.parametrize(("phase", "action"), sorted(EFFECTS))
+class Named:
+    """A phase as the inbox sees it, by name only."""
+
+    def __init__(self, name: Any) -> None:
+        self.name, self.round = name, 1
+
+    def on(self, message: Any) -> bool:
+        raise AssertionError("stop and follow-ups are never delivered")
+
+
+def inbox_in(phase: Any) -> Inbox:
+    state = RunState(run_id="r", goal="g", phase=phase, status="done" if phase == "finished" else "running")
+    inbox = Inbox(state, lambda event: None, cancel=lambda: True, check_rerun=lambda m: None, relaunch=lambda m: None)
+    inbox.enter(Named(phase))
+    return inbox
+
+
+@pytest.mark.parametrize(("phase", "action"), sorted((p, a) for a, p in EFFECTS if a in ("stop", "follow_up")))
 async def test_each_effect_acts_at_once(phase: Any, action: Any) -> None:
-    control = RunControl(RunState(run_id="r", goal="g", phase=phase), lambda event: None)
+    inbox = inbox_in(phase)
     work = asyncio.get_running_loop().create_future()
 
     async def phase_work() -> str:
         await work
         return "done"
 
-    outcome = asyncio.ensure_future(control.interruptible(phase, phase_work(), round=1, name="dagmagic:test"))
+    outcome = asyncio.ensure_future(inbox.interruptible(phase_work(), name="dagmagic:test"))
     await asyncio.sleep(0)
-    effect = control.send(action, "more" if action == "follow_up" else "")
+    effect = EFFECTS[(action, phase)]
+    message = Stop() if action == "stop" else FollowUp(text="more")
+    if effect == "refuse":
+        with pytest.raises(DagError):
+            inbox.put(message)
+    else:
+        assert inbox.put(message) == (effect != "ignore")
     if effect != "interrupt":
         work.set_result(None)
     result = await outcome
-    assert effect == EFFECTS[(phase, action)]
     assert (result is INTERRUPTED) == (effect == "interrupt")
-    assert control.round_stop.is_set() == (effect != "later")
-    assert control.stopped == (action == "stop")
-    assert control.pending == (["more"] if action == "follow_up" else [])
+    assert inbox.round_stop.is_set() == (effect in ("skip", "interrupt"))
+    taken = effect not in ("refuse", "ignore")
+    assert inbox.stopped == (action == "stop" and taken)
+    assert inbox.pending == (["more"] if action == "follow_up" and taken else [])
 
 
 async def test_cancelling_the_run_is_not_taken_for_an_interruption() -> None:
-    control = RunControl(RunState(run_id="r", goal="g"), lambda event: None)
-    outcome = asyncio.ensure_future(control.interruptible("planning", asyncio.sleep(5), round=1, name="dagmagic:test"))
+    inbox = inbox_in("planning")
+    outcome = asyncio.ensure_future(inbox.interruptible(asyncio.sleep(5), name="dagmagic:test"))
     await asyncio.sleep(0)
     outcome.cancel()
     with pytest.raises(asyncio.CancelledError):

@@ -1,0 +1,156 @@
+"""``Execution``: one round's plan being run, with what the user can do to its steps meanwhile.
+
+It builds the executor (``dagmagic.engine.executor``) for the plan, prepares each step's request (its
+dependencies' results fitted into its model's window), pauses steps at the user's breakpoints (a paused step
+holds no slot and no timeout), runs a step marked ``subplan`` as a subrun (``dagmagic.engine.subrun``),
+and takes the messages the inbox delivers about steps: continue, step or skip a paused step, skip one not
+started yet, retry one waiting out a delay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from dagmagic.engine.context import dependency_context
+from dagmagic.engine.executor import DagExecutor
+from dagmagic.engine.retries import RetryPolicy
+from dagmagic.engine.steps import StepRequest, step_messages
+from dagmagic.engine.subrun import SUBPLAN, run_subrun
+from dagmagic.errors import RUN_ENDING, DagError, TransientProviderError
+from dagmagic.events import StepPaused
+from dagmagic.messages import Continue, Message, RetryNow, Skip, Step
+from dagmagic.models import ExecutionPlan, PlanStep
+
+if TYPE_CHECKING:
+    from dagmagic.engine.pursuit import Pursuit
+
+__all__ = ["Execution"]
+
+Release = tuple[str, str | None]
+"""What the user said to a paused step: ``continue``, ``step`` or ``skip``, and perhaps an edited task."""
+
+
+class Execution:
+    """The execution of ``plan`` for ``pursuit``'s run (``open_ended``: steps still arrive, the plan streams)."""
+
+    def __init__(
+        self, pursuit: Pursuit, plan: ExecutionPlan, earlier: dict[str, PlanStep], *, open_ended: bool = False
+    ) -> None:
+        self.pursuit = pursuit
+        self.plan = plan
+        self.objective = pursuit.run.objective
+        """What the steps work towards: the goal and the follow-ups the plan was made for."""
+        self._prepared: dict[str, StepRequest] = {}
+        self._pauses: dict[str, asyncio.Future[Release]] = {}
+        settings = pursuit.loop.settings
+        self.executor = DagExecutor(
+            plan,
+            self._run_step,
+            max_concurrency=settings.max_concurrency,
+            step_timeout=settings.step_timeout,
+            emit=pursuit.run.emit,
+            stop=pursuit.run.inbox.round_stop,
+            earlier=earlier,
+            open_ended=open_ended,
+            fatal=RUN_ENDING,
+            transient=(TransientProviderError,),
+            retries=RetryPolicy(settings.step_immediate_retries, tuple(settings.step_retry_delays)),
+            before_step=self._before_step,
+        )
+
+    async def run(self) -> None:
+        """Run every step that can run, until each has a final state."""
+        await self.executor.execute()
+
+    def on(self, message: Message) -> bool:
+        """A message about this execution's steps."""
+        match message:
+            case Continue(step=step, task=task) | Step(step=step, task=task):
+                self._release(self._paused_step(step), message.type, task)
+            case Skip(step=step) if step in self._pauses:
+                self._release(step, "skip", None)
+            case Skip():
+                pass  # not started: the inbox keeps it, and the step is skipped when it is ready
+            case RetryNow(step=step):
+                return self.executor.retry_now(step)
+            case _:
+                raise DagError(f"{message.type} cannot be taken while steps run")
+        return True
+
+    def _paused_step(self, step_id: str | None) -> str:
+        paused = [sid for sid, word in self._pauses.items() if not word.done()]
+        if step_id is None:
+            if not paused:
+                raise DagError(f"no step is paused (the run is {self.pursuit.run.phase})")
+            return paused[0]
+        if step_id not in paused:
+            raise DagError(f"step {step_id!r} is not paused; paused now: {', '.join(paused) or 'none'}")
+        return step_id
+
+    def _release(self, step_id: str, word: str, task: str | None) -> None:
+        self._pauses[step_id].set_result((word, task))
+        step = self.executor.step(step_id)
+        if step is not None:
+            step.status = "queued"  # no longer paused, from now: it takes a slot next (or is skipped)
+
+    async def _before_step(self, step: PlanStep, dependencies: dict[str, PlanStep]) -> bool:
+        """Whether the step runs: the user may have skipped it, or it pauses at a breakpoint (slot free,
+        showing what it is about to send) until the user's word or the round's end.
+        """
+        inbox = self.pursuit.run.inbox
+        if inbox.skipped(step.id):
+            return False
+        if not inbox.breaks_before(step.id):
+            return True
+        request = self._prepared[step.id] = await self._prepare(step, dependencies)
+        step.status = "paused"
+        messages, tools = step_messages(request), list(self.pursuit.loop.tool_names)
+        self.pursuit.run.emit(StepPaused(round=self.plan.round, step_id=step.id, messages=messages, tools=tools))
+        word = self._pauses[step.id] = asyncio.get_running_loop().create_future()
+        stop = asyncio.ensure_future(inbox.round_stop.wait())
+        try:
+            await asyncio.wait([word, stop], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            self._pauses.pop(step.id, None)
+        how, task = word.result() if word.done() else ("skip", None)
+        if task and task.strip() and task.strip() != step.task:
+            step.task = task.strip()
+        return how != "skip"
+
+    async def _run_step(self, step: PlanStep, dependencies: dict[str, PlanStep]) -> str:
+        request = self._prepared.pop(step.id, None) or await self._prepare(step, dependencies)
+        loop = self.pursuit.loop
+        if step.tool_hint == SUBPLAN and loop.depth < loop.settings.max_depth:
+            return await run_subrun(self.pursuit, step, request)
+        return await loop.step_runner(request)
+
+    async def _prepare(self, step: PlanStep, dependencies: dict[str, PlanStep]) -> StepRequest:
+        """The step's request: the objective, its task, and its dependencies' results fitted into its window."""
+        pursuit = self.pursuit
+        model, guard = pursuit.model(step.model_hint), pursuit.guard
+        request = StepRequest(
+            goal=self.objective,
+            step=step,
+            context="",
+            model=model,
+            round=self.plan.round,
+            settings=pursuit.loop.settings,
+            emit=pursuit.run.emit,
+            smart=pursuit.model("smart"),
+            guard=guard,
+        )
+        if dependencies:
+            # the step's instructions, and a third of the window for its tool turns, come first
+            reserve = guard.budget(model) // 3 if pursuit.loop.tool_names else 0
+            room = guard.room(model, step_messages(request), reserve=reserve)
+            request.context = await guard.fit(
+                dependency_context(dependencies, pursuit.loop.settings),
+                model,
+                budget=room,
+                task=step.task,
+                round=self.plan.round,
+                step_id=step.id,
+            )
+        return request

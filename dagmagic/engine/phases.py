@@ -1,0 +1,298 @@
+"""The phases of a run. Each does its work in ``run`` and returns the phase that follows; ``on`` takes the
+user's messages that the inbox's table delivers to it (``dagmagic.engine.inbox``).
+
+::
+
+    Starting ──> Planning ──> AwaitingApproval ──> Executing ──> Analyzing ──> Synthesizing ──> FINISHED
+                    ^  │  (streamed: Executing)      (rejected ─> Planning)   │ replan          │ follow-up
+                    │  └──────────────────────────────────────────────────────┴─────────────────┘
+                    └── next round (``Pursuit.next_round``)
+
+Planning lives in ``dagmagic.engine.planning``; the transitions several phases share (another round, the
+answer now, a decision carried out) in ``dagmagic.engine.pursuit``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from dagmagic.engine.analyzer import Analyzer
+from dagmagic.engine.execution import Execution
+from dagmagic.engine.inbox import Interrupted
+from dagmagic.engine.loop import (
+    FOLLOW_UP_WHILE_ANSWERING,
+    answer_rerun,
+    decide,
+    rejected,
+    visible_results,
+)
+from dagmagic.engine.planner import Planner, recover_steps
+from dagmagic.engine.routing import classify_domain
+from dagmagic.engine.synthesis import synthesize
+from dagmagic.errors import DagError
+from dagmagic.events import AnalysisReady, AnswerDelta, ApprovalRequested, PlanReady, Replanning
+from dagmagic.messages import Approve, Message, Reject
+from dagmagic.models import AnalysisResult, ExecutionPlan, PlanStep, RoundRecord, RunPhase
+
+if TYPE_CHECKING:
+    from dagmagic.engine.pursuit import Pursuit
+
+__all__ = ["FINISHED", "Analyzing", "AwaitingApproval", "Executing", "Phase", "Starting", "Synthesizing"]
+
+
+class Phase:
+    """A phase of the goal loop."""
+
+    name: ClassVar[RunPhase]
+    round: int | None = None
+    """The round it works for (None before the first)."""
+
+    async def run(self, pursuit: Pursuit) -> Phase:
+        """Do this phase's work; the phase that follows (``FINISHED`` when the run is answered)."""
+        raise NotImplementedError
+
+    def on(self, message: Message) -> bool:
+        """A message the inbox's table delivers to this phase, acted on at once; False when there was nothing
+        to act on. It is recorded after this returns, so this says nothing itself.
+        """
+        raise DagError(f"{message.type} cannot be taken while the run is {self.name}")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(round={self.round})"
+
+
+class _Finished(Phase):
+    name = "finished"
+
+
+FINISHED: Phase = _Finished()
+"""The phase after the last: the run is answered (or failed, or was cancelled)."""
+
+
+class Starting(Phase):
+    """Before the first round: the goal's domain, and the conversation the planner will see."""
+
+    name = "starting"
+
+    def __init__(self, then: Callable[[Pursuit], Phase] | None = None) -> None:
+        self.then = then
+        """Where to go on from (a resumed run's round); a new round when None."""
+
+    async def run(self, pursuit: Pursuit) -> Phase:  # noqa: D102
+        run, settings = pursuit.run, pursuit.loop.settings
+        if settings.domain_routing and not run.state.routed:
+            run.state.domain = await classify_domain(pursuit.model("fast"), run.goal, round=1)
+            run.state.routed = True
+        if self.then is not None:
+            return self.then(pursuit)
+        await pursuit.past()
+        return pursuit.next_round()
+
+
+class AwaitingApproval(Phase):
+    """The round's plan waits for the user's word: run it (as it is, or edited), or plan again."""
+
+    name = "awaiting_approval"
+
+    def __init__(self, record: RoundRecord, plan: ExecutionPlan, planner: Planner, earlier: dict[str, PlanStep]):
+        self.record, self.plan, self.planner, self.earlier = record, plan, planner, earlier
+        self.round = record.index
+        self._verdict: asyncio.Future[tuple[str, Any]] | None = None
+
+    async def run(self, pursuit: Pursuit) -> Phase:  # noqa: D102
+        record, plan, run = self.record, self.plan, pursuit.run
+        pursuit.assign_models(plan)
+        record.plan, record.approval = plan, "pending"
+        run.emit(PlanReady(round=record.index, plan=plan))
+        run.emit(ApprovalRequested(round=record.index))
+        self._verdict = asyncio.get_running_loop().create_future()
+        verdict = await run.inbox.interruptible(_awaited(self._verdict), name=f"dagmagic:approval:{record.index}")
+        if isinstance(verdict, Interrupted):
+            record.approval = None
+            _skip_all(plan, "Skipped — the plan was dropped before it ran")
+            return pursuit.plan_interrupted(record)
+        word, detail = verdict
+        if word == "reject":
+            record.approval = "rejected"
+            _skip_all(plan, "Skipped — the user rejected the plan")
+            record.decision = rejected(detail)
+            run.emit(Replanning(round=record.index, reason=record.decision.reason))
+            pursuit.budget.next_free = True
+            return pursuit.next_round()
+        record.approval = "approved"
+        approved = plan if detail is None else ExecutionPlan(goal=plan.goal, steps=detail, round=record.index)
+        return Executing.of(pursuit, record, approved, self.earlier)
+
+    def on(self, message: Message) -> bool:  # noqa: D102
+        if self._verdict is None or self._verdict.done():
+            raise DagError("no plan of this run is waiting for approval (the run is awaiting_approval)")
+        if isinstance(message, Reject):
+            self._verdict.set_result(("reject", message.describe()))
+        elif isinstance(message, Approve):
+            edited = self._validated(message.steps) if message.steps is not None else None
+            self._verdict.set_result(("approve", edited))
+        else:
+            return super().on(message)
+        return True
+
+    def _validated(self, drafts: list[dict[str, Any]]) -> list[PlanStep]:
+        """An edited plan, checked like a model's (``ValueError`` says what is wrong with it)."""
+        steps, problem = self.planner.validate(recover_steps(drafts), round=self.record.index, earlier=self.earlier)
+        if problem is not None:
+            raise ValueError(f"the edited plan cannot run: {problem}")
+        return steps
+
+
+async def _awaited(future: asyncio.Future[tuple[str, Any]]) -> tuple[str, Any]:
+    return await future
+
+
+def _skip_all(plan: ExecutionPlan, why: str) -> None:
+    for step in plan.steps:
+        step.status, step.error = "skipped", why
+
+
+class Executing(Phase):
+    """The round's steps run; what follows is its verdict (or, for a plan that never became whole, what the
+    interruption asked for).
+    """
+
+    name = "executing"
+
+    def __init__(
+        self,
+        record: RoundRecord,
+        execution: Execution,
+        *,
+        started: asyncio.Task[None] | None = None,
+        announce: bool = True,
+        then: Callable[[Pursuit], Phase] | None = None,
+    ) -> None:
+        self.record, self.execution, self.round = record, execution, record.index
+        self.started = started
+        """The execution's task when its steps began while the plan streamed."""
+        self.announce = announce
+        """Whether the plan is whole (``PlanReady`` says so when the phase begins)."""
+        self.then = then
+
+    @classmethod
+    def of(
+        cls,
+        pursuit: Pursuit,
+        record: RoundRecord,
+        plan: ExecutionPlan,
+        earlier: dict[str, PlanStep],
+        *,
+        then: Callable[[Pursuit], Phase] | None = None,
+    ) -> Executing:
+        """A whole plan, to run as the round's."""
+        pursuit.assign_models(plan)
+        record.plan = plan
+        return cls(record, Execution(pursuit, plan, earlier), then=then)
+
+    async def run(self, pursuit: Pursuit) -> Phase:  # noqa: D102
+        if self.announce:
+            pursuit.run.emit(PlanReady(round=self.record.index, plan=self.record.plan))
+        task = self.started or asyncio.get_running_loop().create_task(
+            self.execution.run(), name=f"dagmagic:round:{self.record.index}"
+        )
+        try:
+            await task
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.wait([task])
+        return self.then(pursuit) if self.then is not None else Analyzing(self.record)
+
+    def on(self, message: Message) -> bool:  # noqa: D102
+        return self.execution.on(message)
+
+
+class Analyzing(Phase):
+    """The round's verdict, and the decision it leads to."""
+
+    name = "analyzing"
+
+    def __init__(self, record: RoundRecord) -> None:
+        self.record, self.round = record, record.index
+
+    async def run(self, pursuit: Pursuit) -> Phase:  # noqa: D102
+        record, inbox, budget = self.record, pursuit.run.inbox, pursuit.budget
+        if not record.free:
+            budget.used += 1
+        analysis = await self._judge(pursuit)
+        if record.rerun_of is not None:
+            decision = answer_rerun(record, stopped=inbox.stopped)
+        else:
+            decision = decide(
+                analysis,
+                follow_up=bool(inbox.pending),
+                stopped=inbox.stopped,
+                autonomous_rounds=budget.used,
+                settings=pursuit.loop.settings,
+            )
+        record.analysis, record.decision = analysis, decision
+        pursuit.run.emit(AnalysisReady(round=record.index, analysis=analysis, decision=decision))
+        if decision.action == "replan":
+            pursuit.run.emit(Replanning(round=record.index, reason=decision.reason, follow_up=pursuit.latest_follow_up))
+        return pursuit.act(record, decision)
+
+    async def _judge(self, pursuit: Pursuit) -> AnalysisResult:
+        """The verdict against the goal and every follow-up so far; judged again when a follow-up arrives
+        meanwhile.
+        """
+        run, index = pursuit.run, self.record.index
+        analyzer = Analyzer(pursuit.model("smart"), pursuit.loop.settings, emit=run.emit, guard=pursuit.guard)
+        while True:
+            waiting = len(run.inbox.pending)
+            verdict = await run.inbox.interruptible(
+                analyzer.analyze(run.objective, visible_results(run.rounds), round=index),
+                name=f"dagmagic:analyze:{index}",
+            )
+            if not isinstance(verdict, Interrupted) and len(run.inbox.pending) == waiting:
+                return verdict
+
+
+class Synthesizing(Phase):
+    """The answer, streamed as it is written; a follow-up meanwhile drops it for a new round."""
+
+    name = "synthesizing"
+
+    def __init__(self, analysis: AnalysisResult, round: int, *, partial: bool = False) -> None:
+        self.analysis, self.round, self.partial = analysis, round, partial
+
+    async def run(self, pursuit: Pursuit) -> Phase:  # noqa: D102
+        run = pursuit.run
+        inbox = run.inbox
+        waiting = len(inbox.pending)
+
+        def on_delta(text: str) -> None:
+            if inbox.interrupted:  # outdated: the cancellation lands at the stream's next pause
+                return
+            run.state.answer += text
+            run.emit(AnswerDelta(text=text))
+
+        outcome = await inbox.interruptible(
+            synthesize(
+                pursuit.model("smart"),
+                run.objective,
+                visible_results(run.rounds),
+                self.analysis,
+                pursuit.loop.settings,
+                round=self.round or 1,
+                on_delta=on_delta,
+                guard=pursuit.guard,
+                partial=self.partial,
+            ),
+            name=f"dagmagic:synthesize:{self.round}",
+            on_interrupt=lambda: pursuit.clear_answer(run),
+        )
+        if isinstance(outcome, Interrupted) or len(inbox.pending) > waiting:
+            pursuit.clear_answer(run)
+            return pursuit.users_round(FOLLOW_UP_WHILE_ANSWERING)
+        run.state.follow_ups.extend(inbox.seen(waiting))
+        answer, fallback = outcome
+        pursuit.answer(run, answer, fallback=fallback, partial=self.partial)
+        return FINISHED
