@@ -9,16 +9,16 @@ driver, in practice) is given at construction; the rest of the class only reads.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
-import re
 from collections.abc import Callable, Generator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dagmagic.engine.inbox import Inbox
+from dagmagic.engine.queries import RunQueries
 from dagmagic.errors import DagError, RunFailedError
 from dagmagic.events import Event, LLMCallRecorded, PlanReady, RunFinished, RunWarning, StepPaused, StepPlanned
 from dagmagic.llm.registry import STANDARD_ROLES, ModelRegistry
+from dagmagic.llm.secrets import mask_secrets
 from dagmagic.messages import (
     Approve,
     BreakBefore,
@@ -35,16 +35,10 @@ from dagmagic.messages import (
     Stop,
 )
 from dagmagic.models import (
-    AnalysisResult,
     ExecutionPlan,
     LLMCall,
     PlanStep,
-    RoundDiff,
-    RoundRecord,
-    RunPhase,
     RunState,
-    RunStatus,
-    Usage,
 )
 
 if TYPE_CHECKING:
@@ -74,7 +68,7 @@ class RunDriver(Protocol):
         ...
 
 
-class DagRun:
+class DagRun(RunQueries):
     """A goal being pursued. Await it for the finished run; read it at any time for where it stands.
 
     ``driver`` drives it (``origin``: where it starts now; None: not yet, or only when a step is re-run);
@@ -246,11 +240,11 @@ class DagRun:
 
     def resume_step(self, step_id: str | None = None, *, task: str | None = None) -> None:
         """Continue: run the paused step (``task``: an edited task for it) and go on to the next breakpoint."""
-        self.send(Continue(step=step_id, task=task))
+        self.send(Continue(step=step_id or next(iter(self.paused), None), task=task))
 
     def step_over(self, step_id: str | None = None, *, task: str | None = None) -> None:
         """Step: run the paused step, then pause again before the next step that becomes ready."""
-        self.send(Step(step=step_id, task=task))
+        self.send(Step(step=step_id or next(iter(self.paused), None), task=task))
 
     def skip(self, step_id: str) -> None:
         """Skip a step: paused, it is skipped now; not started yet, it is skipped when it is ready. Its
@@ -300,7 +294,7 @@ class DagRun:
             self.state.status = "cancelled" if task.cancelled() else "failed"
             if not task.cancelled() and task.exception() is not None:
                 self.exception = task.exception()
-                self.state.error = f"{type(self.exception).__name__}: {self.exception}"
+                self.state.error = mask_secrets(f"{type(self.exception).__name__}: {self.exception}")
             self.inbox.finish()
             self.emit(RunFinished(status=self.state.status, achieved=False, confidence=0.0, error=self.state.error))
 
@@ -333,16 +327,6 @@ class DagRun:
     def can_rerun(self) -> bool:
         """Whether ``rerun()`` can re-run a step here now (the run ended, and was started in this process)."""
         return self.done() and not self.read_only and self._driver is not None
-
-    def diff(self, a: int, b: int) -> RoundDiff:
-        """What changed between rounds ``a`` and ``b`` (1-based): steps added, removed, or with another task,
-        dependencies, model, status or result.
-        """
-        rounds = {record.index: record for record in self.rounds}
-        missing = [index for index in (a, b) if index not in rounds]
-        if missing:
-            raise DagError(f"no round {missing[0]}; this run has rounds 1 to {len(self.rounds)}")
-        return RoundDiff.between(rounds[a], rounds[b])
 
     def done(self) -> bool:
         """Whether the run has ended."""
@@ -383,180 +367,6 @@ class DagRun:
         if self.state.status == "failed":
             raise RunFailedError(self) from self.exception
         return self
-
-    # --- reading the run ------------------------------------------------------------------------
-
-    @property
-    def run_id(self) -> str:
-        """Unique id of the run."""
-        return self.state.run_id
-
-    @property
-    def goal(self) -> str:
-        """The goal as the user wrote it."""
-        return self.state.goal
-
-    @property
-    def status(self) -> RunStatus:
-        """``running``, ``done``, ``failed`` or ``cancelled``."""
-        return self.state.status
-
-    @property
-    def phase(self) -> RunPhase:
-        """What the run is doing: ``starting``, ``planning``, ``executing``, ``analyzing``, ``synthesizing``,
-        ``finished``.
-        """
-        return self.state.phase
-
-    @property
-    def answer(self) -> str:
-        """The answer being written now (it grows while synthesis streams; a superseded one is cleared)."""
-        return self.state.answer
-
-    @property
-    def partial(self) -> bool:
-        """Whether the answer covers only what completed before the user stopped the run."""
-        decision = self.rounds[-1].decision if self.rounds else None
-        return bool(decision and decision.partial)
-
-    @property
-    def follow_ups(self) -> list[str]:
-        """Follow-ups a plan or the final answer has seen; ``pending_follow_ups`` holds those still waiting."""
-        return list(self.state.follow_ups)
-
-    @property
-    def pending_follow_ups(self) -> list[str]:
-        """Follow-ups no plan and no answer has seen yet."""
-        return list(self.state.pending_follow_ups)
-
-    @property
-    def objective(self) -> str:
-        """The goal with every follow-up so far (those not yet planned for too): what the steps work towards,
-        the verdict judges and the answer answers.
-        """
-        follow_ups = [*self.state.follow_ups, *self.state.pending_follow_ups]
-        return "".join([self.goal, *(f"\n\n[User follow-up]: {text}" for text in follow_ups)])
-
-    @property
-    def error(self) -> str | None:
-        """Why the run failed."""
-        return self.state.error
-
-    @property
-    def rounds(self) -> list[RoundRecord]:
-        """Every round so far."""
-        return self.state.rounds
-
-    @property
-    def plan(self) -> ExecutionPlan | None:
-        """The latest round's plan."""
-        return self.state.rounds[-1].plan if self.state.rounds else None
-
-    @property
-    def steps(self) -> dict[str, PlanStep]:
-        """The latest round's steps by id."""
-        return {step.id: step for step in self.plan.steps} if self.plan else {}
-
-    def step(self, ref: str) -> PlanStep:
-        """A step of any round: ``"s3"`` in the latest round, ``"r1.s3"`` in round 1 (``KeyError`` saying
-        which steps there are otherwise).
-        """
-        match = re.fullmatch(r"r(\d+)\.(.+)", ref)
-        index, step_id = (int(match.group(1)), match.group(2)) if match else (len(self.rounds), ref)
-        for record in self.rounds:
-            if record.index == index:
-                return record.plan.step(step_id)
-        raise KeyError(f"no round {index} (this run has {len(self.rounds)})")
-
-    @property
-    def all_steps(self) -> dict[str, PlanStep]:
-        """Every step of every round, by ``rN.id``, in round order."""
-        return {f"r{record.index}.{step.id}": step for record in self.rounds for step in record.plan.steps}
-
-    def to_dataframe(self, what: Literal["steps", "calls"] = "steps") -> Any:
-        """Every step of every round (or every LLM call) as a pandas DataFrame, one row each."""
-        try:
-            pd = importlib.import_module("pandas")
-        except ImportError:
-            raise ImportError("run.to_dataframe() needs pandas: pip install pandas") from None
-        if what == "calls":
-            rows = [
-                {
-                    "purpose": c.purpose, "model": c.model, "round": c.round, "step": c.step_id,
-                    "status": c.status, "input_tokens": c.usage.input_tokens, "output_tokens": c.usage.output_tokens,
-                    "cost": c.cost, "latency_s": c.latency, "retries": c.retries, "error": c.error,
-                    "started": pd.to_datetime(c.started_at, unit="s") if c.started_at else None,
-                }
-                for c in self.calls
-            ]  # fmt: skip
-            return pd.DataFrame(rows)
-        rows = [
-            {
-                "round": int(ref[1 : ref.index(".")]), "step": s.id, "status": s.status, "task": s.task,
-                "dependencies": ", ".join(s.dependencies), "model": s.model, "attempts": s.attempts,
-                "run_s": s.run_time, "input_tokens": s.usage.input_tokens, "output_tokens": s.usage.output_tokens,
-                "cost": s.usage.cost, "result": s.result, "error": s.error,
-            }
-            for ref, s in self.all_steps.items()
-        ]  # fmt: skip
-        return pd.DataFrame(rows)
-
-    @property
-    def analysis(self) -> AnalysisResult | None:
-        """The latest verdict."""
-        for record in reversed(self.state.rounds):
-            if record.analysis is not None:
-                return record.analysis
-        return None
-
-    @property
-    def achieved(self) -> bool:
-        """Whether the latest verdict says the goal was reached."""
-        return self.analysis.achieved if self.analysis else False
-
-    @property
-    def confidence(self) -> float:
-        """The latest verdict's confidence."""
-        return self.analysis.confidence if self.analysis else 0.0
-
-    @property
-    def calls(self) -> list[LLMCall]:
-        """Every LLM call, in order."""
-        return self.state.calls
-
-    @property
-    def usage(self) -> Usage:
-        """Tokens and cost of every call."""
-        return self.state.usage
-
-    @property
-    def cost(self) -> float | None:
-        """USD spent (litellm pricing); None when no call's price is known."""
-        return self.usage.cost
-
-    def usage_by(self, key: Literal["purpose", "round", "step"]) -> dict[Any, Usage]:
-        """Usage grouped by purpose, round, or step (``(round, step_id)``; calls outside steps are left out)."""
-        groups: dict[Any, Usage] = {}
-        for call in self.state.calls:
-            if key == "purpose":
-                group: Any = call.purpose
-            elif key == "round":
-                group = call.round
-            elif call.step_id is not None:
-                group = (call.round, call.step_id)
-            else:
-                continue
-            groups[group] = groups.get(group, Usage()) + call.usage
-        return groups
-
-    def __repr__(self) -> str:
-        goal = self.goal if len(self.goal) <= 60 else f"{self.goal[:57]}..."
-        steps = self.steps.values()
-        completed = sum(step.status == "completed" for step in steps)
-        return (
-            f"<DagRun {self.status}: {goal!r} rounds={len(self.rounds)} "
-            f"steps={completed}/{len(steps)} completed achieved={self.achieved} confidence={self.confidence:.2f}>"
-        )
 
 
 def _drafts(plan: ExecutionPlan | Sequence[PlanStep | Mapping[str, Any]] | None) -> list[dict[str, Any]] | None:
