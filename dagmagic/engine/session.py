@@ -79,6 +79,8 @@ class DagSession:
         self._store_problems: dict[Path | None, str] = {}
         self._in_history: dict[str, int] = {}
         """Where each run's exchange sits in the history (a re-run replaces it)."""
+        self._outside: set[str] = set()
+        """Runs started outside the conversation: their answers do not join it."""
 
     @property
     def tools(self) -> list[Tool]:
@@ -102,15 +104,20 @@ class DagSession:
         allow_code: bool | None = None,
         approve_plans: bool | None = None,
         step_through: bool | None = None,
+        conversation: bool = True,
     ) -> DagRun:
         """Start pursuing ``goal`` as a task on the running loop; ``await`` the returned run for its end.
-        The keywords replace the session's own for this run.
+        The keywords replace the session's own for this run; ``conversation=False``: the run neither sees the
+        conversation so far nor joins it.
         """
         goal = _check_goal(goal)
         _running_loop("DagSession.start()", "asyncio.run(session.run(goal))")
-        driver = self._driver(list(self.history), models, settings, tools, allow_code, approve_plans)
+        history = list(self.history) if conversation else []
+        driver = self._driver(history, models, settings, tools, allow_code, approve_plans)
         driver.check_store()
         state = RunState(run_id=uuid.uuid4().hex[:12], goal=goal, started_at=time.time())
+        if not conversation:
+            self._outside.add(state.run_id)
         return self._keep(DagRun(state, driver=driver, origin="new", step_through=self._through(step_through)))
 
     async def run(self, goal: str, **options: Any) -> DagRun:
@@ -263,7 +270,7 @@ class DagSession:
         self._forget_finished()
         if not task.cancelled():
             task.exception()  # retrieved: the loop records failures on the run itself
-        if run.status in ("done", "failed") and run.answer:
+        if run.status in ("done", "failed") and run.answer and run.run_id not in self._outside:
             exchange = Exchange(goal=run.objective, answer=run.answer)  # a follow-up sent just before a Stop counts
             place = self._in_history.get(run.run_id)
             if place is not None and place < len(self.history):  # a re-run: its new answer replaces the old

@@ -14,9 +14,7 @@ def load_ipython_extension(shell: Any) -> None:
     """``%load_ext dagmagic``: register the magics, the transformer and the display of runs."""
     from dagmagic.notebook import magics, transformer
 
-    instance = magics.DagMagics(shell=shell)
-    shell.register_magics(instance)
-    magics._active = instance
+    magics.register(shell)
     transformer.install(shell)
     # by name: the engine (and pydantic) load with the first run, not with the extension
     shell.display_formatter.mimebundle_formatter.for_type_by_name("dagmagic.engine.run", "DagRun", _display_run)

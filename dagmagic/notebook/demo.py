@@ -15,7 +15,7 @@ from dagmagic.llm.registry import ModelRegistry
 from dagmagic.testing import ScriptedLLM, ScriptedRequest, ToolCall
 
 if TYPE_CHECKING:
-    from dagmagic.notebook.magics import DagMagics
+    from dagmagic.notebook.session import NotebookSession
 
 __all__ = ["DEMO_GOAL", "demo_session", "run_demo"]
 
@@ -121,26 +121,31 @@ def demo_model() -> ScriptedLLM:
     )
 
 
-def demo_session(history: Any = None) -> DagSession:
-    """A session over the demo model and its two tools."""
+def demo_options() -> dict[str, Any]:
+    """The demo's models, settings and tools, as ``DagSession`` and ``DagSession.start`` take them."""
     from dagmagic.settings import DagSettings
 
     registry = ModelRegistry().register("demo-model", demo_model(), roles=["smart", "general", "fast"])
-    session = DagSession(
-        registry, DagSettings(store="none", citation_verification=False), tools=[city_population, city_area]
-    )
-    if history is not None:
-        session.history = history
-    return session
+    settings = DagSettings(store="none", citation_verification=False)
+    return {"models": registry, "settings": settings, "tools": [city_population, city_area]}
 
 
-async def run_demo(magics: DagMagics) -> DagRun:
-    """Run the demo like a ``%%dag`` cell: live widget, then the finished run as the cell's value."""
+def demo_session() -> DagSession:
+    """A session over the demo model and its two tools."""
+    return DagSession(**demo_options())
+
+
+async def run_demo(notebook: NotebookSession) -> DagRun:
+    """Run the demo like a ``%%dag`` cell (live widget, then the finished run as the cell's value), in the
+    kernel's session but outside its conversation.
+    """
     from dagmagic.llm._litellm import import_litellm_off_the_loop
 
     # the demo's long texts are counted with litellm: its import (seconds) happens off the loop, before the view
     # appears, not in the middle of the run with every clock frozen
     await import_litellm_off_the_loop()
     args = SimpleNamespace(output=None, bg=False, no_widget=False)
-    run = magics.launch(demo_session(), DEMO_GOAL, args)
-    return await run.wait(cancel_with_waiter=True)
+    options = demo_options()
+    session = notebook.session(options)
+    run = notebook.numbered(lambda: session.start(DEMO_GOAL, conversation=False, **options), args, "")
+    return await notebook.magics.present(run, args)

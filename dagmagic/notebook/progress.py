@@ -15,14 +15,14 @@ from dagmagic.events import (
     StepStarted,
 )
 
-__all__ = ["print_progress", "progress_line", "trace_table"]
+__all__ = ["follow_in_terminal", "print_progress", "progress_line", "trace_table"]
 
 
 def progress_line(event: Event) -> str | None:
     """A short line for the events a terminal user follows; None for the rest."""
     if not event.depth:
         return _own(event)
-    if isinstance(event, StepStarted | StepCompleted):  # a composite step's nested run: its steps, by path
+    if isinstance(event, StepStarted | StepCompleted):  # a subrun's steps, by their path
         line = _own(event) or ""
         return line.replace(f"] {event.step_id} ", f"] {event.scope}/{event.step_id} ", 1)
     return None
@@ -55,6 +55,17 @@ def print_progress(event: Event) -> None:
     line = progress_line(event)
     if line is not None:
         print(line, flush=True)
+
+
+def follow_in_terminal(run: DagRun) -> None:
+    """Print the run's progress lines until it finishes (a re-run of it later prints its own)."""
+
+    def follow(event: Event) -> None:
+        print_progress(event)
+        if isinstance(event, RunFinished) and not event.depth:
+            unsubscribe()
+
+    unsubscribe = run.subscribe(follow)
 
 
 def trace_table(run: DagRun) -> str:

@@ -37,12 +37,11 @@ def ip(shell: InteractiveShell) -> Iterator[InteractiveShell]:
     from dagmagic.notebook import magics
 
     shell.user_ns["llm"] = scripted()
+    from dagmagic.notebook.session import NotebookSession
+
     instance = magics._active
     assert instance is not None
-    instance.history.clear()
-    instance.runs.clear()
-    instance._numbers.clear()  # run numbers start at 1 in each test, as in a new kernel
-    instance.overrides.clear()
+    instance.notebook = NotebookSession(instance)  # as in a new kernel: no runs, numbers from 1, no config
     yield shell
     for name in ("llm", "run", "myrun"):
         shell.user_ns.pop(name, None)

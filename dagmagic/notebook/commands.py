@@ -1,0 +1,324 @@
+"""The ``%dag`` subcommands: each a function of the kernel's ``NotebookSession`` and the rest of the line.
+
+``resume``, ``rerun`` and ``demo`` run the loop: alone in a cell they are awaited there (the input
+transformer rewrites them, like a ``%%dag`` cell); these functions are what such a cell awaits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shlex
+import time
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+from IPython.core.error import UsageError
+
+from dagmagic.errors import ConfigurationError, DagError
+from dagmagic.notebook.session import NO_MODEL_HELP, NO_STORE, ROLES, NotebookSession, default_registry
+
+if TYPE_CHECKING:
+    from dagmagic.engine.run import DagRun
+
+__all__ = ["COMMANDS", "dispatch", "rerun", "resume"]
+
+_HISTORY_ROWS = 20
+
+Command = Callable[[NotebookSession, str], Any]
+
+
+def dispatch(notebook: NotebookSession, line: str) -> Any:
+    """Run ``%dag <subcommand> ...``."""
+    words = shlex.split(line) if line.strip() else []
+    if not words:
+        raise UsageError(f"%dag needs a subcommand: {', '.join(COMMANDS)} (see %dag?)")
+    command, rest = words[0], line.strip()[len(words[0]) :].strip()
+    handler = COMMANDS.get(command)
+    if handler is None:
+        raise UsageError(f"unknown %dag subcommand {command!r}; known: {', '.join(COMMANDS)}")
+    return handler(notebook, rest)
+
+
+# --- what is configured
+
+
+def models(notebook: NotebookSession, _: str) -> None:
+    """``%dag models``: the model of each role, and why it was picked."""
+    from dagmagic.llm.registry import ROLE_ENV
+    from dagmagic.settings import DagSettings
+
+    specs = {role: getattr(notebook.magics, f"{role}_model") for role in ROLES}
+    settings = DagSettings(**notebook.overrides)
+    if not any(specs.values()) and not any(getattr(settings, f"{r}_model") for r in ROLES):
+        try:
+            registry = default_registry()
+        except UsageError:
+            print(f"No model is configured.\n{NO_MODEL_HELP}")
+            return
+        for role in ROLES:
+            fallback = "" if registry.has_role(role) else "   (falls back)"
+            print(f"{role:10} {registry.for_role(role).name}{fallback}")
+        print(f"Picked because {registry.chosen_because}; set DAG_SMART_MODEL (or --smart) to choose.")
+        return
+    for role in ROLES:
+        spec = specs[role] or getattr(settings, f"{role}_model")
+        source = "DagMagics" if specs[role] else ROLE_ENV[role]
+        print(f"{role:10} {spec or '(falls back)'}" + (f"   [{source}]" if spec else ""))
+
+
+def config(notebook: NotebookSession, rest: str) -> None:
+    """``%dag config key=value ...``: settings for later cells; alone, what is set."""
+    from dagmagic.settings import DagSettings
+
+    if not rest:
+        if not notebook.overrides:
+            print("Nothing set with %dag config: the defaults apply, with any DAG_* environment variables.")
+        for key, value in sorted(notebook.overrides.items()):
+            print(f"{key} = {value!r}")
+        return
+    # %dag takes goals literally (no_var_expand), but a setting's value often lives in a variable (a store
+    # path): without this, `store=$path` silently named a file '$path' in the working directory.
+    rest = _expand_variables(rest, notebook.namespace)
+    for pair in shlex.split(rest):
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise UsageError(f"%dag config takes key=value pairs, got {pair!r}")
+        if key not in DagSettings.model_fields:
+            raise UsageError(f"unknown setting {key!r}; see the README's configuration table")
+        try:
+            DagSettings(**{**notebook.overrides, key: value})
+        except ConfigurationError as exc:
+            raise UsageError(str(exc)) from None
+        notebook.overrides[key] = value
+
+
+# --- runs: listing, showing, comparing
+
+
+def history(notebook: NotebookSession, _: str) -> None:
+    """``%dag history``: the stored runs (or, without a store, this kernel's)."""
+    store = notebook.store()
+    numbers = {run_id: number for number, run_id in enumerate(notebook.numbers, 1)}
+    if store is None:
+        if not notebook.runs:
+            print("No runs yet.")
+        for run in notebook.runs:
+            print(
+                _history_line(numbers.get(run.run_id), run.run_id, run.status, run.state.started_at, run.cost, run.goal)
+            )
+        return
+    summaries = store.runs(limit=_HISTORY_ROWS)
+    if not summaries:
+        print(f"No runs yet in {store.path}.")
+    for summary in summaries:
+        status = "interrupted" if summary.interrupted else summary.status
+        number = numbers.get(summary.run_id)
+        print(_history_line(number, summary.run_id, status, summary.started_at, summary.cost, summary.goal))
+    if any(summary.interrupted for summary in summaries):
+        print("`%dag resume RUN` continues an interrupted run.")
+
+
+def show(notebook: NotebookSession, rest: str) -> None:
+    """``%dag show [RUN]``: the run's view again."""
+    from dagmagic.notebook.display import show_live
+
+    show_live(notebook.find(rest))
+
+
+def trace(notebook: NotebookSession, rest: str) -> None:
+    """``%dag trace [RUN]``: every LLM call of the run."""
+    from dagmagic.notebook.progress import trace_table
+
+    print(trace_table(notebook.find(rest)))
+
+
+def diff(notebook: NotebookSession, rest: str) -> Any:
+    """``%dag diff A B [RUN]``: what changed between two rounds."""
+    args = parse_words("diff", rest, ("a", "b"), (), optional=("run",))
+    run = notebook.find(args.run or "")
+    try:
+        return run.diff(int(args.a), int(args.b))
+    except ValueError:
+        raise UsageError(f"%dag diff takes two round numbers, got {args.a!r} and {args.b!r}") from None
+    except DagError as exc:
+        raise UsageError(str(exc)) from None
+
+
+# --- the user's word to a running run
+
+
+def _act(action: Callable[[DagRun], object], run: DagRun) -> None:
+    try:
+        action(run)
+    except (DagError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def approve(notebook: NotebookSession, rest: str) -> None:
+    """``%dag approve [RUN]``: run the plan waiting for approval."""
+    _act(lambda run: run.approve(), notebook.waiting(rest))
+
+
+def reject(notebook: NotebookSession, rest: str) -> None:
+    """``%dag reject WHY``: plan again, told why."""
+    if not rest:
+        raise UsageError("%dag reject needs the reason, e.g. %dag reject use one step per country")
+    _act(lambda run: run.reject(rest), notebook.waiting(""))
+
+
+def continue_(notebook: NotebookSession, rest: str) -> None:
+    """``%dag continue [STEP]``: run the paused step, on to the next breakpoint."""
+    _act(lambda run: run.resume_step(rest or None), notebook.running())
+
+
+def step(notebook: NotebookSession, rest: str) -> None:
+    """``%dag step [STEP]``: run the paused step, then pause before the next one."""
+    _act(lambda run: run.step_over(rest or None), notebook.running())
+
+
+def skip(notebook: NotebookSession, rest: str) -> None:
+    """``%dag skip STEP``: skip a paused step, or one not started."""
+    if not rest:
+        raise UsageError("%dag skip needs the step's id, e.g. %dag skip s3")
+    _act(lambda run: run.skip(rest), notebook.running())
+
+
+def stop(notebook: NotebookSession, _: str) -> None:
+    """``%dag stop``: answer now from what completed."""
+    _act(lambda run: run.stop(), notebook.running())
+
+
+def followup(notebook: NotebookSession, rest: str) -> None:
+    """``%dag followup TEXT``: steer the running run."""
+    if not rest:
+        raise UsageError("%dag followup needs the text of the follow-up")
+    _act(lambda run: run.follow_up(rest), notebook.running())
+
+
+# --- commands that run the loop: awaited alone in their cell
+
+
+def _awaited(command: str, work: Callable[[NotebookSession, str], Coroutine[Any, Any, Any]]) -> Command:
+    def run_here(notebook: NotebookSession, rest: str) -> Any:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # a terminal without autoawait: run it here, to the end
+            return asyncio.run(work(notebook, rest))
+        raise UsageError(f"run `%dag {command}` alone in its cell (it is awaited there)")
+
+    return run_here
+
+
+async def resume(notebook: NotebookSession, line: str) -> DagRun:
+    """``%dag resume [RUN] [options]``: continue a stored run that did not end, shown like a cell's run."""
+    words = shlex.split(line)
+    key = words.pop(0) if words and not words[0].startswith("-") else ""
+    store = notebook.store()
+    if store is None:
+        path = notebook.settings(notebook.magics.parse("")).store_path
+        problem = NO_STORE if path is None else f"there is no run store at {path} yet"
+        raise UsageError(f"nothing to resume: {problem}")
+    run_id = notebook.stored_id(store, key)
+    summary = store.summary(run_id)
+    if summary is None:
+        raise UsageError(f"no run {run_id!r} in the run store {store.path}; `%dag history` lists the stored runs")
+    if not summary.interrupted:
+        ended = "is running" if summary.status == "running" else f"ended ({summary.status})"
+        raise UsageError(f"run {run_id} {ended}: there is nothing to resume")
+    options = shlex.join(words) if words else notebook.options.get(run_id, "")
+    args = notebook.magics.parse(options)
+    if not words:  # the options of the cell that started it, but awaited here
+        args.bg = False
+    run = notebook.resume(run_id, args, options)
+    return await notebook.magics.present(run, args)
+
+
+async def rerun(notebook: NotebookSession, line: str) -> DagRun:
+    """``%dag rerun STEP [--task TEXT] [--model M] [--run RUN] [--bg]``: re-run a step, shown like a cell's run."""
+    args = parse_words("rerun", line, ("step",), ("--task", "--model", "--run"), flags=("--bg",))
+    run = notebook.find(args.run or "")
+    if run.read_only and run.run_id in notebook.numbers:  # started here, no longer in memory: taken back
+        run = notebook.reopen(run)
+    _act(lambda run: run.start_rerun(args.step, task=args.task, model=args.model), run)
+    return await notebook.magics.present(run, args, again=True)
+
+
+async def demo(notebook: NotebookSession, _: str) -> DagRun:
+    """``%dag demo``: the offline demonstration, like a ``%%dag`` cell."""
+    from dagmagic.notebook.demo import run_demo
+
+    return await run_demo(notebook)
+
+
+COMMANDS: dict[str, Command] = {
+    "models": models,
+    "config": config,
+    "history": history,
+    "show": show,
+    "resume": _awaited("resume", resume),
+    "rerun": _awaited("rerun", rerun),
+    "approve": approve,
+    "reject": reject,
+    "continue": continue_,
+    "step": step,
+    "skip": skip,
+    "diff": diff,
+    "stop": stop,
+    "followup": followup,
+    "trace": trace,
+    "demo": _awaited("demo", demo),
+}
+"""Every subcommand, in the order ``%dag?`` lists them."""
+
+
+# --- helpers
+
+
+def parse_words(
+    command: str,
+    line: str,
+    positional: tuple[str, ...],
+    options: tuple[str, ...],
+    optional: tuple[str, ...] = (),
+    flags: tuple[str, ...] = (),
+) -> Any:
+    """A subcommand's arguments, or a ``UsageError`` that shows its usage."""
+    parser = argparse.ArgumentParser(prog=f"%dag {command}", add_help=False, exit_on_error=False)
+    for name in positional:
+        parser.add_argument(name)
+    for name in optional:
+        parser.add_argument(name, nargs="?")
+    for option in options:
+        parser.add_argument(option)
+    for flag in flags:
+        parser.add_argument(flag, action="store_true")
+    try:
+        return parser.parse_args(shlex.split(line))
+    except (argparse.ArgumentError, SystemExit, ValueError) as exc:
+        detail = f": {exc}" if isinstance(exc, argparse.ArgumentError) else ""
+        raise UsageError(f"{parser.format_usage().strip()}{detail}") from None
+
+
+def _expand_variables(text: str, namespace: dict[str, Any]) -> str:
+    """``$name`` and ``{expression}`` from the notebook's namespace, as IPython expands other magics' lines;
+    the text as written when it does not expand.
+    """
+    from IPython.utils.text import DollarFormatter
+
+    try:
+        return DollarFormatter().vformat(text, args=[], kwargs=namespace)
+    except Exception:
+        return text
+
+
+def when(timestamp: float | None) -> str:
+    """A timestamp as ``%dag history`` shows it."""
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(timestamp)) if timestamp else "-"
+
+
+def _history_line(
+    number: int | None, run_id: str, status: str, started: float | None, cost: float | None, goal: str
+) -> str:
+    price = f"${cost:.4f}" if cost is not None else "-"
+    return f"{number or '':>3}  {run_id}  {status:11}  {when(started)}  {price:>9}  {goal[:60]!r}"

@@ -1,0 +1,309 @@
+"""``NotebookSession``: dagmagic's state in one kernel.
+
+One ``DagSession`` serves every cell: the conversation (each cell's answer is history for the next), the runs
+in memory with their tasks, the history summaries. A cell's options (models, tools, settings, approval,
+breakpoints) apply to its run only. Besides the session, the kernel keeps each run's number (``%dag show 3``),
+the options of the cell that started it (``%dag resume`` reuses them) and what ``%dag config`` set.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from IPython.core.error import UsageError
+
+from dagmagic.errors import ConfigurationError, DagError
+
+if TYPE_CHECKING:  # the engine loads on the first %%dag, not with the extension: loading must stay fast
+    from dagmagic.engine.run import DagRun
+    from dagmagic.engine.session import DagSession
+    from dagmagic.engine.store import RunStore
+    from dagmagic.llm.registry import ModelRegistry
+    from dagmagic.notebook.magics import DagMagics
+    from dagmagic.settings import DagSettings
+
+__all__ = ["NO_MODEL_HELP", "NO_STORE", "NotebookSession", "names"]
+
+NO_MODEL_HELP = (
+    "No model is configured for %%dag, and none could be picked: no OPENAI_API_KEY, ANTHROPIC_API_KEY or "
+    "GEMINI_API_KEY is set, and no Ollama answers at OLLAMA_HOST (default 127.0.0.1:11434). To choose one: "
+    "set one of those keys (os.environ works, no restart needed) and models are picked for it; or set "
+    "DAG_SMART_MODEL (and optionally DAG_GENERAL_MODEL, DAG_FAST_MODEL, DAG_REASONING_MODEL) to a litellm model "
+    "such as openai/gpt-4.1-mini; or pass --models VAR naming a ModelRegistry (or a ScriptedLLM) in the "
+    "notebook. `%dag models` shows what is in use. Or try `%dag demo` to see it work offline."
+)
+NO_STORE = "DAG_STORE is none; set it (or `%dag config store=PATH`) before the runs you want to keep"
+ROLES = ("smart", "general", "fast", "reasoning")
+_CONTEXT_CHARS = 1000
+
+
+class NotebookSession:
+    """The kernel's runs, their numbers, each one's cell options, the settings ``%dag config`` set, and the
+    one ``DagSession`` that runs them all.
+    """
+
+    def __init__(self, magics: DagMagics) -> None:
+        self.magics = magics
+        self.overrides: dict[str, Any] = {}
+        """Settings set with ``%dag config key=value``."""
+        self.numbers: list[str] = []
+        """Every run's id, by its number in this kernel (``%dag show 3`` is ``numbers[2]``)."""
+        self.options: dict[str, str] = {}
+        """The options of the cell that started each run: ``%dag resume RUN`` reuses them."""
+        self._session: DagSession | None = None
+
+    @property
+    def runs(self) -> list[DagRun]:
+        """The runs in memory: every running one and the latest finished ones, oldest first."""
+        return self._session.runs if self._session is not None else []
+
+    @property
+    def namespace(self) -> dict[str, Any]:
+        """The notebook's variables."""
+        shell: Any = self.magics.shell
+        namespace: dict[str, Any] = shell.user_ns if shell is not None else {}
+        return namespace
+
+    def session(self, options: dict[str, Any] | None = None) -> DagSession:
+        """The kernel's ``DagSession``, made on first use; ``options``: a run's, whose settings become the
+        session's (how many finished runs it keeps in memory follows ``%dag config``).
+        """
+        if self._session is None:
+            from dagmagic.engine.session import DagSession
+
+            options = options or self.run_options(self.magics.parse(""))
+            self._session = DagSession(options["models"], options["settings"])
+        elif options is not None:
+            self._session.settings = options["settings"]
+        return self._session
+
+    # --- a cell's options, as a run's
+
+    def run_options(self, args: Any) -> dict[str, Any]:
+        """What ``DagSession.start`` takes for a cell with these options."""
+        settings = self.settings(args)
+        return {
+            "models": self.registry(args, settings),
+            "settings": settings,
+            "tools": [self.variable(name, "--tools") for name in names(getattr(args, "tools", None))],
+            "allow_code": self.magics.allow_code,
+            "approve_plans": bool(getattr(args, "approve", False)),
+            "step_through": bool(getattr(args, "step_through", False)),
+        }
+
+    def settings(self, args: Any) -> DagSettings:
+        """The magic's defaults, then ``%dag config``, then the cell's flags."""
+        from dagmagic.settings import DagSettings
+
+        magics = self.magics
+        values: dict[str, Any] = {
+            "max_concurrency": magics.max_concurrency,
+            "max_replan_rounds": magics.max_rounds,
+            "step_timeout": magics.step_timeout,
+        }
+        values.update(self.overrides)
+        flags = {
+            "max_concurrency": getattr(args, "concurrency", None),
+            "max_replan_rounds": getattr(args, "max_rounds", None),
+            "step_timeout": getattr(args, "step_timeout", None),
+        }
+        values.update({k: v for k, v in flags.items() if v is not None})
+        try:
+            return DagSettings(**{k: v for k, v in values.items() if v is not None})
+        except ConfigurationError as exc:
+            raise UsageError(str(exc)) from None
+
+    def registry(self, args: Any, settings: DagSettings) -> ModelRegistry:
+        """The cell's models: ``--models``, else the role options, the magic's traits, ``DAG_*_MODEL``, else
+        the models picked from a provider key or a local Ollama.
+        """
+        from dagmagic.llm.registry import ModelRegistry
+
+        flags = {role: getattr(args, role, None) for role in ROLES if getattr(args, role, None)}
+        if getattr(args, "models", None) and flags:
+            raise UsageError("use either --models or the role options (--smart, --general, ...), not both")
+        if getattr(args, "models", None):
+            value = self.variable(args.models, "--models")
+            if isinstance(value, ModelRegistry):
+                return value
+            return self._registry_of({"smart": args.models})  # named after its variable, as it shows in views
+        configured = {role: getattr(self.magics, f"{role}_model") for role in ROLES}
+        from_settings = {role: getattr(settings, f"{role}_model") for role in ROLES}
+        specs = {role: flags.get(role) or configured[role] or from_settings[role] for role in ROLES}
+        specs = {role: spec for role, spec in specs.items() if spec}
+        if not specs:
+            return default_registry()
+        return self._registry_of(specs)
+
+    def _registry_of(self, specs: dict[str, Any]) -> ModelRegistry:
+        """One entry per distinct model; a spec naming a notebook variable uses that object."""
+        from dagmagic.llm.registry import ModelRegistry
+
+        registry = ModelRegistry()
+        grouped: dict[int, tuple[str, Any, list[str]]] = {}
+        for role, spec in specs.items():
+            model = self.namespace.get(spec, spec) if isinstance(spec, str) else spec
+            name = spec if isinstance(spec, str) else type(spec).__name__
+            grouped.setdefault(id(model), (name, model, []))[2].append(role)
+        try:
+            for name, model, roles in grouped.values():
+                registry.register(name, model, roles=roles)
+        except ConfigurationError as exc:
+            raise UsageError(str(exc)) from None
+        return registry
+
+    def variable(self, name: str, option: str) -> Any:
+        """The notebook variable ``name`` (``UsageError`` naming ``option`` when there is none)."""
+        if name not in self.namespace:
+            raise UsageError(f"{option}: there is no variable named {name!r} in the notebook; define it first")
+        return self.namespace[name]
+
+    def context(self, variables: str | None) -> str:
+        """``--context``: the short reprs of these notebook variables, to add to the goal."""
+        lines = []
+        for name in names(variables):
+            text = repr(self.variable(name, "--context"))
+            if len(text) > _CONTEXT_CHARS:
+                text = f"{text[:_CONTEXT_CHARS]}… ({len(text) - _CONTEXT_CHARS} more characters)"
+            lines.append(f"- {name} = {text}")
+        return "\n\nContext from the notebook:\n" + "\n".join(lines) if lines else ""
+
+    # --- starting runs
+
+    def start(self, goal: str, args: Any, line: str, options: dict[str, Any] | None = None) -> DagRun:
+        """Start a cell's run of ``goal`` (``line``: the cell's options, kept for ``%dag resume``; ``options``:
+        the run's, when they were made already).
+        """
+        options = options or self.run_options(args)
+        session = self.session(options)
+        if getattr(args, "new", False):
+            session.reset()
+        return self.numbered(lambda: session.start(goal, **options), args, line)
+
+    def resume(self, run_id: str, args: Any, line: str) -> DagRun:
+        """Continue the stored run ``run_id`` with these options."""
+        options = self.run_options(args)
+        session = self.session(options)
+        return self.numbered(lambda: session.start_resume(run_id, **options), args, line)
+
+    def numbered(self, start: Any, args: Any, line: str) -> DagRun:
+        """The run ``start()`` starts, numbered in this kernel, with the cell's breakpoints."""
+        try:
+            run: DagRun = start()
+        except (ValueError, RuntimeError, DagError) as exc:  # DagError: a resume the store cannot serve
+            raise UsageError(str(exc)) from None
+        if run.run_id not in self.numbers:
+            self.numbers.append(run.run_id)
+        self.options.setdefault(run.run_id, line)
+        if breaks := names(getattr(args, "breaks", None)):
+            run.break_before(*breaks)
+        return run
+
+    def reopen(self, run: DagRun) -> DagRun:
+        """A run of this kernel no longer in memory, taken back so that its steps can be re-run."""
+        args = self.magics.parse(self.options.get(run.run_id, ""))
+        try:
+            return self.session().reopen(run.run_id, **self.run_options(args))
+        except DagError as exc:
+            raise UsageError(str(exc)) from None
+
+    # --- finding runs
+
+    def store(self) -> RunStore | None:
+        """The run store the settings name, when its file exists (reading history creates nothing)."""
+        from dagmagic.engine.store import RunStore
+        from dagmagic.errors import StoreError
+        from dagmagic.settings import DagSettings
+
+        path = DagSettings(**self.overrides).store_path
+        if path is None or not path.exists():
+            return None
+        try:
+            return RunStore.open(path)
+        except StoreError as exc:
+            raise UsageError(str(exc)) from None
+
+    def find(self, key: str) -> DagRun:
+        """The run ``key`` names: its number here, its id (or the start of it); the latest when empty. Runs no
+        longer in memory, and other kernels' runs, are read back from the store.
+        """
+        if not key:
+            if not self.runs:
+                raise UsageError("no runs yet: run a %%dag cell first")
+            return self.runs[-1]
+        number = int(key) if key.isdigit() and 1 <= int(key) <= len(self.numbers) else None
+        if number is not None:
+            key = self.numbers[number - 1]
+        for run in reversed(self.runs):
+            if run.run_id == key:
+                return run
+        store = self.store()
+        if store is None and key in self.numbers:
+            raise UsageError(
+                f"run {number or key} ({key}) is no longer in memory (only the latest finished runs are kept: "
+                f"runs_in_memory) and there is no run store to read it back from: {NO_STORE}"
+            )
+        if store is not None:
+            from dagmagic.engine.run import DagRun
+
+            try:
+                stored = store.load(self.stored_id(store, key))
+            except KeyError:
+                pass
+            else:
+                return DagRun(stored.state, events=stored.events, read_only=True)
+        raise UsageError(f"no run {key!r}; see %dag history")
+
+    def stored_id(self, store: RunStore, key: str) -> str:
+        """The run id ``key`` names: this kernel's run number, a stored run's id (or its start), or, when
+        empty, the latest interrupted run.
+        """
+        if key.isdigit() and 1 <= int(key) <= len(self.numbers):
+            return self.numbers[int(key) - 1]
+        summaries = store.runs(limit=500)
+        if not key:
+            for summary in summaries:
+                if summary.interrupted and not self.running_here(summary.run_id):
+                    return summary.run_id
+            raise UsageError("no stored run was interrupted: there is nothing to resume (see %dag history)")
+        matches = [summary.run_id for summary in summaries if summary.run_id.startswith(key)]
+        if len(matches) == 1 or key in matches:
+            return key if key in matches else matches[0]
+        if matches:
+            raise UsageError(f"{key!r} starts the ids of {len(matches)} runs; give more of it (see %dag history)")
+        return key  # not among the latest: the store says whether it is there at all
+
+    def running_here(self, run_id: str) -> bool:
+        """Whether the run ``run_id`` runs in this kernel now."""
+        return any(run.run_id == run_id and not run.done() for run in self.runs)
+
+    def running(self) -> DagRun:
+        """The latest run still running."""
+        for run in reversed(self.runs):
+            if not run.done():
+                return run
+        raise UsageError("no run is running")
+
+    def waiting(self, key: str) -> DagRun:
+        """The run whose plan waits for approval (or ``key``'s)."""
+        if key:
+            return self.find(key)
+        for run in reversed(self.runs):
+            if run.awaiting_approval:
+                return run
+        raise UsageError("no plan is waiting for approval (run a cell with --approve, and --bg to act from here)")
+
+
+def names(text: str | None) -> list[str]:
+    """``"a, b"`` -> ``["a", "b"]``."""
+    return [name.strip() for name in (text or "").split(",") if name.strip()]
+
+
+def default_registry() -> ModelRegistry:
+    """The models picked from a provider key or a local Ollama when none is chosen (``dagmagic.llm.defaults``)."""
+    from dagmagic.llm.registry import ModelRegistry
+
+    try:
+        return ModelRegistry.from_env()
+    except ConfigurationError:
+        raise UsageError(NO_MODEL_HELP) from None
