@@ -48,8 +48,6 @@ from dagmagic.events import (
     UserAction,
 )
 from dagmagic.llm import ChatModel, ModelEntry, ModelRegistry
-from dagmagic.llm._litellm import import_litellm_off_the_loop
-from dagmagic.llm.backend import LiteLLMBackend
 from dagmagic.llm.secrets import mask_secrets, scrub_exception
 from dagmagic.models import AnalysisResult, Decision, ExecutionPlan, PlanStep, RoundRecord, RunState
 from dagmagic.settings import DagSettings
@@ -183,8 +181,7 @@ class GoalLoop:
         """Run ``work()`` as the run's life: its end status, a fallback answer if it failed, ``RunFinished``."""
         try:
             self._check_credentials()
-            if any(isinstance(entry.backend, LiteLLMBackend) for entry in self.registry):
-                await import_litellm_off_the_loop()  # its first call would import it on the loop
+            await self.registry.warm_up()  # slow preparation (litellm's import) off the loop, before the first call
             await work()
             run.state.status = "failed" if run.state.error else "done"
         except asyncio.CancelledError:
