@@ -136,11 +136,6 @@ def demo_session(history: Any = None) -> DagSession:
 
 async def run_demo(magics: DagMagics) -> DagRun:
     """Run the demo like a ``%%dag`` cell: live widget, then the finished run as the cell's value."""
-    from dagmagic.llm._litellm import import_litellm_off_the_loop
-
-    # the demo's long texts are counted with litellm: its import (seconds) happens off the loop, before the view
-    # appears, not in the middle of the run with every clock frozen
-    await import_litellm_off_the_loop()
     args = SimpleNamespace(output=None, bg=False, no_widget=False)
     run = magics.launch(demo_session(), DEMO_GOAL, args)
     return await run.wait(cancel_with_waiter=True)
