@@ -41,11 +41,9 @@ def _demo() -> int:
 
 
 async def _run_demo() -> DagRun:
-    from dagmagic.llm._litellm import import_litellm_off_the_loop
     from dagmagic.notebook.demo import DEMO_GOAL, demo_session
     from dagmagic.notebook.progress import print_progress
 
-    await import_litellm_off_the_loop()  # the demo's long texts are counted with it: seconds, before the first line
     run = demo_session().start(DEMO_GOAL)
     unsubscribe = run.subscribe(print_progress)
     try:

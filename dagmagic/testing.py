@@ -41,6 +41,7 @@ from dagmagic.llm.backend import (
     ToolCallData,
     ToolCallDelta,
 )
+from dagmagic.llm.tokens import approximate_tokens
 from dagmagic.models import Purpose
 
 __all__ = ["Reply", "ScriptError", "ScriptedLLM", "ScriptedRequest", "ToolCall"]
@@ -122,6 +123,12 @@ class ScriptedLLM:
     def context_window(self, model: str) -> int | None:
         """The context window given at construction."""
         return self._context_window
+
+    def count_tokens(self, model: str, text: str) -> int:
+        """Tokens of ``text`` as ``approximate_tokens`` counts them: no tokenizer to load, so a scripted run never
+        imports litellm, and within a few percent of what litellm's counter gives a local model on prose.
+        """
+        return approximate_tokens(text)
 
     def requests_for(self, purpose: str, step_id: str | None = None) -> list[ScriptedRequest]:
         """The requests seen for a purpose (and step)."""

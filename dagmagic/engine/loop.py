@@ -25,8 +25,6 @@ from dagmagic.engine.synthesis import fallback_answer
 from dagmagic.errors import ConfigurationError
 from dagmagic.events import RunFinished, RunStarted
 from dagmagic.llm import ModelEntry, ModelRegistry
-from dagmagic.llm._litellm import import_litellm_off_the_loop
-from dagmagic.llm.backend import LiteLLMBackend
 from dagmagic.llm.secrets import mask_secrets, scrub_exception
 from dagmagic.messages import Rerun
 from dagmagic.models import AnalysisResult, Decision, PlanStep, RoundRecord
@@ -84,9 +82,8 @@ class GoalLoop:
         if not isinstance(origin, Rerun):
             run.emit(RunStarted(run_id=run.run_id, goal=run.goal))
         try:
+            await self.registry.warm_up()  # e.g. litellm's import, seconds of CPU, in a thread: not on the loop
             self._check_credentials()
-            if any(isinstance(entry.backend, LiteLLMBackend) for entry in self.registry):
-                await import_litellm_off_the_loop()  # its first call would import it on the loop
             pursuit = Pursuit(self, run)
             phase = pursuit.first_phase(origin)
             while phase is not FINISHED:

@@ -28,7 +28,7 @@ def import_litellm() -> ModuleType:
 
 async def import_litellm_off_the_loop() -> None:
     """Import litellm in a worker thread, once: its import takes seconds of CPU, which on the event loop would
-    freeze every widget, clock and other run meanwhile (a run's first token count imports it otherwise).
+    freeze every widget, clock and other run meanwhile (a litellm model's first call or count imports it otherwise).
     """
     if "litellm" not in sys.modules:
         await asyncio.to_thread(import_litellm)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -176,6 +177,22 @@ class ModelRegistry:
 
     def __repr__(self) -> str:
         return f"ModelRegistry({list(self._entries.values())!r})"
+
+    async def warm_up(self) -> None:
+        """Prepare every model for a run's first call: each distinct backend's ``warm_up()``, once, where it
+        has one (``LiteLLMBackend`` imports litellm in a worker thread; ``ScriptedLLM`` needs nothing).
+        """
+        warmed: list[object] = []  # by identity: a backend need not be hashable
+        for entry in self._entries.values():
+            backend = entry.backend
+            if any(backend is done for done in warmed):
+                continue
+            warmed.append(backend)
+            warm_up = getattr(backend, "warm_up", None)
+            if callable(warm_up):
+                outcome = warm_up()
+                if inspect.isawaitable(outcome):  # the protocol says async; a plain function is tolerated
+                    await outcome
 
     def missing_credentials(self) -> dict[str, list[str]]:
         """For each litellm model with no key of its own, the key variables litellm says it needs and the

@@ -139,11 +139,6 @@ async def run_demo(notebook: NotebookSession) -> DagRun:
     """Run the demo like a ``%%dag`` cell (live widget, then the finished run as the cell's value), in the
     kernel's session but outside its conversation.
     """
-    from dagmagic.llm._litellm import import_litellm_off_the_loop
-
-    # the demo's long texts are counted with litellm: its import (seconds) happens off the loop, before the view
-    # appears, not in the middle of the run with every clock frozen
-    await import_litellm_off_the_loop()
     args = SimpleNamespace(output=None, bg=False, no_widget=False)
     options = demo_options()
     session = notebook.session(options)

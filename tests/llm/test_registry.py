@@ -114,3 +114,22 @@ def test_a_router_with_several_groups_needs_model_group() -> None:
     with pytest.raises(ConfigurationError, match=r"model_group= naming one of the router's groups \['a', 'b'\]"):
         ModelRegistry().register("pool", router)
     assert ModelRegistry().register("pool", router, model_group="b").get("pool").target == "b"
+
+
+async def test_warm_up_prepares_each_distinct_backend_once() -> None:
+    class Warming(ScriptedLLM):
+        warmed = 0
+
+        async def warm_up(self) -> None:
+            self.warmed += 1
+
+    shared, other = Warming({"*": ["ok"]}), Warming({"*": ["ok"]})
+    registry = (
+        ModelRegistry()
+        .register("a", shared, roles=["smart"])
+        .register("b", shared, roles=["fast"])
+        .register("c", other)
+        .register("d", scripted())  # nothing to prepare
+    )
+    await registry.warm_up()
+    assert (shared.warmed, other.warmed) == (1, 1)

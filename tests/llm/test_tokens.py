@@ -1,13 +1,27 @@
-"""Token counts for the context guard: litellm's counter, a token per digit for models served locally."""
+"""Token counts for the context guard: each backend counts its own models; litellm's counter with a token per
+digit for models served locally, an approximation without a tokenizer for ``ScriptedLLM`` and backends with no
+counter of their own.
+"""
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import AsyncIterator
 
 import pytest
 
 from dagmagic import ModelRegistry
-from dagmagic.llm.tokens import context_window, count_tokens, estimate_tokens, fits, request_tokens
+from dagmagic.llm import Capabilities, ChatBackend, ChatRequest, ChatResponse, StreamChunk
+from dagmagic.llm.tokens import (
+    _digit_surplus,
+    approximate_tokens,
+    context_window,
+    count_tokens,
+    estimate_tokens,
+    fits,
+    request_tokens,
+)
 from dagmagic.testing import ScriptedLLM
 
 CSV = "city,year,population\n" + "".join(f"City{i},2023,{1000000 + i * 7919}\n" for i in range(200))
@@ -81,3 +95,82 @@ def test_a_growing_transcript_is_counted_from_its_remembered_beginning_never_und
         )
         overhead = 4 * len(messages) + 3
         assert whole <= counted - overhead <= whole + 2 * len(messages)  # never under; a join costs two at most
+
+
+# --- backends count their own models
+
+
+class OwnBackend:
+    """A backend written before counting joined the seam: only the three required methods."""
+
+    def capabilities(self, model: str) -> Capabilities:
+        return Capabilities()
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        return ChatResponse(content="ok")
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamChunk]:
+        yield StreamChunk(final=ChatResponse(content="ok"))
+
+
+class CountingBackend(OwnBackend):
+    def __init__(self, characters_a_token: int) -> None:
+        self.characters_a_token = characters_a_token
+        self.asked: list[str] = []
+
+    def count_tokens(self, model: str, text: str) -> int:
+        self.asked.append(model)
+        return len(text) // self.characters_a_token
+
+
+def test_a_backend_without_a_counter_still_is_a_backend_and_its_texts_are_approximated() -> None:
+    assert isinstance(OwnBackend(), ChatBackend)
+    entry = ModelRegistry().register("own", OwnBackend()).get("own")
+    assert count_tokens(entry, CSV) == approximate_tokens(CSV)
+    assert context_window(entry) is None
+
+
+def test_a_backend_counts_its_own_model_once_per_text_apart_from_other_backends() -> None:
+    two, three = CountingBackend(2), CountingBackend(3)
+    models = ModelRegistry().register("two", two).register("three", three)
+    assert count_tokens(models.get("two"), CSV) == len(CSV) // 2
+    assert count_tokens(models.get("three"), CSV) == len(CSV) // 3  # not the count remembered for "two"
+    assert count_tokens(models.get("two"), CSV) == len(CSV) // 2
+    assert two.asked == ["two"] and three.asked == ["three"]  # remembered; asked for the entry's model
+
+
+def test_a_counter_that_fails_gives_the_cautious_estimate() -> None:
+    class Broken(OwnBackend):
+        def count_tokens(self, model: str, text: str) -> int:
+            raise RuntimeError("no tokenizer for this model")
+
+    entry = ModelRegistry().register("broken", Broken()).get("broken")
+    assert count_tokens(entry, CSV) == estimate_tokens(CSV)
+
+
+PROSE = "The 2023 census counted 2,102,650 people in Paris and 3,755,251 in Berlin; growth was 0.4 % a year. "
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        PROSE * 100,
+        CSV,
+        json.dumps([{"role": "user", "content": PROSE * 3, "tool_calls": [{"id": "call_0", "name": "census"}]}] * 20),
+        "HEAD-MARK " + "filler text " * 4000 + " TAIL-MARK",
+    ],
+    ids=["prose", "csv", "json", "filler"],
+)
+def test_the_approximation_is_within_3_percent_of_litellms_count_for_a_local_model(text: str) -> None:
+    import litellm
+
+    local = litellm.token_counter(model="", text=text) + _digit_surplus(text)
+    assert abs(approximate_tokens(text) - local) <= 0.03 * local
+
+
+@pytest.mark.parametrize(
+    "text", ["", "a", " 1", "\n\n  x", "東京都の人口", "Население", "🎉🎉", "~" * 40, "aBcDeFgH" * 5, "\u00a0\u00a01"]
+)
+def test_the_approximation_never_exceeds_the_utf8_size_so_small_texts_fit_without_counting(text: str) -> None:
+    assert approximate_tokens(text) <= len(text.encode("utf-8"))
+    assert approximate_tokens(text) == approximate_tokens(text)  # deterministic
