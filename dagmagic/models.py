@@ -275,11 +275,13 @@ class ExecutionPlan(BaseModel):
     """A goal broken into steps that form a DAG."""
 
     goal: str
-    """The goal (with history and follow-ups) the plan answers."""
+    """The goal the plan was made for, with the user's follow-ups it saw."""
     steps: list[PlanStep]
     """The nodes; dependencies name other steps' ids."""
     round: int = 1
     """The round (1-based) this plan belongs to."""
+    query: str = ""
+    """What the planner was asked: the conversation so far, the goal and its follow-ups."""
 
     def __repr__(self) -> str:
         steps = ", ".join(f"{step.id} {step.status}" for step in self.steps)

@@ -101,8 +101,8 @@ class DagSettings(BaseModel):
         1,
         ge=0,
         description=(
-            "How deep composite steps nest: the planner may mark a step `subplan` to run it as a DAG of its "
-            "own down to this depth; 0 turns composite steps off."
+            "How deep subruns nest: the planner may mark a step `subplan` to run it as a subrun, a DAG of its "
+            "own, down to this depth; 0 turns subruns off."
         ),
         json_schema_extra=_env("DAG_MAX_DEPTH"),
     )

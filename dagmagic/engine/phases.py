@@ -122,7 +122,7 @@ class AwaitingApproval(Phase):
             pursuit.budget.next_free = True
             return pursuit.next_round()
         record.approval = "approved"
-        approved = plan if detail is None else ExecutionPlan(goal=plan.goal, steps=detail, round=record.index)
+        approved = plan if detail is None else plan.model_copy(update={"steps": detail})
         return Executing.of(pursuit, record, approved, self.earlier)
 
     def on(self, message: Message) -> bool:  # noqa: D102

@@ -344,11 +344,11 @@ class Planner:
         tool_names: Collection[str] = (),
         roles: Collection[str] = STANDARD_ROLES,
         today: Callable[[], dt.date] = dt.date.today,
-        composite: bool = False,
+        subruns: bool = False,
     ) -> None:
-        """``composite``: steps may be marked ``subplan`` (run as a DAG of their own)."""
+        """``subruns``: steps may be marked ``subplan``, to run as subruns (a DAG of their own)."""
         self.model = model
-        self.composite = composite
+        self.subruns = subruns
         self.settings = settings
         self.emit = emit
         self.tool_names = sorted(tool_names)
@@ -365,7 +365,7 @@ class Planner:
             min_steps=self.settings.plan_min_steps,
             max_steps=self.settings.plan_max_steps,
             tools=(prompts.PLANNER_TOOLS.format(names=", ".join(self.tool_names)) if self.tool_names else "")
-            + (prompts.PLANNER_SUBPLAN if self.composite else ""),
+            + (prompts.PLANNER_SUBPLAN if self.subruns else ""),
             roles=prompts.PLANNER_ROLES.format(names=", ".join(extra_roles)) if extra_roles else "",
             domain=prompts.PLANNER_DOMAIN.format(domain=domain) if domain else "",
         )
@@ -419,7 +419,7 @@ class Planner:
         """Validate a first attempt's steps; on a problem, ONE re-ask quoting it; then repair what came back."""
         steps, problem = self.validate(drafts, round=round, earlier=earlier)
         if problem is None:
-            return ExecutionPlan(goal=query, steps=steps, round=round)
+            return ExecutionPlan(goal=goal or query, query=query, steps=steps, round=round)
         messages = [
             *messages,
             {"role": "assistant", "content": json.dumps({"steps": [d.model_dump() for d in drafts]})},
@@ -429,7 +429,7 @@ class Planner:
             drafts = await self._draft(messages, round)
         steps, problem = self.validate(drafts, round=round, earlier=earlier)
         if problem is None:
-            return ExecutionPlan(goal=query, steps=steps, round=round)
+            return ExecutionPlan(goal=goal or query, query=query, steps=steps, round=round)
         self._warn(f"the plan was still unusable after one correction ({problem}); repaired it", round)
         steps = repair_steps(
             drafts,
@@ -441,13 +441,13 @@ class Planner:
         )
         if not steps:
             return self.goal_step(query, goal, round=round, why=problem)
-        return ExecutionPlan(goal=query, steps=steps, round=round)
+        return ExecutionPlan(goal=goal or query, query=query, steps=steps, round=round)
 
     def goal_step(self, query: str, goal: str | None, *, round: int, why: str) -> ExecutionPlan:
         """The last resort: one step whose task is the goal itself (a warning says why)."""
         self._warn(f"no usable plan ({why}): the goal is planned as one step", round)
         step = PlanStep(id="s1", task=goal or query)
-        return ExecutionPlan(goal=query, steps=[step], round=round)
+        return ExecutionPlan(goal=goal or query, query=query, steps=[step], round=round)
 
     def validate(
         self, drafts: list[StepDraft], *, round: int, earlier: Collection[str] = ()

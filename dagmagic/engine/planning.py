@@ -73,17 +73,16 @@ class Planning(Phase):
         inbox = run.inbox
         inbox.new_round()
         run.emit(RoundStarted(round=self.index))
-        self.brief = compose_query(past, run.goal, [*run.state.follow_ups, *inbox.pending])
+        self.query = compose_query(past, run.goal, [*run.state.follow_ups, *inbox.pending])
         """What the planner is asked: the conversation so far, the goal and every follow-up."""
-        self.record = RoundRecord(
-            index=self.index, plan=ExecutionPlan(goal=self.brief, steps=[], round=self.index), free=pursuit.next_free
-        )
+        self.objective = run.objective
+        plan = ExecutionPlan(goal=self.objective, query=self.query, steps=[], round=self.index)
+        self.record = RoundRecord(index=self.index, plan=plan, free=pursuit.next_free)
         self.earlier = reusable(run.rounds)
         """Completed results of earlier rounds, by ``rN.id``."""
         self.previous = list(run.rounds)
         self.follow_ups = len(inbox.pending)
         """How many pending follow-ups the plan sees (they are handled once it is made)."""
-        self.objective = run.objective
         run.rounds.append(self.record)
 
     def _planned(self, pursuit: Pursuit) -> None:
@@ -93,12 +92,12 @@ class Planning(Phase):
         self.record.follow_ups.extend(seen)
 
     async def _replan_context(self, pursuit: Pursuit) -> str | None:
-        """What earlier rounds taught, fitted into the planner's window beside its instructions and the brief."""
+        """What earlier rounds taught, fitted into the planner's window beside its instructions and the query."""
         if not self.previous:
             return None
         planner, guard = pursuit.planner, pursuit.guard
         fixed = planner.messages(
-            self.brief, round=self.index, context=" ", earlier=self.earlier.keys(), domain=pursuit.domain
+            self.query, round=self.index, context=" ", earlier=self.earlier.keys(), domain=pursuit.domain
         )
         room = guard.room(planner.model, fixed, reserve=PLANNER_RESERVE)
         text = replan_context(self.previous, pursuit.loop.settings)
@@ -108,7 +107,7 @@ class Planning(Phase):
         """A whole plan from the planner."""
         context = await self._replan_context(pursuit)
         return await pursuit.planner.plan(
-            self.brief,
+            self.query,
             round=self.index,
             context=context,
             earlier=self.earlier.keys(),
@@ -169,7 +168,7 @@ class Planning(Phase):
         async def stream() -> tuple[StreamedPlan, str | None]:
             context = await self._replan_context(pursuit)
             streamed = await PlanStream(pursuit.planner, start).run(
-                self.brief, round=self.index, context=context, earlier=self.earlier.keys(), domain=pursuit.domain
+                self.query, round=self.index, context=context, earlier=self.earlier.keys(), domain=pursuit.domain
             )
             return streamed, context
 
@@ -201,14 +200,14 @@ class Planning(Phase):
             again = planner.finish(
                 streamed.messages,
                 streamed.drafts,
-                query=self.brief,
+                query=self.query,
                 round=self.index,
                 earlier=self.earlier.keys(),
                 goal=self.objective,
             )
         else:
             again = planner.plan(
-                self.brief,
+                self.query,
                 round=self.index,
                 context=context,
                 earlier=self.earlier.keys(),

@@ -90,7 +90,7 @@ class Pursuit:
                 emit=self.run.emit,
                 tool_names=loop.tool_names,
                 roles=loop.registry.roles.keys(),
-                composite=loop.depth < loop.settings.max_depth,
+                subruns=loop.depth < loop.settings.max_depth,
             )
         return self._planner
 
@@ -200,7 +200,7 @@ class Pursuit:
             for step in source.plan.steps
         ]
         index = len(run.rounds) + 1
-        plan = ExecutionPlan(goal=source.plan.goal, steps=steps, round=index)
+        plan = ExecutionPlan(goal=source.plan.goal, query=source.plan.query, steps=steps, round=index)
         record = RoundRecord(index=index, plan=plan, free=True, rerun_of=source.index, rerun_step=message.step)
         run.inbox.new_round()
         run.emit(RoundStarted(round=index))

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from dagmagic.engine.context import Exchange
 from dagmagic.errors import DagError, StoreError
@@ -169,7 +169,7 @@ class RunStore:
         if isinstance(event, AnswerDelta):
             return  # the answer is saved whole when it is ready; resuming writes it again anyway
         run_id = run.run_id
-        own = not event.depth  # a nested run's events are kept; its state is saved with its composite step
+        own = not event.depth  # a subrun's events are kept; its state is saved with its step
         with self._transaction() as db:
             if isinstance(event, (RunStarted, *_RUN_EVENTS)) and own:
                 self._put_run(db, run.state)
@@ -208,17 +208,8 @@ class RunStore:
         ):
             steps.setdefault(step_round, []).append(PlanStep.model_validate_json(data))
         rounds = [
-            RoundRecord(
-                index=idx,
-                plan=ExecutionPlan(goal=goal, steps=steps.get(idx, []), round=idx),
-                analysis=AnalysisResult.model_validate_json(analysis) if analysis else None,
-                decision=Decision.model_validate_json(decision) if decision else None,
-                error=error,
-                warnings=json.loads(warnings),
-                free=bool(free),
-                **json.loads(extra),
-            )
-            for idx, goal, analysis, decision, error, warnings, free, extra in db.execute(
+            _round_of(row, steps.get(row[0], []))
+            for row in db.execute(
                 """SELECT idx, goal, analysis, decision, error, warnings, free, extra FROM rounds
                    WHERE run_id = ? ORDER BY idx""",
                 (run_id,),
@@ -347,7 +338,7 @@ class RunStore:
                 record.error,
                 json.dumps(record.warnings),
                 int(record.free),
-                record.model_dump_json(include=_ROUND_EXTRA),
+                json.dumps({**record.model_dump(mode="json", include=_ROUND_EXTRA), "query": record.plan.query}),
             ),
         )
 
@@ -455,4 +446,20 @@ def _unwritable(path: Path, exc: BaseException) -> str:
     return (
         f"the run store {path} cannot be written ({exc}); runs go on but are not saved, so they cannot be resumed. "
         "Set DAG_STORE to a writable path to save them."
+    )
+
+
+def _round_of(row: tuple[Any, ...], steps: list[PlanStep]) -> RoundRecord:
+    """A round read back from its row (its plan's query, and the fields of schema 2, are in ``extra``)."""
+    index, goal, analysis, decision, error, warnings, free, extra = row
+    extra = json.loads(extra)
+    return RoundRecord(
+        index=index,
+        plan=ExecutionPlan(goal=goal, query=extra.pop("query", ""), steps=steps, round=index),
+        analysis=AnalysisResult.model_validate_json(analysis) if analysis else None,
+        decision=Decision.model_validate_json(decision) if decision else None,
+        error=error,
+        warnings=json.loads(warnings),
+        free=bool(free),
+        **extra,
     )

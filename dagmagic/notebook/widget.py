@@ -330,7 +330,7 @@ def _paused_state(run: DagRun, step: PlanStep, latest: bool) -> dict[str, Any]:
 
 
 def _subrun_state(step: PlanStep) -> dict[str, Any]:
-    """A composite step's nested run, drawn inside its detail."""
+    """A step's subrun, drawn inside its detail."""
     sub = step.subrun
     if sub is None:
         return {"subrun": None}
