@@ -103,9 +103,9 @@ class Planning(Phase):
         text = replan_context(self.previous, pursuit.loop.settings)
         return await guard.fit(text, planner.model, budget=room, task="planning the next round", round=self.index)
 
-    async def _whole(self, pursuit: Pursuit) -> ExecutionPlan:
-        """A whole plan from the planner."""
-        context = await self._replan_context(pursuit)
+    async def _whole(self, pursuit: Pursuit, context: str | None = None) -> ExecutionPlan:
+        """A whole plan from the planner (``context``: what earlier rounds taught, when it was fitted already)."""
+        context = context or await self._replan_context(pursuit)
         return await pursuit.planner.plan(
             self.query,
             round=self.index,
@@ -206,14 +206,7 @@ class Planning(Phase):
                 goal=self.objective,
             )
         else:
-            again = planner.plan(
-                self.query,
-                round=self.index,
-                context=context,
-                earlier=self.earlier.keys(),
-                domain=pursuit.domain,
-                goal=self.objective,
-            )
+            again = self._whole(pursuit, context)
         replanned = await pursuit.run.inbox.interruptible(again, name=f"dagmagic:plan:{self.index}")
         if isinstance(replanned, Interrupted):
             return pursuit.plan_interrupted(self.record)

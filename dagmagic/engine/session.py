@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypedDict, Unpack
 
 from dagmagic.engine.agent import StepAgent
 from dagmagic.engine.code_tool import CodeWorkspace
@@ -27,9 +27,20 @@ from dagmagic.messages import Rerun
 from dagmagic.models import RunState
 from dagmagic.settings import DagSettings
 
-__all__ = ["DagSession"]
+__all__ = ["DagSession", "RunOptions"]
 
 ToolLike = Tool | Callable[..., Any]
+
+
+class RunOptions(TypedDict, total=False):
+    """What one run may have of its own instead of its session's (``start``, ``run``, ``start_resume``)."""
+
+    models: ModelRegistry
+    settings: DagSettings
+    tools: Iterable[ToolLike]
+    allow_code: bool
+    approve_plans: bool
+    step_through: bool
 
 
 class DagSession:
@@ -94,31 +105,20 @@ class DagSession:
 
     # --- runs
 
-    def start(
-        self,
-        goal: str,
-        *,
-        models: ModelRegistry | None = None,
-        settings: DagSettings | None = None,
-        tools: Iterable[ToolLike] | None = None,
-        allow_code: bool | None = None,
-        approve_plans: bool | None = None,
-        step_through: bool | None = None,
-        conversation: bool = True,
-    ) -> DagRun:
+    def start(self, goal: str, *, conversation: bool = True, **options: Unpack[RunOptions]) -> DagRun:
         """Start pursuing ``goal`` as a task on the running loop; ``await`` the returned run for its end.
-        The keywords replace the session's own for this run; ``conversation=False``: the run neither sees the
+        ``options`` replace the session's own for this run; ``conversation=False``: the run neither sees the
         conversation so far nor joins it.
         """
         goal = _check_goal(goal)
         _running_loop("DagSession.start()", "asyncio.run(session.run(goal))")
-        history = list(self.history) if conversation else []
-        driver = self._driver(history, models, settings, tools, allow_code, approve_plans)
+        driver = self._driver(list(self.history) if conversation else [], options)
         driver.check_store()
         state = RunState(run_id=uuid.uuid4().hex[:12], goal=goal, started_at=time.time())
         if not conversation:
             self._outside.add(state.run_id)
-        return self._keep(DagRun(state, driver=driver, origin="new", step_through=self._through(step_through)))
+        step_through = options.get("step_through", self.step_through)
+        return self._keep(DagRun(state, driver=driver, origin="new", step_through=step_through))
 
     async def run(self, goal: str, **options: Any) -> DagRun:
         """Pursue ``goal`` to its end and return the finished run (``options``: as ``start``'s). Cancelling
@@ -126,17 +126,7 @@ class DagSession:
         """
         return await self.start(goal, **options).wait(cancel_with_waiter=True)
 
-    def start_resume(
-        self,
-        run_id: str,
-        *,
-        models: ModelRegistry | None = None,
-        settings: DagSettings | None = None,
-        tools: Iterable[ToolLike] | None = None,
-        allow_code: bool | None = None,
-        approve_plans: bool | None = None,
-        step_through: bool | None = None,
-    ) -> DagRun:
+    def start_resume(self, run_id: str, **options: Unpack[RunOptions]) -> DagRun:
         """Continue a run that did not end (its kernel restarted, its process died, it was cancelled), as a
         task on the running loop: completed steps are kept, the others run again, and the loop goes on from
         the round it was in. The session's models and tools serve it (or those given); ``await`` the run.
@@ -144,23 +134,22 @@ class DagSession:
         _running_loop("DagSession.start_resume()", "asyncio.run(session.resume(run_id))")
         if any(run.run_id == run_id and not run.done() for run in self.runs):
             raise DagError(f"run {run_id} is running in this session already")
-        stored = self._stored(run_id, settings, "resume", f"{run_id!r} from")
+        stored = self._stored(run_id, options.get("settings"), "resume", f"{run_id!r} from")
         if stored.state.status in ("done", "failed"):
             raise DagError(f"run {run_id} ended ({stored.state.status}): there is nothing to resume")
         state = stored.state.model_copy(
             update={"status": "running", "finished_at": None, "error": None, "answer": "", "phase": "starting"}
         )
-        driver = self._driver(stored.history, models, settings, tools, allow_code, approve_plans)
-        run = DagRun(
-            state, events=stored.events, driver=driver, origin="resume", step_through=self._through(step_through)
-        )
+        driver = self._driver(stored.history, options)
+        step_through = options.get("step_through", self.step_through)
+        run = DagRun(state, events=stored.events, driver=driver, origin="resume", step_through=step_through)
         return self._keep(run)
 
     async def resume(self, run_id: str, **options: Any) -> DagRun:
         """Continue the stored run ``run_id`` to its end (see ``start_resume``) and return it."""
         return await self.start_resume(run_id, **options).wait(cancel_with_waiter=True)
 
-    def reopen(self, run_id: str, **options: Any) -> DagRun:
+    def reopen(self, run_id: str, **options: Unpack[RunOptions]) -> DagRun:
         """A stored run that ended, taken back into this session so that its steps can be re-run
         (``run.rerun``): for a run no longer in memory (see ``DagSettings.runs_in_memory``). Nothing runs yet.
         ``options``: as ``start``'s, for its re-runs.
@@ -168,8 +157,8 @@ class DagSession:
         stored = self._stored(run_id, options.get("settings"), "read", f"run {run_id!r} back from")
         if stored.state.status == "running":
             raise DagError(f"run {run_id} did not end: continue it with `session.resume({run_id!r})`")
-        step_through = self._through(options.pop("step_through", None))
-        driver = self._driver(stored.history, **options)
+        driver = self._driver(stored.history, options)
+        step_through = options.get("step_through", self.step_through)
         return self._keep(DagRun(stored.state, events=stored.events, driver=driver, step_through=step_through))
 
     def _stored(self, run_id: str, settings: DagSettings | None, verb: str, what: str) -> StoredRun:
@@ -207,20 +196,15 @@ class DagSession:
         settings = settings or self.settings
         return None if self.store_for(settings) is not None else self._store_problems.get(_store_key(settings))
 
-    def _driver(
-        self,
-        history: list[Exchange],
-        models: ModelRegistry | None = None,
-        settings: DagSettings | None = None,
-        tools: Iterable[ToolLike] | None = None,
-        allow_code: bool | None = None,
-        approve_plans: bool | None = None,
-    ) -> _Driver:
+    def _driver(self, history: list[Exchange], options: RunOptions) -> _Driver:
         """What drives one run: the session's goal loop, or one with the run's own options."""
-        settings = settings or self.settings
-        models = models if models is not None else self.models
+        settings = options.get("settings") or self.settings
+        models = options.get("models", self.models)
         models.for_role("smart")
-        toolset = self._toolset(self._tools if tools is None else list(tools), _either(allow_code, self.allow_code))
+        tools = options.get("tools")
+        toolset = self._toolset(
+            self._tools if tools is None else list(tools), options.get("allow_code", self.allow_code)
+        )
         runner = self._step_runner if self._step_runner is not None and tools is None else StepAgent(toolset)
         loop = GoalLoop(
             models,
@@ -229,7 +213,7 @@ class DagSession:
             history=tuple(history),
             tool_names=[tool.name for tool in toolset],
             digests=self._digests,
-            approve_plans=_either(approve_plans, self.approve_plans),
+            approve_plans=options.get("approve_plans", self.approve_plans),
         )
         return _Driver(self, loop, history)
 
@@ -238,9 +222,6 @@ class DagSession:
             self._code = CodeWorkspace(self.settings.code_timeout)
         extra = [self._code.tool()] if allow_code and self._code is not None else []
         return as_tools([*tools, *extra])
-
-    def _through(self, step_through: bool | None) -> bool:
-        return _either(step_through, self.step_through)
 
     def _keep(self, run: DagRun) -> DagRun:
         if all(kept is not run for kept in self.runs):
@@ -337,10 +318,6 @@ class _Driver:
         task = asyncio.get_running_loop().create_task(self.loop.drive(run, origin), name=f"dagmagic:run:{run.run_id}")
         self.session._started(run, task)
         return task
-
-
-def _either(value: bool | None, default: bool) -> bool:
-    return default if value is None else value
 
 
 def _store_key(settings: DagSettings) -> Path | None:
