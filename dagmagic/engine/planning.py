@@ -20,9 +20,9 @@ from dagmagic.engine.loop import replan_context, reusable
 from dagmagic.engine.phases import FINISHED, AwaitingApproval, Executing, Phase
 from dagmagic.engine.plan_stream import PlanStream, StreamedPlan
 from dagmagic.engine.synthesis import fallback_answer
-from dagmagic.errors import PlanningError, TransientProviderError
+from dagmagic.errors import DagError, PlanningError, TransientProviderError
 from dagmagic.events import RoundStarted, RunWarning, StepPlanned
-from dagmagic.messages import Message
+from dagmagic.messages import Message, RetryNow
 from dagmagic.models import ExecutionPlan, PlanStep, RoundRecord
 
 if TYPE_CHECKING:
@@ -63,10 +63,12 @@ class Planning(Phase):
         return Executing.of(pursuit, self.record, plan, self.earlier)
 
     def on(self, message: Message) -> bool:
-        """Steps started by a streaming plan take their messages here too."""
-        if self.execution is None:
-            return super().on(message)
-        return self.execution.on(message)
+        """Steps started by a streaming plan take their messages here too (a whole plan has none running)."""
+        if self.execution is not None:
+            return self.execution.on(message)
+        if isinstance(message, RetryNow):
+            return False
+        raise DagError(f"no step is paused (the run is {self.name})")
 
     def _begin(self, pursuit: Pursuit, past: str | None) -> None:
         run = pursuit.run
