@@ -2,7 +2,8 @@
 
 State syncs are throttled (at most ``max_rate`` per second, the final one immediate) and always assign new
 containers: mutating a synced list or dict in place sends nothing. Saved state stays small: results and
-observations are capped, the trace keeps its latest calls without their messages.
+observations are capped, the trace keeps its latest calls without their messages, and no coordinates are
+sent (the browser lays the graph out itself).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from dagmagic.engine.run import DagRun
 from dagmagic.errors import DagError
 from dagmagic.events import Event, RunFinished
 from dagmagic.models import ExecutionPlan, LLMCall, PlanStep, RoundRecord, natural_key
-from dagmagic.notebook.layout import layout
 
 __all__ = ["DagWidget", "widget_state"]
 
@@ -267,8 +267,9 @@ def _answer_is_fallback(run: DagRun) -> bool:
 
 
 def _round_state(record: RoundRecord, run: DagRun) -> dict[str, Any]:
-    placed = layout(record.plan)
-    boxes = {node.id: node for node in placed.nodes}
+    """A round as the view draws it: its steps in plan order (the browser lays them out from their
+    dependencies), the verdict and what changed since the round it is compared with.
+    """
     latest = bool(run.rounds) and record is run.rounds[-1]
     return {
         "index": record.index,
@@ -280,19 +281,10 @@ def _round_state(record: RoundRecord, run: DagRun) -> dict[str, Any]:
         "diff": _diff_state(run, record),
         "error": record.error,
         "warnings": [_cap(warning, 300) for warning in record.warnings[-WARNINGS:]],
-        "width": placed.width,
-        "height": placed.height,
         "nodes": [
-            {
-                **_step_state(step),
-                **_paused_state(run, step, latest),
-                **_subrun_state(step),
-                **vars(boxes[step.id]),
-            }
+            {**_step_state(step), **_paused_state(run, step, latest), **_subrun_state(step)}
             for step in _ordered(record.plan)
-            if step.id in boxes
         ],
-        "edges": [vars(edge) for edge in placed.edges],
         "analysis": record.analysis.model_dump(include={"achieved", "confidence", "reasoning"})
         if record.analysis
         else None,
@@ -349,6 +341,7 @@ def _ordered(plan: ExecutionPlan) -> list[PlanStep]:
 
 def _step_state(step: PlanStep) -> dict[str, Any]:
     return {
+        "id": step.id,
         "task": step.task,
         "status": step.status,
         "dependencies": list(step.dependencies),

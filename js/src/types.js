@@ -20,13 +20,8 @@
  * @property {string} id
  * @property {string} task
  * @property {StepStatus} status
- * @property {number} x  top-left corner, as Python laid the round out: drawn only if the browser's layout
- *   (layout.js, dagre) fails; so are `y`, `w`, `h`, `layer` and the round's `edges`, `width` and `height`
- * @property {number} y
- * @property {number} w
- * @property {number} h
- * @property {number} layer
- * @property {string[]} dependencies  may name earlier rounds' steps ("r1.s2")
+ * @property {string[]} dependencies  may name earlier rounds' steps ("r1.s2"); the browser lays the round out
+ *   from them (layout.js): Python sends no coordinates
  * @property {string | null} model
  * @property {string | null} tool_hint
  * @property {string | null} model_hint
@@ -60,17 +55,6 @@
 
 /** @typedef {{role: string, content: string}} PausedMessage */
 
-/**
- * @typedef {object} DagEdge  from the bottom centre of the source to the top centre of the target (Python's
- *   layout: a fallback, see DagNode.x)
- * @property {string} source
- * @property {string} target
- * @property {number} x1
- * @property {number} y1
- * @property {number} x2
- * @property {number} y2
- */
-
 /** @typedef {{achieved: boolean, confidence: number, reasoning: string}} Analysis */
 /** @typedef {{action: "synthesize" | "replan" | "stop", reason: string}} Decision */
 
@@ -89,10 +73,7 @@
  * @property {number} index
  * @property {string | null} error
  * @property {string[]} warnings  what was fixed on the way (a dependency dropped, a plan repaired)
- * @property {number} width
- * @property {number} height
- * @property {DagNode[]} nodes
- * @property {DagEdge[]} edges
+ * @property {DagNode[]} nodes  in plan order
  * @property {Analysis | null} analysis
  * @property {Decision | null} decision
  * @property {number | null} rerun_of  a re-run round: the round whose step it re-ran
