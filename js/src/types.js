@@ -147,48 +147,26 @@
  */
 
 /**
- * What the front end sends. A `task` of null keeps the step's task; a `plan` of null approves the plan unedited.
- * Python answers a refused one with `{type: "error", message}`.
- * @typedef {{type: "stop"} | {type: "cancel"} | {type: "follow_up", text: string} | {type: "retry_now", step: string}
- *   | {type: "resume"} | {type: "restart"}
- *   | {type: "rerun", step: string, task: string | null}
- *   | {type: "approve", plan: {steps: PlanStep[]} | null} | {type: "reject", feedback: string}
- *   | {type: "continue", step: string, task: string | null} | {type: "step", step: string, task: string | null}
- *   | {type: "skip", step: string}} OutgoingMessage
+ * What the front end asks of Python: requests in anywidget's command protocol (requests.js), each answered once
+ * with its id. A `task` of null keeps the step's task; a `plan` of null approves the plan unedited.
+ *
+ *   stop {} · cancel {} · follow_up {text} · retry_now {step} · resume {} · restart {}
+ *   rerun {step, task} · approve {plan: {steps: PlanStep[]} | null} · reject {feedback}
+ *   continue {step, task} · step {step, task} · skip {step}
+ *   call_detail {index}  -> CallDetail
+ *   full_text {round, step, field: "result"} | {round, step, field: "observation", call}  -> {text}: the whole of
+ *     a text Python cut ("… (N more characters)"), `call` the tool call's position in `tool_calls`
  */
 
 /**
- * The trace asks for one LLM call's messages and reply (the synced `calls` keep only their numbers).
- * @typedef {{type: "call_detail", index: number}} CallDetailRequest
- */
-
-/**
- * Python's answer to a `CallDetailRequest`, as a custom message; texts are capped by Python.
+ * Python's answer to `call_detail`: one LLM call's messages and reply (the synced `calls` keep only their
+ * numbers); texts are capped by Python.
  * @typedef {object} CallDetail
- * @property {"call_detail"} type
  * @property {number} index
  * @property {PausedMessage[]} messages  what was sent, in order
  * @property {string} reply
  * @property {string[]} tool_calls  each as JSON text
  * @property {string} error  empty unless it failed
- */
-
-/**
- * A step's detail asks for the whole of a text Python cut ("… (N more characters)"): the step's result, or the
- * observation of its tool call at position `call` in `tool_calls`.
- * @typedef {{type: "full_text", round: number, step: string, field: "result"}
- *   | {type: "full_text", round: number, step: string, field: "observation", call: number}} FullTextRequest
- */
-
-/**
- * Python's answer to a `FullTextRequest`, as a custom message (`call` only for an observation).
- * @typedef {object} FullTextMessage
- * @property {"full_text"} type
- * @property {number} round
- * @property {string} step
- * @property {"result" | "observation"} field
- * @property {number} [call]
- * @property {string} text  the whole text
  */
 
 export {};

@@ -1,10 +1,12 @@
-// A fake anywidget model and sample states as Python syncs them (no coordinates: the browser lays them out).
+// A fake anywidget model, views of it rendered the way anywidget renders them (the widget's definition made
+// once per model, `initialize` before `render`), and sample states as Python syncs them (no coordinates).
 
 import { vi } from "vitest";
 import widget from "../src/index.js";
 
 /**
- * A fake model: get/set/on/off/save_changes/send, `fire` for change events, `receive` for custom messages.
+ * A fake model: get/set/on/off/save_changes/send, `fire` for change events, `receive` for custom messages;
+ * `requests()` lists the requests the views sent ({type: name, ...msg}), `answer` answers one as Python would.
  * @param {Record<string, any>} initial
  */
 export function fakeModel(initial) {
@@ -38,6 +40,24 @@ export function fakeModel(initial) {
     receive(msg) {
       model.fire("msg:custom", msg, []);
     },
+    /** The requests sent so far, as `{type: name, ...msg}` (their ids left out). */
+    requests() {
+      return model.sent.filter((m) => m?.kind === "anywidget-command").map((m) => ({ type: m.name, ...m.msg }));
+    },
+    /** The last request sent, as `{type: name, ...msg}`. */
+    lastRequest() {
+      return model.requests().at(-1);
+    },
+    /**
+     * Answers a request as Python does (by default the last one): taken, or refused with `error`.
+     * @param {{error?: string, value?: any, index?: number}} [answer]
+     */
+    answer({ error, value = null, index = -1 } = {}) {
+      const sent = model.sent.filter((m) => m?.kind === "anywidget-command").at(index);
+      if (!sent) throw new Error("no request to answer");
+      const response = error === undefined ? { ok: true, value } : { ok: false, error };
+      model.receive({ id: sent.id, kind: "anywidget-command-response", response });
+    },
     listenerCount() {
       let n = 0;
       for (const set of listeners.values()) n += set.size;
@@ -45,6 +65,11 @@ export function fakeModel(initial) {
     },
   };
   return model;
+}
+
+/** Resolves once the answers given so far have reached the parts that asked (promise callbacks). */
+export async function answered() {
+  for (let i = 0; i < 10; i++) await Promise.resolve();
 }
 
 /** Resolves after the widget's coalesced redraw (an animation frame, or its timer fallback). */
@@ -380,8 +405,26 @@ export function subrunState(status = "running") {
   return state;
 }
 
-/** The views mounted by `mount`/`mountView`, removed by `unmountAll` after each test. */
+/** The views mounted by `mount`/`mountView`, and the widgets' cleanups, undone by `unmountAll` after each test. */
 const mounted = /** @type {Array<() => void>} */ ([]);
+
+/** @type {WeakMap<object, ReturnType<typeof widget>>} each model's widget definition, as anywidget keeps it */
+const definitions = new WeakMap();
+
+/**
+ * The widget definition of `model`, made and initialized on first use (anywidget calls the module's default
+ * export once per model, then `initialize`, then `render` per view).
+ * @param {ReturnType<typeof fakeModel>} model
+ */
+export function definitionOf(model) {
+  let definition = definitions.get(model);
+  if (!definition) {
+    definition = widget();
+    definitions.set(model, definition);
+    mounted.push(definition.initialize());
+  }
+  return definition;
+}
 
 /**
  * Renders a view of `model` into a fresh element on the page. Its `cleanup` runs the render's cleanup and
@@ -391,7 +434,7 @@ const mounted = /** @type {Array<() => void>} */ ([]);
 export function mountView(model) {
   const el = document.createElement("div");
   document.body.append(el);
-  const cleanupRender = widget.render({ model: /** @type {any} */ (model), el });
+  const cleanupRender = definitionOf(model).render({ model: /** @type {any} */ (model), el });
   let done = false;
   const cleanup = () => {
     if (done) return;
@@ -414,5 +457,5 @@ export function mount(state = sampleState()) {
 
 /** Cleans up every view mounted so far (an `afterEach` in each test file). */
 export function unmountAll() {
-  for (const cleanup of mounted.splice(0)) cleanup();
+  for (const cleanup of mounted.splice(0).reverse()) cleanup();
 }
