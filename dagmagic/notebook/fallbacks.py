@@ -1,5 +1,5 @@
 """Static views of a run for nbconvert, GitHub, Colab and terminals: Markdown, HTML with a step table, and an
-SVG of the DAG drawn from the widget's own layout. Everything the LLM wrote is escaped.
+SVG of the DAG laid out by layout.py. Everything the LLM wrote is escaped.
 
 A model's output is untrusted (a prompt-injected model writes payloads), and front ends render these views:
 JupyterLab renders ``text/markdown`` and would fetch a remote image from it. So in the Markdown view every string

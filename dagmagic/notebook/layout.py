@@ -1,5 +1,6 @@
 """The layered layout of a plan: one layer per topological level, nodes ordered by the barycentre of their
-parents, coordinates in pixels. Both the widget and the static SVG draw from it, so they always agree.
+parents, coordinates in pixels. The static SVG (``fallbacks.py``) draws from it; the live widget lays its
+graphs out in the browser (dagre, or its own layered layout should dagre fail), so none of this is synced.
 """
 
 from __future__ import annotations

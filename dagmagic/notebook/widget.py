@@ -2,13 +2,27 @@
 
 State syncs are throttled (at most ``max_rate`` per second, the final one immediate) and always assign new
 containers: mutating a synced list or dict in place sends nothing. Saved state stays small: results and
-observations are capped, the trace keeps its latest calls without their messages.
+observations are capped, the trace keeps its latest calls without their messages, and no coordinates are
+sent (the browser lays the graph out itself).
+
+The front end's actions are requests with ids, in anywidget's command protocol (what
+``anywidget.experimental.command`` and the front end's ``invoke`` speak)::
+
+    {"kind": "anywidget-command", "id": "v1-3", "name": "approve", "msg": {"plan": null}}
+    {"kind": "anywidget-command-response", "id": "v1-3", "response": {"ok": true, "value": null}}
+    {"kind": "anywidget-command-response", "id": "v1-4", "response": {"ok": false, "error": "no plan of ..."}}
+
+Every request with an id gets exactly one answer, a refusal included, so it reaches only the part of the view
+that asked. The widget dispatches them itself rather than through ``anywidget.experimental.command``, whose
+dispatcher answers nothing when a command raises or its name is unknown (ipywidgets then prints the
+traceback into the notebook) and names each command after a method (``continue`` is a keyword).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,16 +30,22 @@ from typing import Any
 
 import anywidget
 import traitlets
+from IPython.core.error import UsageError
 
 from dagmagic.engine.run import DagRun
 from dagmagic.errors import DagError
 from dagmagic.events import Event, RunFinished
 from dagmagic.models import ExecutionPlan, LLMCall, PlanStep, RoundRecord, natural_key
-from dagmagic.notebook.layout import layout
 
 __all__ = ["DagWidget", "widget_state"]
 
 _STATIC = Path(__file__).resolve().parent.parent / "static"
+_REQUEST = "anywidget-command"
+_ANSWER = "anywidget-command-response"
+_REFUSALS = (DagError, UsageError, ValueError, TypeError)
+"""What a control refuses with: its message is meant for the user as it is (the magics' resume and start over
+raise ``UsageError``)."""
+log = logging.getLogger("dagmagic")
 RESULT_CHARS = 4000
 OBSERVATION_CHARS = 600
 PAUSED_CHARS = 20000
@@ -124,19 +144,40 @@ class DagWidget(anywidget.AnyWidget):
         self._pending = loop.call_later(max(wait, 0.0), self.sync)
 
     def _on_message(self, _: Any, content: Any, buffers: Any) -> None:
-        if not isinstance(content, dict):
+        """A request of the front end, answered with its id (see the module's docstring)."""
+        if not isinstance(content, dict) or content.get("kind") != _REQUEST:
             return
-        handler = _HANDLERS.get(str(content.get("type")))
+        request_id = content.get("id")
+        if not isinstance(request_id, str | int) or isinstance(request_id, bool):
+            return  # nobody could tell the answer was theirs
+        response = self._respond(str(content.get("name")), content.get("msg"))
+        self.send({"id": request_id, "kind": _ANSWER, "response": response})
+
+    def _respond(self, name: str, msg: Any) -> dict[str, Any]:
+        """What the front end's request ``name`` (with ``msg``) does, and its answer: ``{"ok": True, "value":
+        ...}``, or ``{"ok": False, "error": message}``. Never raises: the user's click gets an answer, not a
+        traceback in the notebook.
+        """
+        handler = _HANDLERS.get(name)
         if handler is None:
-            return
+            return {"ok": False, "error": f"this view asked for {name!r}, which this kernel's dagmagic does not know"}
         try:
-            handler(self, content)
-        except Exception as exc:  # the user's click must get an answer, not a traceback in the log
-            self.send({"type": "error", "message": str(exc)})
+            value = handler(self, msg if isinstance(msg, dict) else {})
+        except _REFUSALS as exc:
+            return {"ok": False, "error": str(exc) or type(exc).__name__}
+        except Exception as exc:  # a bug, or a failure of the run store: the view says which, the log has the rest
+            log.debug("[dagmagic] the view's %r request failed", name, exc_info=True)
+            return {"ok": False, "error": f"{name.replace('_', ' ')} failed: {type(exc).__name__}: {exc}"}
+        return {"ok": True, "value": value}
 
     def _retry_now(self, step_id: str) -> None:
         if not self.run.retry_now(step_id):
-            self.send({"type": "error", "message": "That step is not waiting to retry any more."})
+            raise DagError("That step is not waiting to retry any more.")
+
+    def _cancel(self) -> None:
+        if not self.run.cancel():
+            where = "does not run here" if self.run.read_only else f"has ended ({self.run.status})"
+            raise DagError(f"Nothing to cancel: the run {where}.")
 
     def _go_on(self, kind: str) -> None:
         action = self.on_resume if kind == "resume" else self.on_restart
@@ -145,9 +186,13 @@ class DagWidget(anywidget.AnyWidget):
         self.follow(action())
 
 
-def _call_detail(widget: DagWidget, content: dict[str, Any]) -> None:
-    """One LLM call's messages, reply and error, sent on request (the synced state keeps calls small)."""
-    index = int(content.get("index", -1))
+_Reply = dict[str, Any] | None
+"""What a request's answer carries back besides ``ok`` (its ``value``): JSON, or nothing."""
+
+
+def _call_detail(widget: DagWidget, content: dict[str, Any]) -> _Reply:
+    """One LLM call's messages, reply and error, on request (the synced state keeps calls small)."""
+    index = _whole(content, "index")
     calls = widget.run.calls
     if not 0 <= index < len(calls):
         raise DagError(f"there is no LLM call {index}")
@@ -155,38 +200,37 @@ def _call_detail(widget: DagWidget, content: dict[str, Any]) -> None:
     messages = [
         {"role": str(m.get("role", "")), "content": _cap(_message_text(m), DETAIL_CHARS) or ""} for m in call.messages
     ]
-    widget.send(
-        {
-            "type": "call_detail",
-            "index": index,
-            "messages": messages,
-            "reply": _cap(call.reply, DETAIL_CHARS) or "",
-            "tool_calls": [_cap(json.dumps(t, default=str), DETAIL_CHARS) for t in call.tool_calls],
-            "error": call.error or "",
-        }
-    )
+    return {
+        "index": index,
+        "messages": messages,
+        "reply": _cap(call.reply, DETAIL_CHARS) or "",
+        "tool_calls": [_cap(json.dumps(t, default=str), DETAIL_CHARS) for t in call.tool_calls],
+        "error": call.error or "",
+    }
 
 
-def _full_text(widget: DagWidget, content: dict[str, Any]) -> None:
+def _full_text(widget: DagWidget, content: dict[str, Any]) -> _Reply:
     """A step's whole result, or one tool call's whole observation (the synced state cuts them)."""
-    round_index, step_id = int(content.get("round", 0)), str(content.get("step", ""))
+    round_index, step_id = _whole(content, "round"), str(content.get("step", ""))
     step = widget.run.step_of(round_index, step_id)
     if step is None:
         raise DagError(f"there is no step {step_id!r} in round {round_index}")
     field = str(content.get("field", "result"))
     if field == "result":
-        text = step.result or ""
-    elif field == "observation":
-        position = int(content.get("call", -1))
-        if not 0 <= position < len(step.tool_calls):
-            raise DagError(f"step {step_id} has no tool call {position}")
-        text = step.tool_calls[position].observation or ""
-    else:
+        return {"text": step.result or ""}
+    if field != "observation":
         raise DagError(f"unknown field {field!r}")
-    reply = {"type": "full_text", "round": round_index, "step": step_id, "field": field, "text": text}
-    if field == "observation":
-        reply["call"] = int(content.get("call", -1))
-    widget.send(reply)
+    position = _whole(content, "call")
+    if not 0 <= position < len(step.tool_calls):
+        raise DagError(f"step {step_id} has no tool call {position}")
+    return {"text": step.tool_calls[position].observation or ""}
+
+
+def _whole(content: dict[str, Any], name: str) -> int:
+    value = content.get(name)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise DagError(f"the request's {name} must be a whole number, not {value!r}")
+    return value
 
 
 def _message_text(message: dict[str, Any]) -> str:
@@ -196,28 +240,45 @@ def _message_text(message: dict[str, Any]) -> str:
     return json.dumps(content, default=str) if content is not None else ""
 
 
-def _approve(widget: DagWidget, content: dict[str, Any]) -> None:
+def _approve(widget: DagWidget, content: dict[str, Any]) -> _Reply:
     plan = content.get("plan")
     widget.run.approve(plan.get("steps") if isinstance(plan, dict) else None)
+    return None
 
 
-_HANDLERS: dict[str, Callable[[DagWidget, dict[str, Any]], object]] = {
+def _rerun(widget: DagWidget, content: dict[str, Any]) -> _Reply:
+    widget.run.start_rerun(str(content.get("step", "")), task=_text(content.get("task")))
+    return None
+
+
+def _release(word: str) -> Callable[[DagWidget, dict[str, Any]], _Reply]:
+    """Continue or Step a paused step (the first paused one when the request names none)."""
+
+    def release(widget: DagWidget, content: dict[str, Any]) -> _Reply:
+        act = widget.run.resume_step if word == "continue" else widget.run.step_over
+        act(str(content.get("step", "")) or None, task=_text(content.get("task")))
+        return None
+
+    return release
+
+
+_HANDLERS: dict[str, Callable[[DagWidget, dict[str, Any]], _Reply]] = {
     "stop": lambda w, c: w.run.stop(),
-    "cancel": lambda w, c: w.run.cancel(),
+    "cancel": lambda w, c: w._cancel(),
     "follow_up": lambda w, c: w.run.follow_up(str(c.get("text", ""))),
     "retry_now": lambda w, c: w._retry_now(str(c.get("step", ""))),
-    "rerun": lambda w, c: w.run.start_rerun(str(c.get("step", "")), task=_text(c.get("task"))),
+    "rerun": _rerun,
     "approve": _approve,
     "reject": lambda w, c: w.run.reject(str(c.get("feedback", ""))),
-    "continue": lambda w, c: w.run.resume_step(str(c.get("step", "")) or None, task=_text(c.get("task"))),
-    "step": lambda w, c: w.run.step_over(str(c.get("step", "")) or None, task=_text(c.get("task"))),
+    "continue": _release("continue"),
+    "step": _release("step"),
     "skip": lambda w, c: w.run.skip(str(c.get("step", ""))),
     "call_detail": _call_detail,
     "full_text": _full_text,
     "resume": lambda w, c: w._go_on("resume"),
     "restart": lambda w, c: w._go_on("restart"),
 }
-"""What each message of the front end does."""
+"""What each request of the front end does, and what its answer carries back."""
 
 
 def resumable(run: DagRun) -> bool:
@@ -267,8 +328,9 @@ def _answer_is_fallback(run: DagRun) -> bool:
 
 
 def _round_state(record: RoundRecord, run: DagRun) -> dict[str, Any]:
-    placed = layout(record.plan)
-    boxes = {node.id: node for node in placed.nodes}
+    """A round as the view draws it: its steps in plan order (the browser lays them out from their
+    dependencies), the verdict and what changed since the round it is compared with.
+    """
     latest = bool(run.rounds) and record is run.rounds[-1]
     return {
         "index": record.index,
@@ -280,19 +342,10 @@ def _round_state(record: RoundRecord, run: DagRun) -> dict[str, Any]:
         "diff": _diff_state(run, record),
         "error": record.error,
         "warnings": [_cap(warning, 300) for warning in record.warnings[-WARNINGS:]],
-        "width": placed.width,
-        "height": placed.height,
         "nodes": [
-            {
-                **_step_state(step),
-                **_paused_state(run, step, latest),
-                **_subrun_state(step),
-                **vars(boxes[step.id]),
-            }
+            {**_step_state(step), **_paused_state(run, step, latest), **_subrun_state(step)}
             for step in _ordered(record.plan)
-            if step.id in boxes
         ],
-        "edges": [vars(edge) for edge in placed.edges],
         "analysis": record.analysis.model_dump(include={"achieved", "confidence", "reasoning"})
         if record.analysis
         else None,
@@ -349,6 +402,7 @@ def _ordered(plan: ExecutionPlan) -> list[PlanStep]:
 
 def _step_state(step: PlanStep) -> dict[str, Any]:
     return {
+        "id": step.id,
         "task": step.task,
         "status": step.status,
         "dependencies": list(step.dependencies),

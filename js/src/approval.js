@@ -1,18 +1,19 @@
 // A plan waiting for the user's approval: its steps, editable (task, dependencies, hints; steps added or
 // removed), then Approve, or Reject with feedback for the planner. The panel keeps its DOM while the same round
-// waits, so what the user types survives the state syncs; another round waiting starts a fresh draft.
+// waits, so what the user types survives the state syncs; another round waiting starts a fresh draft. Python's
+// refusal of an approval or a rejection shows in the panel, and its buttons work again.
 
 import { h } from "./dom.js";
+import { createMessage } from "./message.js";
 
 /** @typedef {import("./types.js").Traits} Traits */
 /** @typedef {import("./types.js").Round} Round */
 /** @typedef {import("./types.js").PlanStep} PlanStep */
-/** @typedef {import("./types.js").OutgoingMessage} OutgoingMessage */
 
 /**
- * @param {{signal: AbortSignal, send: (msg: OutgoingMessage) => void}} options
+ * @param {{signal: AbortSignal, requests: import("./requests.js").Requests}} options
  */
-export function createApproval({ signal, send }) {
+export function createApproval({ signal, requests }) {
   const steps = h("div", { class: "dagmagic-approval-steps" });
   const add = h("button", { type: "button", class: "dagmagic-button dagmagic-approval-add" }, ["Add step"]);
   const approve = h(
@@ -32,6 +33,7 @@ export function createApproval({ signal, send }) {
     { type: "button", class: "dagmagic-button dagmagic-reject", title: "Drop this plan and plan again" },
     ["Reject and replan"],
   );
+  const message = createMessage(signal);
   const el = h("section", { class: "dagmagic-approval", "aria-label": "Plan approval", hidden: true }, [
     h("h3", { class: "dagmagic-section-title" }, ["This plan waits for your approval"]),
     h(
@@ -43,15 +45,29 @@ export function createApproval({ signal, send }) {
     ),
     steps,
     h("div", { class: "dagmagic-actions" }, [add, approve, note]),
+    message.el, // under Approve, above Reject: beside the buttons whose refusal it says
     h("div", { class: "dagmagic-approval-reject" }, [feedback, reject]),
   ]);
 
   /** @type {{round: number, original: PlanStep[]} | null} the round waiting, and its plan as Python sent it */
   let draft = null;
-  /** @type {string | null} the state (`approvalState`) an approval or a rejection was sent in: wait for another */
-  let busy = null;
   /** @type {Traits | null} */
   let last = null;
+  /** An approval or a rejection sent waits for Python's answer, then for the state to change. */
+  const busy = () => requests.busy("approval");
+
+  /**
+   * @param {string} name
+   * @param {Record<string, unknown>} msg
+   */
+  function decide(name, msg) {
+    const sent = approvalState(last);
+    message.clear();
+    requests
+      .request(name, msg, { key: "approval", until: () => approvalState(last) !== sent })
+      .catch((/** @type {Error} */ error) => message.show(error.message))
+      .finally(sync);
+  }
 
   /** The plan as edited, in the form `approve` sends it. */
   function collect() {
@@ -77,8 +93,8 @@ export function createApproval({ signal, send }) {
     const problem = changed ? planProblem(collect()) : null;
     note.textContent = problem ?? (changed ? "Edited: Approve runs your version." : "");
     note.toggleAttribute("data-problem", problem !== null);
-    approve.disabled = busy !== null || problem !== null;
-    reject.disabled = busy !== null || !feedback.value.trim();
+    approve.disabled = busy() || problem !== null;
+    reject.disabled = busy() || !feedback.value.trim();
   }
 
   /**
@@ -109,11 +125,9 @@ export function createApproval({ signal, send }) {
       } else if (target.closest(".dagmagic-approval-remove")) {
         target.closest(".dagmagic-approval-step")?.remove();
       } else if (target.closest(".dagmagic-approve") && !approve.disabled) {
-        send({ type: "approve", plan: edited() ? { steps: collect() } : null });
-        busy = approvalState(last);
+        decide("approve", { plan: edited() ? { steps: collect() } : null });
       } else if (target.closest(".dagmagic-reject") && !reject.disabled) {
-        send({ type: "reject", feedback: feedback.value.trim() });
-        busy = approvalState(last);
+        decide("reject", { feedback: feedback.value.trim() });
       } else {
         return;
       }
@@ -146,30 +160,23 @@ export function createApproval({ signal, send }) {
         draft = null;
         steps.replaceChildren();
         feedback.value = "";
+        message.clear();
       }
-      busy = null;
       return;
     }
     const original = planOf(waiting);
     if (!draft || draft.round !== waiting.index) {
       reset(waiting, original);
       feedback.value = "";
-      busy = null;
+      message.clear();
     } else if (JSON.stringify(original) !== JSON.stringify(draft.original) && !edited()) {
       reset(waiting, original); // Python changed the plan before the user did
     }
-    if (busy !== null && busy !== approvalState(state)) busy = null;
     el.hidden = false;
     sync();
   }
 
-  /** Python refused the approval or the rejection: the buttons work again. */
-  function actionFailed() {
-    busy = null;
-    sync();
-  }
-
-  return { el, update, actionFailed };
+  return { el, update };
 }
 
 /**
@@ -202,9 +209,10 @@ function planOf(round) {
 
 /**
  * What decides whether an approval or a rejection took effect: the run, its phase and the round waiting.
- * @param {Traits} state
+ * @param {Traits | null} state
  */
 function approvalState(state) {
+  if (!state) return "";
   return JSON.stringify([state.status, state.phase, state.rounds.length, state.rounds[state.rounds.length - 1]]);
 }
 

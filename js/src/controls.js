@@ -1,15 +1,15 @@
 // Stop, Cancel and the follow-up box while the run runs; once it ended, what can be done then (re-run a step,
-// resume) and, cancelled, what was kept. The messages Python sends back about them.
+// resume) and, cancelled, what was kept. Python's refusal of any of them shows here.
 
-import { h, log } from "./dom.js";
+import { h } from "./dom.js";
+import { createMessage } from "./message.js";
 
 /** @typedef {import("./types.js").Traits} Traits */
-/** @typedef {import("./types.js").OutgoingMessage} OutgoingMessage */
 
 /**
- * @param {{send: (msg: OutgoingMessage) => void, signal: AbortSignal}} options
+ * @param {{requests: import("./requests.js").Requests, signal: AbortSignal}} options
  */
-export function createControls({ send, signal }) {
+export function createControls({ requests, signal }) {
   const stop = h(
     "button",
     {
@@ -43,7 +43,7 @@ export function createControls({ send, signal }) {
     resume,
     restart,
   ]);
-  const message = h("div", { class: "dagmagic-message", role: "alert", hidden: true });
+  const message = createMessage(signal);
   const row = h("div", { class: "dagmagic-controls-row" }, [
     stop,
     cancel,
@@ -53,70 +53,81 @@ export function createControls({ send, signal }) {
   const hint = h("div", { class: "dagmagic-rerun-hint", hidden: true }, [
     "Open a step to re-run it with another task.",
   ]);
-  const el = h("div", { class: "dagmagic-controls" }, [row, kept, hint, offer, notice, message]);
+  const el = h("div", { class: "dagmagic-controls" }, [row, kept, hint, offer, notice, message.el]);
 
   let running = false;
-  /** @type {"stop" | "cancel" | null} */
-  let requested = null;
+  /** Stop and Cancel wait for Python's answer, then for the run to end. */
+  const ended = () => !running;
 
   function sync() {
-    stop.disabled = !running || requested !== null;
-    cancel.disabled = !running || requested === "cancel";
+    const stopping = requests.busy("stop");
+    const cancelling = requests.busy("cancel");
+    stop.disabled = !running || stopping || cancelling;
+    cancel.disabled = !running || cancelling;
     input.disabled = !running;
     sendButton.disabled = !running;
-    stop.textContent = requested === "stop" ? "Stopping…" : "Stop";
-    cancel.textContent = requested === "cancel" ? "Cancelling…" : "Cancel";
+    stop.textContent = stopping ? "Stopping…" : "Stop";
+    cancel.textContent = cancelling ? "Cancelling…" : "Cancel";
   }
 
-  /** @param {OutgoingMessage} msg */
-  function post(msg) {
-    try {
-      send(msg);
-      return true;
-    } catch (err) {
-      log.error("could not send", msg.type, err);
-      showMessage(`Could not reach the kernel: ${err instanceof Error ? err.message : String(err)}`);
-      return false;
-    }
+  /**
+   * Sends a request; Python's refusal shows here, and what waited for it works again.
+   * @param {string} name
+   * @param {Record<string, unknown>} msg
+   * @param {import("./requests.js").RequestOptions} [options]
+   * @returns {Promise<boolean>} whether Python took it
+   */
+  function post(name, msg, options) {
+    message.clear();
+    const answer = requests.request(name, msg, options).then(
+      () => true,
+      (/** @type {Error} */ error) => {
+        message.show(error.message);
+        return false;
+      },
+    );
+    void answer.then(sync);
+    sync();
+    return answer;
   }
 
   function sendFollowUp() {
     const text = input.value.trim();
     if (!running || !text) return;
-    if (post({ type: "follow_up", text })) {
-      input.value = "";
-      notice.textContent = `Follow-up sent: the run will replan with it.`;
-      notice.hidden = false;
-    }
+    input.value = "";
+    notice.textContent = `Follow-up sent: the run will replan with it.`;
+    notice.hidden = false;
+    void post("follow_up", { text }).then((took) => {
+      if (took) return;
+      notice.hidden = true;
+      if (!input.value) input.value = text; // refused: the user gets their text back
+    });
   }
 
-  stop.addEventListener(
-    "click",
-    () => {
-      if (running && post({ type: "stop" })) requested = "stop";
-      sync();
-    },
-    { signal },
-  );
-  cancel.addEventListener(
-    "click",
-    () => {
-      if (running && post({ type: "cancel" })) requested = "cancel";
-      sync();
-    },
-    { signal },
-  );
+  for (const [button, name] of /** @type {const} */ ([
+    [stop, "stop"],
+    [cancel, "cancel"],
+  ])) {
+    button.addEventListener(
+      "click",
+      () => {
+        if (running && !button.disabled) void post(name, {}, { until: ended });
+      },
+      { signal },
+    );
+  }
   sendButton.addEventListener("click", sendFollowUp, { signal });
-  for (const [button, type] of /** @type {const} */ ([
+  for (const [button, name] of /** @type {const} */ ([
     [resume, "resume"],
     [restart, "restart"],
   ])) {
     button.addEventListener(
       "click",
       () => {
-        if (post({ type })) {
-          resume.disabled = restart.disabled = true;
-        }
+        resume.disabled = restart.disabled = true;
+        void post(name, {}).then((took) => {
+          if (!took) resume.disabled = restart.disabled = false;
+        });
       },
       { signal },
     );
@@ -133,39 +144,13 @@ export function createControls({ send, signal }) {
     { signal },
   );
 
-  /** @param {string} text */
-  function showMessage(text) {
-    message.replaceChildren(
-      h("span", { class: "dagmagic-message-text" }, [text]),
-      h("button", { type: "button", class: "dagmagic-message-close", title: "Dismiss", "aria-label": "Dismiss" }, [
-        "×",
-      ]),
-    );
-    message.hidden = false;
-    requested = null; // the request may have failed: let the user try again
-    sync();
-  }
-  message.addEventListener(
-    "click",
-    (event) => {
-      if (/** @type {Element} */ (event.target).closest(".dagmagic-message-close")) {
-        message.hidden = true;
-        message.replaceChildren();
-      }
-    },
-    { signal },
-  );
-
   /** @param {Traits} state */
   function update(state) {
     const wasRunning = running;
     running = state.status === "running";
     if (state.resumable && offer.hidden) resume.disabled = restart.disabled = false; // offered anew
     offer.hidden = !state.resumable;
-    if (!running) {
-      requested = null;
-      if (wasRunning) notice.hidden = true;
-    }
+    if (!running && wasRunning) notice.hidden = true;
     // Stop, Cancel and follow-ups are for a running run; once it ended, what can be done then
     row.hidden = !running;
     hint.hidden = running || !state.can_rerun;
@@ -174,7 +159,7 @@ export function createControls({ send, signal }) {
     sync();
   }
 
-  return { el, update, showMessage };
+  return { el, update };
 }
 
 /**

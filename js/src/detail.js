@@ -6,6 +6,7 @@ import { h } from "./dom.js";
 import { formatCost, formatDuration, formatInt, num, prettyJson } from "./format.js";
 import { STATUS_GLYPH } from "./graph.js";
 import { markdownFragment } from "./markdown.js";
+import { messageBox } from "./message.js";
 import { stepTimes } from "./state.js";
 import { renderSubrun } from "./subrun.js";
 
@@ -15,27 +16,39 @@ import { renderSubrun } from "./subrun.js";
 /** @typedef {import("./dom.js").Child} Child */
 
 /**
+ * Why Python refused an action on the step, shown under the buttons that sent it: the re-run box's, the paused
+ * step's, or Retry now's (in the status).
+ * @typedef {{where: "rerun" | "paused" | "status", text: string}} StepError
+ */
+
+/**
  * What the user can do from the panel, and the view state that outlives its redraws.
  * @typedef {object} DetailActions
  * @property {boolean} rerun  offer to re-run the step (the run ended; the step is in its latest round)
- * @property {boolean} busy  an action on this step was sent: its buttons wait for the next state
+ * @property {boolean} busy  an action on this step was sent: its buttons wait for the answer and the next state
+ * @property {boolean} retrying  Retry now was sent: it waits likewise
+ * @property {StepError | null} error  why Python refused the last action on the step
  * @property {(key: string) => string | undefined} draft  text the user typed and has not sent yet
  * @property {(key: string) => boolean | undefined} messageOpen  which of the paused step's messages are open
  * @property {(key: string) => boolean | undefined} subrunOpen  which sub-runs are open (by `subrunKey`)
  * @property {(key: string, cut: string) => string | undefined} fullText  the whole text fetched for a cut one (by
  *   `textKey`), while the step still shows that cut text
  * @property {(key: string) => boolean} loading  the whole text was asked for and has not come yet
+ * @property {(key: string) => string | undefined} textError  why the whole text did not come
  */
 
 /** @type {DetailActions} */
 const NO_ACTIONS = {
   rerun: false,
   busy: false,
+  retrying: false,
+  error: null,
   draft: () => undefined,
   messageOpen: () => undefined,
   subrunOpen: () => undefined,
   fullText: () => undefined,
   loading: () => false,
+  textError: () => undefined,
 };
 
 /** How Python ends a text it cut: "… (1234 more characters)". */
@@ -104,9 +117,11 @@ export function renderDetail(node, round, rounds, now, actions = NO_ACTIONS) {
             type: "button",
             class: "dagmagic-button dagmagic-retry-now",
             title: "Try this step again now instead of waiting",
+            disabled: actions.retrying,
           },
           ["Retry now"],
         ),
+      refusal(actions, "status"),
     ]),
     node.error && errorField(node),
     node.warnings.length > 0 &&
@@ -160,7 +175,7 @@ export function renderDetail(node, round, rounds, now, actions = NO_ACTIONS) {
       result
         ? h("div", { class: "dagmagic-detail-result dagmagic-markdown" }, [markdownFragment(result)])
         : h("div", { class: "dagmagic-muted" }, [node.status === "completed" ? "(empty)" : "No result yet."]),
-      expandButton(result, "result", null, actions.loading(resultKey)),
+      expandButton(result, "result", null, resultKey, actions),
     ]),
   ]);
 }
@@ -261,6 +276,7 @@ function pausedSection(node, round, actions) {
       button("dagmagic-step", "Step", "Run this step, then pause before the next one", true),
       button("dagmagic-skip", "Skip", "Do not run this step (the steps that need it are skipped too)", false),
     ]),
+    refusal(actions, "paused"),
   ]);
 }
 
@@ -289,6 +305,7 @@ function rerunSection(node, round, actions) {
         ["Re-run this step"],
       ),
     ]),
+    refusal(actions, "rerun"),
   ]);
 }
 
@@ -322,16 +339,28 @@ function errorField(node) {
 }
 
 /**
- * "Show all" under a text Python cut: asks for the whole text (the rounds' click handler sends it).
+ * Why Python refused the step's last action, if it was sent from `where`.
+ * @param {DetailActions} actions
+ * @param {StepError["where"]} where
+ */
+function refusal(actions, where) {
+  return actions.error?.where === where ? messageBox(actions.error.text, { "data-dismiss": "step" }) : null;
+}
+
+/**
+ * "Show all" under a text Python cut: asks for the whole text (step-actions.js sends it); why it did not come.
  * @param {string | null | undefined} text  as shown
  * @param {"result" | "observation"} name
  * @param {number | null} call  an observation's tool call
- * @param {boolean} loading  asked for, not come yet
+ * @param {string} key  its `textKey`
+ * @param {DetailActions} actions
  */
-function expandButton(text, name, call, loading) {
+function expandButton(text, name, call, key, actions) {
   const more = cutLength(text);
   if (more === null) return null;
-  return h(
+  const loading = actions.loading(key);
+  const error = actions.textError(key);
+  const button = h(
     "button",
     {
       type: "button",
@@ -344,6 +373,10 @@ function expandButton(text, name, call, loading) {
     },
     [loading ? "Loading…" : "Show all"],
   );
+  if (!error) return button;
+  const both = document.createDocumentFragment();
+  both.append(button, messageBox(error, { "data-dismiss": key }));
+  return both;
 }
 
 /** @param {DagNode} node */
@@ -406,6 +439,6 @@ function toolCall(call, i, node, round, actions) {
     call?.error && h("pre", { class: "dagmagic-toolcall-error" }, [String(call.error)]),
     h("div", { class: "dagmagic-label" }, ["observation"]),
     h("pre", { class: "dagmagic-toolcall-obs" }, [observation]),
-    expandButton(observation, "observation", i, actions.loading(key)),
+    expandButton(observation, "observation", i, key, actions),
   ]);
 }

@@ -1,7 +1,11 @@
 // The dagmagic widget's front end (anywidget). Python owns the state; this draws it and sends back the
-// user's Stop, Cancel and follow-up, and their word on a plan, a paused step or a step to re-run. Redraws are
-// coalesced into one per animation frame. While the run runs, a timer redraws the parts that show time (the
-// display clock carries Python's last `now` forward, see clock.js).
+// user's Stop, Cancel and follow-up, and their word on a plan, a paused step or a step to re-run, each as a
+// request Python answers (requests.js). Redraws are coalesced into one per animation frame. While the run runs,
+// a timer redraws the parts that show time (the display clock carries Python's last `now` forward, see clock.js).
+//
+// The default export is a function: anywidget calls it once per widget model, so what the model's views share
+// (shared.js: which view shows, what the user opened, the whole texts fetched) lives in its closure, made by
+// `initialize` — never in this module, whose state every widget on the page would share.
 
 import { createAnswer } from "./answer.js";
 import { createApproval } from "./approval.js";
@@ -9,12 +13,15 @@ import { clockRuns, createClock, TICK_MS } from "./clock.js";
 import { createControls } from "./controls.js";
 import { h, log } from "./dom.js";
 import { createHeader } from "./header.js";
-import { createRounds, onFullText } from "./rounds.js";
+import { createRequests } from "./requests.js";
+import { createRounds } from "./rounds.js";
+import { createShared } from "./shared.js";
 import { readNow, readState, TRAITS } from "./state.js";
 import { createTimeline } from "./timeline.js";
 import { createTrace } from "./trace.js";
 
 /** @typedef {import("./types.js").Model} Model */
+/** @typedef {import("./shared.js").Shared} Shared */
 /** @typedef {"header" | "approval" | "rounds" | "answer" | "controls" | "timeline" | "trace"} Part */
 
 /** Which parts of the view each trait feeds. */
@@ -38,14 +45,6 @@ const FEEDS = /** @type {Record<(typeof TRAITS)[number], Part[]>} */ ({
 });
 
 const ALL_PARTS = /** @type {Part[]} */ (["header", "approval", "rounds", "answer", "controls", "timeline", "trace"]);
-
-/**
- * The views of each run, oldest first. A `%%dag` cell shows its run live while it runs, then again as the
- * cell's value: the newer view hides the older, so the cell shows one widget. Keyed by the run's id: the
- * model object a view receives may be a per-view wrapper.
- * @type {Map<string, HTMLElement[]>}
- */
-const viewsByRun = new Map();
 
 /**
  * One frame later (or a timer's worth, where there are no frames: background tabs, some test environments).
@@ -76,10 +75,12 @@ function busyIn(container) {
 }
 
 /**
+ * One view of the widget.
  * @param {{model: Model, el: HTMLElement}} props
+ * @param {Shared} shared  what the widget's views share
  * @returns {() => void} cleanup: removes every listener and the view
  */
-function render({ model, el }) {
+function render({ model, el }, shared) {
   const controller = new AbortController();
   const { signal } = controller;
 
@@ -100,12 +101,13 @@ function render({ model, el }) {
     if (cancelFrame === null) cancelFrame = nextFrame(flush);
   }
 
+  const requests = createRequests(model);
   const header = createHeader();
-  const rounds = createRounds({ signal, redraw: () => schedule(["rounds"]), send: (msg) => model.send(msg) });
+  const rounds = createRounds({ signal, redraw: () => schedule(["rounds"]), requests, memory: shared.memory });
   const answer = createAnswer();
-  const controls = createControls({ signal, send: (msg) => model.send(msg) });
-  const approval = createApproval({ signal, send: (msg) => model.send(msg) });
-  const trace = createTrace({ signal, send: (msg) => model.send(msg), redraw: () => schedule(["trace"]) });
+  const controls = createControls({ signal, requests });
+  const approval = createApproval({ signal, requests });
+  const trace = createTrace({ signal, requests, redraw: () => schedule(["trace"]) });
   const timeline = createTimeline();
   const parts = { header, approval, rounds, answer, controls, timeline, trace };
 
@@ -189,38 +191,12 @@ function render({ model, el }) {
       schedule(FEEDS[trait]);
     },
   ]);
-  handlers.push([
-    "msg:custom",
-    /** @param {any} msg */
-    (msg) => {
-      if (msg && msg.type === "error") {
-        log.warn("kernel reported:", msg.message);
-        controls.showMessage(String(msg.message ?? "Unknown error"));
-        // the refused action's buttons work again
-        rounds.actionFailed();
-        approval.actionFailed();
-        trace.actionFailed();
-      } else if (msg && msg.type === "call_detail") {
-        trace.receive(msg);
-      } else if (msg && msg.type === "full_text") {
-        onFullText(msg);
-      } else {
-        log.debug("ignored message", msg);
-      }
-    },
-  ]);
   for (const [event, handler] of handlers) model.on(event, handler);
 
   ALL_PARTS.forEach((p) => dirty.add(p));
   flush(); // the first drawing is synchronous: the view is complete when render returns
   el.append(root);
-  const runId = readState(model).run_id;
-  if (runId) {
-    const views = viewsByRun.get(runId) ?? [];
-    for (const older of views) older.hidden = true;
-    views.push(root);
-    viewsByRun.set(runId, views);
-  }
+  const leave = shared.show(root);
 
   return () => {
     alive = false;
@@ -228,15 +204,32 @@ function render({ model, el }) {
     cancelFrame = null;
     if (ticker !== null) clearInterval(ticker);
     ticker = null;
+    requests.dispose();
     for (const [event, handler] of handlers) model.off(event, handler);
     controller.abort();
     root.remove();
-    const remaining = (viewsByRun.get(runId) ?? []).filter((view) => view !== root);
-    if (remaining.length) viewsByRun.set(runId, remaining);
-    else viewsByRun.delete(runId);
-    const newest = remaining[remaining.length - 1];
-    if (newest) newest.hidden = false;
+    leave();
   };
 }
 
-export default { render };
+/**
+ * The widget's definition, made once per widget model: `initialize` makes what its views share, `render` draws
+ * one view.
+ * @returns {{initialize: () => () => void, render: (props: {model: Model, el: HTMLElement}) => () => void}}
+ */
+export default function widget() {
+  /** @type {Shared | null} */
+  let shared = null;
+  return {
+    initialize() {
+      shared = createShared();
+      return () => {
+        shared = null;
+      };
+    },
+    render(props) {
+      shared ??= createShared(); // anywidget calls initialize first; a host that does not still gets one
+      return render(props, shared);
+    },
+  };
+}

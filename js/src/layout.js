@@ -1,12 +1,13 @@
 // Where a round's boxes and edges go, computed in the browser by dagre (a layered layout: ranks, crossing
 // reduction, coordinates) from the steps and their `dependencies`. A step's rank is its depth (the steps
 // without dependencies at the top, the steps that can run together side by side). Dependencies on an earlier
-// round's steps ("r1.s2") become small ghost boxes just above the steps that use them. Python's own
-// coordinates (`x`, `y`, `w`, `h`, `edges`, `width`, `height`) are only a fallback, should dagre throw.
+// round's steps ("r1.s2") become small ghost boxes just above the steps that use them. Should dagre throw,
+// the round is drawn in plain layers (layered.js), without ghosts. Python sends no coordinates.
 //
 // Deterministic: the same steps and dependencies give the same numbers (dagre has no randomness; the names
-// it makes up for its dummy nodes never decide an order). Layouts are cached by their input, so the many
-// redraws of a running round do not lay it out again.
+// it makes up for its dummy nodes never decide an order). Layouts are cached by their input (a memo: the same
+// key always gives the same layout, whichever widget asks), so the many redraws of a running round do not lay
+// it out again.
 //
 // Edges follow dagre's route: straight down through each rank an edge crosses (at the x dagre gave its dummy
 // node there), with an S-curve in each gap between two ranks, on a track of its own. The gaps hold no boxes
@@ -37,6 +38,7 @@ THE SOFTWARE.
 import { graphlib, layout as dagreLayout } from "@dagrejs/dagre";
 import { log } from "./dom.js";
 import { num } from "./format.js";
+import { layeredBoxes, layers } from "./layered.js";
 
 /** @typedef {import("./types.js").Round} Round */
 
@@ -82,7 +84,7 @@ const CACHE = 64;
  * @property {NodeBox[]} nodes  in the round's order
  * @property {GhostBox[]} ghosts
  * @property {EdgePath[]} edges  by target, then source (ids sorted), ghost edges last
- * @property {boolean} fallback  drawn at Python's coordinates (dagre failed)
+ * @property {boolean} fallback  laid out in plain layers (dagre failed)
  */
 
 /** @typedef {{x: number, y: number}} Point */
@@ -99,10 +101,8 @@ const CACHE = 64;
  * @property {number} [endX]
  */
 
-/** @type {Map<string, Layout>} */
+/** @type {Map<string, Layout>} the latest layouts, by the steps and dependencies they were laid out from */
 const cache = new Map();
-/** @type {Set<string>} rounds dagre failed on, said once */
-const failed = new Set();
 
 /**
  * The round's layout, from the cache when its steps and dependencies were laid out before.
@@ -117,40 +117,12 @@ export function layoutRound(round) {
   try {
     laid = computeLayout(round);
   } catch (error) {
-    if (!failed.has(key)) log.warn("layout failed; drawing at the kernel's coordinates", error);
-    failed.add(key);
-    return pythonLayout(round); // not cached: it depends on more than the key
+    log.warn("layout failed; drawing the steps in plain layers", error); // once: the fallback is cached too
+    laid = fallbackLayout(round);
   }
   if (cache.size >= CACHE) cache.delete(/** @type {string} */ (cache.keys().next().value));
   cache.set(key, laid);
   return laid;
-}
-
-/**
- * Each step's depth: 0 without dependencies in the round, else one more than its deepest dependency's.
- * @param {Round} round
- * @returns {Map<string, number>}
- */
-export function layers(round) {
-  const deps = new Map(round.nodes.map((n) => [n.id, n.dependencies]));
-  /** @type {Map<string, number>} */
-  const depth = new Map();
-  /** @type {Set<string>} */
-  const visiting = new Set();
-  /** @param {string} id @returns {number} */
-  const visit = (id) => {
-    const known = depth.get(id);
-    if (known !== undefined) return known;
-    if (visiting.has(id)) return 0; // a cycle (Python forbids them): cut it here
-    visiting.add(id);
-    let d = 0;
-    for (const dep of deps.get(id) ?? []) if (dep !== id && deps.has(dep)) d = Math.max(d, visit(dep) + 1);
-    visiting.delete(id);
-    depth.set(id, d);
-    return d;
-  };
-  for (const n of round.nodes) visit(n.id);
-  return depth;
 }
 
 /**
@@ -424,37 +396,33 @@ function pathOf({ start, pieces }) {
 }
 
 /**
- * The layout Python computed (boxes, straight S-curves between them), for when dagre fails. No ghosts.
+ * The round in plain layers (layered.js), each edge an S-curve from its source's bottom to its target's top, for
+ * when dagre fails. No ghosts.
  * @param {Round} round
  * @returns {Layout}
  */
-export function pythonLayout(round) {
-  const depth = layers(round);
-  const nodes = round.nodes.map((n) => ({
-    id: n.id,
-    layer: num(n.layer) ?? depth.get(n.id) ?? 0,
-    x: num(n.x) ?? 0,
-    y: num(n.y) ?? 0,
-    w: num(n.w) ?? 160,
-    h: num(n.h) ?? 52,
-  }));
-  const edges = round.edges.map((e) => {
-    const x1 = num(e.x1) ?? 0;
-    const y1 = num(e.y1) ?? 0;
-    const x2 = num(e.x2) ?? 0;
-    const y2 = num(e.y2) ?? 0;
-    const leg = { xa: x1, ya: y1, xb: x2, yb: y2 - ARROW, mid: (y1 + y2 - ARROW) / 2 };
-    const d = pathOf({ start: { x: x1, y: y1 }, pieces: [leg], tipX: x2, tipY: y2 });
-    return { source: String(e.source), target: String(e.target), ghost: false, d, tipX: x2, tipY: y2 };
-  });
-  return {
-    width: Math.max(num(round.width) ?? 0, 1),
-    height: Math.max(num(round.height) ?? 0, 1),
-    nodes,
-    ghosts: [],
-    edges,
-    fallback: true,
-  };
+export function fallbackLayout(round) {
+  const placed = layeredBoxes(round, { w: NODE_W, h: NODE_H, gapX: NODE_SEP, gapY: RANK_SEP, margin: MARGIN });
+  /** @type {Map<string, Box>} the first step of an id, should two share it */
+  const boxes = new Map();
+  for (const b of placed.nodes) if (!boxes.has(b.id)) boxes.set(b.id, b);
+  /** @type {EdgePath[]} */
+  const edges = [];
+  for (const target of [...boxes.keys()].sort()) {
+    const to = /** @type {Box} */ (boxes.get(target));
+    const node = round.nodes.find((n) => n.id === target);
+    for (const source of [...new Set(node?.dependencies ?? [])].sort()) {
+      const from = boxes.get(source);
+      if (!from || source === target || from.y >= to.y) continue;
+      const x1 = from.x + from.w / 2;
+      const y1 = from.y + from.h;
+      const x2 = to.x + to.w / 2;
+      const leg = { xa: x1, ya: y1, xb: x2, yb: to.y - ARROW, mid: (y1 + to.y - ARROW) / 2 };
+      const d = pathOf({ start: { x: x1, y: y1 }, pieces: [leg], tipX: x2, tipY: to.y });
+      edges.push({ source, target, ghost: false, d, tipX: x2, tipY: to.y });
+    }
+  }
+  return { width: placed.width, height: placed.height, nodes: placed.nodes, ghosts: [], edges, fallback: true };
 }
 
 // Text: no layout engine measures in tests (jsdom), and measuring in the browser would make the markup depend

@@ -1,8 +1,9 @@
 // The trace: every LLM call in the order they started, with when it started (from the run's start), its
 // purpose, model, structured level, retries, tokens, latency and cost, and totals per purpose. Collapsed by
 // default; its open state survives redraws (the <details> stays). A click (or Enter) on a call opens what it
-// sent and got back under it: Python sends that on request (`call_detail`), once per call. Rows are kept by
-// call and moved only when they change, so focus, opened rows and opened messages survive the syncs.
+// sent and got back under it: Python sends that on request (`call_detail`), once per call; should it refuse, the
+// opened row says why. Rows are kept by call and moved only when they change, so focus, opened rows and opened
+// messages survive the syncs.
 
 import { h } from "./dom.js";
 import { formatCost, formatDuration, formatInt, num, shorten } from "./format.js";
@@ -10,7 +11,6 @@ import { formatCost, formatDuration, formatInt, num, shorten } from "./format.js
 /** @typedef {import("./types.js").Traits} Traits */
 /** @typedef {import("./types.js").CallRecord} CallRecord */
 /** @typedef {import("./types.js").CallDetail} CallDetail */
-/** @typedef {import("./types.js").CallDetailRequest} CallDetailRequest */
 
 const COLUMNS = ["purpose", "model", "round", "step", "level", "retries", "in", "out", "latency", "cost"];
 
@@ -29,10 +29,13 @@ const LABEL_COLUMNS = 6;
  * @typedef {{call: CallRecord, key: string, index: number | null, started: number | null, position: number}} Listed
  */
 
+/** How long a call's detail is waited for before it can be asked for again (ms). */
+const DETAIL_TIMEOUT = 30000;
+
 /**
- * @param {{signal: AbortSignal, send: (msg: CallDetailRequest) => void, redraw: () => void}} options
+ * @param {{signal: AbortSignal, requests: import("./requests.js").Requests, redraw: () => void}} options
  */
-export function createTrace({ signal, send, redraw }) {
+export function createTrace({ signal, requests, redraw }) {
   const summary = h("summary", { class: "dagmagic-trace-summary" });
   const thead = h("thead");
   const tbody = h("tbody");
@@ -46,10 +49,8 @@ export function createTrace({ signal, send, redraw }) {
   const opened = new Set();
   /** @type {Map<number, CallDetail>} details Python sent, by call index */
   const fetched = new Map();
-  /** Asked for and not answered yet. */
-  const pending = new Set();
-  /** Asked for and refused (Python's error shows with the controls): opening the call again asks again. */
-  const refused = new Set();
+  /** @type {Map<number, string>} details Python refused, and why: opening the call again asks again */
+  const refused = new Map();
   /** @type {Map<string, {sig: string, el: HTMLTableRowElement}>} a call's row, by `Listed.key` */
   const rows = new Map();
   /** @type {Map<number, {sig: string, el: HTMLTableRowElement}>} an opened call's detail row, by index */
@@ -65,13 +66,25 @@ export function createTrace({ signal, send, redraw }) {
       opened.delete(index);
     } else {
       opened.add(index);
-      if (!fetched.has(index) && !pending.has(index)) {
-        refused.delete(index);
-        pending.add(index);
-        send({ type: "call_detail", index });
-      }
+      if (!fetched.has(index) && !requests.busy(`call:${runId}:${index}`)) ask(index);
     }
     redraw();
+  }
+
+  /** @param {number} index */
+  function ask(index) {
+    const run = runId;
+    refused.delete(index);
+    requests
+      .request("call_detail", { index }, { key: `call:${run}:${index}`, timeout: DETAIL_TIMEOUT })
+      .then(
+        (detail) => run === runId && fetched.set(index, normalizeDetail(detail, index)),
+        (/** @type {Error} */ error) => run === runId && refused.set(index, error.message),
+      )
+      .finally(() => {
+        detailRows.delete(index);
+        redraw();
+      });
   }
 
   /** @param {EventTarget | null} target */
@@ -100,30 +113,9 @@ export function createTrace({ signal, send, redraw }) {
     { signal },
   );
 
-  /**
-   * Python's answer to a `call_detail` request.
-   * @param {any} msg
-   */
-  function receive(msg) {
-    const index = num(msg?.index);
-    if (index === null) return;
-    fetched.set(index, normalizeDetail(msg, index));
-    pending.delete(index);
-    refused.delete(index);
-    redraw();
-  }
-
-  /** Python refused something: a detail still awaited will not come. */
-  function actionFailed() {
-    if (!pending.size) return;
-    for (const index of pending) refused.add(index);
-    pending.clear();
-    redraw();
-  }
-
   /** A different run: its calls' indices mean other calls. */
   function reset() {
-    for (const store of [opened, fetched, pending, refused, rows, detailRows]) store.clear();
+    for (const store of [opened, fetched, refused, rows, detailRows]) store.clear();
   }
 
   /**
@@ -173,16 +165,21 @@ export function createTrace({ signal, send, redraw }) {
    */
   function detailFor(call, index) {
     const detail = fetched.get(index);
-    const kind = detail ? "fetched" : refused.has(index) ? "refused" : "loading";
+    const why = refused.get(index);
+    const kind = detail ? "fetched" : why !== undefined ? "refused" : "loading";
     const colspan = COLUMNS.length + (startColumn ? 1 : 0);
-    const sig = JSON.stringify([kind, colspan, call.error ?? null]);
+    const sig = JSON.stringify([kind, colspan, call.error ?? null, why ?? null]);
     const cached = detailRows.get(index);
     if (cached && cached.sig === sig) return cached.el;
     const content =
       kind === "fetched" && detail
         ? renderDetail(detail, call)
         : kind === "refused"
-          ? [h("div", { class: "dagmagic-muted" }, ["Could not load this call. Close it and open it again to retry."])]
+          ? [
+              h("div", { class: "dagmagic-muted" }, [
+                `Could not load this call: ${String(why).replace(/\.$/, "")}. Close it and open it again to retry.`,
+              ]),
+            ]
           : [h("div", { class: "dagmagic-muted dagmagic-trace-loading" }, ["Loading…"])];
     const row = h("tr", { class: "dagmagic-trace-detail", "data-index": index }, [h("td", { colspan }, content)]);
     detailRows.set(index, { sig, el: row });
@@ -293,7 +290,7 @@ export function createTrace({ signal, send, redraw }) {
     );
   }
 
-  return { el, update, receive, actionFailed };
+  return { el, update };
 }
 
 /**
@@ -338,14 +335,15 @@ function reconcile(parent, wanted) {
 }
 
 /**
+ * Python's answer to a `call_detail` request, read defensively.
  * @param {any} msg
  * @param {number} index
  * @returns {CallDetail}
  */
 function normalizeDetail(msg, index) {
   const list = (/** @type {unknown} */ value) => (Array.isArray(value) ? value : []);
+  msg ??= {};
   return {
-    type: "call_detail",
     index,
     messages: list(msg.messages).map((/** @type {any} */ m) => ({
       role: String(m?.role ?? ""),

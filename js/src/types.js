@@ -20,13 +20,8 @@
  * @property {string} id
  * @property {string} task
  * @property {StepStatus} status
- * @property {number} x  top-left corner, as Python laid the round out: drawn only if the browser's layout
- *   (layout.js, dagre) fails; so are `y`, `w`, `h`, `layer` and the round's `edges`, `width` and `height`
- * @property {number} y
- * @property {number} w
- * @property {number} h
- * @property {number} layer
- * @property {string[]} dependencies  may name earlier rounds' steps ("r1.s2")
+ * @property {string[]} dependencies  may name earlier rounds' steps ("r1.s2"); the browser lays the round out
+ *   from them (layout.js): Python sends no coordinates
  * @property {string | null} model
  * @property {string | null} tool_hint
  * @property {string | null} model_hint
@@ -60,17 +55,6 @@
 
 /** @typedef {{role: string, content: string}} PausedMessage */
 
-/**
- * @typedef {object} DagEdge  from the bottom centre of the source to the top centre of the target (Python's
- *   layout: a fallback, see DagNode.x)
- * @property {string} source
- * @property {string} target
- * @property {number} x1
- * @property {number} y1
- * @property {number} x2
- * @property {number} y2
- */
-
 /** @typedef {{achieved: boolean, confidence: number, reasoning: string}} Analysis */
 /** @typedef {{action: "synthesize" | "replan" | "stop", reason: string}} Decision */
 
@@ -89,10 +73,7 @@
  * @property {number} index
  * @property {string | null} error
  * @property {string[]} warnings  what was fixed on the way (a dependency dropped, a plan repaired)
- * @property {number} width
- * @property {number} height
- * @property {DagNode[]} nodes
- * @property {DagEdge[]} edges
+ * @property {DagNode[]} nodes  in plan order
  * @property {Analysis | null} analysis
  * @property {Decision | null} decision
  * @property {number | null} rerun_of  a re-run round: the round whose step it re-ran
@@ -166,48 +147,26 @@
  */
 
 /**
- * What the front end sends. A `task` of null keeps the step's task; a `plan` of null approves the plan unedited.
- * Python answers a refused one with `{type: "error", message}`.
- * @typedef {{type: "stop"} | {type: "cancel"} | {type: "follow_up", text: string} | {type: "retry_now", step: string}
- *   | {type: "resume"} | {type: "restart"}
- *   | {type: "rerun", step: string, task: string | null}
- *   | {type: "approve", plan: {steps: PlanStep[]} | null} | {type: "reject", feedback: string}
- *   | {type: "continue", step: string, task: string | null} | {type: "step", step: string, task: string | null}
- *   | {type: "skip", step: string}} OutgoingMessage
+ * What the front end asks of Python: requests in anywidget's command protocol (requests.js), each answered once
+ * with its id. A `task` of null keeps the step's task; a `plan` of null approves the plan unedited.
+ *
+ *   stop {} · cancel {} · follow_up {text} · retry_now {step} · resume {} · restart {}
+ *   rerun {step, task} · approve {plan: {steps: PlanStep[]} | null} · reject {feedback}
+ *   continue {step, task} · step {step, task} · skip {step}
+ *   call_detail {index}  -> CallDetail
+ *   full_text {round, step, field: "result"} | {round, step, field: "observation", call}  -> {text}: the whole of
+ *     a text Python cut ("… (N more characters)"), `call` the tool call's position in `tool_calls`
  */
 
 /**
- * The trace asks for one LLM call's messages and reply (the synced `calls` keep only their numbers).
- * @typedef {{type: "call_detail", index: number}} CallDetailRequest
- */
-
-/**
- * Python's answer to a `CallDetailRequest`, as a custom message; texts are capped by Python.
+ * Python's answer to `call_detail`: one LLM call's messages and reply (the synced `calls` keep only their
+ * numbers); texts are capped by Python.
  * @typedef {object} CallDetail
- * @property {"call_detail"} type
  * @property {number} index
  * @property {PausedMessage[]} messages  what was sent, in order
  * @property {string} reply
  * @property {string[]} tool_calls  each as JSON text
  * @property {string} error  empty unless it failed
- */
-
-/**
- * A step's detail asks for the whole of a text Python cut ("… (N more characters)"): the step's result, or the
- * observation of its tool call at position `call` in `tool_calls`.
- * @typedef {{type: "full_text", round: number, step: string, field: "result"}
- *   | {type: "full_text", round: number, step: string, field: "observation", call: number}} FullTextRequest
- */
-
-/**
- * Python's answer to a `FullTextRequest`, as a custom message (`call` only for an observation).
- * @typedef {object} FullTextMessage
- * @property {"full_text"} type
- * @property {number} round
- * @property {string} step
- * @property {"result" | "observation"} field
- * @property {number} [call]
- * @property {string} text  the whole text
  */
 
 export {};

@@ -10,9 +10,10 @@ const bundle = resolve(__dirname, "../../dagmagic/static/widget.js");
 
 describe.runIf(existsSync(bundle))("bundle", () => {
   it("renders, updates, sanitizes and cleans up", async () => {
-    const widget = (await import(/* @vite-ignore */ pathToFileURL(bundle).href)).default;
+    const widget = (await import(/* @vite-ignore */ pathToFileURL(bundle).href)).default();
     const model = fakeModel(sampleState());
     const el = document.createElement("div");
+    const dispose = widget.initialize({ model });
     const cleanup = widget.render({ model, el });
     expect(el.querySelectorAll(".dagmagic-node").length).toBe(5);
     model.set("answer", 'ok <script>alert(1)</script><img src=x onerror="alert(1)">');
@@ -20,6 +21,7 @@ describe.runIf(existsSync(bundle))("bundle", () => {
     expect(el.querySelector(".dagmagic-answer-body")?.textContent).toContain("<script>alert(1)</script>"); // as text
     expect(el.querySelector("script, [onerror]")).toBeNull();
     cleanup();
+    dispose();
     expect(model.listenerCount()).toBe(0);
   });
 });

@@ -2,7 +2,7 @@
 // open on a click. Fake timers throughout: the clock's timer, the redraw's frame and the browser clock.
 
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { mount, sampleState, unmountAll } from "./fixtures.js";
+import { answered, mount, mountView, sampleState, unmountAll } from "./fixtures.js";
 
 /** Lets the coalesced redraw run (its animation frame, or the timer standing in for one). */
 function frame() {
@@ -106,11 +106,11 @@ describe("clocks", () => {
     expect(text(el, ".dagmagic-total-elapsed")).toBe("elapsed 20s"); // 3.5 s later
 
     const older = mount({ ...sampleState(), run_id: "run-9" });
-    const newer = mount({ ...sampleState(), run_id: "run-9" }); // hides the older view
-    const olderReads = older.model.get.mock.calls.length;
+    const before = text(older.el, ".dagmagic-total-elapsed");
+    const newer = mountView(older.model); // the cell's value: hides the live view
     vi.advanceTimersByTime(1000);
     frame();
-    expect(older.model.get.mock.calls.length).toBe(olderReads);
+    expect(text(older.el, ".dagmagic-total-elapsed")).toBe(before);
     expect(text(newer.el, ".dagmagic-total-elapsed")).toBe("elapsed 18s");
 
     unmountAll();
@@ -237,7 +237,6 @@ function traceRow(el, index) {
 }
 
 const DETAIL = {
-  type: "call_detail",
   index: 2,
   messages: [
     { role: "system", content: "You are one step of a plan." },
@@ -280,17 +279,18 @@ describe("trace", () => {
     expect(text(el, ".dagmagic-trace-summary")).toBe("Trace: 1 LLM call · 500 in · 120 out · $0.0040");
   });
 
-  it("opens a call on a click: asks Python once and shows what it sent and got back, as text", () => {
+  it("opens a call on a click: asks Python once and shows what it sent and got back, as text", async () => {
     const { el, model } = mount(traceState());
     click(traceRow(el, 2));
-    expect(model.sent).toEqual([{ type: "call_detail", index: 2 }]);
+    expect(model.requests()).toEqual([{ type: "call_detail", index: 2 }]);
     frame();
     const loading = /** @type {Element} */ (el.querySelector('.dagmagic-trace-detail[data-index="2"]'));
     expect(loading.previousElementSibling).toBe(traceRow(el, 2)); // right under its call
     expect(loading.textContent).toBe("Loading…");
     expect(traceRow(el, 2).getAttribute("aria-expanded")).toBe("true");
 
-    model.receive(DETAIL);
+    model.answer({ value: DETAIL });
+    await answered();
     frame();
     const detail = /** @type {Element} */ (el.querySelector('.dagmagic-trace-detail[data-index="2"]'));
     const messages = /** @type {HTMLDetailsElement[]} */ ([...detail.querySelectorAll(".dagmagic-trace-message")]);
@@ -304,12 +304,13 @@ describe("trace", () => {
     expect(detail.querySelector("img, b, i, script")).toBeNull();
   });
 
-  it("keeps an opened call, its opened messages and the focus across redraws; a second click closes it", () => {
+  it("keeps an opened call, its opened messages and the focus across redraws; a second click closes it", async () => {
     const { el, model } = mount(traceState());
     const row = traceRow(el, 2);
     row.focus();
     click(row);
-    model.receive(DETAIL);
+    model.answer({ value: DETAIL });
+    await answered();
     frame();
     const user = /** @type {HTMLDetailsElement} */ (
       el.querySelector('.dagmagic-trace-detail[data-index="2"] .dagmagic-trace-message[data-role="user"]')
@@ -337,7 +338,7 @@ describe("trace", () => {
     click(traceRow(el, 2)); // open again: from what was fetched
     frame();
     expect(text(el, '.dagmagic-trace-detail[data-index="2"] .dagmagic-trace-reply pre')).toBe(DETAIL.reply);
-    expect(model.sent).toEqual([{ type: "call_detail", index: 2 }]);
+    expect(model.requests()).toEqual([{ type: "call_detail", index: 2 }]);
   });
 
   it("opens a call with Enter, without the notebook seeing the key", () => {
@@ -351,19 +352,22 @@ describe("trace", () => {
     document.removeEventListener("keydown", outside);
     expect(enter.defaultPrevented).toBe(true);
     expect(outside).not.toHaveBeenCalled();
-    expect(model.sent).toEqual([{ type: "call_detail", index: 0 }]);
+    expect(model.requests()).toEqual([{ type: "call_detail", index: 0 }]);
     expect(row.getAttribute("data-lm-suppress-shortcuts")).toBe("true");
   });
 
-  it("lets the user ask again when Python refuses", () => {
+  it("says why Python refused a call's detail, there, and lets the user ask again", async () => {
     const { el, model } = mount(traceState());
     click(traceRow(el, 3));
-    model.receive({ type: "error", message: "there is no LLM call 3" });
+    model.answer({ error: "there is no LLM call 3" });
+    await answered();
     frame();
     expect(text(el, '.dagmagic-trace-detail[data-index="3"]')).toContain("Could not load this call");
+    expect(text(el, '.dagmagic-trace-detail[data-index="3"]')).toContain("there is no LLM call 3");
+    expect(el.querySelector(".dagmagic-controls .dagmagic-message")?.hasAttribute("hidden")).toBe(true); // not there
     click(traceRow(el, 3));
     click(traceRow(el, 3));
-    expect(model.sent).toEqual([
+    expect(model.requests()).toEqual([
       { type: "call_detail", index: 3 },
       { type: "call_detail", index: 3 },
     ]);
@@ -374,6 +378,6 @@ describe("trace", () => {
     expect(el.querySelector(".dagmagic-trace-offset")).toBeNull();
     expect(el.querySelector(".dagmagic-trace-row[data-index]")).toBeNull();
     click(traceRows(el)[0]);
-    expect(model.sent).toEqual([]);
+    expect(model.requests()).toEqual([]);
   });
 });

@@ -5,10 +5,17 @@
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import widget from "../src/index.js";
-import { onFullText } from "../src/rounds.js";
 import { renderVerdict } from "../src/verdict.js";
-import { mount, mountView, nextRedraw, pausedState, rerunState, sampleState, unmountAll } from "./fixtures.js";
+import {
+  answered,
+  mount,
+  mountView,
+  nextRedraw,
+  pausedState,
+  rerunState,
+  sampleState,
+  unmountAll,
+} from "./fixtures.js";
 
 const view = mountView;
 
@@ -209,7 +216,7 @@ describe("whole texts", () => {
     const button = /** @type {HTMLButtonElement} */ (one(wrap, ".dagmagic-expand"));
     expect(button.textContent).toBe("Show all");
     click(button);
-    expect(model.send).toHaveBeenLastCalledWith({ type: "full_text", round: 2, step: "a", field: "result" });
+    expect(model.lastRequest()).toEqual({ type: "full_text", round: 2, step: "a", field: "result" });
     expect(button.disabled).toBe(true);
     expect(button.textContent).toBe("Loading…");
     await nextRedraw();
@@ -217,7 +224,8 @@ describe("whole texts", () => {
       true,
     );
 
-    expect(onFullText({ type: "full_text", round: 2, step: "a", field: "result", text: head + rest })).toBe(true);
+    model.answer({ value: { text: head + rest } });
+    await answered();
     await nextRedraw();
     detail = one(el, ".dagmagic-detail");
     const result = one(detail, ".dagmagic-detail-result");
@@ -232,9 +240,11 @@ describe("whole texts", () => {
     await nextRedraw();
     expect(one(el, ".dagmagic-detail-result").textContent).toContain(rest.trim());
 
-    // a message nobody asked for, or another text, is left alone
-    expect(onFullText({ type: "full_text", round: 2, step: "a", field: "result", text: "other" })).toBe(false);
-    expect(onFullText({ type: "full_text", round: 2, step: "b", field: "result", text: head })).toBe(false);
+    // an answer to nobody's request (another view's, or one given up on) is left alone
+    model.receive({ id: "elsewhere-1", kind: "anywidget-command-response", response: { ok: true, value: "other" } });
+    await answered();
+    await nextRedraw();
+    expect(one(el, ".dagmagic-detail-result").textContent).toContain(rest.trim());
   });
 
   it("asks for a tool call's whole observation by its position", async () => {
@@ -244,18 +254,15 @@ describe("whole texts", () => {
     expect(calls.length).toBe(2);
     expect(calls[0].querySelector(".dagmagic-expand")).toBeNull(); // whole already
     click(one(calls[1], ".dagmagic-expand"));
-    expect(model.send).toHaveBeenLastCalledWith({
+    expect(model.lastRequest()).toEqual({
       type: "full_text",
       round: 2,
       step: "a",
       field: "observation",
       call: 1,
     });
-    // an answer for another call of the step is not this one
-    expect(onFullText({ type: "full_text", round: 2, step: "a", field: "observation", call: 0, text: "x" })).toBe(
-      false,
-    );
-    onFullText({ type: "full_text", round: 2, step: "a", field: "observation", call: 1, text: obsHead + obsRest });
+    model.answer({ value: { text: obsHead + obsRest } });
+    await answered();
     await nextRedraw();
     const again = one(el, ".dagmagic-detail").querySelectorAll(".dagmagic-toolcall");
     expect(again[1].querySelector(".dagmagic-toolcall-obs")?.textContent).toBe(obsHead + obsRest);
@@ -263,16 +270,44 @@ describe("whole texts", () => {
     expect(again[0].querySelector(".dagmagic-toolcall-obs")?.textContent).toBe("Destatis: 84.5 million");
   });
 
-  it("lets Show all be clicked again when Python refuses", async () => {
+  it("lets Show all be clicked again when Python refuses, and says why beside it", async () => {
     vi.spyOn(console, "warn").mockImplementation(() => {});
     const { el, model } = mount(cutState());
     await open(el, "a");
     click(one(el, ".dagmagic-detail-result-wrap .dagmagic-expand"));
-    model.receive({ type: "error", message: "there is no step 'a' in round 2" });
+    model.answer({ error: "there is no step 'a' in round 2" });
+    await answered();
     await nextRedraw();
     const button = /** @type {HTMLButtonElement} */ (one(el, ".dagmagic-detail-result-wrap .dagmagic-expand"));
     expect(button.disabled).toBe(false);
     expect(button.textContent).toBe("Show all");
+    const why = one(el, ".dagmagic-detail-result-wrap .dagmagic-message");
+    expect(why.textContent).toContain("there is no step 'a' in round 2");
+    expect(one(el, ".dagmagic-controls .dagmagic-message").hidden).toBe(true); // only where the user acted
+    click(one(why, ".dagmagic-message-close"));
+    await nextRedraw();
+    expect(el.querySelector(".dagmagic-detail-result-wrap .dagmagic-message")).toBeNull();
+  });
+
+  it("waits 30 s for a whole text, then lets Show all be clicked again", async () => {
+    vi.useFakeTimers();
+    vi.spyOn(console, "warn").mockImplementation(() => {});
+    const { el } = mount(cutState());
+    click(one(el, '.dagmagic-round[data-round="2"] .dagmagic-node[data-step-id="a"]'));
+    vi.advanceTimersByTime(50);
+    click(one(el, ".dagmagic-detail-result-wrap .dagmagic-expand"));
+    vi.advanceTimersByTime(29_000);
+    expect(/** @type {HTMLButtonElement} */ (one(el, ".dagmagic-detail-result-wrap .dagmagic-expand")).disabled).toBe(
+      true,
+    );
+    vi.advanceTimersByTime(1_100);
+    await answered();
+    vi.advanceTimersByTime(50);
+    expect(/** @type {HTMLButtonElement} */ (one(el, ".dagmagic-detail-result-wrap .dagmagic-expand")).disabled).toBe(
+      false,
+    );
+    expect(one(el, ".dagmagic-detail-result-wrap .dagmagic-message").textContent).toContain("did not answer");
+    vi.useRealTimers();
   });
 });
 
@@ -283,7 +318,7 @@ describe("copy", () => {
     const state = sampleState();
     state.answer = "Germany has **more** people.";
     state.rounds[1].nodes[0].result = `Germany… (12 more characters)`;
-    const { el } = mount(state);
+    const { el, model } = mount(state);
 
     const copy = one(el, ".dagmagic-answer .dagmagic-copy");
     expect(copy.textContent).toBe("Copy");
@@ -295,7 +330,8 @@ describe("copy", () => {
 
     await open(el, "a");
     click(one(el, ".dagmagic-detail-result-wrap .dagmagic-expand"));
-    onFullText({ type: "full_text", round: 2, step: "a", field: "result", text: "Germany: 84.5 million (2024)." });
+    model.answer({ value: { text: "Germany: 84.5 million (2024)." } });
+    await answered();
     await nextRedraw();
     click(one(el, ".dagmagic-detail-result-wrap .dagmagic-copy"));
     await settle();
@@ -485,22 +521,27 @@ describe("the open step across views of a run", () => {
     expect(one(other.el, '.dagmagic-round[data-round="1"]').getAttribute("data-expanded")).toBe("false");
   });
 
-  it("shares whole texts between the views, and forgets the run once no view shows it", async () => {
+  it("shares whole texts between the views of the widget, and with no other widget", async () => {
     const state = sampleState();
     state.rounds[1].nodes[0].result = "Germany… (5 more characters)";
     const { el: live, model, cleanup } = mount(state);
+    const elsewhere = mount(structuredClone(state)); // another widget of the same run: its own memory
     await open(live, "a");
+    await open(elsewhere.el, "a");
     click(one(live, ".dagmagic-detail-result-wrap .dagmagic-expand"));
     const value = view(model);
-    onFullText({ type: "full_text", round: 2, step: "a", field: "result", text: "Germany, 84.5" });
+    model.answer({ value: { text: "Germany, 84.5" } });
+    await answered();
     await nextRedraw();
     for (const el of [live, value.el])
       expect(one(el, ".dagmagic-detail-result").textContent?.trim()).toBe("Germany, 84.5");
+    expect(one(elsewhere.el, ".dagmagic-detail-result").textContent).toContain("more characters");
 
+    // the memory lives as long as the widget: a view drawn again later opens as the user left it
     cleanup();
     value.cleanup();
     const fresh = view(model);
-    expect(fresh.el.querySelector(".dagmagic-detail")).toBeNull();
+    expect(one(fresh.el, ".dagmagic-detail-result").textContent?.trim()).toBe("Germany, 84.5");
   });
 });
 

@@ -1,10 +1,12 @@
-// A fake anywidget model and sample states laid out the way dagmagic/notebook/layout.py lays them out.
+// A fake anywidget model, views of it rendered the way anywidget renders them (the widget's definition made
+// once per model, `initialize` before `render`), and sample states as Python syncs them (no coordinates).
 
 import { vi } from "vitest";
 import widget from "../src/index.js";
 
 /**
- * A fake model: get/set/on/off/save_changes/send, `fire` for change events, `receive` for custom messages.
+ * A fake model: get/set/on/off/save_changes/send, `fire` for change events, `receive` for custom messages;
+ * `requests()` lists the requests the views sent ({type: name, ...msg}), `answer` answers one as Python would.
  * @param {Record<string, any>} initial
  */
 export function fakeModel(initial) {
@@ -38,6 +40,24 @@ export function fakeModel(initial) {
     receive(msg) {
       model.fire("msg:custom", msg, []);
     },
+    /** The requests sent so far, as `{type: name, ...msg}` (their ids left out). */
+    requests() {
+      return model.sent.filter((m) => m?.kind === "anywidget-command").map((m) => ({ type: m.name, ...m.msg }));
+    },
+    /** The last request sent, as `{type: name, ...msg}`. */
+    lastRequest() {
+      return model.requests().at(-1);
+    },
+    /**
+     * Answers a request as Python does (by default the last one): taken, or refused with `error`.
+     * @param {{error?: string, value?: any, index?: number}} [answer]
+     */
+    answer({ error, value = null, index = -1 } = {}) {
+      const sent = model.sent.filter((m) => m?.kind === "anywidget-command").at(index);
+      if (!sent) throw new Error("no request to answer");
+      const response = error === undefined ? { ok: true, value } : { ok: false, error };
+      model.receive({ id: sent.id, kind: "anywidget-command-response", response });
+    },
     listenerCount() {
       let n = 0;
       for (const set of listeners.values()) n += set.size;
@@ -47,51 +67,14 @@ export function fakeModel(initial) {
   return model;
 }
 
+/** Resolves once the answers given so far have reached the parts that asked (promise callbacks). */
+export async function answered() {
+  for (let i = 0; i < 10; i++) await Promise.resolve();
+}
+
 /** Resolves after the widget's coalesced redraw (an animation frame, or its timer fallback). */
 export function nextRedraw() {
   return new Promise((resolve) => setTimeout(resolve, 40));
-}
-
-const NODE_WIDTH = 168;
-const NODE_HEIGHT = 52;
-const GAP_X = 28;
-const GAP_Y = 44;
-const MARGIN = 12;
-
-/**
- * Boxes and edges the way layout.py computes them: y from the layer, x from the order within it.
- * @param {string[][]} layers  step ids per layer, in order
- * @param {Record<string, string[]>} deps
- */
-export function layOut(layers, deps) {
-  const widest = Math.max(...layers.map((l) => l.length));
-  const width = MARGIN * 2 + widest * NODE_WIDTH + (widest - 1) * GAP_X;
-  const height = MARGIN * 2 + layers.length * NODE_HEIGHT + (layers.length - 1) * GAP_Y;
-  /** @type {Record<string, {x: number, y: number, w: number, h: number, layer: number}>} */
-  const boxes = {};
-  layers.forEach((layer, depth) => {
-    const row = layer.length * NODE_WIDTH + (layer.length - 1) * GAP_X;
-    const left = (width - row) / 2;
-    layer.forEach((id, i) => {
-      boxes[id] = {
-        x: left + i * (NODE_WIDTH + GAP_X),
-        y: MARGIN + depth * (NODE_HEIGHT + GAP_Y),
-        w: NODE_WIDTH,
-        h: NODE_HEIGHT,
-        layer: depth,
-      };
-    });
-  });
-  const edges = [];
-  for (const target of Object.keys(deps).sort()) {
-    for (const source of [...deps[target]].sort()) {
-      if (!(source in boxes)) continue; // earlier-round refs ("r1.s2") have no edge
-      const s = boxes[source];
-      const t = boxes[target];
-      edges.push({ source, target, x1: s.x + s.w / 2, y1: s.y + s.h, x2: t.x + t.w / 2, y2: t.y });
-    }
-  }
-  return { boxes, edges, width, height };
 }
 
 const T0 = 1_700_000_000;
@@ -126,17 +109,12 @@ function node(id, extra = {}) {
 
 /** A two-round run: round 1 replanned; round 2 (three layers, a diamond and a cross-round dependency) is running. */
 export function sampleState() {
-  const deps1 = { s1: [], s2: ["s1"] };
-  const l1 = layOut([["s1"], ["s2"]], deps1);
   const round1 = {
     index: 1,
     error: null,
     warnings: [],
-    width: l1.width,
-    height: l1.height,
     nodes: [
       node("s1", {
-        ...l1.boxes.s1,
         status: "completed",
         task: "Find the population of France",
         model: "openai/gpt-4o-mini",
@@ -150,7 +128,6 @@ export function sampleState() {
         cost: 0.0012,
       }),
       node("s2", {
-        ...l1.boxes.s2,
         status: "failed",
         dependencies: ["s1"],
         task: "Compare with Germany",
@@ -161,23 +138,17 @@ export function sampleState() {
         completed_at: T0 + 9,
       }),
     ],
-    edges: l1.edges,
     analysis: { achieved: false, confidence: 0.35, reasoning: "The comparison is missing." },
     decision: { action: "replan", reason: "Step s2 failed; retry the comparison with another source." },
   };
 
-  const deps2 = { a: [], b: [], c: ["a", "b"], d: ["a"], e: ["c", "d", "r1.s1"] };
-  const l2 = layOut([["a", "b"], ["c", "d"], ["e"]], deps2);
   const T1 = T0 + 12;
   const round2 = {
     index: 2,
     error: null,
     warnings: [],
-    width: l2.width,
-    height: l2.height,
     nodes: [
       node("a", {
-        ...l2.boxes.a,
         status: "completed",
         task: "Search the web for Germany's population in 2024",
         model: "openai/gpt-4o-mini",
@@ -201,7 +172,6 @@ export function sampleState() {
         ],
       }),
       node("b", {
-        ...l2.boxes.b,
         status: "completed",
         task: "Look up France's 2024 population",
         model: "anthropic/claude-3-5-haiku",
@@ -214,7 +184,6 @@ export function sampleState() {
         cost: null,
       }),
       node("c", {
-        ...l2.boxes.c,
         status: "running",
         dependencies: ["a", "b"],
         task: "Compute the ratio of the two populations",
@@ -224,7 +193,6 @@ export function sampleState() {
         started_at: T1 + 2.2,
       }),
       node("d", {
-        ...l2.boxes.d,
         status: "retrying",
         dependencies: ["a"],
         task: "Explain the trend",
@@ -233,9 +201,8 @@ export function sampleState() {
         started_at: T1 + 2.1,
         retry_at: T1 + 8,
       }),
-      node("e", { ...l2.boxes.e, status: "pending", dependencies: ["c", "d", "r1.s1"], task: "Write the comparison" }),
+      node("e", { status: "pending", dependencies: ["c", "d", "r1.s1"], task: "Write the comparison" }),
     ],
-    edges: l2.edges,
     analysis: null,
     decision: null,
   };
@@ -334,21 +301,17 @@ export function pausedState() {
 export function approvalState() {
   const state = sampleState();
   const deps = { s1: [], s2: ["s1"], s3: ["s1", "r1.s1"] };
-  const l = layOut([["s1"], ["s2", "s3"]], deps);
   state.phase = "awaiting_approval";
   state.rounds[0] = { ...state.rounds[0], rerun_of: null, rerun_step: null, approval: "approved", diff: null };
   state.rounds[1] = {
     index: 2,
     error: null,
     warnings: [],
-    width: l.width,
-    height: l.height,
     nodes: [
-      node("s1", { ...l.boxes.s1, task: "Find Germany's population", tool_hint: "web_search" }),
-      node("s2", { ...l.boxes.s2, task: "Compare it with France's", dependencies: deps.s2, model_hint: "fast" }),
-      node("s3", { ...l.boxes.s3, task: "Explain the trend", dependencies: deps.s3 }),
+      node("s1", { task: "Find Germany's population", tool_hint: "web_search" }),
+      node("s2", { task: "Compare it with France's", dependencies: deps.s2, model_hint: "fast" }),
+      node("s3", { task: "Explain the trend", dependencies: deps.s3 }),
     ],
-    edges: l.edges,
     analysis: null,
     decision: null,
     rerun_of: null,
@@ -400,7 +363,6 @@ export function rerunState() {
 export function subrunState(status = "running") {
   const state = sampleState();
   const deps = { a: [], b: [], c: ["a", "b"] };
-  const l = layOut([["a", "b"], ["c"]], deps);
   const T = state.now - 2;
   const done = status === "done";
   const answer = "Germany has about 1.24 times as many people as France.";
@@ -415,13 +377,10 @@ export function subrunState(status = "running") {
         index: 1,
         error: null,
         warnings: [],
-        width: l.width,
-        height: l.height,
         nodes: [
-          node("a", { ...l.boxes.a, status: "completed", task: "Take Germany's population", subrun: null }),
-          node("b", { ...l.boxes.b, status: "completed", task: "Take France's population", subrun: null }),
+          node("a", { status: "completed", task: "Take Germany's population", subrun: null }),
+          node("b", { status: "completed", task: "Take France's population", subrun: null }),
           node("c", {
-            ...l.boxes.c,
             status: done ? "completed" : "running",
             dependencies: deps.c,
             task: "Divide the first by the second",
@@ -433,7 +392,6 @@ export function subrunState(status = "running") {
             subrun: null,
           }),
         ],
-        edges: l.edges,
         analysis: done ? { achieved: true, confidence: 0.9, reasoning: "The ratio is computed." } : null,
         decision: done ? { action: "synthesize", reason: "Enough to answer." } : null,
         rerun_of: null,
@@ -447,8 +405,26 @@ export function subrunState(status = "running") {
   return state;
 }
 
-/** The views mounted by `mount`/`mountView`, removed by `unmountAll` after each test. */
+/** The views mounted by `mount`/`mountView`, and the widgets' cleanups, undone by `unmountAll` after each test. */
 const mounted = /** @type {Array<() => void>} */ ([]);
+
+/** @type {WeakMap<object, ReturnType<typeof widget>>} each model's widget definition, as anywidget keeps it */
+const definitions = new WeakMap();
+
+/**
+ * The widget definition of `model`, made and initialized on first use (anywidget calls the module's default
+ * export once per model, then `initialize`, then `render` per view).
+ * @param {ReturnType<typeof fakeModel>} model
+ */
+export function definitionOf(model) {
+  let definition = definitions.get(model);
+  if (!definition) {
+    definition = widget();
+    definitions.set(model, definition);
+    mounted.push(definition.initialize());
+  }
+  return definition;
+}
 
 /**
  * Renders a view of `model` into a fresh element on the page. Its `cleanup` runs the render's cleanup and
@@ -458,7 +434,7 @@ const mounted = /** @type {Array<() => void>} */ ([]);
 export function mountView(model) {
   const el = document.createElement("div");
   document.body.append(el);
-  const cleanupRender = widget.render({ model: /** @type {any} */ (model), el });
+  const cleanupRender = definitionOf(model).render({ model: /** @type {any} */ (model), el });
   let done = false;
   const cleanup = () => {
     if (done) return;
@@ -481,5 +457,5 @@ export function mount(state = sampleState()) {
 
 /** Cleans up every view mounted so far (an `afterEach` in each test file). */
 export function unmountAll() {
-  for (const cleanup of mounted.splice(0)) cleanup();
+  for (const cleanup of mounted.splice(0).reverse()) cleanup();
 }

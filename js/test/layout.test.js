@@ -2,9 +2,8 @@
 // earlier round; the task on two lines; zoom and pan past 8 steps.
 
 import { afterEach, describe, expect, it, vi } from "vitest";
-import widget from "../src/index.js";
-import { computeLayout, wrapLabel } from "../src/layout.js";
-import { layOut, mount, nextRedraw, sampleState, unmountAll } from "./fixtures.js";
+import { computeLayout, fallbackLayout, wrapLabel } from "../src/layout.js";
+import { mount, nextRedraw, sampleState, unmountAll } from "./fixtures.js";
 
 afterEach(() => {
   unmountAll();
@@ -28,7 +27,6 @@ const TASKS = /** @type {Record<string, [string, string[]]>} */ ({
 
 /**
  * A run whose round 2 has 12 steps (their first `count`), running, one of them depending on round 1's s1.
- * Python's coordinates are there too (as layout.py would send them): the browser does not use them.
  * @param {number} [count]
  */
 function bigState(count = 12) {
@@ -38,21 +36,11 @@ function bigState(count = 12) {
   const deps = Object.fromEntries(
     ids.map((id) => [id, TASKS[id][1].filter((d) => d.startsWith("r") || ids.includes(d))]),
   );
-  /** @type {string[][]} */
-  const layers = [];
-  /** @param {string} id @returns {number} */
-  const depth = (id) => Math.max(-1, ...deps[id].filter((d) => ids.includes(d)).map(depth)) + 1;
-  for (const id of ids) (layers[depth(id)] ??= []).push(id);
-  const l = layOut(layers, deps);
   const template = state.rounds[1].nodes[0];
   state.rounds[1] = {
     ...state.rounds[1],
-    width: l.width,
-    height: l.height,
-    edges: l.edges,
     nodes: ids.map((id, i) => ({
       ...structuredClone(template),
-      ...l.boxes[id],
       id,
       task: TASKS[id][0],
       dependencies: deps[id],
@@ -271,17 +259,33 @@ describe("layout", () => {
     expect(JSON.stringify(computeLayout(round))).toBe(once);
   });
 
-  it("falls back to Python's coordinates when the layout fails", () => {
+  it("falls back to plain layers of its own when the layout fails (Python sends no coordinates)", () => {
     const warn = vi.spyOn(console, "warn").mockImplementation(() => {});
     const state = sampleState();
     state.rounds[1].nodes[1].id = "a"; // two steps named a: dagre cannot lay that out
     const { el } = mount(state);
-    const boxes = [...graph(el).querySelectorAll(".dagmagic-node")].map(rectOf);
-    expect(boxes.map((b) => [b.x, b.y, b.w, b.h])).toEqual(
-      state.rounds[1].nodes.map((/** @type {any} */ n) => [n.x, n.y, n.w, n.h]),
-    );
-    expect(warn).toHaveBeenCalled();
+    const nodes = [...graph(el).querySelectorAll(".dagmagic-node")];
+    const boxes = nodes.map(rectOf);
+    expect(boxes.length).toBe(5);
+    for (let i = 0; i < boxes.length; i++) {
+      for (let j = i + 1; j < boxes.length; j++) {
+        const [p, q] = [boxes[i], boxes[j]];
+        expect(p.x + p.w <= q.x || q.x + q.w <= p.x || p.y + p.h <= q.y || q.y + q.h <= p.y).toBe(true);
+      }
+    }
+    // a, a, c (after a and b), d (after a), e (after c and d): layers 0, 0, 1, 1, 2, each a row below the last
+    expect(nodes.map((n) => n.getAttribute("data-layer"))).toEqual(["0", "0", "1", "1", "2"]);
+    expect(boxes[2].y).toBeGreaterThan(boxes[0].y + boxes[0].h);
+    expect(boxes[4].y).toBeGreaterThan(boxes[2].y + boxes[2].h);
+    expect(graph(el).querySelectorAll(".dagmagic-edge").length).toBe(4); // a→c, a→d, c→e, d→e
+    expect(warn).toHaveBeenCalledTimes(1);
     expect(String(warn.mock.calls[0][0])).toBe("[dagmagic]");
+
+    // deterministic, and said once: a redraw takes it from the cache
+    const again = mount(structuredClone(state));
+    expect(graph(again.el).outerHTML).toBe(graph(el).outerHTML);
+    expect(warn).toHaveBeenCalledTimes(1);
+    expect(JSON.stringify(fallbackLayout(state.rounds[1]))).toBe(JSON.stringify(fallbackLayout(state.rounds[1])));
   });
 });
 

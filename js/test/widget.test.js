@@ -1,7 +1,8 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import widget from "../src/index.js";
 import {
+  answered,
   approvalState,
+  definitionOf,
   mount,
   nextRedraw,
   pausedState,
@@ -310,7 +311,7 @@ describe("sanitizing", () => {
     );
     const retry = /** @type {HTMLButtonElement} */ (el.querySelector(".dagmagic-detail .dagmagic-retry-now"));
     retry.click();
-    expect(model.send).toHaveBeenLastCalledWith({ type: "retry_now", step: waiting.id });
+    expect(model.lastRequest()).toEqual({ type: "retry_now", step: waiting.id });
     expect(retry.disabled).toBe(true);
 
     const offer = /** @type {HTMLElement} */ (el.querySelector(".dagmagic-resume-offer"));
@@ -320,7 +321,7 @@ describe("sanitizing", () => {
     await nextRedraw();
     expect(offer.hidden).toBe(false);
     /** @type {HTMLButtonElement} */ (el.querySelector(".dagmagic-resume")).click();
-    expect(model.send).toHaveBeenLastCalledWith({ type: "resume" });
+    expect(model.lastRequest()).toEqual({ type: "resume" });
     expect(/** @type {HTMLButtonElement} */ (el.querySelector(".dagmagic-restart")).disabled).toBe(true);
   });
 
@@ -437,26 +438,26 @@ describe("controls", () => {
   it("sends stop, cancel and follow-ups", async () => {
     const { el, model } = mount();
     click(button(el, "dagmagic-stop"));
-    expect(model.send).toHaveBeenLastCalledWith({ type: "stop" });
+    expect(model.lastRequest()).toEqual({ type: "stop" });
     expect(button(el, "dagmagic-stop").disabled).toBe(true); // "Stopping…" until the run ends
     click(button(el, "dagmagic-cancel"));
-    expect(model.send).toHaveBeenLastCalledWith({ type: "cancel" });
+    expect(model.lastRequest()).toEqual({ type: "cancel" });
 
     const input = /** @type {HTMLInputElement} */ (el.querySelector(".dagmagic-followup-input"));
     input.value = "  also cover Spain ";
     click(button(el, "dagmagic-followup-send"));
-    expect(model.send).toHaveBeenLastCalledWith({ type: "follow_up", text: "also cover Spain" });
+    expect(model.lastRequest()).toEqual({ type: "follow_up", text: "also cover Spain" });
     expect(input.value).toBe("");
 
     input.value = "and Italy";
     input.dispatchEvent(new KeyboardEvent("keydown", { key: "Enter", bubbles: true }));
-    expect(model.send).toHaveBeenLastCalledWith({ type: "follow_up", text: "and Italy" });
+    expect(model.lastRequest()).toEqual({ type: "follow_up", text: "and Italy" });
 
     const count = model.send.mock.calls.length;
     input.value = "   ";
     input.dispatchEvent(new KeyboardEvent("keydown", { key: "Enter", bubbles: true }));
     expect(model.send.mock.calls.length).toBe(count); // nothing to send
-    expect(model.sent).toEqual([
+    expect(model.requests()).toEqual([
       { type: "stop" },
       { type: "cancel" },
       { type: "follow_up", text: "also cover Spain" },
@@ -485,7 +486,8 @@ describe("controls", () => {
     const { el, model } = mount();
     click(button(el, "dagmagic-stop"));
     expect(button(el, "dagmagic-stop").disabled).toBe(true);
-    model.receive({ type: "error", message: "Nothing to stop: <b>the run</b> already finished" });
+    model.answer({ error: "Nothing to stop: <b>the run</b> already finished" });
+    await answered();
     const message = /** @type {HTMLElement} */ (el.querySelector(".dagmagic-message"));
     expect(message.hidden).toBe(false);
     expect(message.querySelector(".dagmagic-message-text")?.textContent).toBe(
@@ -497,6 +499,49 @@ describe("controls", () => {
     expect(message.hidden).toBe(true);
     model.receive({ type: "something-else" }); // ignored
     expect(message.hidden).toBe(true);
+  });
+
+  it("answers each request on its own: a refusal reaches only the part that asked", async () => {
+    vi.spyOn(console, "warn").mockImplementation(() => {});
+    const { el, model } = mount(pausedState());
+    buttonAt(el, ".dagmagic-continue").click();
+    click(button(el, "dagmagic-stop"));
+    const [cont, stop] = model.sent;
+    expect([cont.kind, cont.name, stop.name]).toEqual(["anywidget-command", "continue", "stop"]);
+    expect(cont.id).not.toBe(stop.id);
+    model.answer({ error: "no step is paused (the run is executing)", index: 0 });
+    await answered();
+    await nextRedraw();
+    // the paused step's buttons work again and say why; Stop still waits for the run to end
+    expect(buttonAt(el, ".dagmagic-continue").disabled).toBe(false);
+    expect(el.querySelector(".dagmagic-paused .dagmagic-message-text")?.textContent).toBe(
+      "no step is paused (the run is executing)",
+    );
+    expect(button(el, "dagmagic-stop").disabled).toBe(true);
+    expect(/** @type {HTMLElement} */ (el.querySelector(".dagmagic-controls .dagmagic-message")).hidden).toBe(true);
+    model.answer({ index: 1 }); // Stop taken: "Stopping…" until the run ends
+    await answered();
+    expect(button(el, "dagmagic-stop").textContent).toBe("Stopping…");
+    model.set("status", "done");
+    model.set("phase", "finished");
+    await nextRedraw();
+    expect(button(el, "dagmagic-stop").textContent).toBe("Stop");
+  });
+
+  it("gives a refused follow-up its text back", async () => {
+    vi.spyOn(console, "warn").mockImplementation(() => {});
+    const { el, model } = mount();
+    const input = /** @type {HTMLInputElement} */ (el.querySelector(".dagmagic-followup-input"));
+    input.value = "also Spain";
+    click(button(el, "dagmagic-followup-send"));
+    expect(input.value).toBe("");
+    model.answer({ error: "this run is done; a follow-up can only steer a running run." });
+    await answered();
+    expect(input.value).toBe("also Spain");
+    expect(el.querySelector(".dagmagic-controls .dagmagic-message-text")?.textContent).toContain(
+      "a follow-up can only",
+    );
+    expect(/** @type {HTMLElement} */ (el.querySelector(".dagmagic-notice")).hidden).toBe(true);
   });
 });
 
@@ -596,7 +641,7 @@ describe("lifecycle", () => {
   it("can be rendered again into the same element after cleanup (hot reload)", () => {
     const { el, model, cleanup } = mount();
     cleanup();
-    const again = widget.render({ model: /** @type {any} */ (model), el });
+    const again = definitionOf(model).render({ model: /** @type {any} */ (model), el });
     expect(el.querySelectorAll(".dagmagic").length).toBe(1);
     expect(el.querySelectorAll(".dagmagic-node").length).toBe(5);
     again();
@@ -606,11 +651,17 @@ describe("lifecycle", () => {
     const { el: live, model } = mount();
     const value = document.createElement("div");
     document.body.append(value);
-    const cleanup = widget.render({ model: /** @type {any} */ (model), el: value });
+    const cleanup = definitionOf(model).render({ model: /** @type {any} */ (model), el: value });
     const [older, newer] = [live, value].map((el) => /** @type {HTMLElement} */ (el.querySelector(".dagmagic")));
     expect([older.hidden, newer.hidden]).toEqual([true, false]);
     const other = mount({ ...sampleState(), run_id: "run-2" });
     expect(/** @type {HTMLElement} */ (other.el.querySelector(".dagmagic")).hidden).toBe(false);
+    const same = mount(sampleState()); // another widget of the same run hides nothing of this one's
+    expect([older.hidden, newer.hidden, same.el.querySelector(".dagmagic")?.hasAttribute("hidden")]).toEqual([
+      true,
+      false,
+      false,
+    ]);
     cleanup();
     expect(older.hidden).toBe(false);
   });
@@ -685,12 +736,14 @@ describe("re-run a step", () => {
     const rerun = buttonAt(el, ".dagmagic-detail .dagmagic-rerun");
     expect(rerun.textContent).toBe("Re-run this step");
     rerun.click();
-    expect(model.send).toHaveBeenLastCalledWith({ type: "rerun", step: "c", task: null });
+    expect(model.lastRequest()).toEqual({ type: "rerun", step: "c", task: null });
     expect(rerun.disabled).toBe(true); // until the state changes
     rerun.click();
-    expect(model.send).toHaveBeenCalledTimes(1);
+    expect(model.requests()).toHaveLength(1);
 
-    model.set("status", "running"); // Python took it: the run runs again...
+    model.answer(); // Python took it: the run runs again...
+    await answered();
+    model.set("status", "running");
     model.set("can_rerun", false);
     await nextRedraw();
     expect(el.querySelector(".dagmagic-rerun")).toBeNull(); // ...and nothing can be re-run meanwhile
@@ -722,7 +775,7 @@ describe("re-run a step", () => {
     expect(buttonAt(el, ".dagmagic-rerun").disabled).toBe(true); // no task to run
     type(again, "  Look up France's 2023 population  ");
     buttonAt(el, ".dagmagic-rerun").click();
-    expect(model.send).toHaveBeenLastCalledWith({ type: "rerun", step: "b", task: "Look up France's 2023 population" });
+    expect(model.lastRequest()).toEqual({ type: "rerun", step: "b", task: "Look up France's 2023 population" });
   });
 
   it("lets the user try again when Python refuses", async () => {
@@ -732,7 +785,8 @@ describe("re-run a step", () => {
     await nextRedraw();
     buttonAt(el, ".dagmagic-rerun").click();
     expect(buttonAt(el, ".dagmagic-rerun").disabled).toBe(true);
-    model.receive({ type: "error", message: "this run was not started here, so it cannot re-run a step" });
+    model.answer({ error: "this run was not started here, so it cannot re-run a step" });
+    await answered();
     await nextRedraw();
     expect(el.querySelector(".dagmagic-message-text")?.textContent).toContain("cannot re-run a step");
     expect(buttonAt(el, ".dagmagic-rerun").disabled).toBe(false);
@@ -819,7 +873,7 @@ describe("plan approval", () => {
     const { el, model } = mount(approvalState());
     const approve = buttonAt(el, ".dagmagic-approve");
     approve.click();
-    expect(model.send).toHaveBeenLastCalledWith({ type: "approve", plan: null });
+    expect(model.lastRequest()).toEqual({ type: "approve", plan: null });
     expect(approve.disabled).toBe(true);
     model.set("phase", "executing");
     const rounds = structuredClone(model.get("rounds"));
@@ -846,7 +900,7 @@ describe("plan approval", () => {
     type(added.querySelector(".dagmagic-approval-model"), " strong ");
     expect(buttonAt(el, ".dagmagic-approve").disabled).toBe(false);
     buttonAt(el, ".dagmagic-approve").click();
-    expect(model.send).toHaveBeenLastCalledWith({
+    expect(model.lastRequest()).toEqual({
       type: "approve",
       plan: {
         steps: [
@@ -877,8 +931,12 @@ describe("plan approval", () => {
 
     buttonAt(el, ".dagmagic-approve").click();
     expect(buttonAt(el, ".dagmagic-approve").disabled).toBe(true);
-    model.receive({ type: "error", message: "step s1: the task is empty" });
+    model.answer({ error: "step s1: the task is empty" });
+    await answered();
     expect(buttonAt(el, ".dagmagic-approve").disabled).toBe(false);
+    expect(el.querySelector(".dagmagic-approval .dagmagic-message-text")?.textContent).toBe(
+      "step s1: the task is empty",
+    );
 
     // the plan is rejected and round 3 waits: a fresh draft
     const rounds = structuredClone(model.get("rounds"));
@@ -902,7 +960,7 @@ describe("plan approval", () => {
     type(el.querySelector(".dagmagic-reject-feedback"), " Use Eurostat, not Wikipedia ");
     expect(reject.disabled).toBe(false);
     reject.click();
-    expect(model.send).toHaveBeenLastCalledWith({ type: "reject", feedback: "Use Eurostat, not Wikipedia" });
+    expect(model.lastRequest()).toEqual({ type: "reject", feedback: "Use Eurostat, not Wikipedia" });
     expect(reject.disabled).toBe(true);
   });
 
@@ -959,10 +1017,10 @@ describe("breakpoints", () => {
   it("continues with the task unless edited, and waits for the next state", async () => {
     const { el, model } = mount(pausedState());
     buttonAt(el, ".dagmagic-continue").click();
-    expect(model.send).toHaveBeenLastCalledWith({ type: "continue", step: "c", task: null });
+    expect(model.lastRequest()).toEqual({ type: "continue", step: "c", task: null });
     for (const cls of ["continue", "step", "skip"]) expect(buttonAt(el, `.dagmagic-${cls}`).disabled).toBe(true);
     buttonAt(el, ".dagmagic-skip").click();
-    expect(model.send).toHaveBeenCalledTimes(1);
+    expect(model.requests()).toHaveLength(1);
     const rounds = structuredClone(model.get("rounds"));
     Object.assign(rounds[1].nodes[2], { status: "running", started_at: model.get("now"), paused_messages: null });
     model.set("rounds", rounds);
@@ -975,7 +1033,7 @@ describe("breakpoints", () => {
     const first = mount(pausedState());
     type(first.el.querySelector(".dagmagic-paused-task"), "Compute the ratio, Germany over France");
     buttonAt(first.el, ".dagmagic-step").click();
-    expect(first.model.send).toHaveBeenLastCalledWith({
+    expect(first.model.lastRequest()).toEqual({
       type: "step",
       step: "c",
       task: "Compute the ratio, Germany over France",
@@ -985,7 +1043,7 @@ describe("breakpoints", () => {
     expect(buttonAt(second.el, ".dagmagic-continue").disabled).toBe(true); // no task to run
     expect(buttonAt(second.el, ".dagmagic-skip").disabled).toBe(false);
     buttonAt(second.el, ".dagmagic-skip").click();
-    expect(second.model.send).toHaveBeenLastCalledWith({ type: "skip", step: "c" });
+    expect(second.model.lastRequest()).toEqual({ type: "skip", step: "c" });
   });
 
   it("keeps the edited task and the opened messages while other steps run", async () => {

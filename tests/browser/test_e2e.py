@@ -316,6 +316,36 @@ def test_an_edited_plan_is_approved_in_the_view_and_runs_as_edited(notebook: Not
     assert notebook.errors == []
 
 
+def test_a_refused_approval_says_why_in_the_approval_panel_only(notebook: NotebookPage) -> None:
+    gate = Gate(notebook, "refused")  # closed: the approved plan's first steps wait for it
+    setup = cells(gate, "scripted()", "Refuse me", "--approve --bg -o run")
+    # the plan is approved from Python while the view, its syncs held back, still shows it waiting
+    setup.append(
+        "import asyncio\nfrom dagmagic.notebook.display import widget_for\n"
+        "while not run.awaiting_approval:\n    await asyncio.sleep(0.05)\n"
+        "view = widget_for(run)\nview.sync()\nview.max_rate = 0.001\nrun.approve()"
+    )
+    notebook.open("refused", setup)
+    notebook.run_all()
+    notebook.wait_until_done()
+    widget = notebook.widget()
+    panel = widget.locator(".dagmagic-approval")
+    expect(panel).to_be_visible()
+    panel.locator(".dagmagic-approve").click()
+    message = panel.locator(".dagmagic-message")
+    expect(message).to_be_visible()  # beside the button that asked, its own answer
+    expect(message.locator(".dagmagic-message-text")).to_have_text(
+        "no plan of this run is waiting for approval (the run is executing)"
+    )
+    expect(panel.locator(".dagmagic-approve")).to_be_enabled()
+    expect(widget.locator(".dagmagic-controls .dagmagic-message")).to_be_hidden()  # no other part took it
+    notebook.screenshot("refused-approval", focus=panel)
+    gate.open()
+    expect(widget.locator(".dagmagic-status")).to_have_attribute("data-status", "done")  # the end syncs at once
+    expect(panel).to_be_hidden()
+    assert notebook.errors == []
+
+
 def test_a_step_is_rerun_from_its_panel_with_an_edited_task(notebook: NotebookPage) -> None:
     gate = Gate(notebook, "rerun")
     gate.open()

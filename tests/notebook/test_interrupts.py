@@ -322,11 +322,12 @@ def _help_on(kernel: Kernel, msg_id: str) -> None:
         if time.monotonic() - last_sent < 0.3:  # the view's state needs a moment to show what a click did
             return False
         nodes = [node for record in state["rounds"][-1:] for node in record["nodes"]]
-        actions = [{"type": "approve"}] if state.get("phase") == "awaiting_approval" else []
-        actions += [{"type": "continue", "step": n["id"]} for n in nodes if n["status"] == "paused"]
-        actions += [{"type": "retry_now", "step": n["id"]} for n in nodes if n["status"] == "retrying"]
-        for action in actions:
-            kernel.send_comm_msg(comm_id, {"method": "custom", "content": action})
+        waiting = state.get("phase") == "awaiting_approval"
+        actions: list[tuple[str, dict[str, Any]]] = [("approve", {})] if waiting else []
+        actions += [("continue", {"step": n["id"]}) for n in nodes if n["status"] == "paused"]
+        actions += [("retry_now", {"step": n["id"]}) for n in nodes if n["status"] == "retrying"]
+        for name, msg in actions:
+            kernel.request(comm_id, name, **msg)
             last_sent = time.monotonic()
         return False
 

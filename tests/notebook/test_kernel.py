@@ -114,6 +114,8 @@ class Kernel:
     manager: KernelManager
     client: BlockingKernelClient
     log: list[tuple[float, Message]] = field(default_factory=list)
+    requests: int = 0
+    """Requests sent to widgets so far (each gets its own id)."""
 
     def _read(self, deadline: float) -> Message | None:
         """The next iopub message, or None once the deadline has passed."""
@@ -173,6 +175,12 @@ class Kernel:
     def send_comm_msg(self, comm_id: str, data: dict[str, Any]) -> None:
         """What the front end sends when the widget calls ``model.send(...)``."""
         self.client.shell_channel.send(self.client.session.msg("comm_msg", {"comm_id": comm_id, "data": data}))
+
+    def request(self, comm_id: str, name: str, **msg: Any) -> None:
+        """What the view sends when the user clicks: request ``name`` in anywidget's command protocol."""
+        self.requests += 1
+        content = {"kind": "anywidget-command", "id": f"test-{self.requests}", "name": name, "msg": msg}
+        self.send_comm_msg(comm_id, {"method": "custom", "content": content})
 
     def widget_comm_id(self, msg_id: str) -> str:
         """The comm id of the dagmagic widget the cell opened."""
@@ -319,7 +327,7 @@ def test_the_widgets_stop_message_skips_pending_steps_mid_run(kernel: Kernel) ->
     msg_id = kernel.submit("%%dag --models stoppable\na goal stopped half-way")
     comm_id = kernel.widget_comm_id(msg_id)
     kernel.wait_for_update(comm_id, _both_running, "s1 and s2 running")
-    kernel.send_comm_msg(comm_id, {"method": "custom", "content": {"type": "stop"}})
+    kernel.request(comm_id, "stop")
     cell = kernel.collect(msg_id, submitted, timeout=30)
     assert cell.status == "ok", cell.error
     assert cell.result["text/plain"].startswith("<DagRun done: 'a goal stopped half-way' rounds=1 steps=2/3")
@@ -384,7 +392,7 @@ def test_a_follow_up_typed_while_the_analyzer_runs_reaches_the_next_plan(kernel:
         lambda m: m["content"]["data"].get("state", {}).get("phase") == "analyzing",
         "the widget showing the analyzer at work",
     )
-    kernel.send_comm_msg(comm_id, {"method": "custom", "content": {"type": "follow_up", "text": "and in euros"}})
+    kernel.request(comm_id, "follow_up", text="and in euros")
     cell = kernel.collect(msg_id, submitted, timeout=30)
     assert cell.status == "ok", cell.error
 

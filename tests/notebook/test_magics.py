@@ -307,7 +307,8 @@ def test_the_offered_views_buttons_resume_or_start_over(ip: InteractiveShell, tm
     job = _interrupted_run(ip, tmp_path)
     offered = run_cell(ip, "%%dag --models llm -o myrun\nthe goal")
     widget = ip.user_ns["widget"] = widget_for(offered)
-    click = "await asyncio.sleep(0)\nwidget._on_message(None, {'type': %r}, [])"  # on the loop, as in a kernel
+    # the button's request, on the loop as in a kernel
+    click = "await asyncio.sleep(0)\nwidget._on_message(None, {'kind': 'anywidget-command', 'id': 1, 'name': %r}, [])"
     run_cell(ip, click % "resume")
     assert widget.run is not offered and widget.run.run_id == job.run_id and not widget.resumable
     resumed = run_cell(ip, "await myrun")  # bound like the cell's own run
@@ -327,7 +328,8 @@ def test_the_offered_views_resume_keeps_the_cells_breakpoints(ip: InteractiveShe
     offered = run_cell(ip, "%%dag --models llm --break s2\nthe goal")
     assert offered.run_id == job.run_id
     widget = ip.user_ns["widget"] = widget_for(offered)
-    run_cell(ip, "await asyncio.sleep(0)\nwidget._on_message(None, {'type': 'resume'}, [])")
+    resume = {"kind": "anywidget-command", "id": 1, "name": "resume", "msg": {}}
+    run_cell(ip, f"await asyncio.sleep(0)\nwidget._on_message(None, {resume!r}, [])")
     resumed = widget.run
     run_cell(ip, "for _ in range(200):\n    if widget.run.paused: break\n    await asyncio.sleep(0.01)")
     assert resumed.paused == ["s2"]  # paused before s2, as the cell asked, instead of running through it

@@ -18,6 +18,36 @@ def session(**overrides: Any) -> DagSession:
     return DagSession(ModelRegistry().register("m", scripted(**overrides)), DagSettings(store="none"))
 
 
+class FrontEnd:
+    """Sends the widget requests the way its front end does (anywidget's command protocol, through the comm's
+    message dispatch) and collects what the widget sends back.
+    """
+
+    def __init__(self, widget: DagWidget) -> None:
+        self.widget = widget
+        self.sent: list[Any] = []
+        self.count = 0
+        widget.send = lambda content, buffers=None: self.sent.append(content)  # type: ignore[method-assign]
+
+    def ask(self, name: str, **msg: Any) -> dict[str, Any]:
+        """Sends request ``name`` and returns its answer's response: exactly one answer, with its id."""
+        self.count += 1
+        request_id = f"view-{self.count}"
+        before = len(self.sent)
+        self.widget._handle_custom_msg({"kind": "anywidget-command", "id": request_id, "name": name, "msg": msg}, [])
+        (answer,) = self.sent[before:]
+        assert answer["id"] == request_id and answer["kind"] == "anywidget-command-response"
+        response: dict[str, Any] = answer["response"]
+        json.dumps(response)  # plain JSON, as the comm sends it
+        return response
+
+    def refused(self, name: str, **msg: Any) -> str:
+        """The message of a request's refusal."""
+        response = self.ask(name, **msg)
+        assert response["ok"] is False, response
+        return str(response["error"])
+
+
 async def test_state_describes_the_run_in_plain_json() -> None:
     run = await session().run("goal")
     state = widget_state(run)
@@ -26,9 +56,10 @@ async def test_state_describes_the_run_in_plain_json() -> None:
     (first,) = state["rounds"]
     assert [n["id"] for n in first["nodes"]] == ["s1", "s2"]
     assert first["nodes"][0]["status"] == "completed" and first["nodes"][0]["result"] == "a result"
-    assert first["edges"] == [
-        {"source": "s1", "target": "s2", **{k: first["edges"][0][k] for k in ("x1", "y1", "x2", "y2")}}
-    ]
+    assert [n["dependencies"] for n in first["nodes"]] == [[], ["s1"]]  # the edges: the browser lays them out
+    # no coordinates: the browser lays the graph out (the static SVG keeps layout.py's)
+    assert not {"edges", "width", "height"} & set(first)
+    assert not {"x", "y", "w", "h", "layer"} & set(first["nodes"][0])
     assert first["analysis"] == {"achieved": True, "confidence": 0.9, "reasoning": "fine"}
     assert first["decision"]["action"] == "synthesize"
     assert [c["purpose"] for c in state["calls"]] == ["route", "plan", "step", "step", "analyze", "synthesize"]
@@ -66,17 +97,15 @@ async def test_messages_from_the_front_end_drive_the_run() -> None:
 
     run = session(step=slow, analyze=[{"achieved": False, "confidence": 0.1, "reasoning": "no"}]).start("goal")
     widget = DagWidget(run)
-    sent: list[Any] = []
-    widget.send = sent.append  # type: ignore[method-assign]
+    front = FrontEnd(widget)
     await gate.wait()
-    widget._on_message(widget, {"type": "follow_up", "text": "also Spain"}, [])
+    assert front.ask("follow_up", text="also Spain") == {"ok": True, "value": None}
     await asyncio.sleep(0)
     assert run.pending_follow_ups == ["also Spain"] and run.follow_ups == []  # not seen by a plan yet
-    widget._on_message(widget, {"type": "stop"}, [])
+    assert front.ask("stop")["ok"]
     await run
     assert run.rounds[0].plan.step("s2").status == "skipped"
-    widget._on_message(widget, {"type": "follow_up", "text": "too late"}, [])
-    assert sent and sent[-1]["type"] == "error" and "follow-up can only steer a running run" in sent[-1]["message"]
+    assert "follow-up can only steer a running run" in front.refused("follow_up", text="too late")
     widget.close()
 
 
@@ -90,10 +119,12 @@ async def test_cancel_from_the_front_end() -> None:
 
     run = session(step=slow).start("goal")
     widget = DagWidget(run)
+    front = FrontEnd(widget)
     await gate.wait()
-    widget._on_message(widget, {"type": "cancel"}, [])
+    assert front.ask("cancel")["ok"]
     await run
     assert run.status == "cancelled" and widget.status == "cancelled"
+    assert front.refused("cancel") == "Nothing to cancel: the run has ended (cancelled)."
     widget.close()
 
 
@@ -110,23 +141,20 @@ async def test_retry_now_from_the_front_end_runs_a_waiting_step_at_once() -> Non
     llm = scripted(step=rate_limited_once, plan=[{"steps": [{"id": "s1", "task": "t"}]}])
     run = DagSession(ModelRegistry().register("m", llm), settings).start("goal")
     widget = DagWidget(run)
-    sent: list[Any] = []
-    widget.send = sent.append  # type: ignore[method-assign]
+    front = FrontEnd(widget)
     while run.steps.get("s1") is None or run.steps["s1"].status != "retrying":
         await asyncio.sleep(0.01)
     widget.sync()
     (node,) = widget.rounds[0]["nodes"]
     assert node["status"] == "retrying" and node["failures"] == 1
     assert node["retry_at"] == pytest.approx(time.time() + 600, abs=30)  # what the countdown counts to
-    widget._on_message(widget, {"type": "retry_now", "step": "s1"}, [])
+    assert front.ask("retry_now", step="s1") == {"ok": True, "value": None}
     await run
     assert run.status == "done" and run.steps["s1"].result == "r" and len(calls) == 2
     assert calls[1] - calls[0] < 60  # not after the 600 s delay
-    assert sent == []
-    widget._on_message(widget, {"type": "retry_now", "step": "s1"}, [])
-    assert sent[-1] == {"type": "error", "message": "That step is not waiting to retry any more."}
-    widget._on_message(widget, {"type": "resume"}, [])  # a view made without a way to resume says so
-    assert "use %dag resume" in sent[-1]["message"] and not widget.resumable
+    assert front.refused("retry_now", step="s1") == "That step is not waiting to retry any more."
+    # a view made without a way to resume says so
+    assert "use %dag resume" in front.refused("resume") and not widget.resumable
     widget.close()
 
 
@@ -227,8 +255,7 @@ async def test_debugging_messages_from_the_front_end_drive_the_run() -> None:
     session = DagSession(ModelRegistry().register("m", llm), DagSettings(store="none"), approve_plans=True)
     run = session.start("goal")
     widget = DagWidget(run)
-    sent: list[Any] = []
-    widget.send = sent.append  # type: ignore[method-assign]
+    front = FrontEnd(widget)
     while not run.awaiting_approval:
         await asyncio.sleep(0.005)
     run.break_before("s2")
@@ -236,7 +263,7 @@ async def test_debugging_messages_from_the_front_end_drive_the_run() -> None:
     assert widget.phase == "awaiting_approval" and widget.rounds[0]["approval"] == "pending"
     edited = {"steps": [{"id": "s1", "task": "look closely", "dependencies": []}, {"id": "s2", "task": "compare",
               "dependencies": ["s1"], "tool_hint": None, "model_hint": None}]}  # fmt: skip
-    widget._on_message(widget, {"type": "approve", "plan": edited}, [])
+    assert front.ask("approve", plan=edited)["ok"]
     while run.paused != ["s2"]:
         await asyncio.sleep(0.005)
     widget.sync()
@@ -244,24 +271,25 @@ async def test_debugging_messages_from_the_front_end_drive_the_run() -> None:
     assert node["status"] == "paused" and node["paused_tools"] == []
     assert [m["role"] for m in node["paused_messages"]] == ["system", "user"]
     assert "look closely" in node["paused_messages"][1]["content"]  # the edited dependency, and its result
-    widget._on_message(widget, {"type": "continue", "step": "s2", "task": "compare twice"}, [])
+    assert front.ask("continue", step="s2", task="compare twice")["ok"]
     await run
     assert run.steps["s2"].task == "compare twice" and run.steps["s2"].status == "completed"
     widget.sync()
-    assert widget.can_rerun and sent == []
+    assert widget.can_rerun and all(m["response"]["ok"] for m in front.sent)
 
-    widget._on_message(widget, {"type": "rerun", "step": "s2", "task": "compare three times"}, [])
+    assert front.ask("rerun", step="s2", task="compare three times") == {"ok": True, "value": None}
     assert not widget.can_rerun or run.status == "running"
     while run.paused != ["s2"]:  # its breakpoint holds for the re-run too
         await asyncio.sleep(0.005)
-    widget._on_message(widget, {"type": "skip", "step": "s2"}, [])
+    assert front.ask("skip", step="s2")["ok"]
     await run
     widget.sync()
     second = widget.rounds[1]
     assert (second["rerun_of"], second["rerun_step"]) == (1, "s2")
     assert second["diff"] == [{"id": "s2", "change": "changed", "fields": ["task", "status", "result"]}]
-    widget._on_message(widget, {"type": "reject", "feedback": "no"}, [])  # nothing waits: an answer, not a crash
-    assert sent[-1]["type"] == "error" and "no plan of this run is waiting" in sent[-1]["message"]
+    # nothing waits: an answer, not a crash
+    assert "no plan of this run is waiting" in front.refused("reject", feedback="no")
+    assert "no plan of this run is waiting" in front.refused("approve", plan=None)
     widget.close()
 
 
@@ -281,23 +309,48 @@ async def test_a_composite_steps_nested_run_is_in_its_node() -> None:
 async def test_a_calls_messages_and_a_steps_whole_result_are_sent_on_request() -> None:
     run = await session(step=["x" * 9000]).run("goal")
     widget = DagWidget(run)
-    sent: list[Any] = []
-    widget.send = sent.append  # type: ignore[method-assign]
+    front = FrontEnd(widget)
     state = widget_state(run)
     assert [c["index"] for c in state["calls"]] == list(range(len(run.calls)))
     assert state["calls"][0]["started_at"] == run.calls[0].started_at and state["stopped_by_user"] is False
     assert state["phase_since"] >= run.state.started_at
     plan_call = next(c["index"] for c in state["calls"] if c["purpose"] == "plan")
-    widget._on_message(widget, {"type": "call_detail", "index": plan_call}, [])
-    detail = sent[-1]
-    assert detail["type"] == "call_detail" and detail["index"] == plan_call
+    answer = front.ask("call_detail", index=plan_call)
+    assert answer["ok"]
+    detail = answer["value"]
+    assert detail["index"] == plan_call
     assert detail["messages"][0]["role"] == "system" and "planner" in detail["messages"][0]["content"]
     assert detail["tool_calls"] and detail["error"] == ""
     assert len(state["rounds"][0]["nodes"][0]["result"]) < 5000  # cut in the state...
-    widget._on_message(widget, {"type": "full_text", "round": 1, "step": "s1", "field": "result"}, [])
-    assert sent[-1]["text"] == "x" * 9000  # ...whole on request
-    widget._on_message(widget, {"type": "call_detail", "index": 999}, [])
-    assert sent[-1] == {"type": "error", "message": "there is no LLM call 999"}
+    whole = front.ask("full_text", round=1, step="s1", field="result")
+    assert whole == {"ok": True, "value": {"text": "x" * 9000}}  # ...whole on request
+    assert front.ask("call_detail", index=999) == {"ok": False, "error": "there is no LLM call 999"}
+    assert front.refused("full_text", round=1, step="s9", field="result") == "there is no step 's9' in round 1"
+    assert front.refused("full_text", round="1", step="s1") == "the request's round must be a whole number, not '1'"
+    widget.close()
+
+
+async def test_every_request_gets_one_answer_by_its_id_and_never_a_traceback() -> None:
+    run = await session().run("goal")
+    widget = DagWidget(run)
+    front = FrontEnd(widget)
+    assert front.refused("approve") == "no plan of this run is waiting for approval (the run is done)"
+    assert front.refused("teleport") == "this view asked for 'teleport', which this kernel's dagmagic does not know"
+    assert front.refused("skip", step="s9") == "step 's9' cannot be skipped: it is not in the latest round"
+
+    def broken() -> None:
+        raise RuntimeError("the store is gone")
+
+    run.stop = broken  # type: ignore[method-assign]
+    assert front.refused("stop") == "stop failed: RuntimeError: the store is gone"  # what failed, not a traceback
+
+    # what is not a request, or could not be answered to anyone, gets no answer
+    for content in ({"type": "stop"}, {"kind": "anywidget-command", "name": "stop", "msg": {}}, "stop"):
+        widget._handle_custom_msg(content, [])
+    answered = len(front.sent)
+    widget._handle_custom_msg({"kind": "anywidget-command", "id": 7, "name": "cancel", "msg": None}, [])
+    refusal = {"ok": False, "error": "Nothing to cancel: the run has ended (done)."}
+    assert front.sent[answered:] == [{"id": 7, "kind": "anywidget-command-response", "response": refusal}]
     widget.close()
 
 
