@@ -126,8 +126,10 @@ class AwaitingApproval(Phase):
         return Executing.of(pursuit, record, approved, self.earlier)
 
     def on(self, message: Message) -> bool:  # noqa: D102
-        if self._verdict is None or self._verdict.done():
-            raise DagError("no plan of this run is waiting for approval (the run is awaiting_approval)")
+        if self._verdict is None:
+            raise DagError("no plan of this run is waiting for approval yet (it is about to)")
+        if self._verdict.done():
+            raise DagError("this plan has the user's word already: the run goes on with it")
         if isinstance(message, Reject):
             self._verdict.set_result(("reject", message.describe()))
         elif isinstance(message, Approve):
