@@ -155,7 +155,7 @@ class BreakBefore(_Message):
     steps: tuple[str, ...]
 
     def describe(self) -> str:  # noqa: D102
-        return ",".join(self.steps)
+        return f"before {', '.join(self.steps)}"
 
 
 class ClearBreakpoints(_Message):

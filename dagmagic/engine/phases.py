@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from dagmagic.engine.analyzer import Analyzer
 from dagmagic.engine.execution import Execution
 from dagmagic.engine.inbox import Interrupted
-from dagmagic.engine.loop import (
+from dagmagic.engine.planner import Planner, recover_steps
+from dagmagic.engine.rounds import (
     FOLLOW_UP_WHILE_ANSWERING,
     answer_rerun,
     decide,
     rejected,
     visible_results,
 )
-from dagmagic.engine.planner import Planner, recover_steps
 from dagmagic.engine.routing import classify_domain
 from dagmagic.engine.synthesis import synthesize
 from dagmagic.errors import DagError

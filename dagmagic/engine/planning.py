@@ -16,9 +16,9 @@ from dagmagic.engine.context import compose_query
 from dagmagic.engine.execution import Execution
 from dagmagic.engine.guard import PLANNER_RESERVE
 from dagmagic.engine.inbox import Interrupted
-from dagmagic.engine.loop import replan_context, reusable
 from dagmagic.engine.phases import FINISHED, AwaitingApproval, Executing, Phase
 from dagmagic.engine.plan_stream import PlanStream, StreamedPlan
+from dagmagic.engine.rounds import replan_context, reusable
 from dagmagic.engine.synthesis import fallback_answer
 from dagmagic.errors import DagError, PlanningError, TransientProviderError
 from dagmagic.events import RoundStarted, RunWarning, StepPlanned

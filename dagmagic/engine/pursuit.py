@@ -12,23 +12,21 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dagmagic.engine.guard import ContextGuard
-from dagmagic.engine.loop import (
+from dagmagic.engine.phases import FINISHED, AwaitingApproval, Executing, Phase, Starting, Synthesizing
+from dagmagic.engine.planner import Planner
+from dagmagic.engine.planning import Planning
+from dagmagic.engine.rounds import (
     FOLLOW_UP_WHILE_ANSWERING,
     FOLLOW_UP_WHILE_PLANNING,
     RERUN,
     STOPPED_BEFORE_ROUND,
     STOPPED_WHILE_PLANNING,
-    GoalLoop,
-    Origin,
     completed,
     planned_again,
     reusable,
     stopped_while_planning,
     users_round,
 )
-from dagmagic.engine.phases import FINISHED, AwaitingApproval, Executing, Phase, Starting, Synthesizing
-from dagmagic.engine.planner import Planner
-from dagmagic.engine.planning import Planning
 from dagmagic.engine.synthesis import fallback_answer
 from dagmagic.events import AnswerCleared, AnswerReady, PlanReady, Replanning, RoundStarted, StepCompleted
 from dagmagic.llm import ChatModel
@@ -36,6 +34,7 @@ from dagmagic.messages import Rerun
 from dagmagic.models import AnalysisResult, Decision, ExecutionPlan, PlanStep, RoundRecord
 
 if TYPE_CHECKING:
+    from dagmagic.engine.loop import GoalLoop, Origin
     from dagmagic.engine.run import DagRun
 
 __all__ = ["Budget", "Pursuit"]
