@@ -563,3 +563,34 @@ async def test_a_streamed_step_gets_the_same_hints_as_the_whole_plans_validation
     assert (run.steps["s1"].tool_hint, run.steps["s1"].model_hint) == (None, "fast")
     assert "Suggested tool" not in llm.requests_for("step")[0].prompt
     assert run.rounds[0].warnings == ["step s1: tool_hint 'fast' is a role, not a tool: used as its model_hint"]
+
+
+async def test_a_plan_whose_step_is_named_after_the_planners_function_and_needs_a_tool_still_runs() -> None:
+    # met with Qwen2.5-Coder-0.5B on "Which has more people, France or Germany? Use the population tool.": one step
+    # named after the function it was asked to call, depending on the tool, with a role as its tool hint
+    quirky = {
+        "steps": [
+            {
+                "id": "submit_plandraft",
+                "task": "Submit the PlanDraft.",
+                "dependencies": ["population"],
+                "tool_hint": "fast",
+            }
+        ]
+    }
+
+    def population(country: str) -> int:
+        """The population of a country."""
+        return {"france": 68_400_000, "germany": 84_500_000}.get(country.lower(), 0)
+
+    llm = ScriptedLLM(script(plan=[quirky], analyze=[verdict(True, 0.9, "Germany")]), capabilities=("tool_call",))
+    from dagmagic import DagSession, DagSettings, ModelRegistry
+
+    session = DagSession(ModelRegistry().register("qwen", llm), DagSettings(store="none"), tools=[population])
+    run = await session.run("Which has more people, France or Germany? Use the population tool.")
+    step = run.steps["submit_plandraft"]
+    assert run.status == "done" and step.status == "completed" and step.dependencies == []
+    assert step.model_hint == "fast" and step.tool_hint is None
+    warnings = [e.message for e in run.events if isinstance(e, RunWarning)]
+    assert any("population" in w and "dropped" in w for w in warnings)
+    assert any("'fast' is a role, not a tool" in w for w in warnings)
