@@ -90,6 +90,8 @@ _STEP_EVENTS = frozenset(
 _ROUND_EVENTS = frozenset({"plan_ready", "step_planned", "analysis_ready", "replanning", "approval_requested"})
 _RUN_EVENTS = (PhaseChanged, AnswerReady, AnswerCleared, UserAction, RunFinished)
 _HOST = socket.gethostname()
+_PREPARE_SECONDS = 10.0
+"""How long opening a store waits for another process that prepares the same new file."""
 _ROUND_EXTRA = {"rerun_of", "rerun_step", "approval", "follow_ups"}
 """RoundRecord fields kept as JSON in ``rounds.extra`` (schema 2)."""
 
@@ -422,9 +424,7 @@ def _connect(path: Path) -> sqlite3.Connection:
             "Upgrade dagmagic, or set DAG_STORE to another path."
         )
     try:
-        db.execute("PRAGMA journal_mode = WAL")
-        db.execute("PRAGMA synchronous = NORMAL")  # with WAL: a crash of the process loses nothing committed
-        _migrate(db, version)
+        _prepare(db)
     except sqlite3.OperationalError as exc:
         db.close()
         if "readonly" in str(exc) or "read-only" in str(exc) or "unable to open" in str(exc):
@@ -433,13 +433,34 @@ def _connect(path: Path) -> sqlite3.Connection:
     return db
 
 
-def _migrate(db: sqlite3.Connection, version: int) -> None:
-    for number, statements in enumerate(_MIGRATIONS[version:], start=version + 1):
-        with db:
+def _prepare(db: sqlite3.Connection) -> None:
+    """WAL, and the schema brought up to date. Another process may be preparing the same new file at the same
+    moment: switching to WAL then meets its lock at once (SQLite does not wait there), so it is tried again for a
+    while; the schema is migrated under a write lock, from the version read under it.
+    """
+    deadline = time.monotonic() + _PREPARE_SECONDS
+    while db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":  # another process may have switched it
+        try:
+            db.execute("PRAGMA journal_mode = WAL")
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+    db.execute("PRAGMA synchronous = NORMAL")  # with WAL: a crash of the process loses nothing committed
+    if db.execute("PRAGMA user_version").fetchone()[0] >= len(_MIGRATIONS):
+        return  # up to date: opening writes nothing
+    db.execute("BEGIN IMMEDIATE")  # waits (the connection's timeout) for another process's migration to end
+    try:
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        for number, statements in enumerate(_MIGRATIONS[version:], start=version + 1):
             for statement in statements:
                 db.execute(statement)
             db.execute(f"PRAGMA user_version = {number}")
             db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        db.commit()
+    except BaseException:
+        db.rollback()
+        raise
 
 
 def _unwritable(path: Path, exc: BaseException) -> str:
