@@ -246,8 +246,7 @@ class Inbox:
         if isinstance(message, Skip):
             step = self._latest_steps().get(message.step)
             if step is None or step.status not in ("pending", "queued", "paused"):
-                state = "not in the latest round" if step is None else step.status
-                raise DagError(f"step {message.step!r} cannot be skipped: it is {state}")
+                raise DagError(self._refusal(message))
         elif isinstance(message, Rerun):
             self._check_rerun(message)
 

@@ -79,7 +79,7 @@ class Planning(Phase):
         """What the planner is asked: the conversation so far, the goal and every follow-up."""
         self.objective = run.objective
         plan = ExecutionPlan(goal=self.objective, query=self.query, steps=[], round=self.index)
-        self.record = RoundRecord(index=self.index, plan=plan, free=pursuit.next_free)
+        self.record = RoundRecord(index=self.index, plan=plan, free=pursuit.budget.next_free)
         self.earlier = reusable(run.rounds)
         """Completed results of earlier rounds, by ``rN.id``."""
         self.previous = list(run.rounds)

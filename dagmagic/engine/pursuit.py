@@ -66,7 +66,8 @@ class Pursuit:
     budget: Budget = field(init=False)
     guard: ContextGuard = field(init=False)
     _planner: Planner | None = field(default=None, init=False)
-    _past: tuple[str | None] | None = field(default=None, init=False)
+    _past: str | None = field(default=None, init=False)
+    _past_known: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         self.budget = Budget.of(self.run.rounds)
@@ -105,12 +106,11 @@ class Pursuit:
 
     async def past(self) -> str | None:
         """The conversation before this run, fitted for the planner (summarized once, when it is long)."""
-        if self._past is None:
+        if not self._past_known:
             guard = self.guard
-            self._past = (
-                await guard.history(self.loop.history, limit=guard.history_limit(), round=len(self.run.rounds) + 1),
-            )
-        return self._past[0]
+            limit, round = guard.history_limit(), len(self.run.rounds) + 1
+            self._past, self._past_known = await guard.history(self.loop.history, limit=limit, round=round), True
+        return self._past
 
     def assign_models(self, plan: ExecutionPlan) -> None:
         """Name the model each step of ``plan`` will run on."""
@@ -120,11 +120,6 @@ class Pursuit:
     def completed(self) -> list[tuple[str, PlanStep]]:
         """Every completed step of the run so far."""
         return completed(self.run.rounds)
-
-    @property
-    def next_free(self) -> bool:
-        """Whether the coming round is the user's (it uses none of the budget)."""
-        return self.budget.next_free
 
     @property
     def latest_follow_up(self) -> str | None:

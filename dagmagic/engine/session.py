@@ -164,8 +164,7 @@ class DagSession:
     def _stored(self, run_id: str, settings: DagSettings | None, verb: str, what: str) -> StoredRun:
         store = self.store_for(settings or self.settings)
         if store is None:
-            problem = self._store_problems.get(_store_key(settings or self.settings), "DAG_STORE is none")
-            raise DagError(f"there is no run store to {verb} {what} ({problem})")
+            raise DagError(f"there is no run store to {verb} {what} ({self.store_problem(settings)})")
         try:
             return store.load(run_id)
         except KeyError:
@@ -180,11 +179,10 @@ class DagSession:
     def store_for(self, settings: DagSettings) -> RunStore | None:
         """The run store ``settings`` name, opened once; None when it is off or cannot be written."""
         path = settings.store_path
-        key = _store_key(settings)
         if path is None:
             self._store_problems[None] = "DAG_STORE is none"
             return None
-        if key not in self._stores and key not in self._store_problems:
+        if path not in self._stores and path not in self._store_problems:
             try:
                 self._stores[path] = RunStore.open(path)
             except StoreUnavailable as exc:
@@ -194,7 +192,7 @@ class DagSession:
     def store_problem(self, settings: DagSettings | None = None) -> str | None:
         """Why runs with ``settings`` are not saved, None when they are."""
         settings = settings or self.settings
-        return None if self.store_for(settings) is not None else self._store_problems.get(_store_key(settings))
+        return None if self.store_for(settings) is not None else self._store_problems.get(settings.store_path)
 
     def _driver(self, history: list[Exchange], options: RunOptions) -> _Driver:
         """What drives one run: the session's goal loop, or one with the run's own options."""
@@ -318,10 +316,6 @@ class _Driver:
         task = asyncio.get_running_loop().create_task(self.loop.drive(run, origin), name=f"dagmagic:run:{run.run_id}")
         self.session._started(run, task)
         return task
-
-
-def _store_key(settings: DagSettings) -> Path | None:
-    return settings.store_path
 
 
 def _running_loop(what: str, elsewhere: str) -> asyncio.AbstractEventLoop:
