@@ -7,6 +7,7 @@ A keyword wins over the environment; an unset variable leaves the default. A bad
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -14,14 +15,16 @@ from typing import Any
 import annotated_types
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
+from pydantic_core import PydanticCustomError
 
 from dagmagic.errors import ConfigurationError
 
 __all__ = ["DagSettings", "settings_table"]
 
 
-def _env(*names: str) -> dict[str, Any]:
-    return {"env": list(names)}
+def _env(*names: str, deprecated: str | None = None) -> dict[str, Any]:
+    """The variables a field is read from, in order; a ``deprecated`` one last, read with a warning."""
+    return {"env": [*names, *([deprecated] if deprecated else [])], "deprecated_env": deprecated}
 
 
 class DagSettings(BaseModel):
@@ -95,7 +98,10 @@ class DagSettings(BaseModel):
 
     # --- executor
     max_concurrency: int = Field(
-        5, ge=1, description="Steps running at once.", json_schema_extra=_env("DAG_MAX_CONCURRENCY", "MAX_CONCURRENCY")
+        5,
+        ge=1,
+        description="Steps running at once.",
+        json_schema_extra=_env("DAG_MAX_CONCURRENCY", deprecated="MAX_CONCURRENCY"),
     )
     max_depth: int = Field(
         1,
@@ -290,13 +296,22 @@ class DagSettings(BaseModel):
     @model_validator(mode="after")
     def _min_within_max(self) -> DagSettings:
         if self.plan_min_steps > self.plan_max_steps:
-            raise ValueError(f"plan_min_steps ({self.plan_min_steps}) exceeds plan_max_steps ({self.plan_max_steps})")
+            raise PydanticCustomError(
+                "min_above_max",
+                "plan_min_steps ({minimum}) exceeds plan_max_steps ({maximum})",
+                {"minimum": self.plan_min_steps, "maximum": self.plan_max_steps, "fields": _MIN_MAX_FIELDS},
+            )
         return self
 
     @property
     def store_path(self) -> Path | None:
         """The run store's path, or None when the store is disabled with ``none``."""
         return None if self.store.strip().lower() in {"none", "off", "false", ""} else Path(self.store)
+
+
+_MIN_MAX_FIELDS = ("plan_min_steps", "plan_max_steps")
+_SHOWN_CHARS = 40
+"""A value longer than this is shown by its start and its length (a pasted blob is not echoed whole)."""
 
 
 def _env_names(field: FieldInfo) -> list[str]:
@@ -314,8 +329,29 @@ def _read_env(fields: Mapping[str, FieldInfo], given: Any, environ: Mapping[str,
         for variable in _env_names(field):
             if variable in environ:
                 found[name] = (variable, environ[variable])
+                if variable == _deprecated_env(field):
+                    warnings.warn(
+                        f"{variable} is deprecated (other tools use that name too): set {_env_names(field)[0]} "
+                        "instead.",
+                        FutureWarning,
+                        stacklevel=4,
+                    )
                 break
     return found
+
+
+def _deprecated_env(field: FieldInfo) -> str | None:
+    extra = field.json_schema_extra
+    deprecated = extra.get("deprecated_env") if isinstance(extra, dict) else None
+    return deprecated if isinstance(deprecated, str) else None
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    if len(text) <= _SHOWN_CHARS:
+        return text
+    length = len(value) if isinstance(value, str) else len(text)
+    return f"{text[:_SHOWN_CHARS]}… ({length:,} characters)"
 
 
 _BOUNDS = (
@@ -350,16 +386,25 @@ def _configuration_error(
     exc: ValidationError, from_env: Mapping[str, tuple[str, str]], given: Mapping[str, Any]
 ) -> ConfigurationError:
     fields = DagSettings.model_fields
+
+    def source_of(name: str) -> str | None:
+        if name in from_env:
+            variable, raw = from_env[name]
+            return f"{variable}={_shown(raw)}"
+        if name in given:
+            return f"DagSettings({name}={_shown(given[name])})"
+        return None
+
     lines = []
     for error in exc.errors():
         name = str(error["loc"][0]) if error["loc"] else ""
-        if name in from_env:
-            variable, raw = from_env[name]
-            source = f"{variable}={raw!r}"
-        elif name in given:
-            source = f"DagSettings({name}={given[name]!r})"
-        else:
-            lines.append(f"DagSettings: {error['msg']}")
+        source = source_of(name)
+        if source is None:
+            involved = error.get("ctx", {}).get("fields", ())
+            sources = [source_of(field) or _left_at_default(field) for field in involved]
+            lines.append(
+                f"{error['msg']}: from {' and '.join(sources)}." if sources else f"DagSettings: {error['msg']}"
+            )
             continue
         if name not in fields:
             lines.append(f"{source}: unknown setting; known settings are {', '.join(sorted(fields))}")
@@ -369,13 +414,20 @@ def _configuration_error(
     return ConfigurationError("\n".join(lines))
 
 
+def _left_at_default(name: str) -> str:
+    field = DagSettings.model_fields[name]
+    return f"{name} left at its default {field.default!r} ({_env_names(field)[0]})"
+
+
 def settings_table() -> str:
     """The README's configuration table, made from the fields themselves."""
     rows = ["| setting | environment variable | default | meaning |", "|---|---|---|---|"]
     for name, field in DagSettings.model_fields.items():
         default = field.default
         shown = ",".join(f"{d:g}" for d in default) if isinstance(default, tuple) else default
-        variables = " / ".join(f"`{v}`" for v in _env_names(field))
+        variables = " / ".join(
+            f"`{v}` (deprecated)" if v == _deprecated_env(field) else f"`{v}`" for v in _env_names(field)
+        )
         rows.append(f"| `{name}` | {variables} | `{shown}` | {field.description} |")
     return "\n".join(rows)
 

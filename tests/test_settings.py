@@ -36,7 +36,8 @@ def test_environment_is_read_and_keywords_win(monkeypatch: pytest.MonkeyPatch) -
 
 def test_max_concurrency_has_two_variables_and_the_prefixed_one_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MAX_CONCURRENCY", "7")
-    assert DagSettings().max_concurrency == 7
+    with pytest.warns(FutureWarning):  # still read, but deprecated
+        assert DagSettings().max_concurrency == 7
     monkeypatch.setenv("DAG_MAX_CONCURRENCY", "9")
     assert DagSettings().max_concurrency == 9
 
@@ -103,3 +104,37 @@ def test_configuration_error_is_a_value_error() -> None:
 def test_settings_round_trip_through_json() -> None:
     s = DagSettings(max_concurrency=3, step_retry_delays=(1.0, 2.0))
     assert DagSettings.model_validate_json(s.model_dump_json()) == s
+
+
+def test_a_cross_field_error_names_each_variable_and_its_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DAG_PLAN_MIN_STEPS", "8")
+    with pytest.raises(ConfigurationError) as caught:
+        DagSettings()
+    message = str(caught.value)
+    assert "DAG_PLAN_MIN_STEPS='8'" in message
+    assert "plan_max_steps" in message and "DAG_PLAN_MAX_STEPS" in message  # the other side, by its variable
+    monkeypatch.setenv("DAG_PLAN_MAX_STEPS", "6")
+    with pytest.raises(ConfigurationError, match=r"DAG_PLAN_MIN_STEPS='8'.*DAG_PLAN_MAX_STEPS='6'"):
+        DagSettings()
+
+
+def test_a_huge_value_is_not_echoed_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DAG_MAX_REPLAN_ROUNDS", "9" * 5000)
+    monkeypatch.setenv("DAG_STEP_TIMEOUT", "x" * 5000)
+    with pytest.raises(ConfigurationError) as caught:
+        DagSettings()
+    message = str(caught.value)
+    assert len(message) < 1000, len(message)
+    assert "DAG_STEP_TIMEOUT" in message and "5,000 characters" in message
+
+
+def test_the_unprefixed_max_concurrency_is_deprecated(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MAX_CONCURRENCY", "3")
+    with pytest.warns(FutureWarning, match="DAG_MAX_CONCURRENCY"):
+        assert DagSettings().max_concurrency == 3
+    monkeypatch.setenv("DAG_MAX_CONCURRENCY", "4")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert DagSettings().max_concurrency == 4  # the prefixed one is read: nothing to warn about

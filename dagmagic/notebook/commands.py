@@ -10,7 +10,8 @@ import argparse
 import asyncio
 import shlex
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
@@ -21,7 +22,7 @@ from dagmagic.notebook.session import NO_MODEL_HELP, NO_STORE, ROLES, NotebookSe
 if TYPE_CHECKING:
     from dagmagic.engine.run import DagRun
 
-__all__ = ["COMMANDS", "dispatch", "rerun", "resume"]
+__all__ = ["COMMANDS", "dispatch", "rerun", "resume", "settings_told_in_one_line"]
 
 _HISTORY_ROWS = 20
 
@@ -37,7 +38,17 @@ def dispatch(notebook: NotebookSession, line: str) -> Any:
     handler = COMMANDS.get(command)
     if handler is None:
         raise UsageError(f"unknown %dag subcommand {command!r}; known: {', '.join(COMMANDS)}")
-    return handler(notebook, rest)
+    with settings_told_in_one_line():
+        return handler(notebook, rest)
+
+
+@contextmanager
+def settings_told_in_one_line() -> Iterator[None]:
+    """A bad ``DAG_*`` value met by any subcommand is the user's to fix: one line, as ``%%dag`` says it."""
+    try:
+        yield
+    except ConfigurationError as exc:
+        raise UsageError(str(exc)) from None
 
 
 # --- what is configured

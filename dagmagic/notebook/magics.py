@@ -41,7 +41,8 @@ async def run_dag_line(command: str, rest: str) -> DagRun:
 
     magics = _magics()
     work = {"demo": commands.demo, "resume": commands.resume, "rerun": commands.rerun}[command]
-    return await _told_in_one_line(magics, work(magics.notebook, rest))
+    with commands.settings_told_in_one_line():
+        return await _told_in_one_line(magics, work(magics.notebook, rest))
 
 
 async def _told_in_one_line(magics: DagMagics, work: Coroutine[Any, Any, DagRun]) -> DagRun:

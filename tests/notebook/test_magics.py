@@ -488,3 +488,12 @@ def test_a_run_no_longer_in_memory_without_a_store_says_so(
     message = usage_error(ip, "%dag show 1", capsys)
     assert "is no longer in memory" in message and "DAG_STORE is none" in message
     assert run_cell(ip, "%dag show 2") is None  # the latest is kept
+
+
+@pytest.mark.parametrize("command", ["%dag history", "%dag models", "%dag resume", "%dag demo"])
+def test_a_bad_setting_in_the_environment_is_one_line_for_every_subcommand(
+    ip: InteractiveShell, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    monkeypatch.setenv("DAG_MAX_CONCURRENCY", "many")
+    message = usage_error(ip, command, capsys)
+    assert "DAG_MAX_CONCURRENCY='many'" in message
