@@ -6,6 +6,10 @@ writing. One connection per process and file; WAL, so that other processes (anot
 same file at the same time. A run has one driver at a time, the holder of its lease (``engine/lease.py``);
 its events are numbered by the store, in the transaction that writes them, so no writer overwrites another's.
 
+Each thing is stored once, so a long session grows the file by what each run adds: a run's conversation is a
+chain of ``exchanges`` (each earlier goal and answer once, shared by every run planned after it) that the run's
+row points to, and an ``llm_call`` event refers to its ``calls`` row instead of copying the call.
+
 The file is marked as dagmagic's (``application_id``) and versioned (``user_version``): a file that is another
 program's, damaged, or from a newer dagmagic is refused with a ``StoreError`` naming it, never overwritten; one
 that cannot be written is reported as ``StoreUnavailable`` and the run goes on unsaved. Nothing secret is
@@ -14,11 +18,13 @@ written: a run holds no model options.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -83,8 +89,15 @@ _MIGRATIONS: list[list[str]] = [
     [  # version 2: a round's re-run origin and its plan's approval
         "ALTER TABLE rounds ADD COLUMN extra TEXT NOT NULL DEFAULT '{}'",
     ],
-    [  # version 3: leases
+    [  # version 3: leases; each earlier exchange stored once; a call stored once
         lease.LEASE_TABLE,
+        """CREATE TABLE exchanges (
+            id INTEGER PRIMARY KEY, previous INTEGER NOT NULL, digest TEXT NOT NULL, goal TEXT NOT NULL,
+            answer TEXT NOT NULL, UNIQUE (previous, digest))""",
+        # the last exchange of the run's conversation (0: none); NULL in a row of schema 2, whose `history` holds it
+        "ALTER TABLE runs ADD COLUMN conversation INTEGER",
+        # an llm_call event's calls row (its data then holds no call); NULL for other events, and for schema 2's
+        "ALTER TABLE events ADD COLUMN call INTEGER",
     ],
 ]
 """Each schema version's statements, applied in order to bring an older file up to date."""
@@ -168,7 +181,7 @@ class RunStore:
         """
         with self._transaction() as db:
             held = lease.take(db, run.run_id)
-            self._put_run(db, run.state, history=history)
+            self._put_run(db, run.state, conversation=_put_conversation(db, history))
             for record in run.state.rounds:
                 self._put_round(db, run.run_id, record)
                 for position, step in enumerate(record.plan.steps):
@@ -201,8 +214,10 @@ class RunStore:
             lease.check_driver(db, run_id, held.token if held is not None else None)
             if isinstance(event, (RunStarted, *_RUN_EVENTS)) and own:
                 self._put_run(db, run.state)
+            call = None
             if isinstance(event, LLMCallRecorded):
-                self._put_call(db, run_id, len(run.state.calls) - 1, event.call)
+                call = len(run.state.calls) - 1
+                self._put_call(db, run_id, call, event.call)
             round_index = getattr(event, "round", None) if own else None
             if round_index is not None and (event.type in _ROUND_EVENTS or isinstance(event, RunWarning)):
                 record = _round(run, round_index)
@@ -212,7 +227,7 @@ class RunStore:
                         self._put_plan(db, run_id, record)
             if event.type in _STEP_EVENTS and round_index is not None:
                 self._put_step_of(db, run, event, round_index)
-            _put_event(db, run_id, event)
+            _put_event(db, run_id, event, call)
             if ends and held is not None:
                 lease.release(db, held)
 
@@ -238,10 +253,11 @@ class RunStore:
                 (run_id,),
             )
         ]
-        calls = [
-            LLMCall.model_validate_json(data)
-            for (data,) in db.execute("SELECT data FROM calls WHERE run_id = ? ORDER BY seq", (run_id,))
-        ]
+        calls_by_seq = {
+            seq: LLMCall.model_validate_json(data)
+            for seq, data in db.execute("SELECT seq, data FROM calls WHERE run_id = ? ORDER BY seq", (run_id,))
+        }
+        calls = list(calls_by_seq.values())
         state = RunState(
             run_id=run_id,
             goal=run["goal"],
@@ -258,10 +274,15 @@ class RunStore:
             domain=run["domain"],
             routed=bool(run["routed"]),
         )
-        history = [Exchange(goal=goal, answer=answer) for goal, answer in json.loads(run["history"])]
+        if run["conversation"] is None:  # a row of schema 2: its own copy
+            history = [Exchange(goal=goal, answer=answer) for goal, answer in json.loads(run["history"])]
+        else:
+            history = _conversation(db, run["conversation"])
         events = [
             EVENTS.validate_json(data)
-            for (data,) in db.execute("SELECT data FROM events WHERE run_id = ? ORDER BY seq", (run_id,))
+            if call is None
+            else EVENTS.validate_python({**json.loads(data), "call": calls_by_seq[call]})
+            for data, call in db.execute("SELECT data, call FROM events WHERE run_id = ? ORDER BY seq", (run_id,))
         ]
         return StoredRun(state=state, history=history, events=events)
 
@@ -322,7 +343,7 @@ class RunStore:
             raise
         db.commit()
 
-    def _put_run(self, db: sqlite3.Connection, state: RunState, *, history: list[Exchange] | None = None) -> None:
+    def _put_run(self, db: sqlite3.Connection, state: RunState, *, conversation: int | None = None) -> None:
         values = (
             state.goal,
             state.status,
@@ -337,7 +358,7 @@ class RunStore:
             state.domain,
             int(state.routed),
         )
-        if history is None:
+        if conversation is None:
             db.execute(
                 """UPDATE runs SET goal = ?, status = ?, phase = ?, started_at = ?, finished_at = ?, updated_at = ?,
                    error = ?, answer = ?, follow_ups = ?, pending = ?, domain = ?, routed = ? WHERE run_id = ?""",
@@ -345,14 +366,10 @@ class RunStore:
             )
             return
         db.execute(
-            "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                state.run_id,
-                *values,
-                json.dumps([[exchange.goal, exchange.answer] for exchange in history]),
-                lease.HOST,
-                os.getpid(),
-            ),
+            """INSERT OR REPLACE INTO runs (run_id, goal, status, phase, started_at, finished_at, updated_at, error,
+               answer, follow_ups, pending, domain, routed, history, host, pid, conversation)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '[]', ?, ?, ?)""",
+            (state.run_id, *values, lease.HOST, os.getpid(), conversation),
         )
 
     @staticmethod
@@ -412,13 +429,60 @@ class RunStore:
         )
 
 
-def _put_event(db: sqlite3.Connection, run_id: str, event: Event) -> None:
-    """The event, numbered after the run's last one as the store holds it (whoever wrote that)."""
+def _put_event(db: sqlite3.Connection, run_id: str, event: Event, call: int | None) -> None:
+    """The event, numbered after the run's last one as the store holds it (whoever wrote that); an ``llm_call``
+    event as a reference to its calls row ``call``.
+    """
+    data = event.model_dump_json(exclude={"call"}) if call is not None else event.model_dump_json()
     db.execute(
-        """INSERT INTO events (run_id, seq, type, at, data)
-           SELECT ?, COALESCE(MAX(seq), -1) + 1, ?, ?, ? FROM events WHERE run_id = ?""",
-        (run_id, event.type, event.at, event.model_dump_json(), run_id),
+        """INSERT INTO events (run_id, seq, type, at, data, call)
+           SELECT ?, COALESCE(MAX(seq), -1) + 1, ?, ?, ?, ? FROM events WHERE run_id = ?""",
+        (run_id, event.type, event.at, data, call, run_id),
     )
+
+
+def _put_conversation(db: sqlite3.Connection, history: list[Exchange]) -> int:
+    """The id of ``history``'s last exchange (0 for none), each exchange stored once: runs planned after the
+    same exchanges share them.
+    """
+    node = 0
+    for exchange in history:
+        digest = _digest(exchange)
+        row = db.execute("SELECT id FROM exchanges WHERE previous = ? AND digest = ?", (node, digest)).fetchone()
+        if row is not None:
+            node = int(row[0])
+            continue
+        inserted = db.execute(
+            "INSERT INTO exchanges (previous, digest, goal, answer) VALUES (?, ?, ?, ?)",
+            (node, digest, exchange.goal, exchange.answer),
+        )
+        node = int(inserted.lastrowid or 0)
+    return node
+
+
+def _conversation(db: sqlite3.Connection, node: int) -> list[Exchange]:
+    """The exchanges up to ``node``, oldest first."""
+    rows = db.execute(
+        """WITH RECURSIVE chain (id, previous, goal, answer, depth) AS (
+               SELECT id, previous, goal, answer, 0 FROM exchanges WHERE id = ?
+               UNION ALL
+               SELECT e.id, e.previous, e.goal, e.answer, chain.depth + 1
+               FROM exchanges e JOIN chain ON e.id = chain.previous
+           ) SELECT goal, answer FROM chain ORDER BY depth DESC""",
+        (node,),
+    ).fetchall()
+    return [Exchange(goal=goal, answer=answer) for goal, answer in rows]
+
+
+def _digest(exchange: Exchange) -> str:
+    """An exchange's fingerprint, computed once per exchange (not at every run planned after it)."""
+    digest = _digests.get(exchange)
+    if digest is None:
+        digest = _digests[exchange] = hashlib.sha256(json.dumps([exchange.goal, exchange.answer]).encode()).hexdigest()
+    return digest
+
+
+_digests: weakref.WeakKeyDictionary[Exchange, str] = weakref.WeakKeyDictionary()
 
 
 def _round(run: DagRun, index: int) -> RoundRecord | None:

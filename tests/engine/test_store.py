@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import socket
@@ -426,3 +427,52 @@ async def test_a_store_of_schema_2_migrates_reads_back_and_judges_its_drivers_by
     resumed = await session(path).resume("orphan")
     assert resumed.status == "done" and [s.status for s in resumed.steps.values()] == ["completed"] * 3
     assert store.load("orphan").history == [Exchange(goal="before", answer="an answer before")]
+
+
+# --- each thing stored once
+
+
+def stored_text(path: Path) -> list[str]:
+    """Every text value of every table of the store."""
+    with sqlite3.connect(path) as db:
+        tables = [name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return [value for table in tables for row in db.execute(f"SELECT * FROM {table}") for value in row
+                if isinstance(value, str)]  # fmt: skip
+
+
+def store_bytes(path: Path) -> int:
+    with sqlite3.connect(path) as db:  # the WAL's committed pages included
+        return int(db.execute("PRAGMA page_count").fetchone()[0]) * int(db.execute("PRAGMA page_size").fetchone()[0])
+
+
+async def test_a_long_session_stores_each_run_once_and_grows_linearly(tmp_path: Path) -> None:
+    path = tmp_path / "runs.sqlite"
+    runs = 30
+    llm = ScriptedLLM(
+        script(
+            route=lambda r: {"domain": None, "note": f"call-marker-{len(llm.requests_for('route'))}"},
+            synthesize=lambda r: [f"Answer {len(llm.requests_for('synthesize'))}: " + "the long answer. " * 600],
+            history_summary=["What was asked and answered so far, in short."],
+        )
+    )
+    s = session(path, llm, planner_input_tokens=1000)
+    sizes = [store_bytes(path)] if path.exists() else [0]
+    for n in range(runs):
+        await s.run(f"goal {n}")
+        sizes.append(store_bytes(path))
+
+    growth = [after - before for before, after in itertools.pairwise(sizes)]
+    first, last = sum(growth[2:8]) / 6, sum(growth[-6:]) / 6  # run 1 creates the tables
+    assert last < first * 1.5, growth  # a copy of the conversation per run would make it grow with the session
+    text = stored_text(path)
+    for n in range(1, runs + 1):  # each call's record once, not also in its event
+        assert sum(value.count(f"call-marker-{n}\\") for value in text) == 1, n
+
+    latest = s.runs[-1]
+    stored = RunStore.open(path).load(latest.run_id)
+    assert stored.history == s.history[:-1] and len(stored.history) == runs - 1
+    calls = [event for event in stored.events if event.type == "llm_call"]
+    assert [event.model_dump() for event in calls] == [
+        event.model_dump() for event in latest.events if event.type == "llm_call"
+    ]
+    assert stored.state.calls == latest.calls
