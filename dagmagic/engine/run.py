@@ -279,9 +279,15 @@ class DagRun(RunQueries):
             raise DagError(f"no model or role {model!r}; choose one of: {names}")
 
     def _relaunch(self, message: Rerun) -> None:
+        ended = self.state.status, self.state.finished_at, self.state.error
         self.state.status, self.state.finished_at, self.state.error = "running", None, None
         self.inbox.reopen()
-        self._drive(message)
+        try:
+            self._drive(message)
+        except BaseException:  # not driven after all (another process drives the run now, say): it stays ended
+            self.state.status, self.state.finished_at, self.state.error = ended
+            self.inbox.finish()
+            raise
 
     def _drive(self, origin: Origin) -> None:
         assert self._driver is not None

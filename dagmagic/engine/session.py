@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -28,6 +29,8 @@ from dagmagic.models import RunState
 from dagmagic.settings import DagSettings
 
 __all__ = ["DagSession", "RunOptions"]
+
+log = logging.getLogger("dagmagic")
 
 ToolLike = Tool | Callable[..., Any]
 
@@ -309,13 +312,23 @@ class _Driver:
         """Save the run (when its store can be written; else it says why not) and drive it as a task."""
         settings = self.loop.settings
         store = self.session.store_for(settings)
-        if store is not None and not run.durable:
+        if store is not None:  # takes the run's lease: refused (DagError, naming the driver) while another holds it
             run.save_to(store, self.history)
-        elif store is None and settings.store_path is not None and not isinstance(origin, Rerun):
+        elif settings.store_path is not None and not isinstance(origin, Rerun):
             run.emit(RunWarning(message=f"This run is not saved: {self.session.store_problem(settings)}"))
         task = asyncio.get_running_loop().create_task(self.loop.drive(run, origin), name=f"dagmagic:run:{run.run_id}")
+        token = store.lease_token(run.run_id) if store is not None else None
+        if store is not None and token is not None:  # the run's end gives it back; this, if the end was not saved
+            task.add_done_callback(lambda _: _release(store, run.run_id, token))
         self.session._started(run, task)
         return task
+
+
+def _release(store: RunStore, run_id: str, token: str) -> None:
+    try:
+        store.release(run_id, token)
+    except Exception:  # the store failed: the lease expires by itself
+        log.warning("[dagmagic] the lease on run %s could not be given back; it expires by itself", run_id)
 
 
 def _running_loop(what: str, elsewhere: str) -> asyncio.AbstractEventLoop:

@@ -3,26 +3,35 @@
 Each event of a run updates the run's rows, in the same call that emits it, and commits: a step's result is
 on disk before any view hears that the step completed, and a killed process loses at most the event it was
 writing. One connection per process and file; WAL, so that other processes (another kernel) can write the
-same file at the same time. The file is marked as dagmagic's (``application_id``) and versioned
-(``user_version``): a file that is another program's, damaged, or from a newer dagmagic is refused with a
-``StoreError`` naming it, never overwritten; one that cannot be written is reported as ``StoreUnavailable``
-and the run goes on unsaved. Nothing secret is written: a run holds no model options.
+same file at the same time. A run has one driver at a time, the holder of its lease (``engine/lease.py``);
+its events are numbered by the store, in the transaction that writes them, so no writer overwrites another's.
+
+Each thing is stored once, so a long session grows the file by what each run adds: a run's conversation is a
+chain of ``exchanges`` (each earlier goal and answer once, shared by every run planned after it) that the run's
+row points to, and an ``llm_call`` event refers to its ``calls`` row instead of copying the call.
+
+The file is marked as dagmagic's (``application_id``) and versioned (``user_version``): a file that is another
+program's, damaged, or from a newer dagmagic is refused with a ``StoreError`` naming it, never overwritten; one
+that cannot be written is reported as ``StoreUnavailable`` and the run goes on unsaved. Nothing secret is
+written: a run holds no model options.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-import socket
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from dagmagic.engine import lease
 from dagmagic.engine.context import Exchange
 from dagmagic.errors import DagError, StoreError
 from dagmagic.events import (
@@ -54,7 +63,7 @@ if TYPE_CHECKING:
 __all__ = ["SCHEMA_VERSION", "RunStore", "RunSummary", "StoreUnavailable", "StoredRun"]
 
 APPLICATION_ID = 0x4441474D  # "DAGM": marks the file as a dagmagic run store
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _MIGRATIONS: list[list[str]] = [
     [  # version 1
@@ -80,6 +89,16 @@ _MIGRATIONS: list[list[str]] = [
     [  # version 2: a round's re-run origin and its plan's approval
         "ALTER TABLE rounds ADD COLUMN extra TEXT NOT NULL DEFAULT '{}'",
     ],
+    [  # version 3: leases; each earlier exchange stored once; a call stored once
+        lease.LEASE_TABLE,
+        """CREATE TABLE exchanges (
+            id INTEGER PRIMARY KEY, previous INTEGER NOT NULL, digest TEXT NOT NULL, goal TEXT NOT NULL,
+            answer TEXT NOT NULL, UNIQUE (previous, digest))""",
+        # the last exchange of the run's conversation (0: none); NULL in a row of schema 2, whose `history` holds it
+        "ALTER TABLE runs ADD COLUMN conversation INTEGER",
+        # an llm_call event's calls row (its data then holds no call); NULL for other events, and for schema 2's
+        "ALTER TABLE events ADD COLUMN call INTEGER",
+    ],
 ]
 """Each schema version's statements, applied in order to bring an older file up to date."""
 
@@ -89,7 +108,6 @@ _STEP_EVENTS = frozenset(
 )  # fmt: skip
 _ROUND_EVENTS = frozenset({"plan_ready", "step_planned", "analysis_ready", "replanning", "approval_requested"})
 _RUN_EVENTS = (PhaseChanged, AnswerReady, AnswerCleared, UserAction, RunFinished)
-_HOST = socket.gethostname()
 _PREPARE_SECONDS = 10.0
 """How long opening a store waits for another process that prepares the same new file."""
 _ROUND_EXTRA = {"rerun_of", "rerun_step", "approval", "follow_ups"}
@@ -112,7 +130,10 @@ class RunSummary:
     finished_at: float | None
     cost: float | None
     interrupted: bool
-    """It did not end: its process died, or it was cancelled; ``session.resume(run_id)`` continues it."""
+    """It did not end and nothing drives it: its process died, or it was cancelled; ``session.resume(run_id)``
+    continues it."""
+    driver: str | None = None
+    """Who drives it now (``pid 123 on host, since ...``), None when no one does."""
 
 
 @dataclass
@@ -133,9 +154,8 @@ class RunStore:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._connection = _connect(path)
-        self._live: set[str] = set()
-        """Runs of this process that have not ended."""
-        self._sequence: dict[str, int] = {}
+        self._leases = lease.Heartbeat(path)
+        """The leases of the runs this store's process drives, renewed while they run."""
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> RunStore:
@@ -148,35 +168,56 @@ class RunStore:
             return store
 
     def close(self) -> None:
-        """Close the connection (a later ``open`` opens it again)."""
+        """Close the connection (a later ``open`` opens it again); leases still held expire."""
         self._opened.pop(self.path, None)
+        self._leases.stop()
         self._connection.close()
 
     # --- writing, as a run's events happen
 
     def attach(self, run: DagRun, history: list[Exchange]) -> None:
-        """Save ``run`` from now on: its row now, then every event as it is emitted."""
+        """Take the run's lease and save ``run`` from now on: its row now, then every event as it is emitted.
+        ``RunDriven`` (a ``DagError`` naming the owner) when another driver holds the run.
+        """
         with self._transaction() as db:
-            self._put_run(db, run.state, history=history)
+            held = lease.take(db, run.run_id)
+            self._put_run(db, run.state, conversation=_put_conversation(db, history))
             for record in run.state.rounds:
                 self._put_round(db, run.run_id, record)
                 for position, step in enumerate(record.plan.steps):
                     self._put_step(db, run.run_id, record.index, step, position)
-            row = db.execute("SELECT COALESCE(MAX(seq), -1) FROM events WHERE run_id = ?", (run.run_id,)).fetchone()
-        self._sequence[run.run_id] = int(row[0]) + 1
-        self._live.add(run.run_id)
+        self._leases.hold(held)
+
+    def lease_token(self, run_id: str) -> str | None:
+        """The token of this store's lease on ``run_id``, None when it holds none."""
+        held = self._leases.lease(run_id)
+        return None if held is None else held.token
+
+    def release(self, run_id: str, token: str) -> None:
+        """Give back the lease ``token`` on ``run_id`` (its drive ended), if it is still held."""
+        held = self._leases.drop(run_id, token)
+        if held is not None:
+            with self._transaction() as db:
+                lease.release(db, held)
 
     def record(self, run: DagRun, event: Event) -> None:
-        """Write what ``event`` changed, then the event, in one transaction."""
+        """Write what ``event`` changed, then the event, in one transaction; its run's end gives its lease back.
+        ``RunDriven`` when another driver took the run over.
+        """
         if isinstance(event, AnswerDelta):
             return  # the answer is saved whole when it is ready; resuming writes it again anyway
         run_id = run.run_id
         own = not event.depth  # a subrun's events are kept; its state is saved with its step
+        ends = own and isinstance(event, RunFinished)
+        held = self._leases.drop(run_id) if ends else self._leases.lease(run_id)
         with self._transaction() as db:
+            lease.check_driver(db, run_id, held.token if held is not None else None)
             if isinstance(event, (RunStarted, *_RUN_EVENTS)) and own:
                 self._put_run(db, run.state)
+            call = None
             if isinstance(event, LLMCallRecorded):
-                self._put_call(db, run_id, len(run.state.calls) - 1, event.call)
+                call = len(run.state.calls) - 1
+                self._put_call(db, run_id, call, event.call)
             round_index = getattr(event, "round", None) if own else None
             if round_index is not None and (event.type in _ROUND_EVENTS or isinstance(event, RunWarning)):
                 record = _round(run, round_index)
@@ -186,14 +227,9 @@ class RunStore:
                         self._put_plan(db, run_id, record)
             if event.type in _STEP_EVENTS and round_index is not None:
                 self._put_step_of(db, run, event, round_index)
-            sequence = self._sequence.get(run_id, 0)
-            self._sequence[run_id] = sequence + 1
-            db.execute(
-                "INSERT OR REPLACE INTO events VALUES (?, ?, ?, ?, ?)",
-                (run_id, sequence, event.type, event.at, event.model_dump_json()),
-            )
-        if isinstance(event, RunFinished) and own:
-            self._live.discard(run_id)
+            _put_event(db, run_id, event, call)
+            if ends and held is not None:
+                lease.release(db, held)
 
     # --- reading
 
@@ -217,10 +253,11 @@ class RunStore:
                 (run_id,),
             )
         ]
-        calls = [
-            LLMCall.model_validate_json(data)
-            for (data,) in db.execute("SELECT data FROM calls WHERE run_id = ? ORDER BY seq", (run_id,))
-        ]
+        calls_by_seq = {
+            seq: LLMCall.model_validate_json(data)
+            for seq, data in db.execute("SELECT seq, data FROM calls WHERE run_id = ? ORDER BY seq", (run_id,))
+        }
+        calls = list(calls_by_seq.values())
         state = RunState(
             run_id=run_id,
             goal=run["goal"],
@@ -237,10 +274,15 @@ class RunStore:
             domain=run["domain"],
             routed=bool(run["routed"]),
         )
-        history = [Exchange(goal=goal, answer=answer) for goal, answer in json.loads(run["history"])]
+        if run["conversation"] is None:  # a row of schema 2: its own copy
+            history = [Exchange(goal=goal, answer=answer) for goal, answer in json.loads(run["history"])]
+        else:
+            history = _conversation(db, run["conversation"])
         events = [
             EVENTS.validate_json(data)
-            for (data,) in db.execute("SELECT data FROM events WHERE run_id = ? ORDER BY seq", (run_id,))
+            if call is None
+            else EVENTS.validate_python({**json.loads(data), "call": calls_by_seq[call]})
+            for data, call in db.execute("SELECT data, call FROM events WHERE run_id = ? ORDER BY seq", (run_id,))
         ]
         return StoredRun(state=state, history=history, events=events)
 
@@ -254,46 +296,54 @@ class RunStore:
 
     def _summaries(self, where: str, params: tuple[object, ...], limit: int) -> list[RunSummary]:
         rows = self._connection.execute(
-            f"""SELECT r.run_id, r.goal, r.status, r.started_at, r.finished_at, r.host, r.pid,
-                      (SELECT SUM(cost) FROM calls c WHERE c.run_id = r.run_id)
-               FROM runs r WHERE {where} ORDER BY r.started_at DESC LIMIT ?""",
+            f"""SELECT r.run_id, r.goal, r.status, r.started_at, r.finished_at, r.updated_at, r.host, r.pid,
+                      (SELECT SUM(cost) FROM calls c WHERE c.run_id = r.run_id),
+                      l.token, l.host, l.pid, l.since, l.heartbeat, l.expires
+               FROM runs r LEFT JOIN leases l ON l.run_id = r.run_id
+               WHERE {where} ORDER BY r.started_at DESC LIMIT ?""",
             (*params, limit),
         ).fetchall()
-        return [
-            RunSummary(
-                run_id=run_id,
-                goal=goal,
-                status=status,
-                started_at=started,
-                finished_at=finished,
-                cost=cost,
-                interrupted=status == "cancelled" or (status == "running" and not self._alive(run_id, host, pid)),
+        now = time.time()
+        summaries = []
+        for run_id, goal, status, started, finished, updated, host, pid, cost, *held in rows:
+            if held[0] is not None:
+                driver: lease.Lease | None = lease.Lease(run_id, *held)
+            elif status == "running":  # a row of schema 2, or one whose lease was just given back
+                driver = lease.legacy(run_id, host, pid, started, updated)
+            else:
+                driver = None
+            live = driver is not None and driver.live(now)
+            summaries.append(
+                RunSummary(
+                    run_id=run_id,
+                    goal=goal,
+                    status=status,
+                    started_at=started,
+                    finished_at=finished,
+                    cost=cost,
+                    interrupted=status == "cancelled" or (status == "running" and not live),
+                    driver=driver.owner() if driver is not None and live else None,
+                )
             )
-            for run_id, goal, status, started, finished, host, pid, cost in rows
-        ]
-
-    def _alive(self, run_id: str, host: str, pid: int) -> bool:
-        if pid == os.getpid() and host == _HOST:
-            return run_id in self._live
-        if host != _HOST:
-            return True  # another machine's run: nothing says it died
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:  # another user's process: alive
-            return True
-        return True
+        return summaries
 
     # --- rows
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, holding the write lock from its start: a lease is checked, and an event's
+        number allocated, by reading what the same transaction then writes.
+        """
         db = self._connection
-        with db:  # commits, or rolls back on an exception
+        db.execute("BEGIN IMMEDIATE")
+        try:
             yield db
+        except BaseException:
+            db.rollback()
+            raise
+        db.commit()
 
-    def _put_run(self, db: sqlite3.Connection, state: RunState, *, history: list[Exchange] | None = None) -> None:
+    def _put_run(self, db: sqlite3.Connection, state: RunState, *, conversation: int | None = None) -> None:
         values = (
             state.goal,
             state.status,
@@ -308,7 +358,7 @@ class RunStore:
             state.domain,
             int(state.routed),
         )
-        if history is None:
+        if conversation is None:
             db.execute(
                 """UPDATE runs SET goal = ?, status = ?, phase = ?, started_at = ?, finished_at = ?, updated_at = ?,
                    error = ?, answer = ?, follow_ups = ?, pending = ?, domain = ?, routed = ? WHERE run_id = ?""",
@@ -316,14 +366,10 @@ class RunStore:
             )
             return
         db.execute(
-            "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                state.run_id,
-                *values,
-                json.dumps([[exchange.goal, exchange.answer] for exchange in history]),
-                _HOST,
-                os.getpid(),
-            ),
+            """INSERT OR REPLACE INTO runs (run_id, goal, status, phase, started_at, finished_at, updated_at, error,
+               answer, follow_ups, pending, domain, routed, history, host, pid, conversation)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '[]', ?, ?, ?)""",
+            (state.run_id, *values, lease.HOST, os.getpid(), conversation),
         )
 
     @staticmethod
@@ -381,6 +427,62 @@ class RunStore:
             "INSERT OR REPLACE INTO calls VALUES (?, ?, ?, ?, ?)",
             (run_id, sequence, call.purpose, call.cost, call.model_dump_json()),
         )
+
+
+def _put_event(db: sqlite3.Connection, run_id: str, event: Event, call: int | None) -> None:
+    """The event, numbered after the run's last one as the store holds it (whoever wrote that); an ``llm_call``
+    event as a reference to its calls row ``call``.
+    """
+    data = event.model_dump_json(exclude={"call"}) if call is not None else event.model_dump_json()
+    db.execute(
+        """INSERT INTO events (run_id, seq, type, at, data, call)
+           SELECT ?, COALESCE(MAX(seq), -1) + 1, ?, ?, ?, ? FROM events WHERE run_id = ?""",
+        (run_id, event.type, event.at, data, call, run_id),
+    )
+
+
+def _put_conversation(db: sqlite3.Connection, history: list[Exchange]) -> int:
+    """The id of ``history``'s last exchange (0 for none), each exchange stored once: runs planned after the
+    same exchanges share them.
+    """
+    node = 0
+    for exchange in history:
+        digest = _digest(exchange)
+        row = db.execute("SELECT id FROM exchanges WHERE previous = ? AND digest = ?", (node, digest)).fetchone()
+        if row is not None:
+            node = int(row[0])
+            continue
+        inserted = db.execute(
+            "INSERT INTO exchanges (previous, digest, goal, answer) VALUES (?, ?, ?, ?)",
+            (node, digest, exchange.goal, exchange.answer),
+        )
+        node = int(inserted.lastrowid or 0)
+    return node
+
+
+def _conversation(db: sqlite3.Connection, node: int) -> list[Exchange]:
+    """The exchanges up to ``node``, oldest first."""
+    rows = db.execute(
+        """WITH RECURSIVE chain (id, previous, goal, answer, depth) AS (
+               SELECT id, previous, goal, answer, 0 FROM exchanges WHERE id = ?
+               UNION ALL
+               SELECT e.id, e.previous, e.goal, e.answer, chain.depth + 1
+               FROM exchanges e JOIN chain ON e.id = chain.previous
+           ) SELECT goal, answer FROM chain ORDER BY depth DESC""",
+        (node,),
+    ).fetchall()
+    return [Exchange(goal=goal, answer=answer) for goal, answer in rows]
+
+
+def _digest(exchange: Exchange) -> str:
+    """An exchange's fingerprint, computed once per exchange (not at every run planned after it)."""
+    digest = _digests.get(exchange)
+    if digest is None:
+        digest = _digests[exchange] = hashlib.sha256(json.dumps([exchange.goal, exchange.answer]).encode()).hexdigest()
+    return digest
+
+
+_digests: weakref.WeakKeyDictionary[Exchange, str] = weakref.WeakKeyDictionary()
 
 
 def _round(run: DagRun, index: int) -> RoundRecord | None:

@@ -235,8 +235,12 @@ async def resume(notebook: NotebookSession, line: str) -> DagRun:
     if summary is None:
         raise UsageError(f"no run {run_id!r} in the run store {store.path}; `%dag history` lists the stored runs")
     if not summary.interrupted:
-        ended = "is running" if summary.status == "running" else f"ended ({summary.status})"
-        raise UsageError(f"run {run_id} {ended}: there is nothing to resume")
+        if summary.driver is not None:
+            raise UsageError(
+                f"run {run_id} is running ({summary.driver}): wait for it to end, or stop it there; "
+                "there is nothing to resume"
+            )
+        raise UsageError(f"run {run_id} ended ({summary.status}): there is nothing to resume")
     options = shlex.join(words) if words else notebook.options.get(run_id, "")
     args = notebook.magics.parse(options)
     if not words:  # the options of the cell that started it, but awaited here

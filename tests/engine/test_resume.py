@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -285,3 +286,64 @@ async def test_what_cannot_be_resumed_says_why(tmp_path: Path) -> None:
     offline = DagSession(ModelRegistry().register("m", ScriptedLLM(script())), DagSettings(store="none"))
     with pytest.raises(DagError, match="there is no run store to resume 'x' from \\(DAG_STORE is none\\)"):
         await offline.resume("x")
+
+
+# --- one driver at a time: the run's lease
+
+
+async def test_two_sessions_resuming_one_run_at_once_drive_it_once(tmp_path: Path) -> None:
+    path = tmp_path / "runs.sqlite"
+    running = asyncio.Event()
+
+    async def slow_step(request: ScriptedRequest) -> str:
+        running.set()
+        await asyncio.sleep(5)
+        return "late"
+
+    run = session(path, ScriptedLLM(script(step=slow_step))).start("goal")
+    await running.wait()
+    await cancel_when(run, lambda: True)
+    llm = ScriptedLLM(script())  # both sessions' model: it counts what the two of them asked
+    outcomes = await asyncio.gather(
+        session(path, llm).resume(run.run_id), session(path, llm).resume(run.run_id), return_exceptions=True
+    )
+
+    refused = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
+    assert len(refused) == 1 and isinstance(refused[0], DagError), outcomes
+    owner = f"pid {os.getpid()} on {socket.gethostname()}"
+    assert f"run {run.run_id} is being driven by another session of this process ({owner}" in str(refused[0])
+    (resumed,) = [outcome for outcome in outcomes if not isinstance(outcome, BaseException)]
+    assert resumed.status == "done"
+    assert Counter(str(r.step_id) for r in llm.requests_for("step")) == {"s1": 1, "s2": 1}
+    assert len(llm.requests_for("synthesize")) == 1
+    stored = RunStore.open(path).load(run.run_id)
+    assert [event.type for event in stored.events].count("run_finished") == 2  # the cancel's, the resume's
+    assert RunStore.open(path).summary(run.run_id) == RunStore.open(path).runs()[0]
+    assert not RunStore.open(path).runs()[0].interrupted
+
+
+async def test_a_run_driven_here_is_refused_to_another_process_naming_its_driver(tmp_path: Path) -> None:
+    path, calls = tmp_path / "runs.sqlite", tmp_path / "calls.txt"
+    release = asyncio.Event()
+    steps: Counter[str] = Counter()
+
+    async def held_step(request: ScriptedRequest) -> str:
+        steps[str(request.step_id)] += 1
+        await release.wait()
+        return f"value of {request.step_id}"
+
+    run = session(path, ScriptedLLM(script(step=held_step))).start("goal")
+    while not steps:
+        await asyncio.sleep(0.01)
+    other = child(path, calls, "resume", run.run_id)
+    out, err = await asyncio.to_thread(other.communicate, timeout=120)
+    release.set()
+    await run
+
+    assert other.returncode != 0 and out == "", out
+    assert f"run {run.run_id} is being driven by another process (pid {os.getpid()} on {socket.gethostname()}" in err
+    assert "wait for it to end" in err
+    assert not calls.exists()  # the other process ran nothing
+    assert run.status == "done" and steps == {"s1": 1, "s2": 1}
+    stored = RunStore.open(path).load(run.run_id)
+    assert [event.type for event in stored.events].count("run_finished") == 1

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
+import socket
 import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +19,11 @@ import pytest
 
 import dagmagic
 from dagmagic import DagError, DagRun, DagSession, DagSettings, ModelRegistry
+from dagmagic.engine.context import Exchange
 from dagmagic.engine.store import SCHEMA_VERSION, RunStore
 from dagmagic.errors import StoreError
-from dagmagic.events import StepCompleted
+from dagmagic.events import RunFinished, RunWarning, StepCompleted
+from dagmagic.models import RunState
 from dagmagic.testing import ScriptedLLM, ScriptedRequest
 
 from .conftest import plan_reply, verdict
@@ -205,18 +210,269 @@ def test_two_processes_writing_one_store_at_once_lose_nothing(tmp_path: Path) ->
 
 
 async def test_a_store_of_schema_1_is_migrated_and_its_runs_read_back(tmp_path: Path) -> None:
-    from dagmagic.engine import store as store_module
-
+    run = await session(tmp_path / "scratch.sqlite").run("g")
     path = tmp_path / "runs.sqlite"
-    run = await DagSession(ModelRegistry().register("m", ScriptedLLM(script())), DagSettings(store=str(path))).run("g")
-    RunStore.open(path).close()
-    with sqlite3.connect(path) as db:  # back to how schema 1 left it
+    with sqlite3.connect(path) as db:  # a run as schema 2 wrote it, then back to how schema 1 left it
+        for statement in SCHEMA_2:
+            db.execute(statement)
+        write_as_schema_2(db, run, [], run_id=run.run_id, status="done", pid=os.getpid())
         db.execute("ALTER TABLE rounds DROP COLUMN extra")
         db.execute("PRAGMA user_version = 1")
-    with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 1
     stored = RunStore.open(path).load(run.run_id)  # opening migrates it
     assert stored.state.rounds[0].rerun_of is None and stored.state.answer == run.answer
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == store_module.SCHEMA_VERSION == 2
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
         assert "extra" in [row[1] for row in db.execute("PRAGMA table_info(rounds)")]
+
+
+# --- one driver at a time: event numbers from the store, leases instead of host/pid liveness
+
+
+async def interrupted_run(path: Path) -> DagRun:
+    """A run cancelled while s3 runs: s1 and s2 completed."""
+    running = asyncio.Event()
+
+    async def step(request: ScriptedRequest) -> str:
+        if request.step_id == "s3":
+            running.set()
+            await asyncio.sleep(5)
+        return f"result of {request.step_id}"
+
+    run = session(path, ScriptedLLM(script(step=step))).start("goal")
+    await running.wait()
+    run.cancel()
+    return await run
+
+
+def test_events_from_two_writers_are_all_kept_in_the_order_written(tmp_path: Path) -> None:
+    path = tmp_path / "runs.sqlite"
+    run = DagRun(RunState(run_id="r1", goal="goal", started_at=time.time()))
+    first, second = RunStore(path), RunStore(path)  # as two processes have it: two connections
+    first.attach(run, [])
+    first.record(run, RunWarning(message="a"))
+    first.record(run, RunFinished(status="done", achieved=True, confidence=0.9))
+    for writer, text in [(second, "b"), (first, "c"), (second, "d")]:  # late words from both
+        writer.record(run, RunWarning(message=text))
+    events = RunStore(path).load("r1").events
+    assert [getattr(event, "message", event.type) for event in events] == ["a", "run_finished", "b", "c", "d"]
+
+
+@pytest.mark.parametrize(
+    ("host", "pid"), [("elsewhere", 4242), (socket.gethostname(), os.getppid())], ids=["another-host", "a-reused-pid"]
+)
+async def test_a_run_whose_driver_is_gone_shows_interrupted_and_resumes(tmp_path: Path, host: str, pid: int) -> None:
+    path = tmp_path / "runs.sqlite"
+    run = await interrupted_run(path)
+    with sqlite3.connect(path) as db:  # as a driver on `host` (or a process whose pid is now another's) left it
+        db.execute(
+            "UPDATE runs SET status = 'running', host = ?, pid = ?, updated_at = ? WHERE run_id = ?",
+            (host, pid, time.time() - 3600, run.run_id),
+        )
+    store = RunStore.open(path)
+    summary = store.summary(run.run_id)
+    assert summary is not None and summary.status == "running" and summary.interrupted
+
+    for expires, live in [(time.time() + 3600, True), (time.time() - 1, False)]:
+        with sqlite3.connect(path) as db:  # its lease: still live, then expired
+            db.execute(
+                "INSERT OR REPLACE INTO leases VALUES (?, 'their-token', ?, ?, ?, ?, ?)",
+                (run.run_id, host, pid, time.time() - 60, time.time() - 5, expires),
+            )
+        summary = store.summary(run.run_id)
+        assert summary is not None and summary.interrupted is not live
+        if live:
+            assert summary.driver is not None and f"pid {pid} on {host}" in summary.driver
+            with pytest.raises(DagError, match=f"run {run.run_id} is being driven by another process \\(pid {pid} on"):
+                await session(path).resume(run.run_id)
+    resumed = await session(path).resume(run.run_id)
+    assert resumed.status == "done" and [s.status for s in resumed.steps.values()] == ["completed"] * 3
+    summary = store.summary(run.run_id)
+    assert summary is not None and (summary.status, summary.interrupted, summary.driver) == ("done", False, None)
+
+
+async def test_a_long_run_keeps_its_lease_while_it_runs_and_gives_it_back_when_it_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dagmagic.engine import lease
+
+    monkeypatch.setattr(lease, "LEASE_SECONDS", 0.5)
+    monkeypatch.setattr(lease, "HEARTBEAT_SECONDS", 0.05)
+    path = tmp_path / "runs.sqlite"
+    release = asyncio.Event()
+
+    async def held(request: ScriptedRequest) -> str:
+        await release.wait()
+        return "ok"
+
+    run = session(path, ScriptedLLM(script(step=held))).start("goal")
+    while not run.steps or run.steps["s1"].status != "running":
+        await asyncio.sleep(0.01)
+
+    def expiry() -> float | None:
+        with sqlite3.connect(path) as db:
+            row = db.execute("SELECT expires FROM leases WHERE run_id = ?", (run.run_id,)).fetchone()
+        return None if row is None else float(row[0])
+
+    first = expiry()
+    assert first is not None
+    while time.time() < first + 1.0:  # twice as long as a lease lasts: only its heartbeat keeps it
+        await asyncio.sleep(0.05)
+    later = expiry()
+    assert later is not None and later > first + 0.5
+    summary = RunStore.open(path).summary(run.run_id)
+    assert summary is not None and not summary.interrupted
+    with pytest.raises(DagError, match="is being driven by another session of this process"):
+        session(path).start_resume(run.run_id)
+    release.set()
+    await run
+    assert run.status == "done" and expiry() is None
+
+
+# --- a store of schema 2, as dagmagic 0.x wrote it
+
+SCHEMA_2 = [
+    """CREATE TABLE runs (
+        run_id TEXT PRIMARY KEY, goal TEXT NOT NULL, status TEXT NOT NULL, phase TEXT NOT NULL,
+        started_at REAL, finished_at REAL, updated_at REAL NOT NULL, error TEXT, answer TEXT NOT NULL,
+        follow_ups TEXT NOT NULL, pending TEXT NOT NULL, domain TEXT, routed INTEGER NOT NULL,
+        history TEXT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL)""",
+    """CREATE TABLE rounds (
+        run_id TEXT NOT NULL, idx INTEGER NOT NULL, goal TEXT NOT NULL, analysis TEXT, decision TEXT,
+        error TEXT, warnings TEXT NOT NULL, free INTEGER NOT NULL, PRIMARY KEY (run_id, idx))""",
+    """CREATE TABLE steps (
+        run_id TEXT NOT NULL, round INTEGER NOT NULL, step_id TEXT NOT NULL, position INTEGER NOT NULL,
+        status TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (run_id, round, step_id))""",
+    """CREATE TABLE calls (
+        run_id TEXT NOT NULL, seq INTEGER NOT NULL, purpose TEXT NOT NULL, cost REAL, data TEXT NOT NULL,
+        PRIMARY KEY (run_id, seq))""",
+    """CREATE TABLE events (
+        run_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL, at REAL NOT NULL, data TEXT NOT NULL,
+        PRIMARY KEY (run_id, seq))""",
+    "CREATE INDEX runs_by_start ON runs (started_at)",
+    "ALTER TABLE rounds ADD COLUMN extra TEXT NOT NULL DEFAULT '{}'",
+    "PRAGMA user_version = 2",
+    f"PRAGMA application_id = {0x4441474D}",
+]
+
+
+def write_as_schema_2(
+    db: sqlite3.Connection, run: DagRun, history: list[list[str]], *, run_id: str, status: str, pid: int
+) -> None:
+    """``run``'s rows, as ``run_id``, as schema 2 wrote them: the conversation copied into the run's row, each
+    call twice, the driver named by host and pid.
+    """
+    state = run.state
+    db.execute(
+        "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (run_id, state.goal, status, state.phase, state.started_at, state.finished_at, time.time(), state.error,
+         state.answer, json.dumps(state.follow_ups), json.dumps(state.pending_follow_ups), state.domain,
+         int(state.routed), json.dumps(history), socket.gethostname(), pid),
+    )  # fmt: skip
+    for record in state.rounds:
+        extra = record.model_dump(mode="json", include={"rerun_of", "rerun_step", "approval", "follow_ups"})
+        db.execute(
+            "INSERT INTO rounds VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (run_id, record.index, record.plan.goal,
+             record.analysis.model_dump_json() if record.analysis else None,
+             record.decision.model_dump_json() if record.decision else None,
+             record.error, json.dumps(record.warnings), int(record.free),
+             json.dumps({**extra, "query": record.plan.query})),
+        )  # fmt: skip
+        for position, step in enumerate(record.plan.steps):
+            db.execute(
+                "INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?)",
+                (run_id, record.index, step.id, position, step.status, step.model_dump_json()),
+            )
+    for sequence, call in enumerate(state.calls):
+        db.execute(
+            "INSERT INTO calls VALUES (?, ?, ?, ?, ?)",
+            (run_id, sequence, call.purpose, call.cost, call.model_dump_json()),
+        )
+    for sequence, event in enumerate(event for event in run.events if event.type != "answer_delta"):
+        db.execute(
+            "INSERT INTO events VALUES (?, ?, ?, ?, ?)",
+            (run_id, sequence, event.type, event.at, event.model_dump_json()),
+        )
+
+
+async def test_a_store_of_schema_2_migrates_reads_back_and_judges_its_drivers_by_host_and_pid(tmp_path: Path) -> None:
+    done = await session(tmp_path / "scratch.sqlite").run("an earlier goal")
+    cut = await interrupted_run(tmp_path / "scratch.sqlite")
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    path = tmp_path / "runs.sqlite"
+    history = [["before", "an answer before"]]
+    with sqlite3.connect(path) as db:
+        for statement in SCHEMA_2:
+            db.execute(statement)
+        write_as_schema_2(db, done, history, run_id="done", status="done", pid=int(gone.stdout))
+        write_as_schema_2(db, cut, history, run_id="orphan", status="running", pid=int(gone.stdout))
+        write_as_schema_2(db, cut, history, run_id="driven", status="running", pid=os.getppid())
+
+    store = RunStore.open(path)  # migrates it
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    stored = store.load("done")
+    assert stored.state.model_dump() == {**done.state.model_dump(), "run_id": "done"}
+    assert stored.history == [Exchange(goal="before", answer="an answer before")]
+    assert [event.model_dump() for event in stored.events] == [
+        event.model_dump() for event in done.events if event.type != "answer_delta"
+    ]
+    summaries = {summary.run_id: summary for summary in store.runs()}
+    assert (summaries["done"].interrupted, summaries["orphan"].interrupted) == (False, True)  # its process is gone
+    assert not summaries["driven"].interrupted  # its process lives, and it was written a moment ago
+    assert f"pid {os.getppid()} on {socket.gethostname()}" in (summaries["driven"].driver or "")
+    with pytest.raises(DagError, match=f"run driven is being driven by another process \\(pid {os.getppid()} on"):
+        await session(path).resume("driven")
+
+    resumed = await session(path).resume("orphan")
+    assert resumed.status == "done" and [s.status for s in resumed.steps.values()] == ["completed"] * 3
+    assert store.load("orphan").history == [Exchange(goal="before", answer="an answer before")]
+
+
+# --- each thing stored once
+
+
+def stored_text(path: Path) -> list[str]:
+    """Every text value of every table of the store."""
+    with sqlite3.connect(path) as db:
+        tables = [name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return [value for table in tables for row in db.execute(f"SELECT * FROM {table}") for value in row
+                if isinstance(value, str)]  # fmt: skip
+
+
+def store_bytes(path: Path) -> int:
+    with sqlite3.connect(path) as db:  # the WAL's committed pages included
+        return int(db.execute("PRAGMA page_count").fetchone()[0]) * int(db.execute("PRAGMA page_size").fetchone()[0])
+
+
+async def test_a_long_session_stores_each_run_once_and_grows_linearly(tmp_path: Path) -> None:
+    path = tmp_path / "runs.sqlite"
+    runs = 30
+    llm = ScriptedLLM(
+        script(
+            route=lambda r: {"domain": None, "note": f"call-marker-{len(llm.requests_for('route'))}"},
+            synthesize=lambda r: [f"Answer {len(llm.requests_for('synthesize'))}: " + "the long answer. " * 600],
+            history_summary=["What was asked and answered so far, in short."],
+        )
+    )
+    s = session(path, llm, planner_input_tokens=1000)
+    sizes = [store_bytes(path)] if path.exists() else [0]
+    for n in range(runs):
+        await s.run(f"goal {n}")
+        sizes.append(store_bytes(path))
+
+    growth = [after - before for before, after in itertools.pairwise(sizes)]
+    first, last = sum(growth[2:8]) / 6, sum(growth[-6:]) / 6  # run 1 creates the tables
+    assert last < first * 1.5, growth  # a copy of the conversation per run would make it grow with the session
+    text = stored_text(path)
+    for n in range(1, runs + 1):  # each call's record once, not also in its event
+        assert sum(value.count(f"call-marker-{n}\\") for value in text) == 1, n
+
+    latest = s.runs[-1]
+    stored = RunStore.open(path).load(latest.run_id)
+    assert stored.history == s.history[:-1] and len(stored.history) == runs - 1
+    calls = [event for event in stored.events if event.type == "llm_call"]
+    assert [event.model_dump() for event in calls] == [
+        event.model_dump() for event in latest.events if event.type == "llm_call"
+    ]
+    assert stored.state.calls == latest.calls
