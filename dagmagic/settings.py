@@ -175,6 +175,11 @@ class DagSettings(BaseModel):
         description="Seconds the opt-in `python` tool's process may run before it is killed.",
         json_schema_extra=_env("DAG_CODE_TIMEOUT"),
     )
+    code_network: bool = Field(
+        False,
+        description="Let the opt-in `python` tool's scripts use the network (a sandboxed script has none without it).",
+        json_schema_extra=_env("DAG_CODE_NETWORK"),
+    )
     domain_routing: bool = Field(
         True,
         description="Classify the goal's domain (legal, medical, financial) to steer the planner.",

@@ -1,15 +1,24 @@
 """The supervisor of one ``python`` tool script: it owns every process the script starts and ends them all.
 
-``code_tool`` runs ``python -I _code_supervisor.py PARENT_PID COMMAND...``; this file imports only the standard
-library, so that it starts fast and without the package. On Linux the supervisor makes itself a child subreaper
-(``prctl(PR_SET_CHILD_SUBREAPER)``): a descendant whose parent dies (a daemon's double fork, a child that left
-the process group with ``setsid()``) is re-parented to it rather than to init, so it stays findable. When the
-script exits, or when the supervisor is told to stop (SIGTERM, SIGINT, SIGHUP, or the death of the process
-that started it), it kills every process whose parent chain leads to it, reaps them, and ends with the
-script's status (or by the signal that ended the script, so the caller sees the same return code).
+``code_tool`` runs ``python -I _code_supervisor.py PARENT_PID STATUS_FD COMMAND...``; this file imports only the
+standard library, so that it starts fast and without the package. On Linux the supervisor makes itself a child
+subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``): a descendant whose parent dies (a daemon's double fork, a child
+that left the process group with ``setsid()``) is re-parented to it rather than to init, so it stays findable.
+When the script exits, or when the supervisor is told to stop (SIGTERM, SIGINT, SIGHUP, or the death of the
+process that started it), it kills every process whose parent chain leads to it, reaps them, and ends with the
+script's status (or by the signal that ended the script, so the caller sees the same return code). The
+script's exit code is also written to STATUS_FD (``-``: none), which a sandbox in between passes on unchanged.
 
-Elsewhere (no ``prctl``, no ``/proc``) it only runs and waits for the script; the caller's ``killpg`` of its
-process group is then the net, and it misses what left the group.
+A subreaper that is killed (SIGKILL takes no handler) hands its orphans to init, where nothing finds them. So
+on Linux there are two guards: the supervisor forks a second one, in a process group of its own, which starts
+the script in a session of its own. The script's parent is the second guard; killing it leaves the script's
+processes with the first, which ends them; killing the first (the second's parent) sends the second a SIGTERM,
+on which it ends them. A group kill reaches one guard at most. What still escapes is a script that finds both
+guards and SIGKILLs them within milliseconds; the sandbox (a PID namespace whose init cannot be killed from
+inside) closes that too.
+
+Elsewhere (no ``prctl``, no ``/proc``) it only runs and waits for the script, in its own process group; the
+caller's ``killpg`` of that group is then the net, and it misses what left the group.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ import sys
 import time
 from collections.abc import Iterator
 from types import FrameType
+from typing import NoReturn
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -36,20 +46,31 @@ class _Stopped(Exception):
         self.signum = signum
 
 
-def main(argv: list[str]) -> None:
-    """Run ``argv[2:]`` as the script, then end every process it left behind and exit as it did."""
-    parent, command = int(argv[1]), argv[2:]
+def main(argv: list[str]) -> NoReturn:
+    """Run ``argv[3:]`` as the script, then end every process it left behind and exit as it did."""
+    status_fd = None if argv[2] == "-" else int(argv[2])
+    _guard(int(argv[1]), argv[3:], status_fd, first=True)
+
+
+def _guard(parent: int, command: list[str], status_fd: int | None, *, first: bool) -> NoReturn:
+    """Start the script (or, as the first of two guards, the second guard), end its family, exit as it did."""
     owns_orphans = _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     for signum in _STOP_SIGNALS:
         signal.signal(signum, _raise_stopped)
     exit_code: int | None = None
     stopped_by: int | None = None
     try:
-        # a kernel that dies (or restarts) must not leave a runaway script behind
+        # a kernel (or first guard) that dies must not leave a runaway script behind
         if _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM) and os.getppid() != parent:
             raise _Stopped(signal.SIGTERM)
-        script = subprocess.Popen(command)
-        exit_code = _wait(script, owns_orphans)
+        if owns_orphans and first:
+            exit_code = _wait(_start_second_guard(command, status_fd))
+        else:
+            script = subprocess.Popen(command, start_new_session=owns_orphans)  # a group kill misses the guards
+            exit_code = script.returncode = _wait(script.pid) if owns_orphans else script.wait()
+            if status_fd is not None:
+                with contextlib.suppress(OSError):
+                    os.write(status_fd, f"{exit_code}\n".encode())
     except _Stopped as stop:
         stopped_by = stop.signum
     finally:
@@ -61,19 +82,31 @@ def main(argv: list[str]) -> None:
     sys.exit(exit_code)
 
 
+def _start_second_guard(command: list[str], status_fd: int | None) -> int:
+    """Fork the guard that starts the script; its pid."""
+    first = os.getpid()
+    pid = os.fork()
+    if pid:
+        return pid
+    try:
+        os.setpgid(0, 0)  # a kill of the first guard's process group does not reach this one
+        _guard(first, command, status_fd, first=False)
+    except SystemExit as ending:
+        os._exit(ending.code if isinstance(ending.code, int) else 1)
+    finally:
+        os._exit(1)  # never back into the first guard's stack
+
+
 def _raise_stopped(signum: int, frame: FrameType | None) -> None:
     raise _Stopped(signum)
 
 
-def _wait(script: subprocess.Popen[bytes], owns_orphans: bool) -> int:
-    """The script's return code; orphans re-parented meanwhile are reaped as they die."""
-    if not owns_orphans:
-        return script.wait()
+def _wait(child: int) -> int:
+    """The return code of ``child``; orphans re-parented meanwhile are reaped as they die."""
     while True:
         pid, status = os.waitpid(-1, 0)
-        if pid == script.pid:
-            script.returncode = os.waitstatus_to_exitcode(status)
-            return script.returncode
+        if pid == child:
+            return os.waitstatus_to_exitcode(status)
 
 
 def _clean_up() -> None:

@@ -77,6 +77,7 @@ class DagSession:
         self.allow_code = allow_code
         """Steps may run model-written code with the ``python`` tool."""
         self._code: CodeWorkspace | None = None
+        self._warned_without_sandbox = False
         self._tools = list(tools)
         self._step_runner = step_runner
         self.approve_plans = approve_plans
@@ -220,9 +221,21 @@ class DagSession:
 
     def _toolset(self, tools: list[ToolLike], allow_code: bool) -> list[Tool]:
         if allow_code and self._code is None:
-            self._code = CodeWorkspace(self.settings.code_timeout)
+            self._code = CodeWorkspace(self.settings.code_timeout, network=self.settings.code_network)
         extra = [self._code.tool()] if allow_code and self._code is not None else []
         return as_tools([*tools, *extra])
+
+    def _unsandboxed_code_warning(self) -> str | None:
+        """Once per session, when its ``python`` tool runs scripts without a sandbox: what that means."""
+        if self._code is None or self._code.sandbox_problem is None or self._warned_without_sandbox:
+            return None
+        self._warned_without_sandbox = True
+        return (
+            f"The python tool runs scripts without a sandbox: {self._code.sandbox_problem}. They run as your"
+            " user: they can read and change your files, see your processes and use the network (whatever"
+            " DAG_CODE_NETWORK says). What still holds: their environment has no keys or DAG_* variables, and"
+            " every process they start is ended with the call (unless a script kills its supervisors on purpose)."
+        )
 
     def _keep(self, run: DagRun) -> DagRun:
         if all(kept is not run for kept in self.runs):
@@ -316,6 +329,8 @@ class _Driver:
             run.save_to(store, self.history)
         elif settings.store_path is not None and not isinstance(origin, Rerun):
             run.emit(RunWarning(message=f"This run is not saved: {self.session.store_problem(settings)}"))
+        if "python" in self.loop.tool_names and (warning := self.session._unsandboxed_code_warning()):
+            run.emit(RunWarning(message=warning))
         task = asyncio.get_running_loop().create_task(self.loop.drive(run, origin), name=f"dagmagic:run:{run.run_id}")
         token = store.lease_token(run.run_id) if store is not None else None
         if store is not None and token is not None:  # the run's end gives it back; this, if the end was not saved

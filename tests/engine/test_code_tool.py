@@ -1,8 +1,10 @@
-"""The opt-in ``python`` tool: code runs in a separate process in its own working directory, is killed with
-its children at the timeout, and is absent from a session (and from what a step is offered) without
-``allow_code=True``.
+"""The opt-in ``python`` tool: code runs in a separate process in its own working directory, in a sandbox where
+bubblewrap can run, is killed with its children at the timeout (and nothing it starts outlives the call), and
+is absent from a session (and from what a step is offered) without ``allow_code=True``.
 
-Every test that starts a runaway script kills its pids on the way out, so a failure leaves no spinning process.
+Every test that starts a runaway script kills its processes on the way out, so a failure leaves none spinning.
+A test that needs the sandbox is skipped where bubblewrap cannot run, and fails there under
+``DAGMAGIC_REQUIRE_SANDBOX=1`` (``.ci/run``).
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import os
 import re
 import resource
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +30,7 @@ import pytest
 from dagmagic import DagSession, DagSettings, ModelRegistry
 from dagmagic.engine.code_tool import CodeWorkspace, python_tool
 from dagmagic.engine.tools import Tool, tool
+from dagmagic.events import RunWarning
 from dagmagic.testing import ScriptedLLM, ToolCall
 
 from .conftest import plan_reply, verdict
@@ -93,6 +98,79 @@ def session(llm: ScriptedLLM, **kwargs: Any) -> DagSession:
 def lookup(query: str) -> str:
     """Look something up."""
     return f"found {query}"
+
+
+# --- with and without the sandbox ------------------------------------------------------------------------------
+# A sandboxed script lives in its own PID namespace: the pids it sees mean nothing outside, so these tests find
+# its processes from outside by a token in their command line (a fork keeps its parent's).
+
+
+def sandbox_problem() -> str | None:
+    from dagmagic.engine import _code_sandbox
+
+    return _code_sandbox.sandbox_problem()
+
+
+@pytest.fixture
+def sandboxed() -> None:
+    """The test needs bubblewrap: it fails where the sandbox must be there (CI), else it is skipped."""
+    problem = sandbox_problem()
+    if problem is None:
+        return
+    if os.environ.get("DAGMAGIC_REQUIRE_SANDBOX"):
+        pytest.fail(f"the python tool's sandbox cannot run here: {problem}")
+    pytest.skip(f"the python tool's sandbox cannot run here: {problem}")
+
+
+@pytest.fixture
+def unsandboxed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As on a machine without bubblewrap."""
+    from dagmagic.engine import _code_sandbox
+
+    monkeypatch.setattr(_code_sandbox, "BWRAP", "/nonexistent/bwrap")
+
+
+@pytest.fixture(params=["sandboxed", "unsandboxed"])
+def either(request: pytest.FixtureRequest) -> str:
+    """Once in the sandbox, once without one: what must hold in both."""
+    request.getfixturevalue(request.param)
+    return str(request.param)
+
+
+def processes_with(token: str) -> list[int]:
+    """Pids (outside any namespace) whose command line holds ``token``; zombies are dead and left out."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        with contextlib.suppress(OSError):
+            if token.encode() in Path(f"/proc/{entry}/cmdline").read_bytes() and not is_zombie(int(entry)):
+                found.append(int(entry))
+    return found
+
+
+@contextlib.contextmanager
+def token_killed_afterwards(token: str) -> Iterator[str]:
+    try:
+        yield token
+    finally:
+        for pid in processes_with(token):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+
+async def none_left(token: str, within: float = 5.0) -> bool:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while processes_with(token):
+        if loop.time() > deadline:
+            return False
+        await asyncio.sleep(0.02)
+    return True
+
+
+def unique_token(name: str) -> str:
+    return f"dagtoken-{name}-{os.getpid()}-{os.urandom(4).hex()}"
 
 
 # --- the tool ---------------------------------------------------------------------------------------------------
@@ -278,8 +356,11 @@ async def test_a_whole_run_never_shows_a_secret(canaries: dict[str, str]) -> Non
 
 
 # --- the kill ---------------------------------------------------------------------------------------------------
+# These read the pids a script prints: outside the sandbox's PID namespace they name its processes; the
+# sandbox's own kill is tested at the end, by token.
 
 
+@pytest.mark.usefixtures("unsandboxed")
 async def test_a_runaway_script_is_killed_at_its_timeout() -> None:
     with killed_afterwards([]) as pids:
         outcome = await python_tool(timeout=0.5).run({"code": RUNAWAY}, timeout=30)
@@ -292,6 +373,7 @@ async def test_a_runaway_script_is_killed_at_its_timeout() -> None:
             os.kill(pids[0], 0)
 
 
+@pytest.mark.usefixtures("unsandboxed")
 async def test_the_scripts_children_are_killed_too() -> None:
     with killed_afterwards([]) as pids:
         outcome = await python_tool(timeout=0.5).run({"code": RUNAWAY_WITH_CHILD}, timeout=30)
@@ -304,6 +386,7 @@ async def test_the_scripts_children_are_killed_too() -> None:
         assert await gone(child, zombie_ok=True), f"child {child} survived its script"
 
 
+@pytest.mark.usefixtures("unsandboxed")
 async def test_cancelling_the_call_kills_the_script(tmp_path: Path) -> None:
     code = "import os\nopen('pid', 'w').write(str(os.getpid()))\nwhile True:\n    pass"
     with killed_afterwards([]) as pids:
@@ -353,6 +436,7 @@ def pid_in(path: Path) -> int:
     return int(path.read_text())
 
 
+@pytest.mark.usefixtures("unsandboxed")
 async def test_a_child_that_left_the_process_group_is_killed_at_the_timeout(tmp_path: Path) -> None:
     with killed_afterwards([]) as pids:
         outcome = await python_tool(timeout=3, workdir=tmp_path).run({"code": SETSID_CHILD}, timeout=30)
@@ -363,6 +447,7 @@ async def test_a_child_that_left_the_process_group_is_killed_at_the_timeout(tmp_
         assert await gone(child, zombie_ok=True), f"child {child} (its own session) survived the timeout"
 
 
+@pytest.mark.usefixtures("unsandboxed")
 async def test_a_daemon_is_killed_when_its_script_exits(tmp_path: Path) -> None:
     with killed_afterwards([]) as pids:
         outcome = await python_tool(timeout=20, workdir=tmp_path).run({"code": DOUBLE_FORKED_DAEMON}, timeout=30)
@@ -371,6 +456,7 @@ async def test_a_daemon_is_killed_when_its_script_exits(tmp_path: Path) -> None:
         assert await gone(pids[0], zombie_ok=True), f"daemon {pids[0]} outlived its script"
 
 
+@pytest.mark.usefixtures("unsandboxed")
 async def test_cancelling_the_call_kills_a_child_that_left_the_process_group(tmp_path: Path) -> None:
     with killed_afterwards([]) as pids:
         call = asyncio.create_task(python_tool(timeout=30, workdir=tmp_path).run({"code": SETSID_CHILD}, timeout=60))
@@ -388,14 +474,19 @@ async def test_cancelling_the_call_kills_a_child_that_left_the_process_group(tmp
 KERNEL_THAT_DIES = """
 import asyncio, sys
 from pathlib import Path
+from dagmagic.engine import _code_sandbox
 from dagmagic.engine.code_tool import python_tool
+if sys.argv[3:] == ["unsandboxed"]:
+    _code_sandbox.BWRAP = "/nonexistent/bwrap"
 asyncio.run(python_tool(timeout=60, workdir=Path(sys.argv[1])).run({"code": sys.argv[2]}, timeout=90))
 """
 
 
+@pytest.mark.usefixtures("unsandboxed")
 async def test_a_script_dies_with_the_kernel_that_started_it(tmp_path: Path) -> None:
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    kernel = subprocess.Popen([sys.executable, "-c", KERNEL_THAT_DIES, str(tmp_path), SETSID_CHILD], env=env)
+    kernel_command = [sys.executable, "-c", KERNEL_THAT_DIES, str(tmp_path), SETSID_CHILD, "unsandboxed"]
+    kernel = subprocess.Popen(kernel_command, env=env)
     with killed_afterwards([]) as pids:
         try:
             while not (tmp_path / "script.pid").exists() or not (tmp_path / "script.pid").read_text():
@@ -420,6 +511,7 @@ def test_a_session_has_python_only_when_code_is_allowed() -> None:
     assert [t.name for t in session(llm, tools=[lookup], allow_code=True).tools] == ["lookup", "python"]
 
 
+@pytest.mark.usefixtures("unsandboxed")
 async def test_the_sessions_python_tool_is_killed_at_code_timeout() -> None:
     settings = DagSettings(store="none", code_timeout=0.3)
     allowed = DagSession(ModelRegistry().register("scripted", ScriptedLLM({"*": "x"})), settings, allow_code=True)
@@ -532,6 +624,7 @@ async def test_a_given_workdir_is_never_removed(tmp_path: Path) -> None:
     assert (tmp_path / "result.csv").read_text() == "a,b"
 
 
+@pytest.mark.usefixtures("unsandboxed")
 async def test_closing_kills_a_script_still_running(tmp_path: Path) -> None:
     workspace = CodeWorkspace(timeout=30)
     code = "import os, time\nopen('pid', 'w').write(str(os.getpid()))\nwhile True:\n    time.sleep(0.01)"
@@ -572,3 +665,286 @@ def test_the_directory_is_gone_at_interpreter_exit() -> None:
     directory = Path(finished.stdout.strip())
     assert directory.name.startswith("dagmagic-code-")
     assert not directory.exists()
+
+
+# --- the sandbox (bubblewrap): what only it gives, and what holds in it and without it -------------------------
+
+
+# a kernel as Jupyter starts it: with secrets in its environment and its connection file on its command line
+FAKE_KERNEL = """
+import asyncio, sys
+from pathlib import Path
+from dagmagic.engine.code_tool import python_tool
+outcome = asyncio.run(python_tool(timeout=30, workdir=Path(sys.argv[1])).run({"code": sys.argv[2]}, timeout=60))
+print(outcome.observation)
+"""
+KERNEL_SECRET = "DAG_TEST_SECRET"
+CONNECTION_FILE = "kernel-conn-4b1d.json"
+
+# the names it looks for are built at run time, so that the script's own command line does not hold them
+SNOOP = r"""
+import os
+wanted = [b"DAG_TEST" + b"_SECRET=", b"kernel-conn" + b"-4b1d"]
+def ancestors():
+    pid = os.getpid()
+    while pid > 1:
+        pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+        yield pid
+pids = [*ancestors(), *(int(entry) for entry in os.listdir("/proc") if entry.isdigit())]
+found = set()
+for pid in pids:
+    for name in ("environ", "cmdline"):
+        try:
+            data = open(f"/proc/{pid}/{name}", "rb").read()
+        except OSError:
+            continue
+        found.update(f"{name} of {pid}" for secret in wanted if secret in data)
+print("SNOOPED", sorted(found))
+"""
+
+
+@pytest.mark.usefixtures("sandboxed")
+def test_the_script_cannot_read_the_kernels_environment_or_command_line(tmp_path: Path) -> None:
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", KERNEL_SECRET: "canary-kernel-7e21"}
+    kernel = [sys.executable, "-c", FAKE_KERNEL, str(tmp_path), SNOOP, "-f", f"/nowhere/{CONNECTION_FILE}"]
+    finished = subprocess.run(kernel, capture_output=True, text=True, env=env, timeout=60)
+    assert finished.returncode == 0, finished.stderr
+    assert finished.stdout.startswith("exit code 0\n"), finished.stdout
+    assert "SNOOPED []" in finished.stdout, finished.stdout
+    assert "canary-kernel-7e21" not in finished.stdout
+
+
+LOOPBACK_CALL = """
+import socket
+try:
+    socket.create_connection(("127.0.0.1", {port}), timeout=5).close()
+    print("connected")
+except OSError as exc:
+    print("refused:", exc)
+"""
+
+
+@pytest.mark.usefixtures("sandboxed")
+@pytest.mark.parametrize("network", [False, True])
+async def test_the_network_is_reachable_only_when_allowed(network: bool) -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.setblocking(False)
+    try:
+        port = listener.getsockname()[1]
+        python = python_tool(timeout=20, network=network)
+        outcome = await python.run({"code": LOOPBACK_CALL.format(port=port)}, timeout=30)
+        assert outcome.observation.startswith("exit code 0\n"), outcome.observation
+        try:
+            listener.accept()[0].close()
+            accepted = True
+        except BlockingIOError:
+            accepted = False
+    finally:
+        listener.close()
+    if network:
+        assert "connected" in outcome.observation and accepted
+    else:
+        assert "refused" in outcome.observation and not accepted
+
+
+WRITE_ELSEWHERE = """
+import sys
+import tempfile
+for path in sys.argv[1:]:
+    try:
+        open(path, "w").write("escaped")
+        print("wrote", path)
+    except OSError as exc:
+        print("refused", path, type(exc).__name__)
+"""
+
+
+@pytest.mark.usefixtures("sandboxed")
+async def test_the_script_can_write_only_in_its_working_directory(tmp_path: Path) -> None:
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    with tempfile.TemporaryDirectory(dir=Path.home()) as in_home:
+        targets = [tmp_path / "beside-the-workdir.txt", Path(in_home) / "in-home.txt", workdir / "inside.txt"]
+        code = f"import sys\nsys.argv[1:] = {[str(target) for target in targets]!r}\n" + WRITE_ELSEWHERE
+        outcome = await python_tool(timeout=20, workdir=workdir).run({"code": code}, timeout=30)
+        assert outcome.observation.startswith("exit code 0\n"), outcome.observation
+        for outside in targets[:2]:
+            assert f"refused {outside}" in outcome.observation, outcome.observation
+            assert not outside.exists()
+        assert (workdir / "inside.txt").read_text() == "escaped"
+
+
+ESCAPE = """
+# {token}
+import os, signal, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        open("grandchild.pid", "w").write(str(os.getpid()))
+        time.sleep(60)  # holding the output pipe, in a session of its own, the child of nobody
+    os._exit(0)
+while not (os.path.exists("go") and os.path.exists("grandchild.pid")):
+    time.sleep(0.01)
+os.kill(os.getppid(), signal.SIGKILL)  # the supervisor
+time.sleep(60)
+"""
+
+
+async def test_nothing_outlives_a_script_that_kills_its_supervisor(either: str, tmp_path: Path) -> None:
+    timeout = 20.0
+    with token_killed_afterwards(unique_token("escape")) as token:
+        python = python_tool(timeout=timeout, workdir=tmp_path)
+        call = asyncio.create_task(python.run({"code": ESCAPE.format(token=token)}, timeout=60))
+        while not (tmp_path / "grandchild.pid").exists():
+            assert not call.done(), call.result()
+            await asyncio.sleep(0.02)
+        assert len(processes_with(token)) >= 2, "the script and its grandchild are running"
+        (tmp_path / "go").touch()
+        outcome = await call
+        assert await none_left(token), f"{processes_with(token)} outlived the call ({either})"
+        assert outcome.duration < 0.25 * timeout, f"the call took {outcome.duration:.1f}s of its {timeout}s"
+
+
+RUNAWAY_FAMILY = """
+# {token}
+import os, subprocess, sys, time
+subprocess.Popen([sys.executable, "-c", "# {token}\\nimport os, time\\nos.setsid()\\ntime.sleep(60)"])
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(60)
+    os._exit(0)
+while True:
+    time.sleep(0.01)
+"""
+
+
+async def started(token: str, count: int, call: asyncio.Future[Any] | subprocess.Popen[bytes]) -> None:
+    """Wait until ``count`` processes with ``token`` run; fail if the call ends first."""
+    while len(processes_with(token)) < count:
+        done = call.done() if isinstance(call, asyncio.Future) else call.poll() is not None
+        assert not done, "the call ended before the script's processes started"
+        await asyncio.sleep(0.02)
+
+
+@pytest.mark.usefixtures("sandboxed")
+@pytest.mark.parametrize("end", ["timeout", "cancel", "close"])
+async def test_in_the_sandbox_every_process_ends_with_the_call(end: str) -> None:
+    workspace = CodeWorkspace(timeout=1.5 if end == "timeout" else 30)
+    assert workspace.sandbox_problem is None
+    with token_killed_afterwards(unique_token(end)) as token:
+        call = asyncio.ensure_future(workspace.tool().run({"code": RUNAWAY_FAMILY.format(token=token)}, timeout=60))
+        await started(token, 4, call)  # the script, its child in a session of its own, a daemon and its parent
+        if end == "cancel":
+            call.cancel()
+        elif end == "close":
+            workspace.close()
+        outcome = await asyncio.gather(call, return_exceptions=True)
+        assert await none_left(token), f"{processes_with(token)} outlived the call ({end})"
+    workspace.close()
+    if end == "timeout":
+        assert outcome[0].observation.startswith("Killed: the script ran longer than 1.5s"), outcome
+
+
+@pytest.mark.usefixtures("sandboxed")
+async def test_in_the_sandbox_every_process_dies_with_the_kernel(tmp_path: Path) -> None:
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    with token_killed_afterwards(unique_token("kernel")) as token:
+        code = RUNAWAY_FAMILY.format(token=token)
+        kernel = subprocess.Popen([sys.executable, "-c", KERNEL_THAT_DIES, str(tmp_path), code], env=env)
+        try:
+            await started(token, 4, kernel)
+        finally:
+            kernel.kill()  # no cleanup of its own can run
+            kernel.wait()
+        assert await none_left(token), f"{processes_with(token)} outlived the kernel that started them"
+
+
+async def test_a_script_killed_by_a_signal_shows_that_signal_in_the_sandbox_too(either: str) -> None:
+    outcome = await python_tool(timeout=10).run({"code": "import os, signal\nos.kill(os.getpid(), 15)"}, timeout=30)
+    assert outcome.observation == "exit code -15\n", either
+
+
+def test_the_description_tells_the_model_what_holds(either: str) -> None:
+    description = python_tool(timeout=7).description
+    assert "killed after 7s, with every process it started" in description
+    if either == "sandboxed":
+        assert "in a sandbox, without network access" in description
+        assert "in a sandbox, with network access" in python_tool(timeout=7, network=True).description
+    else:
+        assert "without a sandbox, with the user's files and network" in description
+
+
+@pytest.mark.usefixtures("unsandboxed")
+async def test_without_a_sandbox_a_session_warns_once_and_the_environment_is_still_scrubbed(
+    canaries: dict[str, str],
+) -> None:
+    script = run_script([ToolCall("python", {"code": DUMP_ENVIRONMENT}), "dumped it", "nothing to run"])
+    llm = ScriptedLLM(
+        {purpose: [*replies, *replies] if purpose != "step" else replies for purpose, replies in script.items()}
+    )
+    allowed = session(llm, allow_code=True)
+    first = await allowed.run("show the environment")
+    (call,) = first.steps["s1"].tool_calls
+    assert "ENVIRONMENT DUMPED" in call.observation
+    assert_no_canary(call.observation)
+    warnings = [event.message for event in first.events if isinstance(event, RunWarning)]
+    (warning,) = [message for message in warnings if "sandbox" in message]
+    assert "without a sandbox: bubblewrap is not installed" in warning and "apt-get install bubblewrap" in warning
+    assert "every process they start is ended with the call" in warning
+    second = await allowed.run("again")
+    assert second.status == "done"
+    assert not [event for event in second.events if isinstance(event, RunWarning) and "sandbox" in event.message]
+    allowed.close()
+
+
+KILL_BOTH_SUPERVISORS = """
+# {token}
+import os, signal, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(60)
+    os._exit(0)
+time.sleep(0.2)
+first = int(open(f"/proc/{{os.getppid()}}/stat").read().rsplit(")", 1)[1].split()[1])
+os.kill(first, signal.SIGKILL)
+os.kill(os.getppid(), signal.SIGKILL)
+time.sleep(60)
+"""
+
+
+async def test_a_script_that_kills_both_supervisors_ends_the_call_and_escapes_only_without_a_sandbox(
+    either: str,
+) -> None:
+    timeout = 20.0
+    with token_killed_afterwards(unique_token("both")) as token:
+        outcome = await python_tool(timeout=timeout).run(
+            {"code": KILL_BOTH_SUPERVISORS.format(token=token)}, timeout=60
+        )
+        assert outcome.duration < 0.25 * timeout, f"the call took {outcome.duration:.1f}s of its {timeout}s"
+        assert outcome.observation.startswith("Ended without an exit code"), outcome.observation
+        if either == "sandboxed":
+            assert await none_left(token), f"{processes_with(token)} outlived the call"
+            assert "the sandbox ended every process the script started" in outcome.observation
+        else:  # the platform's limit, said rather than hidden (the second guard may still win the race)
+            escaped = bool(processes_with(token))
+            said = "A process the script started still holds its output: it escaped" in outcome.observation
+            assert escaped == said, outcome.observation
+
+
+def test_a_bwrap_that_cannot_make_a_sandbox_is_named_with_its_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dagmagic.engine import _code_sandbox
+
+    refusing = tmp_path / "bwrap"
+    refusing.write_text("#!/bin/sh\necho 'bwrap: No permissions to create a new namespace' >&2\nexit 1\n")
+    refusing.chmod(0o755)
+    monkeypatch.setattr(_code_sandbox, "BWRAP", str(refusing))
+    workspace = CodeWorkspace(timeout=5)
+    assert workspace.sandbox_problem == (
+        "bubblewrap cannot make a sandbox here (bwrap: No permissions to create a new namespace)"
+    )
+    assert "without a sandbox" in workspace.tool().description
+    workspace.close()
