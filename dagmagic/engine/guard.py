@@ -20,6 +20,7 @@ from dagmagic.engine.context import Exchange, compose_query, format_history, tru
 from dagmagic.errors import RUN_ENDING
 from dagmagic.events import Event, RunWarning
 from dagmagic.llm import ChatModel, ModelRegistry
+from dagmagic.llm.breaker import CircuitBreakers
 from dagmagic.llm.tokens import context_window, count_tokens, fits, request_tokens
 from dagmagic.models import Purpose
 from dagmagic.settings import DagSettings
@@ -81,10 +82,13 @@ class ContextGuard:
         *,
         emit: Callable[[Event], object] | None = None,
         digests: HistoryDigests | None = None,
+        breakers: CircuitBreakers | None = None,
     ) -> None:
         self.registry = registry
         self.settings = settings
         self.emit = emit
+        self.breakers = breakers
+        """The run's breakers: the fast model is not called once it stopped answering."""
         self.digests: HistoryDigests = digests if digests is not None else {}
         self._compacted: dict[tuple[str, str], str] = {}
 
@@ -172,7 +176,9 @@ class ContextGuard:
         return compacted
 
     def _fast(self) -> ChatModel:
-        return ChatModel(self.registry.for_role("fast"), settings=self.settings, emit=self.emit)
+        entry = self.registry.for_role("fast")
+        breaker = self.breakers.of(entry.name) if self.breakers is not None else None
+        return ChatModel(entry, settings=self.settings, emit=self.emit, breaker=breaker)
 
     async def _ask_fast(
         self, system: str, text: str, *, purpose: Purpose, round: int | None, step_id: str | None = None

@@ -234,6 +234,7 @@ class Analyzing(Phase):
                 stopped=inbox.stopped,
                 autonomous_rounds=budget.used,
                 settings=pursuit.loop.settings,
+                unanswered=pursuit.unanswered(record),
             )
         record.analysis, record.decision = analysis, decision
         pursuit.run.emit(AnalysisReady(round=record.index, analysis=analysis, decision=decision))

@@ -70,7 +70,9 @@ class RunQueries:
 
     @property
     def partial(self) -> bool:
-        """Whether the answer covers only what completed before the user stopped the run."""
+        """Whether the answer covers only what completed before the run was stopped (by the user, or because a
+        model stopped answering).
+        """
         decision = self.rounds[-1].decision if self.rounds else None
         return bool(decision and decision.partial)
 
