@@ -40,7 +40,7 @@ class Execution:
     ) -> None:
         self.pursuit = pursuit
         self.plan = plan
-        self.objective = pursuit.run.objective
+        self.objective = (pursuit.run.goal, pursuit.run.follow_ups_so_far)
         """What the steps work towards: the goal and the follow-ups the plan was made for."""
         self._prepared: dict[str, StepRequest] = {}
         self._pauses: dict[str, asyncio.Future[Release]] = {}
@@ -144,7 +144,7 @@ class Execution:
         pursuit = self.pursuit
         model, guard = pursuit.model(step.model_hint), pursuit.guard
         request = StepRequest(
-            goal=self.objective,
+            goal=guard.objective_text(*self.objective, model, round=self.plan.round),
             step=step,
             context="",
             model=model,

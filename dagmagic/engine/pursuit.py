@@ -89,6 +89,11 @@ class Pursuit:
         entry = self.loop.entry(role)
         return ChatModel(entry, settings=self.loop.settings, emit=self.run.emit, breaker=self.breakers.of(entry.name))
 
+    def objective(self, model: ChatModel, *, round: int | None) -> str:
+        """The goal with every follow-up so far, as ``model`` reads it: cut to fit when too long (a warning says)."""
+        run = self.run
+        return self.guard.objective_text(run.goal, run.follow_ups_so_far, model, round=round)
+
     def unanswered(self, record: RoundRecord) -> list[str]:
         """The models the round's steps ran on that stopped answering: another round would meet them again."""
         return sorted({step.model for step in record.plan.steps if step.model and self.breakers.is_open(step.model)})
