@@ -13,7 +13,8 @@ The tree, by whose mistake it is::
         │   ├── AuthenticationError *        missing or wrong API key
         │   ├── PermissionDeniedError *      the key may not use this model
         │   ├── BadRequestError              the provider rejected the request itself
-        │   └── UnknownModelError *          no such model or provider
+        │   ├── UnknownModelError *          no such model or provider
+        │   └── ProviderUnavailableError     the model did not answer several tries in a row: not called again
         └── TransientProviderError           retried with backoff before giving up
             ├── RateLimitError
             ├── ProviderTimeoutError
@@ -21,8 +22,11 @@ The tree, by whose mistake it is::
             └── ProviderConnectionError
 
 ``*``: ``RUN_ENDING``, a step meeting one ends the whole run (every other call would meet it too); a bad
-request ends only its step. ``PlanningError`` remains for callers of the planner; the goal loop repairs a
-plan instead. Only ``dagmagic.llm`` turns litellm's exceptions into these, in one place (``llm/_litellm.py``).
+request ends only its step, and so does a model that stopped answering (``ProviderUnavailableError``: the
+run's other models may still answer, and the run answers from what completed). ``PlanningError`` remains for
+callers of the planner; the goal loop repairs a plan instead. Only ``dagmagic.llm`` turns litellm's exceptions
+into these, in one place (``llm/_litellm.py``); ``ProviderUnavailableError`` comes from its circuit breakers
+(``llm/breaker.py``).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ __all__ = [
     "ProviderConnectionError",
     "ProviderError",
     "ProviderTimeoutError",
+    "ProviderUnavailableError",
     "RateLimitError",
     "RunFailedError",
     "ServerError",
@@ -142,6 +147,22 @@ class UnknownModelError(FatalProviderError):
         "use a litellm model string with its provider, e.g. 'openai/gpt-4.1-mini', "
         "'anthropic/claude-sonnet-4-5' or 'ollama/qwen3'."
     )
+
+
+class ProviderUnavailableError(FatalProviderError):
+    """The model did not answer ``limit`` tries in a row (each timed out or could not connect): for the rest of the
+    run every call to it fails at once with this error, instead of waiting out another timeout.
+    """
+
+    kind = "No answer"
+    hint = (
+        "check that the provider is running and reachable (the model's api_base, the network); if it is only "
+        "slow, raise DAG_LLM_TIMEOUT (or DAG_LLM_UNANSWERED_LIMIT)."
+    )
+
+    def _render(self) -> str:
+        text = f"Model {self.model!r} did not answer: {self.provider_message}"
+        return f"{text}\nHint: {self.hint}"
 
 
 class TransientProviderError(ProviderError):

@@ -230,7 +230,8 @@ class AnswerReady(_Event):
     fallback: bool = False
     """True when the answer came from a fallback rather than the synthesis stream."""
     partial: bool = False
-    """True when the user stopped the run and the answer covers only what completed."""
+    """True when the run was stopped before it finished (by the user, or a model that stopped answering) and
+    the answer covers only what completed."""
 
 
 class RunFinished(_Event):

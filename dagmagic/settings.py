@@ -237,6 +237,16 @@ class DagSettings(BaseModel):
         description="Seconds before the first LLM call retry; doubles each time.",
         json_schema_extra=_env("DAG_LLM_RETRY_BACKOFF"),
     )
+    llm_unanswered_limit: int = Field(
+        4,
+        ge=1,
+        description=(
+            "Tries of one model in a row that get no answer (timed out, or could not connect), whatever called it, "
+            "after which the run stops calling that model: its calls fail at once, and the run answers from what "
+            "completed, naming it. Any answer starts the count again."
+        ),
+        json_schema_extra=_env("DAG_LLM_UNANSWERED_LIMIT"),
+    )
     step_immediate_retries: int = Field(
         1,
         ge=0,

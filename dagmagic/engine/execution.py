@@ -19,6 +19,7 @@ from dagmagic.engine.steps import StepRequest, step_messages
 from dagmagic.engine.subrun import SUBPLAN, run_subrun
 from dagmagic.errors import RUN_ENDING, DagError, TransientProviderError
 from dagmagic.events import StepPaused
+from dagmagic.llm.breaker import CircuitBreaker
 from dagmagic.messages import Continue, Message, RetryNow, Skip, Step
 from dagmagic.models import ExecutionPlan, PlanStep
 
@@ -39,7 +40,7 @@ class Execution:
     ) -> None:
         self.pursuit = pursuit
         self.plan = plan
-        self.objective = pursuit.run.objective
+        self.objective = (pursuit.run.goal, pursuit.run.follow_ups_so_far)
         """What the steps work towards: the goal and the follow-ups the plan was made for."""
         self._prepared: dict[str, StepRequest] = {}
         self._pauses: dict[str, asyncio.Future[Release]] = {}
@@ -61,7 +62,19 @@ class Execution:
 
     async def run(self) -> None:
         """Run every step that can run, until each has a final state."""
-        await self.executor.execute()
+        unsubscribe = self.pursuit.breakers.subscribe(self._stopped_answering)
+        try:
+            await self.executor.execute()
+        finally:
+            unsubscribe()
+
+    def _stopped_answering(self, breaker: CircuitBreaker) -> None:
+        """A model stopped answering: its steps waiting out a delayed retry try now (and fail at once) rather
+        than hold the round for the rest of their delay.
+        """
+        for step in self.plan.steps:
+            if step.status == "retrying" and step.model == breaker.model:
+                self.executor.retry_now(step.id)
 
     def on(self, message: Message) -> bool:
         """A message about this execution's steps."""
@@ -131,7 +144,7 @@ class Execution:
         pursuit = self.pursuit
         model, guard = pursuit.model(step.model_hint), pursuit.guard
         request = StepRequest(
-            goal=self.objective,
+            goal=guard.objective_text(*self.objective, model, round=self.plan.round),
             step=step,
             context="",
             model=model,

@@ -2,8 +2,10 @@
 
 A model's window is what its registry entry declares, else litellm's figure, else
 ``default_context_tokens``; a request may take ``GUARD_SHARE`` of it (at least ``context_floor_tokens``,
-always leaving ``MIN_REPLY_TOKENS`` for the reply). Each call site measures its fixed part (instructions,
-goal, tool schemas) and fits its variable part (dependency results, step results, the replan context, the
+always leaving ``MIN_REPLY_TOKENS`` for the reply). The goal and its follow-ups, which every call site sends,
+may take ``OBJECTIVE_SHARE`` of that: longer, each is cut in the middle (head and tail kept) to a fair share,
+and a warning says what was cut and by how much. Each call site measures its fixed part (instructions, the goal
+so fitted, tool schemas) and fits its variable part (dependency results, step results, the replan context, the
 history, a step's own transcript) into what is left. Over budget, the fast model compacts the text
 (purpose ``compaction``); without one, or when that fails, a truncation keeps its head and tail.
 """
@@ -20,6 +22,7 @@ from dagmagic.engine.context import Exchange, compose_query, format_history, tru
 from dagmagic.errors import RUN_ENDING
 from dagmagic.events import Event, RunWarning
 from dagmagic.llm import ChatModel, ModelRegistry
+from dagmagic.llm.breaker import CircuitBreakers
 from dagmagic.llm.tokens import context_window, count_tokens, fits, request_tokens
 from dagmagic.models import Purpose
 from dagmagic.settings import DagSettings
@@ -27,6 +30,7 @@ from dagmagic.settings import DagSettings
 __all__ = [
     "GUARD_SHARE",
     "MIN_REPLY_TOKENS",
+    "OBJECTIVE_SHARE",
     "PLANNER_RESERVE",
     "SHORTENED_MARKER",
     "STRUCTURED_RESERVE",
@@ -49,6 +53,16 @@ PLANNER_RESERVE = 1800
 
 MIN_ROOM = 200
 """The least room a variable part is given, even when the fixed part leaves less."""
+
+OBJECTIVE_SHARE = 0.25
+"""Share of a request's budget the goal and its follow-ups may take together: the rest is for the instructions,
+the history, the results and the replan context beside them."""
+
+COMPACTION_TASK_TOKENS = 300
+"""What the compaction prompt says the text is for, at most (a task may quote the goal)."""
+
+FOLLOW_UP_TOKENS = 8
+"""Tokens of the ``[User follow-up]:`` line that introduces each follow-up."""
 
 SHORTENED_MARKER = "[Earlier observation, shortened]\n"
 
@@ -81,12 +95,17 @@ class ContextGuard:
         *,
         emit: Callable[[Event], object] | None = None,
         digests: HistoryDigests | None = None,
+        breakers: CircuitBreakers | None = None,
     ) -> None:
         self.registry = registry
         self.settings = settings
         self.emit = emit
+        self.breakers = breakers
+        """The run's breakers: the fast model is not called once it stopped answering."""
         self.digests: HistoryDigests = digests if digests is not None else {}
         self._compacted: dict[tuple[str, str], str] = {}
+        self._objectives: dict[tuple[str, int, str], tuple[str, list[str]]] = {}
+        self._objectives_cut: set[tuple[str, str]] = set()
 
     # --- measures
 
@@ -115,6 +134,67 @@ class ContextGuard:
     def tokens(self, model: ChatModel, text: str) -> int:
         """Tokens of ``text`` for ``model``."""
         return count_tokens(model.entry, text)
+
+    # --- the goal and its follow-ups
+
+    def objective(
+        self, goal: str, follow_ups: Sequence[str], model: ChatModel, *, round: int | None
+    ) -> tuple[str, list[str]]:
+        """The goal and follow-ups as ``model`` reads them: as they are when together they take at most
+        ``OBJECTIVE_SHARE`` of its budget, else each over its fair share (small ones keep their size) cut in the
+        middle, head and tail kept, with a warning that says so (once per run for each cut). A cut, not a
+        compaction: what the user wrote is kept word for word where it is kept, the same for every call site.
+        """
+        limit = max(MIN_ROOM, int(self.budget(model) * OBJECTIVE_SHARE))
+        parts = [goal, *follow_ups]
+        room = limit - FOLLOW_UP_TOKENS * len(follow_ups)
+        if sum(len(part.encode("utf-8")) for part in parts) <= room:
+            return goal, list(follow_ups)
+        key = (model.name, limit, _digest(parts))
+        known = self._objectives.get(key)
+        if known is not None:
+            return known[0], list(known[1])
+        sizes = [self.tokens(model, part) for part in parts]
+        fitted = list(parts)
+        if sum(sizes) > room:
+            shares = water_fill(sizes, max(room, MIN_ROOM))
+            fitted = [
+                self.truncate(p, model, n) if size > n else p for p, size, n in zip(parts, sizes, shares, strict=True)
+            ]
+            self._said_cut(model, parts, sizes, fitted, round)
+        self._objectives[key] = (fitted[0], fitted[1:])
+        return fitted[0], fitted[1:]
+
+    def objective_text(self, goal: str, follow_ups: Sequence[str], model: ChatModel, *, round: int | None) -> str:
+        """The goal with its follow-ups (``[User follow-up]: ...``), fitted for ``model`` (see ``objective``)."""
+        fitted_goal, fitted_follow_ups = self.objective(goal, follow_ups, model, round=round)
+        return compose_query(None, fitted_goal, fitted_follow_ups)
+
+    def _said_cut(
+        self, model: ChatModel, parts: list[str], sizes: list[int], fitted: list[str], round: int | None
+    ) -> None:
+        """One warning naming what was cut and by how much (not again for the same cut of the same texts)."""
+        cuts = [
+            (index, size, self.tokens(model, after))
+            for index, (before, size, after) in enumerate(zip(parts, sizes, fitted, strict=True))
+            if after != before
+        ]
+        key = (_digest(parts), _digest(fitted))
+        if self.emit is None or not cuts or key in self._objectives_cut:
+            return
+        self._objectives_cut.add(key)
+        labels = ["the goal" if index == 0 else f"follow-up {index}" for index, _, _ in cuts]
+        subject = labels[0] if len(labels) == 1 else f"{', '.join(labels[:-1])} and {labels[-1]}"
+        verbs = "was too long" if len(cuts) == 1 else "were too long"
+        details = "; ".join(
+            f"{label} from {before:,} to {after:,} tokens"
+            for label, (_, before, after) in zip(labels, cuts, strict=True)
+        )
+        message = (
+            f"{subject[0].upper()}{subject[1:]} {verbs} for model {model.name!r} (its window: {self.window(model):,} "
+            f"tokens): cut in the middle to fit, head and tail kept ({details})."
+        )
+        self.emit(RunWarning(message=message, round=round))
 
     # --- fitting one text
 
@@ -161,6 +241,7 @@ class ContextGuard:
             return earlier
         fast = self._fast()
         target = max(min(budget // 2, self.window(fast) - self.budget(fast)), 50)
+        task = self.truncate(task, fast, COMPACTION_TASK_TOKENS)
         system = prompts.COMPACTION_SYSTEM.format(tokens=target, task=task)
         compacted = await self._ask_fast(system, text, purpose="compaction", round=round, step_id=step_id)
         if not compacted:
@@ -172,7 +253,9 @@ class ContextGuard:
         return compacted
 
     def _fast(self) -> ChatModel:
-        return ChatModel(self.registry.for_role("fast"), settings=self.settings, emit=self.emit)
+        entry = self.registry.for_role("fast")
+        breaker = self.breakers.of(entry.name) if self.breakers is not None else None
+        return ChatModel(entry, settings=self.settings, emit=self.emit, breaker=breaker)
 
     async def _ask_fast(
         self, system: str, text: str, *, purpose: Purpose, round: int | None, step_id: str | None = None
@@ -319,3 +402,11 @@ class ContextGuard:
         """The enriched query with its history fitted (see ``history``)."""
         past = await self.history(history, limit=self.history_limit(), round=round)
         return compose_query(past, goal, follow_ups)
+
+
+def _digest(texts: Sequence[str]) -> str:
+    """A key for these texts that holds however long they are (their hash could collide, unnoticed)."""
+    digest = hashlib.sha256()
+    for text in texts:
+        digest.update(text.encode("utf-8", "surrogatepass") + b"\0")
+    return digest.hexdigest()

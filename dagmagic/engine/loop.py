@@ -35,6 +35,7 @@ from dagmagic.engine.synthesis import fallback_answer
 from dagmagic.errors import ConfigurationError
 from dagmagic.events import RunFinished, RunStarted
 from dagmagic.llm import ModelEntry, ModelRegistry
+from dagmagic.llm.breaker import CircuitBreakers
 from dagmagic.llm.secrets import mask_secrets, scrub_exception
 from dagmagic.messages import Rerun
 from dagmagic.settings import DagSettings
@@ -72,6 +73,8 @@ class GoalLoop:
     """Every plan waits for the user's approval before it runs."""
     depth: int = 0
     """0 for a run; 1 for the subrun of a step marked ``subplan``, and so on (``DAG_MAX_DEPTH`` bounds it)."""
+    breakers: CircuitBreakers | None = None
+    """A subrun's: its run's breakers (a model silent there is silent here). None: each drive has its own."""
 
     async def drive(self, run: DagRun, origin: Origin = "new") -> None:
         """Take ``run`` from ``origin`` through its phases to its end. Cancellation ends it ``cancelled``

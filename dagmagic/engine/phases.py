@@ -83,7 +83,9 @@ class Starting(Phase):
     async def run(self, pursuit: Pursuit) -> Phase:  # noqa: D102
         run, settings = pursuit.run, pursuit.loop.settings
         if settings.domain_routing and not run.state.routed:
-            run.state.domain = await classify_domain(pursuit.model("fast"), run.goal, round=1)
+            router = pursuit.model("fast")
+            goal = pursuit.guard.objective_text(run.goal, (), router, round=1)
+            run.state.domain = await classify_domain(router, goal, round=1)
             run.state.routed = True
         if self.then is not None:
             return self.then(pursuit)
@@ -234,6 +236,7 @@ class Analyzing(Phase):
                 stopped=inbox.stopped,
                 autonomous_rounds=budget.used,
                 settings=pursuit.loop.settings,
+                unanswered=pursuit.unanswered(record),
             )
         record.analysis, record.decision = analysis, decision
         pursuit.run.emit(AnalysisReady(round=record.index, analysis=analysis, decision=decision))
@@ -250,7 +253,9 @@ class Analyzing(Phase):
         while True:
             waiting = len(run.inbox.pending)
             verdict = await run.inbox.interruptible(
-                analyzer.analyze(run.objective, visible_results(run.rounds), round=index),
+                analyzer.analyze(
+                    pursuit.objective(analyzer.model, round=index), visible_results(run.rounds), round=index
+                ),
                 name=f"dagmagic:analyze:{index}",
             )
             if not isinstance(verdict, Interrupted) and len(run.inbox.pending) == waiting:
@@ -276,10 +281,11 @@ class Synthesizing(Phase):
             run.state.answer += text
             run.emit(AnswerDelta(text=text))
 
+        writer = pursuit.model("smart")
         outcome = await inbox.interruptible(
             synthesize(
-                pursuit.model("smart"),
-                run.objective,
+                writer,
+                pursuit.objective(writer, round=self.round),
                 visible_results(run.rounds),
                 self.analysis,
                 pursuit.loop.settings,

@@ -75,9 +75,13 @@ class Planning(Phase):
         inbox = run.inbox
         inbox.new_round()
         run.emit(RoundStarted(round=self.index))
-        self.query = compose_query(past, run.goal, [*run.state.follow_ups, *inbox.pending])
-        """What the planner is asked: the conversation so far, the goal and every follow-up."""
-        self.objective = run.objective
+        goal, follow_ups = pursuit.guard.objective(
+            run.goal, run.follow_ups_so_far, pursuit.planner.model, round=self.index
+        )
+        self.query = compose_query(past, goal, follow_ups)
+        """What the planner is asked: the conversation so far, the goal and every follow-up (fitted to its window)."""
+        self.objective = compose_query(None, goal, follow_ups)
+        """The goal and follow-ups as the planner read them: the plan's goal, the task of a plan of one step."""
         plan = ExecutionPlan(goal=self.objective, query=self.query, steps=[], round=self.index)
         self.record = RoundRecord(index=self.index, plan=plan, free=pursuit.budget.next_free)
         self.earlier = reusable(run.rounds)

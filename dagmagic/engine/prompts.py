@@ -99,7 +99,7 @@ Step results:
 
 SYNTHESIS_PARTIAL = """
 
-The user stopped the run before it finished: answer from these results only. Begin with one sentence saying
+The run was stopped before it finished: answer from these results only. Begin with one sentence saying
 that the answer is partial and what is still missing, then give what the results do establish."""
 
 HISTORY_SUMMARY_SYSTEM = """\

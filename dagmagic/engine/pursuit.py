@@ -30,6 +30,7 @@ from dagmagic.engine.rounds import (
 from dagmagic.engine.synthesis import fallback_answer
 from dagmagic.events import AnswerCleared, AnswerReady, PlanReady, Replanning, RoundStarted, StepCompleted
 from dagmagic.llm import ChatModel
+from dagmagic.llm.breaker import CircuitBreakers
 from dagmagic.messages import Rerun
 from dagmagic.models import AnalysisResult, Decision, ExecutionPlan, PlanStep, RoundRecord
 
@@ -65,19 +66,37 @@ class Pursuit:
     run: DagRun
     budget: Budget = field(init=False)
     guard: ContextGuard = field(init=False)
+    breakers: CircuitBreakers = field(init=False)
+    """Which models stopped answering in this drive (shared with its subruns): they are not called again."""
     _planner: Planner | None = field(default=None, init=False)
     _past: str | None = field(default=None, init=False)
     _past_known: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
+        loop = self.loop
         self.budget = Budget.of(self.run.rounds)
-        self.guard = ContextGuard(self.loop.registry, self.loop.settings, emit=self.run.emit, digests=self.loop.digests)
+        self.breakers = (
+            loop.breakers if loop.breakers is not None else CircuitBreakers(loop.settings.llm_unanswered_limit)
+        )
+        self.guard = ContextGuard(
+            loop.registry, loop.settings, emit=self.run.emit, digests=loop.digests, breakers=self.breakers
+        )
 
     # --- services
 
     def model(self, role: str | None) -> ChatModel:
         """The model a role (or a registered model's name) resolves to, reporting to this run."""
-        return ChatModel(self.loop.entry(role), settings=self.loop.settings, emit=self.run.emit)
+        entry = self.loop.entry(role)
+        return ChatModel(entry, settings=self.loop.settings, emit=self.run.emit, breaker=self.breakers.of(entry.name))
+
+    def objective(self, model: ChatModel, *, round: int | None) -> str:
+        """The goal with every follow-up so far, as ``model`` reads it: cut to fit when too long (a warning says)."""
+        run = self.run
+        return self.guard.objective_text(run.goal, run.follow_ups_so_far, model, round=round)
+
+    def unanswered(self, record: RoundRecord) -> list[str]:
+        """The models the round's steps ran on that stopped answering: another round would meet them again."""
+        return sorted({step.model for step in record.plan.steps if step.model and self.breakers.is_open(step.model)})
 
     @property
     def planner(self) -> Planner:

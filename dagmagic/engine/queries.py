@@ -70,7 +70,9 @@ class RunQueries:
 
     @property
     def partial(self) -> bool:
-        """Whether the answer covers only what completed before the user stopped the run."""
+        """Whether the answer covers only what completed before the run was stopped (by the user, or because a
+        model stopped answering).
+        """
         decision = self.rounds[-1].decision if self.rounds else None
         return bool(decision and decision.partial)
 
@@ -85,12 +87,16 @@ class RunQueries:
         return list(self.state.pending_follow_ups)
 
     @property
+    def follow_ups_so_far(self) -> list[str]:
+        """Every follow-up so far: those a plan or the answer has seen, then those still pending."""
+        return [*self.state.follow_ups, *self.state.pending_follow_ups]
+
+    @property
     def objective(self) -> str:
         """The goal with every follow-up so far (those not yet planned for too): what the steps work towards,
         the verdict judges and the answer answers.
         """
-        follow_ups = [*self.state.follow_ups, *self.state.pending_follow_ups]
-        return "".join([self.goal, *(f"\n\n[User follow-up]: {text}" for text in follow_ups)])
+        return "".join([self.goal, *(f"\n\n[User follow-up]: {text}" for text in self.follow_ups_so_far)])
 
     @property
     def error(self) -> str | None:

@@ -20,6 +20,7 @@ __all__ = [
     "RERUN",
     "STOPPED_BEFORE_ROUND",
     "STOPPED_WHILE_PLANNING",
+    "UNANSWERED",
     "answer_rerun",
     "completed",
     "decide",
@@ -39,6 +40,7 @@ FOLLOW_UP_WHILE_ANSWERING = "A follow-up arrived while the answer was being writ
 INTERRUPTED_WHILE_PLANNING = "Interrupted while planning: planned again, keeping what completed."
 REJECTED = "The user rejected this plan: {feedback}"
 RERUN = "{step} is re-run: the answer is written again from the new results."
+UNANSWERED = "{models} did not answer: no new round would fare better; answering from what completed."
 
 
 def decide(
@@ -48,15 +50,21 @@ def decide(
     stopped: bool,
     autonomous_rounds: int,
     settings: DagSettings,
+    unanswered: Sequence[str] = (),
 ) -> Decision:
     """What follows a judged round: achieved, then the user's latest word (a Stop answers now from what
-    completed; a follow-up not yet planned for gets a round outside the budget), then the budget, then
-    confidence.
+    completed), then models of the round that stopped answering (``unanswered``: another round would meet them
+    again, so the answer is written from what completed, and sees any follow-up), then a follow-up not yet
+    planned for (a round outside the budget), then the budget, then confidence.
     """
     if analysis.achieved:
         return Decision(action="synthesize", reason="The goal was achieved.")
     if stopped:  # a follow-up after the Stop would have cleared it: the Stop is the latest word
         return Decision(action="synthesize", reason="Stopped by the user: answering from what completed.", partial=True)
+    if unanswered:
+        names = ", ".join(repr(name) for name in unanswered)
+        reason = UNANSWERED.format(models=f"Model {names}" if len(unanswered) == 1 else f"Models {names}")
+        return Decision(action="synthesize", reason=reason, partial=True)
     if follow_up:
         return Decision(action="replan", reason="A follow-up changed the goal.", counts_against_budget=False)
     if autonomous_rounds >= settings.max_replan_rounds:

@@ -63,6 +63,7 @@ async def run_subrun(pursuit: Pursuit, step: PlanStep, request: StepRequest) -> 
         history=(),
         depth=loop.depth + 1,
         approve_plans=False,
+        breakers=pursuit.breakers,
     )
     try:
         await nested.drive(child)

@@ -1,7 +1,9 @@
 """``ChatModel``: the one seam every LLM call goes through.
 
 It tags the call with its purpose, retries transient provider errors with backoff, translates errors,
-and leaves an ``LLMCall`` record (usage, latency, cost, structured level) as an event.
+and leaves an ``LLMCall`` record (usage, latency, cost, structured level) as an event. Given the model's
+``CircuitBreaker`` (``dagmagic.llm.breaker``), it tells it of every try that got no answer and of every answer,
+and refuses at once, with no call made, while it is open.
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from dagmagic import errors
-from dagmagic.events import Event, LLMCallRecorded
+from dagmagic.events import Event, LLMCallRecorded, RunWarning
 from dagmagic.llm._litellm import translate_error
 from dagmagic.llm.backend import ChatBackend, ChatRequest, ChatResponse, StreamChunk
+from dagmagic.llm.breaker import NO_ANSWER, CircuitBreaker
 from dagmagic.llm.registry import ModelEntry, ModelRegistry
 from dagmagic.llm.secrets import mask_secrets
 from dagmagic.models import LLMCall, Purpose, StructuredLevel, Usage
@@ -42,11 +45,18 @@ class ChatModel:
     """A registered model bound to settings and an event sink."""
 
     def __init__(
-        self, entry: ModelEntry, *, settings: DagSettings | None = None, emit: EventSink | None = None
+        self,
+        entry: ModelEntry,
+        *,
+        settings: DagSettings | None = None,
+        emit: EventSink | None = None,
+        breaker: CircuitBreaker | None = None,
     ) -> None:
         self.entry = entry
         self.settings = settings or DagSettings()
         self.emit = emit
+        self.breaker = breaker
+        """The model's breaker in the run this model reports to (None: every call is tried)."""
 
     @property
     def name(self) -> str:
@@ -108,6 +118,29 @@ class ChatModel:
             return
         raise error from None
 
+    def _tally(self, error: BaseException, request: ChatRequest) -> BaseException:
+        """Tell the breaker of a failed try; the error to go on with: the refusal once the breaker is open (a
+        try that got no answer then is not retried), else ``error``.
+        """
+        breaker = self.breaker
+        if breaker is None:
+            return error
+        if breaker.failed(error) and self.emit is not None:
+            message = (
+                f"Model {self.name!r} did not answer {breaker.unanswered} tries in a row (the last: "
+                f"{breaker.last_error}): the run does not call it again and answers from what completed."
+            )
+            self.emit(RunWarning(message=message, round=request.round, step_id=request.step_id))
+        return breaker.refusal() if breaker.open and isinstance(error, NO_ANSWER) else error
+
+    def _answered(self) -> None:
+        if self.breaker is not None:
+            self.breaker.answered()
+
+    def _check_breaker(self) -> None:
+        if self.breaker is not None:
+            self.breaker.check()
+
     def _translate(self, exc: BaseException) -> BaseException:
         """Our error for a backend's exception; a timeout of our own bound says which bound it was."""
         if isinstance(exc, TimeoutError) and not str(exc):
@@ -140,10 +173,13 @@ class ChatModel:
             response_format=response_format,
             temperature=temperature,
         )
+        self._check_breaker()  # refused before any try: no call was made, none is recorded
         started = time.time()
         retries = 0
         while True:
             try:
+                if retries:
+                    self._check_breaker()  # another call may have opened it meanwhile
                 async with asyncio.timeout(self.settings.llm_timeout):
                     response = await self.entry.backend.complete(request)
                 break
@@ -151,7 +187,7 @@ class ChatModel:
                 self._record(request, level=structured_level, started=started, retries=retries, cancelled=True)
                 raise
             except Exception as exc:
-                error = self._translate(exc)
+                error = self._tally(self._translate(exc), request)
                 try:
                     await self._backoff_or_raise(error, retries)
                 except BaseException:
@@ -160,6 +196,7 @@ class ChatModel:
                         error.call = call
                     raise
                 retries += 1
+        self._answered()
         call = self._record(request, level=structured_level, started=started, retries=retries, response=response)
         return ChatResult(response, call)
 
@@ -193,14 +230,17 @@ class ChatModel:
             response_format=response_format,
             temperature=temperature,
         )
+        self._check_breaker()  # refused before any try: no call was made, none is recorded
         started = time.time()
         retries = 0
         text: list[str] = []
         final: ChatResponse | None = None
         failure: BaseException | None = None
-        cancelled = False
+        cancelled = flowing = False
         try:
             while True:  # retry only until the first piece arrives
+                if retries:
+                    self._check_breaker()
                 pieces = aiter(self.entry.backend.stream(request))
                 try:
                     chunk = await self._next(pieces)
@@ -208,8 +248,10 @@ class ChatModel:
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
-                    await self._backoff_or_raise(self._translate(exc), retries)
+                    await self._backoff_or_raise(self._tally(self._translate(exc), request), retries)
                     retries += 1
+            self._answered()
+            flowing = True
             while chunk is not None:
                 if chunk.final is not None:
                     final = chunk.final
@@ -222,6 +264,8 @@ class ChatModel:
             raise
         except Exception as exc:
             failure = self._translate(exc)
+            if flowing:  # a failure before the first piece was told to the breaker on the way
+                failure = self._tally(failure, request)
             raise failure from None
         finally:
             response = final or ChatResponse()

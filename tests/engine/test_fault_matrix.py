@@ -30,14 +30,14 @@ from dagmagic.testing import ScriptedLLM, ScriptedRequest
 MATRIX = """
 purpose         | rate_limit   | timeout      | server_500   | connection_reset | auth       | broken_stream | empty_stream | empty_reply  | huge_reply | never
 history_summary | tail         | tail         | tail         | tail             | FAILED     | tail          | tail         | tail         | kept       | tail
-plan            | one-step     | one-step     | one-step     | one-step         | FAILED     | one-step      | one-step     | one-step     | one-step   | one-step
-tool_selection  | all-tools    | all-tools    | all-tools    | all-tools        | FAILED     | all-tools     | all-tools    | all-tools    | all-tools  | all-tools
+plan            | one-step     | silent       | one-step     | silent           | FAILED     | silent        | one-step     | one-step     | one-step   | silent
+tool_selection  | all-tools    | silent       | all-tools    | silent           | FAILED     | silent        | all-tools    | all-tools    | all-tools  | silent
 step            | step-failed  | step-failed  | step-failed  | step-failed      | FAILED     | step-failed   | step-failed  | step-failed  | kept       | step-failed
 compaction      | cut          | cut          | cut          | cut              | FAILED     | cut           | cut          | cut          | cut        | cut
-analyze         | not-judged   | not-judged   | not-judged   | not-judged       | FAILED     | not-judged    | not-judged   | not-judged   | not-judged | not-judged
+analyze         | not-judged   | silent       | not-judged   | silent           | FAILED     | silent        | not-judged   | not-judged   | not-judged | silent
 synthesize      | their-answer | their-answer | their-answer | their-answer     | FAILED     | their-answer  | their-answer | their-answer | kept       | their-answer
-citation_check  | unverified   | unverified   | unverified   | unverified       | unverified | unverified    | unverified   | unverified   | unverified | unverified
-route           | undirected   | undirected   | undirected   | undirected       | FAILED     | undirected    | undirected   | undirected   | undirected | undirected
+citation_check  | unverified   | silent       | unverified   | silent           | unverified | silent        | unverified   | unverified   | unverified | silent
+route           | undirected   | silent       | undirected   | silent           | FAILED     | silent        | undirected   | undirected   | undirected | silent
 """
 # fmt: on
 """The documented outcome of each purpose (row) meeting each fault on every call (column):
@@ -55,7 +55,12 @@ route           | undirected   | undirected   | undirected   | undirected       
 - ``their-answer``: the answer falls back to the analyzer's ``final_answer`` (a warning says so);
 - ``unverified``: the step keeps its result, marked "citations not verified";
 - ``undirected``: the plan is made without domain steering (a warning says so);
-- ``kept``: the megabyte is used as it is (the views cap it).
+- ``kept``: the megabyte is used as it is (the views cap it);
+- ``silent``: the model gave no answer ``llm_unanswered_limit`` tries in a row (a structured purpose tries each
+  of its levels in turn), so the run stops calling it: the run fails with a message naming the model and saying
+  that it did not answer (here one model plays every role: nothing else could go on), and still answers with
+  what completed. Where other purposes' answers come between the faulted tries, the count starts again and the
+  purpose's own outcome holds.
 
 Transient faults (rate limit, timeout, 5xx, connection, a broken stream, no reply) are retried
 ``llm_retries`` times first; ``test_a_transient_fault_met_once_is_retried_away`` shows the retry succeeding.
@@ -220,6 +225,16 @@ def check_outcome(outcome: str, purpose: str, run: DagRun, llm: ScriptedLLM) -> 
         raise AssertionError(f"no check for the outcome {outcome!r}")
 
 
+def check_silent(purpose: str, run: DagRun) -> None:
+    said = "\n".join(warnings_of(run))
+    assert run.status == "failed"
+    assert run.error is not None and run.error.startswith("ProviderUnavailableError: Model 'm' did not answer")
+    assert "Hint:" in run.error and "Traceback" not in run.error
+    assert "Model 'm' did not answer 4 tries in a row" in said
+    faulted = [call for call in run.calls if call.purpose == purpose]
+    assert sum(call.retries + 1 for call in faulted if call.status == "failed") <= 4  # then no more tries
+
+
 def check_nothing_lost(run: DagRun, store: Path) -> None:
     assert run.answer.strip(), "the user always gets an answer"
     completed = {ref: step.result for ref, step in run.all_steps.items() if step.status == "completed"}
@@ -243,8 +258,14 @@ async def test_each_purpose_under_each_fault(purpose: str, fault_name: str, tmp_
     if fault_name in TRANSIENT:  # each call retried before it counted as failed (a stream broken mid-way: not)
         for call in calls:
             assert call.status == "failed"
+            if (call.error or "").startswith("ProviderUnavailableError"):
+                continue  # the try after which the model counts as silent is not retried
             assert call.retries == (0 if fault_name == "broken_stream" and call.stream else 1)
-    check_outcome(CELLS[purpose, fault_name], purpose, run, llm)
+    outcome = CELLS[purpose, fault_name]
+    if outcome == "silent":
+        check_silent(purpose, run)
+    else:
+        check_outcome(outcome, purpose, run, llm)
     check_nothing_lost(run, store)
 
 

@@ -9,9 +9,9 @@ import pytest
 from dagmagic import DagSession
 from dagmagic.engine.context import Exchange, enriched_query, format_history
 from dagmagic.engine.guard import ContextGuard
-from dagmagic.events import Event, LLMCallRecorded
+from dagmagic.events import Event, LLMCallRecorded, RunWarning
 from dagmagic.llm import ChatModel, ModelRegistry
-from dagmagic.llm.tokens import count_tokens
+from dagmagic.llm.tokens import count_tokens, request_tokens
 from dagmagic.settings import DagSettings
 from dagmagic.testing import ScriptedLLM, ScriptedRequest, ToolCall
 
@@ -344,6 +344,84 @@ async def test_a_dependency_of_400000_characters_is_not_sent_whole_to_a_model_wh
     assert "characters omitted" in s2.prompt  # no fast model of its own: truncated, head and tail kept
     assert request_tokens_measured(s2) <= 8192 * 0.75
     assert all(request_tokens_measured(r) <= 8192 for r in llm.requests)
+
+
+async def test_a_goal_of_200_kb_and_a_follow_up_of_100_kb_fit_every_request_into_an_8k_window() -> None:
+    """Before: only step prompts were fitted; the route, plan, analysis and synthesis requests carried the whole
+    goal (about 52,000 tokens for 200 KB), the plan after a 100 KB follow-up the whole follow-up as well.
+    """
+    window = 8192
+    goal = "GOAL-HEAD Summarize this server log. " + PROSE * 2000 + " GOAL-TAIL"  # 200 KB
+    follow_up = "FOLLOW-HEAD Also compare it with this one. " + PROSE * 1000 + " FOLLOW-TAIL"  # 100 KB
+    started: list[Any] = []
+
+    def step(request: ScriptedRequest) -> str:
+        if request.round == 1 and request.step_id == "s1" and request.index == 0:
+            started[0].follow_up(follow_up)  # arrives while round 1 runs: round 2 plans for it
+        return f"Result of {request.step_id}: " + PROSE * 20
+
+    llm = ScriptedLLM(
+        {
+            "route": [{"domain": None}],
+            "plan": [
+                plan_reply(("s1", [], "count the errors"), ("s2", ["s1"], "explain them")),
+                plan_reply(("s1", [])),
+            ],
+            "step": step,
+            "compaction": lambda request: "the gist of it",
+            "analyze": [verdict(False, 0.3, "The follow-up is not covered."), verdict(True, 0.9, "Covered.")],
+            "synthesize": [["The log shows ", "three errors."]],
+        },
+        context_window=window,
+    )
+    models = ModelRegistry().register("local", llm, roles=["smart", "general", "fast"])
+    session = DagSession(models, DagSettings(store="none", llm_retries=0))
+    started.append(session.start(goal))
+    run = await started[0]
+
+    assert run.status == "done" and run.answer == "The log shows three errors." and len(run.rounds) == 2
+    entry = models.get("local")
+    sizes = [(r.purpose, r.round, r.step_id, request_tokens(entry, r.messages, r.tools or None)) for r in llm.requests]
+    assert {"route", "plan", "step", "analyze", "synthesize"} <= {purpose for purpose, *_ in sizes}
+    over = [size for size in sizes if size[-1] > window]
+    assert not over, f"requests over the {window}-token window: {over}"
+    replan = llm.requests_for("plan")[-1].prompt
+    assert all(mark in replan for mark in ("GOAL-HEAD", "GOAL-TAIL", "FOLLOW-HEAD", "FOLLOW-TAIL"))  # head, tail kept
+    said = [event.message for event in run.events if isinstance(event, RunWarning)]
+    assert any(message.startswith("The goal") and "cut" in message for message in said), said
+    assert run.goal == goal and follow_up in run.objective  # what the user wrote is kept whole
+
+
+def test_a_goal_that_fits_is_sent_as_written_and_a_long_one_is_cut_once_with_a_warning() -> None:
+    events: list[Event] = []
+    models = registry(ScriptedLLM({}, context_window=8192))
+    guard = ContextGuard(models, SETTINGS, emit=events.append)
+    model = ChatModel(models.get("smart"), settings=SETTINGS)
+    assert guard.objective("a short goal", ["and a follow-up"], model, round=1) == ("a short goal", ["and a follow-up"])
+
+    goal = "GOAL-HEAD " + "filler text " * 10_000 + " GOAL-TAIL"
+    fitted_goal, follow_ups = guard.objective(goal, ["keep it short"], model, round=2)
+    assert follow_ups == ["keep it short"]  # small enough for its share: kept as written
+    assert fitted_goal.startswith("GOAL-HEAD ") and fitted_goal.endswith(" GOAL-TAIL") and "omitted" in fitted_goal
+    assert guard.tokens(model, fitted_goal) <= guard.budget(model) * 0.25
+    assert (
+        guard.objective_text(goal, ["keep it short"], model, round=2)
+        == f"{fitted_goal}\n\n[User follow-up]: keep it short"
+    )
+    (warning,) = [event for event in events if isinstance(event, RunWarning)]  # said once, though asked twice
+    assert warning.round == 2 and warning.message.startswith("The goal was too long for model 'smart'")
+    assert (
+        f"the goal from {guard.tokens(model, goal):,} to {guard.tokens(model, fitted_goal):,} tokens" in warning.message
+    )
+
+
+async def test_a_compaction_asked_for_a_task_that_quotes_a_long_goal_fits_the_fast_model() -> None:
+    fast = ScriptedLLM({"compaction": lambda request: "short"}, context_window=4096)
+    guard, model, _ = guarded(8000, fast)
+    task = "judging whether this goal was reached: " + "filler text " * 20_000
+    assert await guard.fit(BIG, model, budget=500, task=task, round=1) == "short"
+    (request,) = fast.requests_for("compaction")
+    assert request_tokens(guard.registry.get("fast"), request.messages) <= 4096
 
 
 # --- many texts, and a transcript

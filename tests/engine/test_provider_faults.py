@@ -16,9 +16,12 @@ from typing import Any
 import pytest
 
 from dagmagic import DagSession, DagSettings, ModelRegistry, errors, load_run
+from dagmagic.events import RunWarning
 from dagmagic.llm import ChatModel
 from dagmagic.notebook.fallbacks import run_html, run_markdown, run_mimebundle
 from dagmagic.notebook.widget import widget_state
+from dagmagic.testing import ScriptedLLM, ScriptedRequest
+from tests.engine.conftest import plan_reply, verdict
 from tests.fake_provider import Provider
 
 MODEL = "openai/gpt-4.1-mini"
@@ -86,11 +89,13 @@ async def test_a_provider_that_never_answers_cannot_hold_the_run(provider: Provi
     )
     run = await DagSession(registry, settings).run("goal")
 
-    assert run.status == "done" and run.answer  # the loop always answers, degraded
+    assert run.answer  # the loop always answers, degraded
+    assert run.status == "failed" and run.error is not None and "Model 'gpt' did not answer" in run.error
+    assert provider.requests == settings.llm_unanswered_limit  # then the run called it no more
     assert run.calls and all(call.status == "failed" for call in run.calls)
-    assert all("no reply within 0.3 s (DAG_LLM_TIMEOUT)" in (call.error or "") for call in run.calls)
-    assert {call.purpose for call in run.calls} >= {"plan", "step", "analyze"}
-    assert [step.status for step in run.plan.steps] == ["failed"]  # the goal as one step, timed out
+    *timed_out, last = [call.error or "" for call in run.calls]
+    assert all("no reply within 0.3 s (DAG_LLM_TIMEOUT)" in error for error in timed_out)
+    assert "4 tries in a row timed out or could not connect (the last: no reply within 0.3 s" in last
 
 
 # fault -> (what the call gives: an error type or the reply's length, requests made) with llm_retries=1; a
@@ -212,3 +217,140 @@ async def test_a_run_through_provider_faults_shows_no_key_anywhere(
     assert len(shown["store"]) > 10_000 and "Provider server error" in shown[f"{degraded.run_id} calls"]
     leaks = [(name, key) for name, text in shown.items() for key in (environment_key, CANARY) if key in text]
     assert leaks == [], f"a key shows in {leaks}"
+
+
+# --- a model that does not answer: after a few tries in a row the run stops calling it (a circuit breaker)
+
+NO_REPLY_WITHIN = 0.2
+"""Seconds a try waits for a reply in these tests (``llm_timeout``)."""
+UNANSWERED_LIMIT = 4
+"""Tries in a row without an answer after which a run stops calling that model (the default)."""
+GOAL = "What does a 404 status mean?"
+
+
+async def never_answers(request: ScriptedRequest) -> str:
+    await asyncio.Event().wait()
+    raise AssertionError("unreachable")
+
+
+def quick_timeouts(**more: Any) -> DagSettings:
+    """The defaults, scaled down: a try gives up after 0.2 s, a delayed step retry waits 1 s, then 2 s."""
+    defaults: dict[str, Any] = {
+        "llm_timeout": NO_REPLY_WITHIN,
+        "llm_retry_backoff": 0.01,
+        "step_retry_delays": (1.0, 2.0),
+    }
+    return DagSettings(store="none", **(defaults | more))
+
+
+def wall_time(run: Any) -> float:
+    assert run.state.finished_at is not None
+    return float(run.state.finished_at - run.state.started_at)
+
+
+def said(run: Any) -> str:
+    return "\n".join(event.message for event in run.events if isinstance(event, RunWarning))
+
+
+async def test_a_model_that_never_answers_ends_the_run_after_a_few_tries() -> None:
+    """Before: 108 requests and 32 s (160 times the timeout): the run planned, re-planned, judged and retried
+    steps against a model that had answered nothing. After: a few tries in a row, then every call to it fails
+    at once, and the run ends naming the model.
+    """
+    llm = ScriptedLLM({"*": never_answers})
+    run = await DagSession(ModelRegistry().register("dead", llm), quick_timeouts()).run(GOAL)
+
+    assert len(llm.requests) <= UNANSWERED_LIMIT + 1
+    assert wall_time(run) < 3 * UNANSWERED_LIMIT * NO_REPLY_WITHIN
+    assert run.status == "failed" and run.error is not None
+    assert "'dead'" in run.error and "did not answer" in run.error and "Hint:" in run.error
+    assert "'dead' did not answer" in said(run)
+    assert run.answer  # the loop still answers (with what completed: nothing here)
+
+
+async def test_a_model_that_answers_every_other_try_is_not_given_up() -> None:
+    """Timeouts between answers never add up: each answer starts the count again."""
+    healthy = {
+        "route": {"domain": None},
+        "plan": plan_reply(("s1", [], "look up the status code")),
+        "step": "404 means the server found nothing at that address.",
+        "analyze": verdict(True, 0.9, "answered", "A 404 means not found."),
+        "synthesize": ["A 404 ", "means not found."],
+    }
+    tries: list[str] = []
+
+    async def every_other(request: ScriptedRequest) -> Any:
+        tries.append(request.purpose)
+        if len(tries) % 2:
+            await asyncio.Event().wait()
+        return healthy[request.purpose]
+
+    llm = ScriptedLLM({"*": every_other})
+    run = await DagSession(ModelRegistry().register("flaky", llm), quick_timeouts()).run(GOAL)
+
+    unanswered = [call for call in run.calls if call.retries]
+    assert len(unanswered) > UNANSWERED_LIMIT  # more timeouts in all than the limit, never that many in a row
+    assert run.status == "done" and run.answer == "A 404 means not found."
+    assert "did not answer" not in said(run)
+
+
+async def test_a_dead_step_model_leaves_an_answer_from_what_completed() -> None:
+    """The planner's, judge's and writer's model answers; the step model does not: the step on it fails fast,
+    no new round is planned for it, and the answer is written from what completed, naming the silent model.
+    """
+    brain = ScriptedLLM(
+        {
+            "route": [{"domain": None}],
+            "plan": [
+                {
+                    "steps": [
+                        {"id": "s1", "task": "define a 4xx status", "model_hint": "fast"},
+                        {"id": "s2", "task": "look up 404 in RFC 9110"},
+                    ]
+                }
+            ],
+            "step": ["A 4xx status is a client error."],
+            "analyze": [verdict(False, 0.3, "The RFC's wording is missing.")],
+            "synthesize": [["A 404 is a client error: ", "the resource was not found (partial)."]],
+        }
+    )
+    worker = ScriptedLLM({"*": never_answers})
+    registry = (
+        ModelRegistry().register("brain", brain, roles=["smart", "fast"]).register("worker", worker, roles=["general"])
+    )
+    run = await DagSession(registry, quick_timeouts()).run(GOAL)
+
+    assert run.status == "done" and run.answer == "A 404 is a client error: the resource was not found (partial)."
+    s1, s2 = run.rounds[0].plan.steps
+    assert (s1.status, s1.result) == ("completed", "A 4xx status is a client error.")
+    assert s2.status == "failed" and s2.error is not None and "'worker' did not answer" in s2.error
+    assert len(run.rounds) == 1 and run.partial
+    assert "'worker' did not answer" in said(run)
+    assert len(worker.requests) <= UNANSWERED_LIMIT + 1
+    assert wall_time(run) < 3 * UNANSWERED_LIMIT * NO_REPLY_WITHIN
+
+
+async def test_steps_waiting_to_retry_on_a_model_that_went_silent_do_not_wait_out_their_delay() -> None:
+    """Four steps time out at once; the first three wait 30 s to retry, the fourth makes the model silent:
+    the three are woken, fail at once, and the answer is written from what completed.
+    """
+    brain = ScriptedLLM(
+        {
+            "route": [{"domain": None}],
+            "plan": [plan_reply(*((f"s{n}", [], f"look up part {n}") for n in range(1, 5)))],
+            "analyze": [verdict(False, 0.2, "Nothing was found.")],
+            "synthesize": [["Nothing could be looked up."]],
+        }
+    )
+    worker = ScriptedLLM({"*": never_answers})
+    registry = (
+        ModelRegistry().register("brain", brain, roles=["smart", "fast"]).register("worker", worker, roles=["general"])
+    )
+    settings = quick_timeouts(llm_retries=0, step_immediate_retries=0, step_retry_delays=(30.0,))
+    run = await DagSession(registry, settings).run(GOAL)
+
+    assert len(worker.requests) == UNANSWERED_LIMIT
+    assert [step.status for step in run.plan.steps] == ["failed"] * 4
+    assert all("'worker' did not answer" in (step.error or "") for step in run.plan.steps)
+    assert wall_time(run) < 30 * 0.5  # not one of them waited out its delay
+    assert run.status == "done" and run.answer == "Nothing could be looked up." and run.partial

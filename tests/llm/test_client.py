@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 from dagmagic import errors
-from dagmagic.events import Event, LLMCallRecorded
+from dagmagic.events import Event, LLMCallRecorded, RunWarning
 from dagmagic.llm import ChatModel, ModelRegistry, as_chat_model
 from dagmagic.llm._litellm import mask_secrets, translate_error
 from dagmagic.settings import DagSettings
@@ -186,3 +186,90 @@ async def test_failed_and_successful_calls_say_so() -> None:
         await model.chat(HELLO, purpose="step")
     await model.chat(HELLO, purpose="step")
     assert [e.call.status for e in events if isinstance(e, LLMCallRecorded)] == ["failed", "ok"]
+
+
+# --- the circuit breaker: a model that stops answering is not called again
+
+
+def breaker_models(script: dict[str, Any], limit: int = 3, **kwargs: Any) -> tuple[Any, ScriptedLLM, list[Event]]:
+    from dagmagic.llm.breaker import CircuitBreakers
+
+    llm = ScriptedLLM(script, **kwargs)
+    entry = ModelRegistry().register("local", llm).get("local")
+    events: list[Event] = []
+    breakers = CircuitBreakers(limit)
+    settings = DagSettings(llm_retries=1, llm_retry_backoff=0.001)
+
+    def model() -> ChatModel:  # each call site makes its own ChatModel; the run's breaker is shared
+        return ChatModel(entry, settings=settings, emit=events.append, breaker=breakers.of("local"))
+
+    return model, llm, events
+
+
+async def test_a_model_silent_for_the_limit_of_tries_is_refused_at_once_without_a_call() -> None:
+    model, llm, events = breaker_models({"*": errors.ProviderTimeoutError("Request timed out")})
+    with pytest.raises(errors.ProviderTimeoutError):
+        await model().chat(HELLO, purpose="plan")  # two tries
+    with pytest.raises(errors.ProviderUnavailableError) as opened:
+        await model().chat(HELLO, purpose="step", round=1, step_id="s1")  # the third opens it: no retry
+    assert len(llm.requests) == 3
+    with pytest.raises(errors.ProviderUnavailableError) as refused:
+        async for _ in model().stream(HELLO, purpose="synthesize"):
+            pass
+    assert len(llm.requests) == 3  # refused with no request made, and no call recorded for it
+    assert [event.call.purpose for event in events if isinstance(event, LLMCallRecorded)] == ["plan", "step"]
+    message = str(refused.value)
+    assert message.startswith("Model 'local' did not answer: 3 tries in a row timed out or could not connect")
+    assert "(the last: Request timed out)" in message and "DAG_LLM_TIMEOUT" in message
+    assert str(opened.value) == message and opened.value.__cause__ is None
+    warnings = [event for event in events if isinstance(event, RunWarning)]
+    assert [(w.round, w.step_id) for w in warnings] == [(1, "s1")]  # said once, where it happened
+    assert "Model 'local' did not answer 3 tries in a row" in warnings[0].message
+
+
+async def test_any_answer_starts_the_count_again_and_other_failures_neither_count_nor_reset_it() -> None:
+    timeout, refused = errors.ProviderTimeoutError("slow"), errors.RateLimitError("429")
+    replies = [timeout, timeout, "ok", timeout, refused, refused, timeout, "ok again", timeout, refused, timeout]
+    model, llm, events = breaker_models({"step": [*replies, timeout]}, limit=3)
+    with pytest.raises(errors.ProviderTimeoutError):
+        await model().chat(HELLO, purpose="step")  # two in a row
+    assert (await model().chat(HELLO, purpose="step")).content == "ok"  # the count starts again
+    with pytest.raises(errors.RateLimitError):
+        await model().chat(HELLO, purpose="step")  # one, then a rate limit: an answer of a kind, not counted
+    with pytest.raises(errors.ProviderTimeoutError):
+        await model().chat(HELLO, purpose="step")  # a rate limit, then the second in a row
+    assert (await model().chat(HELLO, purpose="step")).content == "ok again"
+    assert not any(isinstance(event, RunWarning) for event in events)
+    with pytest.raises(errors.RateLimitError):
+        await model().chat(HELLO, purpose="step")  # one, and a rate limit that does not start the count again
+    with pytest.raises(errors.ProviderUnavailableError):
+        await model().chat(HELLO, purpose="step")  # two and three in a row: the model counts as silent
+    assert len(llm.requests) == len(replies) + 1
+
+
+async def test_a_stream_that_starts_is_an_answer() -> None:
+    model, llm, _ = breaker_models(
+        {
+            "synthesize": [errors.ProviderConnectionError("reset"), ["Par", "is"]],
+            "step": errors.ProviderTimeoutError("slow"),
+        },
+        limit=3,
+    )
+    assert "".join([chunk.text async for chunk in model().stream(HELLO, purpose="synthesize")]) == "Paris"
+    with pytest.raises(errors.ProviderTimeoutError):
+        await model().chat(HELLO, purpose="step")  # two more: still not three in a row
+    assert len(llm.requests) == 4
+
+
+async def test_an_answer_that_arrives_late_closes_the_breaker() -> None:
+    from dagmagic.llm.breaker import CircuitBreaker
+
+    breaker = CircuitBreaker("local", limit=2)
+    for _ in range(2):
+        breaker.failed(errors.ProviderConnectionError("refused"))
+    assert breaker.open
+    with pytest.raises(errors.ProviderUnavailableError):
+        breaker.check()
+    breaker.answered()  # a call made before it opened still came back
+    assert not breaker.open
+    breaker.check()
