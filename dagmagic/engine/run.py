@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Generator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 from dagmagic.engine.inbox import Inbox
 from dagmagic.engine.queries import RunQueries
@@ -87,6 +87,9 @@ class DagRun(RunQueries):
     ) -> None:
         self.state = state
         self.events: list[Event] = list(events or [])
+        self.warnings: list[str] = [event.message for event in self.events if _about_the_whole_run(event)]
+        """What the user should know about the whole run (it is not saved, code runs without a sandbox, a model
+        did not answer); a round's and a step's warnings are on the round and the step."""
         self.exception: BaseException | None = None
         """The unexpected exception that failed the run, if one did (the run's ``error`` describes it)."""
         self.read_only = read_only
@@ -145,6 +148,8 @@ class DagRun(RunQueries):
             for record in self.state.rounds:
                 if record.index == event.round:
                     record.warnings.append(event.message)
+        elif _about_the_whole_run(event):
+            self.warnings.append(event.message)
 
     def save_to(self, store: RunStore, history: list[Any]) -> None:
         """Checkpoint this run to ``store`` from now on (``history``: the conversation it is planned in)."""
@@ -383,3 +388,7 @@ def _drafts(plan: ExecutionPlan | Sequence[PlanStep | Mapping[str, Any]] | None)
     if isinstance(items, Mapping):
         raise TypeError("approve() takes the plan's steps (a list), or an ExecutionPlan")
     return [item.model_dump() if isinstance(item, PlanStep) else dict(item) for item in items]
+
+
+def _about_the_whole_run(event: Event) -> TypeGuard[RunWarning]:
+    return isinstance(event, RunWarning) and event.round is None and event.step_id is None and not event.depth

@@ -77,6 +77,7 @@ def _static_answer(answer: str) -> str:
 def run_markdown(run: DagRun) -> str:
     """The run as Markdown: header, verdict, step table, answer."""
     lines = [f"**dagmagic** · {_md(run.goal)}", "", _md(_summary(run)), ""]
+    lines += [f"- warning: {_md(_cap(warning, 1000))}" for warning in run.warnings] + ([""] if run.warnings else [])
     rows = step_rows(run.plan)
     if rows:
         lines += ["| step | status | task | model | s | result |", "|---|---|---|---|---|---|"]
@@ -98,9 +99,10 @@ def run_html(run: DagRun) -> str:
     rounds = "".join(_round_html(record, open_=record.index == latest) for record in run.rounds)
     title = f"<b>Answer</b> ({PARTIAL_NOTE})" if run.partial else "<b>Answer</b>"
     answer = f"<div>{title}{markdown_html(_images_as_links(_static_answer(run.answer)))}</div>" if run.answer else ""
+    warnings = "".join(f"<li>{e(_cap(warning, 1000))}</li>" for warning in run.warnings)
     return (
         f'<div class="dagmagic-static"><p><b>dagmagic</b> · {e(run.goal)}</p>'
-        f"<p>{e(_summary(run))}</p>{rounds}{answer}</div>"
+        f"<p>{e(_summary(run))}</p>{f'<ul>{warnings}</ul>' if warnings else ''}{rounds}{answer}</div>"
     )
 
 

@@ -10,6 +10,7 @@ from dagmagic.events import (
     Event,
     Replanning,
     RunFinished,
+    RunWarning,
     StepCompleted,
     StepPaused,
     StepStarted,
@@ -45,6 +46,9 @@ def _own(event: Event) -> str | None:
     if isinstance(event, AnswerReady):
         note = "(partial answer: the run was stopped before it finished)\n" if event.partial else ""
         return f"\n{note}{event.answer}\n"
+    if isinstance(event, RunWarning):
+        where = f"[round {event.round}] " if event.round is not None else ""
+        return f"{where}warning: {event.message}"
     if isinstance(event, RunFinished):
         return f"[{event.status}] achieved={event.achieved} confidence={event.confidence:.2f}"
     return None

@@ -69,6 +69,7 @@ class DagWidget(anywidget.AnyWidget):
     status = traitlets.Unicode("running").tag(sync=True)
     phase = traitlets.Unicode("starting").tag(sync=True)
     error = traitlets.Unicode("").tag(sync=True)
+    warnings: traitlets.List[str] = traitlets.List().tag(sync=True)
     answer = traitlets.Unicode("").tag(sync=True)
     answer_fallback = traitlets.Bool(False).tag(sync=True)
     answer_partial = traitlets.Bool(False).tag(sync=True)
@@ -297,6 +298,7 @@ def widget_state(run: DagRun) -> dict[str, Any]:
         "status": run.status,
         "phase": run.phase,
         "error": run.error or "",
+        "warnings": [_cap(warning, 1000) for warning in run.warnings[-WARNINGS:]],
         "answer": _capped_answer(run.answer),
         "answer_fallback": _answer_is_fallback(run),
         "answer_partial": run.partial and bool(run.answer),

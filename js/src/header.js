@@ -84,11 +84,15 @@ export function createHeader() {
     ),
   );
   const error = h("div", { class: "dagmagic-error", role: "alert", hidden: true });
+  // What the user should know about the whole run (not saved, code without a sandbox, a model that went silent).
+  const warnings = h("ul", { class: "dagmagic-run-warnings", "aria-label": "About this run", hidden: true });
   const el = h("header", { class: "dagmagic-header" }, [
     h("div", { class: "dagmagic-title" }, [h("span", { class: "dagmagic-brand" }, ["dagmagic"]), status, goal]),
     totals,
     error,
+    warnings,
   ]);
+  let shownWarnings = "";
 
   /** @param {Traits} state */
   function update(state) {
@@ -109,6 +113,12 @@ export function createHeader() {
     setText(values.elapsed, formatDuration(runElapsed(state)));
     setText(error, state.error);
     error.hidden = !state.error;
+    const joined = state.warnings.join("\n");
+    if (joined !== shownWarnings) {
+      shownWarnings = joined;
+      warnings.replaceChildren(...state.warnings.map((w) => h("li", {}, [w])));
+      warnings.hidden = state.warnings.length === 0;
+    }
   }
 
   return { el, update };

@@ -30,6 +30,7 @@ const FEEDS = /** @type {Record<(typeof TRAITS)[number], Part[]>} */ ({
   status: ["header", "approval", "rounds", "answer", "controls", "timeline"],
   phase: ["header", "approval"],
   error: ["header"],
+  warnings: ["header"],
   answer: ["answer"],
   answer_fallback: ["answer"],
   answer_partial: ["answer"],

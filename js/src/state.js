@@ -16,6 +16,7 @@ export const TRAITS = /** @type {const} */ ([
   "status",
   "phase",
   "error",
+  "warnings",
   "answer",
   "answer_fallback",
   "answer_partial",
@@ -76,6 +77,7 @@ export function readState(model) {
       String(get(model, "phase") ?? (status === "running" ? "starting" : "finished"))
     ),
     error: String(get(model, "error") ?? ""),
+    warnings: list(get(model, "warnings")).map(String),
     answer: String(get(model, "answer") ?? ""),
     answer_fallback: Boolean(get(model, "answer_fallback")),
     answer_partial: Boolean(get(model, "answer_partial")),

@@ -119,6 +119,7 @@
  * @property {RunStatus} status
  * @property {RunPhase} phase  what a running run is doing now
  * @property {string} error
+ * @property {string[]} warnings  what to know about the whole run (not saved, code without a sandbox, a silent model)
  * @property {string} answer  Markdown, grows while streaming
  * @property {boolean} answer_fallback
  * @property {boolean} answer_partial  the user stopped the run: the answer covers what completed

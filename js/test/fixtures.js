@@ -213,6 +213,7 @@ export function sampleState() {
     status: "running",
     phase: "executing",
     error: "",
+    warnings: [],
     answer: "",
     answer_fallback: false,
     answer_partial: false,

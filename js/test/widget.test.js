@@ -224,6 +224,23 @@ describe("drawing", () => {
     expect(error.hidden).toBe(false);
     expect(error.textContent).toBe("Budget exhausted");
   });
+
+  it("lists what to know about the whole run, as text, and hides the list when there is none", async () => {
+    const { el, model } = mount();
+    const list = /** @type {HTMLElement} */ (el.querySelector(".dagmagic-run-warnings"));
+    expect(list.hidden).toBe(true);
+    model.set("warnings", ["This run is not saved: the disk is full.", '<img src=x onerror="alert(1)">']);
+    await nextRedraw();
+    expect(list.hidden).toBe(false);
+    expect([...list.querySelectorAll("li")].map((li) => li.textContent)).toEqual([
+      "This run is not saved: the disk is full.",
+      '<img src=x onerror="alert(1)">',
+    ]);
+    expect(list.querySelector("img")).toBeNull();
+    model.set("warnings", []);
+    await nextRedraw();
+    expect(list.hidden).toBe(true);
+  });
 });
 
 describe("sanitizing", () => {

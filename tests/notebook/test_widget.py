@@ -358,3 +358,22 @@ def test_every_state_key_is_a_synced_trait() -> None:
     run = asyncio.run(session().run("goal"))
     synced = set(DagWidget(run).trait_names(sync=True))
     assert set(widget_state(run)) <= synced  # a key without a trait would never reach the browser
+
+
+async def test_what_to_know_about_the_whole_run_is_shown_in_every_view(tmp_path: Any) -> None:
+    from dagmagic.notebook.fallbacks import run_html, run_markdown
+    from dagmagic.notebook.progress import progress_line
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    registry = ModelRegistry().register("m", scripted())
+    run = await DagSession(registry, DagSettings(store=str(blocker / "runs.sqlite"))).run("goal")
+    assert run.status == "done" and not run.durable
+    (warning,) = run.warnings
+    assert warning.startswith("This run is not saved") and "cannot be written" in warning
+    assert widget_state(run)["warnings"] == [warning]
+    assert "This run is not saved" in run_html(run) and "This run is not saved" in run_markdown(run)
+    (event,) = [event for event in run.events if event.type == "warning"]
+    assert progress_line(event) == f"warning: {warning}"
+    reread = DagRun(run.state, events=run.events, read_only=True)  # read back: the same list, from its events
+    assert reread.warnings == [warning]
