@@ -28,7 +28,7 @@ from dagmagic.engine.citations import CitationVerdict, extract_citations, verify
 from dagmagic.engine.context import truncate
 from dagmagic.engine.executor import StepFailure
 from dagmagic.engine.steps import StepRequest, step_messages
-from dagmagic.engine.tools import Tool, ToolOutcome
+from dagmagic.engine.tools import Tool, ToolInterrupted, ToolOutcome
 from dagmagic.errors import RUN_ENDING
 from dagmagic.events import RunWarning, StepIteration, Verification, Verifying
 from dagmagic.llm import ChatModel, extract_json, structured_llm_call
@@ -222,7 +222,10 @@ class StepAgent:
                 if seen[key] >= 3:
                     notes.append(f"Stopped: {call.name} was called a third time with the same arguments.")
                     return await self._forced_answer(request, messages, call.name, tools, notes)
-                outcome = await self._call(call, tools, request, repeated=seen[key] == 2)
+                try:
+                    outcome = await self._call(call, tools, request, repeated=seen[key] == 2)
+                except ToolInterrupted as exc:
+                    raise StepFailure(str(exc), notes=_notes(notes)) from exc
                 used += 1
                 self._record(request, iteration, call, outcome)
                 notes.append(f"{call.name}({_arguments_text(call.arguments)}) -> {truncate(outcome.observation, 500)}")

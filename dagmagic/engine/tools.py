@@ -2,8 +2,10 @@
 
 The name, description and JSON schema come from the signature, type hints and docstring (through a
 pydantic model), arguments are validated before the call, and nothing a tool does crashes a step: a
-validation error, an exception or a timeout becomes an observation the model can act on. Sync tools run
-in a worker thread so they never block other steps.
+validation error, an exception or a timeout becomes an observation the model can act on. What is not an
+``Exception`` (``KeyboardInterrupt``, ``GeneratorExit``, a library's own ``BaseException``) fails the step
+instead (``ToolInterrupted``), and never reaches the event loop; the run's own cancellation goes on. Sync
+tools run in a worker thread so they never block other steps.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from dagmagic.errors import ConfigurationError
 
-__all__ = ["Tool", "ToolOutcome", "as_tools", "tool"]
+__all__ = ["Tool", "ToolInterrupted", "ToolOutcome", "as_tools", "tool"]
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
 _GOOGLE_ARGS = re.compile(r"^\s*(?:Args|Arguments|Parameters|Params):\s*$", re.MULTILINE)
@@ -42,6 +44,20 @@ class ToolOutcome:
     """``Type: message`` when the call failed (bad arguments, an exception, a timeout)."""
     duration: float = 0.0
     """Seconds."""
+
+
+class ToolInterrupted(Exception):
+    """A tool raised a ``BaseException`` that is not an ``Exception`` (``KeyboardInterrupt``, ``GeneratorExit``, a
+    library's own): not a failure the model can act on, so its step fails with this message.
+    """
+
+    def __init__(self, name: str, raised: BaseException) -> None:
+        detail = f" ({raised})" if str(raised) else ""
+        super().__init__(
+            f"the tool {name} raised {type(raised).__name__}{detail}, which is not an Exception: the step stopped "
+            "there. A tool reports a failure by raising an Exception."
+        )
+        self.raised = raised
 
 
 class Tool:
@@ -110,7 +126,7 @@ class Tool:
                 if self.is_async:
                     value = await self.function(**values)
                 else:  # a worker thread: a slow sync tool must not stall the other steps
-                    value = await asyncio.to_thread(self.function, **values)
+                    value = _outcome(await asyncio.to_thread(_captured, self.function, values))
                     if inspect.isawaitable(value):  # a sync wrapper around an async function
                         value = await value
         # the tool's own failure is information for the model, not a crash; SystemExit too (argparse's
@@ -121,6 +137,13 @@ class Tool:
             else:  # a TimeoutError the tool raised itself is its own failure, not our limit
                 error = f"{type(exc).__name__}: {exc}"
             return ToolOutcome(f"Error: {error}", error=error, duration=time.perf_counter() - started)
+        except asyncio.CancelledError as exc:
+            if _being_cancelled():  # the run's cancellation (or the step's deadline) goes on
+                raise
+            raise ToolInterrupted(self.name, exc) from exc
+        except BaseException as exc:  # left to propagate, a KeyboardInterrupt stops the event loop (the kernel)
+            # and any other leaves the step's task dead with the step still "running"
+            raise ToolInterrupted(self.name, exc) from exc
         return ToolOutcome(_observation(value), duration=time.perf_counter() - started)
 
     def _validate(self, arguments: dict[str, Any] | str | None) -> dict[str, Any]:
@@ -229,6 +252,28 @@ def _arguments_model(
             return create_model(f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
     except Exception as exc:  # pydantic refuses a type it cannot validate
         raise ConfigurationError(f"tool {name!r}: its argument types cannot be validated ({exc})") from None
+
+
+def _captured(function: Callable[..., Any], values: dict[str, Any]) -> tuple[Any, BaseException | None]:
+    """Call ``function`` (in a worker thread) and return what it raised rather than raising it: a ``GeneratorExit``
+    set on the future would be thrown into the awaiting task from outside, closing every coroutine it awaits.
+    """
+    try:
+        return function(**values), None
+    except BaseException as exc:
+        return None, exc
+
+
+def _outcome(captured: tuple[Any, BaseException | None]) -> Any:
+    value, raised = captured
+    if raised is not None:
+        raise raised
+    return value
+
+
+def _being_cancelled() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def _type_hints(function: Callable[..., Any]) -> dict[str, Any]:

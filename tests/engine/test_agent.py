@@ -11,6 +11,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from dagmagic.engine.tools import Tool
 from dagmagic.events import Event, StepIteration, Verification, Verifying
 from dagmagic.testing import ScriptedLLM, ScriptedRequest, ToolCall
 
+from ..stored import step_statuses
 from .conftest import plan_reply, verdict
 
 ONE_STEP = plan_reply(("s1", [], "find how many people live in the capital of France"))
@@ -407,6 +409,84 @@ async def test_an_overlong_observation_is_cut_with_a_note() -> None:
     seen = llm.requests_for("step", "s1")[1].messages[-1]["content"]
     assert seen == "x" * 100 + "\n[Observation truncated: 400 more characters]"
     assert run.steps["s1"].tool_calls[0].observation == seen
+
+
+# --- tools that raise what is not an Exception ----------------------------------------------------------
+
+
+class Abort(BaseException):
+    """A library's own BaseException, as some use for control flow."""
+
+
+def raising(kind: type[BaseException], is_async: bool) -> Callable[..., Any]:
+    def charge(amount: int) -> str:
+        """Charges the card."""
+        raise kind(f"charging {amount} was interrupted")
+
+    async def charge_async(amount: int) -> str:
+        """Charges the card."""
+        await asyncio.sleep(0)
+        raise kind(f"charging {amount} was interrupted")
+
+    return Tool(charge_async if is_async else charge, name="charge")
+
+
+@pytest.mark.parametrize(
+    ("kind", "is_async"),
+    [
+        (KeyboardInterrupt, False),
+        (KeyboardInterrupt, True),
+        (Abort, False),
+        (Abort, True),
+        (GeneratorExit, False),
+        (GeneratorExit, True),
+        (asyncio.CancelledError, True),
+    ],
+    ids=[
+        "KeyboardInterrupt_sync",
+        "KeyboardInterrupt_async",
+        "custom_sync",
+        "custom_async",
+        "GeneratorExit_sync",
+        "GeneratorExit_async",
+        "own_CancelledError",
+    ],
+)
+async def test_a_tool_raising_what_is_not_an_exception_fails_its_step_and_the_run_goes_on(
+    kind: type[BaseException], is_async: bool, tmp_path: Path
+) -> None:
+    llm = ScriptedLLM(script([ToolCall("charge", {"amount": 100}), "never asked"]))
+    store = tmp_path / "runs.sqlite"
+    registry = ModelRegistry().register("scripted", llm)
+    chosen = DagSession(registry, DagSettings(store=str(store)), tools=[raising(kind, is_async)])
+    run = await chosen.run("pay the invoice")
+
+    assert run.status == "done" and run.answer
+    step = run.steps["s1"]
+    assert step.status == "failed"
+    assert step.error == (
+        f"the tool charge raised {kind.__name__} (charging 100 was interrupted), which is not an Exception: the "
+        "step stopped there. A tool reports a failure by raising an Exception."
+    )
+    assert len(llm.requests_for("step", "s1")) == 1
+    assert step_statuses(store) == {"s1": "failed"}
+
+
+async def test_the_runs_own_cancellation_still_cancels_a_step_whose_tool_is_running() -> None:
+    entered = asyncio.Event()
+
+    async def wait_forever() -> str:
+        """Waits."""
+        entered.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    llm = ScriptedLLM(script([ToolCall("wait_forever"), "never asked"]))
+    run = session(llm, [wait_forever]).start("goal")
+    await entered.wait()
+    run.cancel()
+    await run.wait()
+    assert (run.status, run.steps["s1"].status) == ("cancelled", "cancelled")
 
 
 # --- completion check ---------------------------------------------------------------------------------
