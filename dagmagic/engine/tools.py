@@ -144,7 +144,14 @@ class Tool:
         except BaseException as exc:  # left to propagate, a KeyboardInterrupt stops the event loop (the kernel)
             # and any other leaves the step's task dead with the step still "running"
             raise ToolInterrupted(self.name, exc) from exc
-        return ToolOutcome(_observation(value), duration=time.perf_counter() - started)
+        try:
+            observation = _observation(value)
+        except Exception as exc:  # a broken __repr__ or __str__: the call happened, its result is not readable
+            observation = (
+                f"{self.name} ran, but its result cannot be shown: making text of its {type(value).__name__} raised "
+                f"{type(exc).__name__}: {exc}."
+            )
+        return ToolOutcome(observation, duration=time.perf_counter() - started)
 
     def _validate(self, arguments: dict[str, Any] | str | None) -> dict[str, Any]:
         if arguments is None or arguments == "":

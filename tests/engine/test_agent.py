@@ -472,6 +472,33 @@ async def test_a_tool_raising_what_is_not_an_exception_fails_its_step_and_the_ru
     assert step_statuses(store) == {"s1": "failed"}
 
 
+class Unprintable:
+    """A result whose text cannot be made (a half-initialised object, a broken __repr__)."""
+
+    def __repr__(self) -> str:
+        raise RuntimeError("the connection is closed")
+
+    __str__ = __repr__
+
+
+async def test_a_result_whose_text_cannot_be_made_is_an_observation_saying_why() -> None:
+    def fetch(url: str) -> Unprintable:
+        """Fetches a page."""
+        return Unprintable()
+
+    llm = ScriptedLLM(script([ToolCall("fetch", {"url": "https://example.org"}), "the page could not be read"]))
+    run = await session(llm, [fetch]).run("goal")
+
+    step = run.steps["s1"]
+    assert (step.status, step.result) == ("completed", "the page could not be read")
+    observation = llm.requests_for("step", "s1")[1].messages[-1]["content"]
+    assert observation == (
+        "fetch ran, but its result cannot be shown: making text of its Unprintable raised "
+        "RuntimeError: the connection is closed."
+    )
+    assert [(c.observation, c.error) for c in step.tool_calls] == [(observation, None)]
+
+
 async def test_the_runs_own_cancellation_still_cancels_a_step_whose_tool_is_running() -> None:
     entered = asyncio.Event()
 
