@@ -16,10 +16,11 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import logging
 import re
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -36,6 +37,8 @@ from dagmagic.llm.secrets import mask_secrets
 from dagmagic.models import ToolCallRecord
 
 __all__ = ["SHORT_ANSWER_CHARS", "StepAgent", "ToolSelection"]
+
+log = logging.getLogger("dagmagic")
 
 SHORT_ANSWER_CHARS = 300
 """An answer shorter than this after 3+ tool calls gets one completion check."""
@@ -260,8 +263,11 @@ class StepAgent:
         if chosen is None:
             names = ", ".join(available) or "none"
             return ToolOutcome(f"There is no tool named {call.name!r}. Available tools: {names}.", error="unknown tool")
-        outcome = await chosen.run(call.arguments, timeout=request.settings.tool_timeout)
-        limit = request.settings.observation_max_chars
+        settings = request.settings
+        outcome = await chosen.run(
+            call.arguments, timeout=settings.tool_timeout, threads=settings.tool_threads, late=_late_notice(request)
+        )
+        limit = settings.observation_max_chars
         if len(outcome.observation) > limit:
             omitted = len(outcome.observation) - limit
             text = f"{outcome.observation[:limit]}\n[Observation truncated: {omitted} more characters]"
@@ -319,6 +325,18 @@ async def _fit(request: StepRequest, messages: list[dict[str, Any]], tools: list
             round=request.round,
             step_id=request.step.id,
         )
+
+
+def _late_notice(request: StepRequest) -> Callable[[str], None]:
+    """Says, while the run lasts, that a tool the step stopped waiting for has returned after all."""
+
+    def late(message: str) -> None:
+        if request.run_ended():
+            log.warning("[dagmagic] %s", message)
+        else:
+            request.emit(RunWarning(message=message, round=request.round, step_id=request.step.id))
+
+    return late
 
 
 def _all_tools(request: StepRequest, cause: str, count: int) -> None:

@@ -5,7 +5,8 @@ pydantic model), arguments are validated before the call, and nothing a tool doe
 validation error, an exception or a timeout becomes an observation the model can act on. What is not an
 ``Exception`` (``KeyboardInterrupt``, ``GeneratorExit``, a library's own ``BaseException``) fails the step
 instead (``ToolInterrupted``), and never reaches the event loop; the run's own cancellation goes on. Sync
-tools run in a worker thread so they never block other steps.
+tools run in threads of their own (``dagmagic.engine.tool_threads``), so they never block other steps and a
+hung one never starves the model calls.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from typing import Any, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from dagmagic.engine.tool_threads import Late, Outcome, ToolThreads, ToolThreadsExhausted, ToolTimeout
 from dagmagic.errors import ConfigurationError
+from dagmagic.settings import DagSettings
 
 __all__ = ["Tool", "ToolInterrupted", "ToolOutcome", "as_tools", "tool"]
 
@@ -32,6 +35,8 @@ _GOOGLE_PARAM = re.compile(r"^\s{2,}(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.+)$")
 # a description goes on over indented lines that do not start a new field
 _SPHINX_PARAM = re.compile(r"^\s*:param\s+(?:[\w\[\], ]+\s+)?(\w+):\s*(.+(?:\n(?!\s*:)[ \t]+\S.*)*)", re.MULTILINE)
 _SECTION = re.compile(r"^\s*(?:Returns?|Raises|Yields|Examples?|Notes?):\s*$", re.MULTILINE)
+_THREADS = ToolThreads()
+"""Every sync tool's thread in this process: hung tools are the kernel's concern, whichever session called them."""
 
 
 @dataclass(frozen=True)
@@ -107,8 +112,19 @@ class Tool:
     def __repr__(self) -> str:
         return f"Tool({self.name!r})"
 
-    async def run(self, arguments: dict[str, Any] | str | None, *, timeout: float) -> ToolOutcome:
-        """Validate ``arguments``, call the function, and describe what happened as an observation."""
+    async def run(
+        self,
+        arguments: dict[str, Any] | str | None,
+        *,
+        timeout: float,
+        threads: int | None = None,
+        late: Late | None = None,
+    ) -> ToolOutcome:
+        """Validate ``arguments``, call the function, and describe what happened as an observation.
+
+        A sync function runs in a tool thread, at most ``threads`` at once (None: the ``tool_threads``
+        default); ``late`` hears of a result that comes after the call timed out (else it is logged).
+        """
         started = time.perf_counter()
         limit = self.timeout or timeout
         try:
@@ -122,13 +138,21 @@ class Tool:
             )
         scope = asyncio.timeout(limit)
         try:
-            async with scope:
-                if self.is_async:
+            if self.is_async:
+                async with scope:
                     value = await self.function(**values)
-                else:  # a worker thread: a slow sync tool must not stall the other steps
-                    value = _outcome(await asyncio.to_thread(_captured, self.function, values))
-                    if inspect.isawaitable(value):  # a sync wrapper around an async function
+            else:  # a thread of its own: a slow sync tool must not stall the other steps
+                threads = threads or DagSettings.model_fields["tool_threads"].default
+                value = _raise_or_return(
+                    await _THREADS.run(self.name, self.function, values, threads=threads, timeout=limit, late=late)
+                )
+                if inspect.isawaitable(value):  # a sync wrapper around an async function
+                    async with scope:
                         value = await value
+        except ToolTimeout as exc:
+            return _failed(f"TimeoutError: {exc}", started)
+        except ToolThreadsExhausted as exc:
+            return _failed(f"ToolThreadsExhausted: {exc}", started)
         # the tool's own failure is information for the model, not a crash; SystemExit too (argparse's
         # error() raises it), which would otherwise stop the event loop itself
         except (Exception, SystemExit) as exc:
@@ -136,7 +160,7 @@ class Tool:
                 error = f"TimeoutError: {self.name} did not finish within {limit:g}s"
             else:  # a TimeoutError the tool raised itself is its own failure, not our limit
                 error = f"{type(exc).__name__}: {exc}"
-            return ToolOutcome(f"Error: {error}", error=error, duration=time.perf_counter() - started)
+            return _failed(error, started)
         except asyncio.CancelledError as exc:
             if _being_cancelled():  # the run's cancellation (or the step's deadline) goes on
                 raise
@@ -261,21 +285,18 @@ def _arguments_model(
         raise ConfigurationError(f"tool {name!r}: its argument types cannot be validated ({exc})") from None
 
 
-def _captured(function: Callable[..., Any], values: dict[str, Any]) -> tuple[Any, BaseException | None]:
-    """Call ``function`` (in a worker thread) and return what it raised rather than raising it: a ``GeneratorExit``
-    set on the future would be thrown into the awaiting task from outside, closing every coroutine it awaits.
+def _raise_or_return(outcome: Outcome) -> Any:
+    """What a tool thread's call returned, or what it raised raised here: a ``GeneratorExit`` set on a future
+    would be thrown into the awaiting task from outside, closing every coroutine it awaits on the way.
     """
-    try:
-        return function(**values), None
-    except BaseException as exc:
-        return None, exc
-
-
-def _outcome(captured: tuple[Any, BaseException | None]) -> Any:
-    value, raised = captured
+    value, raised = outcome
     if raised is not None:
         raise raised
     return value
+
+
+def _failed(error: str, started: float) -> ToolOutcome:
+    return ToolOutcome(f"Error: {error}", error=error, duration=time.perf_counter() - started)
 
 
 def _being_cancelled() -> bool:

@@ -8,6 +8,8 @@ Timing assertions compare timestamps recorded inside the tools, never wall-clock
 from __future__ import annotations
 
 import asyncio
+import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -21,8 +23,9 @@ from dagmagic.engine import prompts
 from dagmagic.engine.agent import COMPLETION_CHECK, FORCE_ANSWER, REPEAT_WARNING, SHORT_ANSWER_CHARS
 from dagmagic.engine.citations import extract_citations
 from dagmagic.engine.tools import Tool
-from dagmagic.events import Event, StepIteration, Verification, Verifying
+from dagmagic.events import Event, RunWarning, StepIteration, Verification, Verifying
 from dagmagic.testing import ScriptedLLM, ScriptedRequest, ToolCall
+from tests.fake_provider import Provider
 
 from ..stored import step_statuses
 from .conftest import plan_reply, verdict
@@ -514,6 +517,124 @@ async def test_the_runs_own_cancellation_still_cancels_a_step_whose_tool_is_runn
     run.cancel()
     await run.wait()
     assert (run.status, run.steps["s1"].status) == ("cancelled", "cancelled")
+
+
+# --- tools that hang ---------------------------------------------------------------------------------------
+
+
+async def test_hung_sync_tools_never_starve_model_calls_and_the_exhausted_threads_are_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    release = threading.Event()  # set before the test ends: the hung tools' threads end with it
+    hung = min(32, (os.cpu_count() or 1) + 4)  # as many as the loop's default executor (litellm's) has threads
+    monkeypatch.setenv("DAG_TOOL_THREADS", str(hung))
+
+    def fetch(n: int) -> str:
+        """Fetches a page, without a timeout."""
+        release.wait()
+        return f"page {n}"
+
+    def ping() -> str:
+        """Answers at once."""
+        return "pong"
+
+    def step(request: ScriptedRequest) -> Any:
+        turns = sum(1 for message in request.messages if message["role"] == "assistant")
+        if turns == 0:
+            return [ToolCall("fetch", {"n": n}) for n in range(hung)]
+        return ToolCall("ping") if turns == 1 else "the pages did not load"
+
+    plan = {
+        "steps": [
+            {"id": "s1", "task": "fetch the pages"},
+            {"id": "s2", "task": "summarise", "dependencies": ["s1"], "model_hint": "remote"},
+        ]
+    }
+    llm = ScriptedLLM(script(step, plan=[plan]))
+    provider = Provider()
+    provider.reply = "a summary from the remote model"
+    try:
+        registry = ModelRegistry().register("scripted", llm, roles=["smart", "general"])
+        registry.register("remote", "openai/gpt-4.1-mini", roles=["remote"], api_base=provider.base, api_key="sk-x")
+        settings = DagSettings(
+            store="none", tool_timeout=0.05, llm_timeout=5, llm_retries=0, step_immediate_retries=0,
+            step_retry_delays=(),
+        )  # fmt: skip
+        run = await DagSession(registry, settings, tools=[fetch, ping]).run("summarise the pages")
+    finally:
+        provider.close()
+        release.set()
+
+    s1, s2 = run.steps["s1"], run.steps["s2"]
+    assert (s2.status, s2.result) == ("completed", "a summary from the remote model"), s2.error
+    assert [c.error for c in s1.tool_calls[:hung]] == ["TimeoutError: fetch did not finish within 0.05s"] * hung
+    pinged = s1.tool_calls[hung]
+    assert pinged.name == "ping" and pinged.error is not None
+    assert pinged.error.startswith(
+        f"ToolThreadsExhausted: {hung} tool threads are still running past their timeout: fetch ({hung}×)"
+    ), pinged.error
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Wait (boundedly: never a hang) for something a tool thread hands to the event loop."""
+    for _ in range(1000):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("it never happened")
+
+
+async def test_a_result_that_comes_after_its_timeout_is_ignored_and_said_so() -> None:
+    go = threading.Event()
+
+    def transfer(amount: int) -> str:
+        """Transfers money."""
+        go.wait(30)
+        return f"transferred {amount}"
+
+    started: list[DagRun] = []
+
+    async def step(request: ScriptedRequest) -> Any:
+        if not any(message["role"] == "tool" for message in request.messages):
+            return ToolCall("transfer", {"amount": 100})
+        go.set()  # the transfer goes through after all, while the step still runs
+        await until(lambda: any(isinstance(e, RunWarning) for e in started[0].events))
+        return "the transfer timed out"
+
+    llm = ScriptedLLM(script(step))
+    started.append(session(llm, [transfer], tool_timeout=0.05).start("goal"))
+    run = await started[0].wait()
+
+    step_record = run.steps["s1"]
+    assert step_record.tool_calls[0].error == "TimeoutError: transfer did not finish within 0.05s"
+    (warning,) = [e for e in run.events if isinstance(e, RunWarning)]
+    assert (warning.round, warning.step_id) == (1, "s1")
+    assert re.fullmatch(
+        r"The tool transfer returned \d+\.\ds after it started, past its 0\.05s timeout: that result was ignored\.",
+        warning.message,
+    ), warning.message
+    assert all("transferred" not in str(request.messages) for request in llm.requests_for("step"))
+
+
+async def test_a_result_that_comes_after_its_run_ended_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    go = threading.Event()
+
+    def transfer(amount: int) -> str:
+        """Transfers money."""
+        go.wait(30)
+        raise ConnectionError("the bank hung up")
+
+    llm = ScriptedLLM(script([ToolCall("transfer", {"amount": 100}), "the transfer timed out"]))
+    run = await session(llm, [transfer], tool_timeout=0.05).run("goal")
+    go.set()
+    await until(lambda: any("transfer failed" in record.message for record in caplog.records))
+
+    assert not [e for e in run.events if isinstance(e, RunWarning)]  # nothing is added to a run that has ended
+    (record,) = [r for r in caplog.records if "transfer failed" in r.message]
+    assert record.levelname == "WARNING" and record.message.startswith(
+        "[dagmagic] The tool transfer failed (ConnectionError: the bank hung up) "
+    )
+    assert record.message.endswith("past its 0.05s timeout: that result was ignored.")
 
 
 # --- completion check ---------------------------------------------------------------------------------
