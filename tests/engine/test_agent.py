@@ -637,6 +637,66 @@ async def test_a_result_that_comes_after_its_run_ended_is_logged(caplog: pytest.
     assert record.message.endswith("past its 0.05s timeout: that result was ignored.")
 
 
+# --- tool calls run once ------------------------------------------------------------------------------------
+
+
+async def test_a_step_retried_after_its_tool_call_continues_from_its_transcript_without_calling_again() -> None:
+    ledger: list[str] = []
+
+    def pay(amount: int) -> str:
+        """Pays an invoice."""
+        ledger.append(f"paid {amount}")
+        return f"paid {amount}, receipt 7"
+
+    failed: list[str] = []
+
+    def step(request: ScriptedRequest) -> Any:
+        if not any(message["role"] == "tool" for message in request.messages):
+            return ToolCall("pay", {"amount": 100})
+        if not failed:  # the call after the payment meets a rate limit: the step is tried again
+            failed.append("429")
+            return errors.RateLimitError("429 slow down", model="scripted")
+        return "Paid 100 (receipt 7)."
+
+    llm = ScriptedLLM(script(step))
+    run = await session(llm, [pay], llm_retries=0, step_immediate_retries=1).run("pay the invoice")
+
+    s1 = run.steps["s1"]
+    assert (s1.status, s1.result, s1.attempts) == ("completed", "Paid 100 (receipt 7).", 2)
+    assert ledger == ["paid 100"]  # once: the retry went on from the payment's result
+    retried = llm.requests_for("step", "s1")[-1]
+    assert retried.messages[-1] == {"role": "tool", "tool_call_id": "call_1_0", "content": "paid 100, receipt 7"}
+    assert retried.messages[-2]["tool_calls"][0]["function"] == {"name": "pay", "arguments": '{"amount": 100}'}
+    assert [(c.name, c.observation) for c in s1.tool_calls] == [("pay", "paid 100, receipt 7")]
+
+
+async def test_a_retried_step_without_native_tool_calling_continues_from_its_json_actions() -> None:
+    ledger: list[str] = []
+
+    def pay(amount: int) -> str:
+        """Pays an invoice."""
+        ledger.append(f"paid {amount}")
+        return f"paid {amount}"
+
+    failed: list[str] = []
+
+    def step(request: ScriptedRequest) -> Any:
+        if not any("Result of pay" in str(message["content"]) for message in request.messages):
+            return ToolCall("pay", {"amount": 100})
+        if not failed:
+            failed.append("500")
+            return errors.ServerError("503 overloaded", model="scripted")
+        return "Paid."
+
+    llm = ScriptedLLM(script(step), capabilities=NO_TOOL_CALLING)
+    run = await session(llm, [pay], llm_retries=0, step_immediate_retries=1).run("pay the invoice")
+
+    assert (run.steps["s1"].status, ledger) == ("completed", ["paid 100"])
+    retried = llm.requests_for("step", "s1")[-1].messages
+    assert retried[-2] == {"role": "assistant", "content": '{"tool": "pay", "arguments": {"amount": 100}}'}
+    assert retried[-1] == {"role": "user", "content": "Result of pay:\npaid 100"}
+
+
 # --- completion check ---------------------------------------------------------------------------------
 
 THREE_AT_ONCE = [ToolCall("lookup", {"q": "a"}), ToolCall("lookup", {"q": "b"}), ToolCall("lookup", {"q": "c"})]
