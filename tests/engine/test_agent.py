@@ -475,6 +475,17 @@ async def test_a_tool_raising_what_is_not_an_exception_fails_its_step_and_the_ru
     assert step_statuses(store) == {"s1": "failed"}
 
 
+async def test_the_steps_deadline_still_ends_a_step_whose_tool_is_running() -> None:
+    async def wait_forever() -> str:
+        """Waits."""
+        await asyncio.Event().wait()
+        return "never"
+
+    llm = ScriptedLLM(script([ToolCall("wait_forever"), "never asked"]))
+    run = await session(llm, [wait_forever], step_timeout=0.2, tool_timeout=30).run("goal")
+    assert (run.status, run.steps["s1"].status, run.steps["s1"].error) == ("done", "failed", "timed out after 0.2s")
+
+
 class Unprintable:
     """A result whose text cannot be made (a half-initialised object, a broken __repr__)."""
 
