@@ -161,6 +161,9 @@ class ToolCallRecord(BaseModel):
     """Epoch seconds."""
     duration: float | None = None
     """Seconds."""
+    turn: int | None = None
+    """The step's model turn that asked for it (1: its first reply): a step tried again or resumed rebuilds
+    its conversation from these records and goes on from them, so no call that returned is made again."""
 
 
 class PlanStep(BaseModel):

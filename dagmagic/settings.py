@@ -169,6 +169,16 @@ class DagSettings(BaseModel):
         description="Seconds one tool call may take before it returns a timeout observation.",
         json_schema_extra=_env("DAG_TOOL_TIMEOUT"),
     )
+    tool_threads: int = Field(
+        16,
+        ge=1,
+        le=1024,
+        description=(
+            "Threads sync tools may hold at once, apart from the model calls' threads; a tool past its timeout "
+            "holds its thread until it returns."
+        ),
+        json_schema_extra=_env("DAG_TOOL_THREADS"),
+    )
     code_timeout: float = Field(
         30.0,
         gt=0,

@@ -8,6 +8,8 @@ instead of a result; a third time the model is asked once, without tools, for it
 (else the step fails, keeping its notes); observations are capped; at ``step_max_iterations`` the step fails,
 keeping its notes. Then, optionally, a completion check (3+ tools used, a short answer) and a citation check
 with one re-run on failure; a check that cannot run leaves the result standing, flagged as not verified.
+A step tried again (a transient error) or resumed goes on from the tool calls it recorded
+(``dagmagic.engine.transcript``): a call that returned is not made again.
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import logging
 import re
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -28,7 +31,8 @@ from dagmagic.engine.citations import CitationVerdict, extract_citations, verify
 from dagmagic.engine.context import truncate
 from dagmagic.engine.executor import StepFailure
 from dagmagic.engine.steps import StepRequest, step_messages
-from dagmagic.engine.tools import Tool, ToolOutcome
+from dagmagic.engine.tools import Tool, ToolInterrupted, ToolOutcome
+from dagmagic.engine.transcript import RequestedCall, assistant_message, observation_message, recorded_turns
 from dagmagic.errors import RUN_ENDING
 from dagmagic.events import RunWarning, StepIteration, Verification, Verifying
 from dagmagic.llm import ChatModel, extract_json, structured_llm_call
@@ -36,6 +40,8 @@ from dagmagic.llm.secrets import mask_secrets
 from dagmagic.models import ToolCallRecord
 
 __all__ = ["SHORT_ANSWER_CHARS", "StepAgent", "ToolSelection"]
+
+log = logging.getLogger("dagmagic")
 
 SHORT_ANSWER_CHARS = 300
 """An answer shorter than this after 3+ tool calls gets one completion check."""
@@ -66,9 +72,6 @@ FORCE_ANSWER = (
 
 NOT_VERIFIED = "citations not verified: the check failed ({error})"
 
-CALL_TEXT_CHARS = 2000
-"""Text of a turn that calls tools, kept in the conversation."""
-
 _TOOL_CALL_TAG = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 
 CITATION_FEEDBACK = (
@@ -81,13 +84,6 @@ class ToolSelection(BaseModel):
     """The tools a step needs."""
 
     tools: list[str] = Field(description="Names of the tools this step needs, most useful first.")
-
-
-@dataclasses.dataclass
-class _Call:
-    id: str
-    name: str
-    arguments: Any
 
 
 class StepAgent:
@@ -193,11 +189,14 @@ class StepAgent:
                 "content": f"{messages[0]['content']}\n\n{JSON_ACTIONS.format(tools=listing)}",
             }
         schemas = [t.schema() for t in tools] if native else None
-        seen: Counter[str] = Counter()
-        notes: list[str] = []
-        used = 0
+        # a step tried again, or resumed, goes on from the calls it made: none that returned is made again
+        turns, done = recorded_turns(step.tool_calls, native)
+        messages.extend(turns)
+        seen: Counter[str] = Counter(_call_key(c.name, c.arguments) for c in step.tool_calls)
+        notes = [_note(c.name, c.arguments, c.observation) for c in step.tool_calls]
+        used = len(step.tool_calls)
         settings = request.settings
-        for iteration in range(1, settings.step_max_iterations + 1):
+        for iteration in range(done + 1, settings.step_max_iterations + 1):
             await _fit(request, messages, schemas)
             reply = await model.chat(
                 messages,
@@ -215,18 +214,21 @@ class StepAgent:
                 if not answer:
                     raise StepFailure("the model returned an empty answer", notes=_notes(notes))
                 return answer
-            messages.append(_assistant_message(reply.content, calls, native))
+            messages.append(assistant_message(reply.content, calls, native))
             for call in calls:
-                key = f"{call.name}:{json.dumps(call.arguments, sort_keys=True, default=str)}"
+                key = _call_key(call.name, call.arguments)
                 seen[key] += 1
                 if seen[key] >= 3:
                     notes.append(f"Stopped: {call.name} was called a third time with the same arguments.")
                     return await self._forced_answer(request, messages, call.name, tools, notes)
-                outcome = await self._call(call, tools, request, repeated=seen[key] == 2)
+                try:
+                    outcome = await self._call(call, tools, request, repeated=seen[key] == 2)
+                except ToolInterrupted as exc:
+                    raise StepFailure(str(exc), notes=_notes(notes)) from exc
                 used += 1
                 self._record(request, iteration, call, outcome)
-                notes.append(f"{call.name}({_arguments_text(call.arguments)}) -> {truncate(outcome.observation, 500)}")
-                messages.append(_observation_message(call, outcome.observation, native))
+                notes.append(_note(call.name, call.arguments, outcome.observation))
+                messages.append(observation_message(call, outcome.observation, native))
         raise StepFailure(
             f"iteration limit ({settings.step_max_iterations}) reached without a final answer", notes=_notes(notes)
         )
@@ -249,7 +251,9 @@ class StepAgent:
             )
         return answer
 
-    async def _call(self, call: _Call, tools: list[Tool], request: StepRequest, *, repeated: bool) -> ToolOutcome:
+    async def _call(
+        self, call: RequestedCall, tools: list[Tool], request: StepRequest, *, repeated: bool
+    ) -> ToolOutcome:
         if repeated:
             return ToolOutcome(REPEAT_WARNING.format(name=call.name), error="repeated call")
         available = {t.name: t for t in tools}
@@ -257,8 +261,11 @@ class StepAgent:
         if chosen is None:
             names = ", ".join(available) or "none"
             return ToolOutcome(f"There is no tool named {call.name!r}. Available tools: {names}.", error="unknown tool")
-        outcome = await chosen.run(call.arguments, timeout=request.settings.tool_timeout)
-        limit = request.settings.observation_max_chars
+        settings = request.settings
+        outcome = await chosen.run(
+            call.arguments, timeout=settings.tool_timeout, threads=settings.tool_threads, late=_late_notice(request)
+        )
+        limit = settings.observation_max_chars
         if len(outcome.observation) > limit:
             omitted = len(outcome.observation) - limit
             text = f"{outcome.observation[:limit]}\n[Observation truncated: {omitted} more characters]"
@@ -266,7 +273,7 @@ class StepAgent:
         return outcome
 
     @staticmethod
-    def _record(request: StepRequest, iteration: int, call: _Call, outcome: ToolOutcome) -> None:
+    def _record(request: StepRequest, iteration: int, call: RequestedCall, outcome: ToolOutcome) -> None:
         arguments = call.arguments if isinstance(call.arguments, dict) else {"raw": call.arguments}
         request.step.tool_calls.append(
             ToolCallRecord(
@@ -276,6 +283,7 @@ class StepAgent:
                 error=outcome.error,
                 started_at=time.time() - outcome.duration,
                 duration=outcome.duration,
+                turn=iteration,
             )
         )
         request.emit(
@@ -318,12 +326,24 @@ async def _fit(request: StepRequest, messages: list[dict[str, Any]], tools: list
         )
 
 
+def _late_notice(request: StepRequest) -> Callable[[str], None]:
+    """Says, while the run lasts, that a tool the step stopped waiting for has returned after all."""
+
+    def late(message: str) -> None:
+        if request.run_ended():
+            log.warning("[dagmagic] %s", message)
+        else:
+            request.emit(RunWarning(message=message, round=request.round, step_id=request.step.id))
+
+    return late
+
+
 def _all_tools(request: StepRequest, cause: str, count: int) -> None:
     message = f"Tool selection for {request.step.id} failed ({cause}): the step is given all {count} tools."
     request.emit(RunWarning(message=message, round=request.round, step_id=request.step.id))
 
 
-def _native_calls(tool_calls: Sequence[Any]) -> list[_Call]:
+def _native_calls(tool_calls: Sequence[Any]) -> list[RequestedCall]:
     calls = []
     for tc in tool_calls:
         try:
@@ -331,11 +351,11 @@ def _native_calls(tool_calls: Sequence[Any]) -> list[_Call]:
         # ValueError: broken JSON or an integer too long to convert; RecursionError: nested past the parser
         except (ValueError, RecursionError):
             arguments = tc.arguments  # validation turns this into an observation the model can fix
-        calls.append(_Call(tc.id, tc.name, arguments))
+        calls.append(RequestedCall(tc.id, tc.name, arguments))
     return calls
 
 
-def _text_calls(content: str, tools: list[Tool]) -> list[_Call]:
+def _text_calls(content: str, tools: list[Tool]) -> list[RequestedCall]:
     """Tool calls written in the reply's text: the JSON action format (``{"tool": ..., "arguments": ...}``),
     an OpenAI-style call (``{"name": ..., "arguments": ...}``, or under ``"function"``), a list of them, or
     Qwen's ``<tool_call>...</tool_call>``; only calls naming a tool the step was offered count.
@@ -344,7 +364,7 @@ def _text_calls(content: str, tools: list[Tool]) -> list[_Call]:
         return []
     offered = {tool.name for tool in tools}
     tagged = [match.group(1) for match in _TOOL_CALL_TAG.finditer(content)]
-    calls: list[_Call] = []
+    calls: list[RequestedCall] = []
     for text in tagged or [content]:
         try:
             value = extract_json(text)
@@ -357,7 +377,7 @@ def _text_calls(content: str, tools: list[Tool]) -> list[_Call]:
     return calls
 
 
-def _as_call(item: Any, index: int) -> _Call | None:
+def _as_call(item: Any, index: int) -> RequestedCall | None:
     if not isinstance(item, dict):
         return None
     if isinstance(item.get("function"), dict):
@@ -370,33 +390,15 @@ def _as_call(item: Any, index: int) -> _Call | None:
         # left as text (broken, too long a number, too deep), validation tells the model what is wrong
         with contextlib.suppress(ValueError, RecursionError):
             arguments = json.loads(arguments) if arguments.strip() else {}
-    return _Call(f"call_text_{index}", name, arguments)
+    return RequestedCall(f"call_text_{index}", name, arguments)
 
 
-def _assistant_message(content: str, calls: list[_Call], native: bool) -> dict[str, Any]:
-    # what matters in a turn that calls tools is the calls: text around them is kept short (a small model once
-    # wrote 7,720 tokens before its call, and the next turn no longer fit its window)
-    content = truncate(content, CALL_TEXT_CHARS, "\n[... cut]")
-    if not native:
-        return {"role": "assistant", "content": content}
-    return {
-        "role": "assistant",
-        "content": content or None,
-        "tool_calls": [
-            {
-                "id": call.id,
-                "type": "function",
-                "function": {"name": call.name, "arguments": json.dumps(call.arguments, default=str)},
-            }
-            for call in calls
-        ],
-    }
+def _call_key(name: str, arguments: Any) -> str:
+    return f"{name}:{json.dumps(arguments, sort_keys=True, default=str)}"
 
 
-def _observation_message(call: _Call, observation: str, native: bool) -> dict[str, Any]:
-    if native:
-        return {"role": "tool", "tool_call_id": call.id, "content": observation}
-    return {"role": "user", "content": f"Result of {call.name}:\n{observation}"}
+def _note(name: str, arguments: Any, observation: str) -> str:
+    return f"{name}({_arguments_text(arguments)}) -> {truncate(observation, 500)}"
 
 
 def _arguments_text(arguments: Any) -> str:

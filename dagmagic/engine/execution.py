@@ -153,6 +153,7 @@ class Execution:
             emit=pursuit.run.emit,
             smart=pursuit.model("smart"),
             guard=guard,
+            run_ended=pursuit.run.done,
         )
         if dependencies:
             # the step's instructions, and a third of the window for its tool turns, come first

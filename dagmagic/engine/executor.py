@@ -12,7 +12,8 @@ Failure never spreads sideways: a failed step's dependents are skipped (naming i
 branches go on; only an exception of a ``fatal`` type (a provider refusing the key, say: every other step
 would meet it too) ends the plan: running steps are cancelled and the exception is raised. A stop event
 skips every step not yet started while running ones finish; cancellation cancels running steps, waits for
-them, marks them cancelled and re-raises.
+them, marks them cancelled and re-raises. Anything else a step raises fails that step, a ``BaseException``
+that is not an ``Exception`` too (a ``KeyboardInterrupt`` from a tool must not stop the event loop).
 """
 
 from __future__ import annotations
@@ -295,6 +296,11 @@ class DagExecutor:
             self._finish(step, "failed", f"Failed for good after {step.failures} tries: {step.error}")
         except Exception as exc:
             self._finish(step, "failed", mask_secrets(f"{type(exc).__name__}: {exc}"))
+        except BaseException as exc:  # KeyboardInterrupt, GeneratorExit, a library's own: left to propagate it
+            # would stop the event loop (KeyboardInterrupt) or end the task with the step still "running"
+            detail = f" ({exc})" if str(exc) else ""
+            reason = f"the step was stopped by {type(exc).__name__}{detail}, which is not an Exception"
+            self._finish(step, "failed", mask_secrets(reason))
         else:
             self._finish(step, "completed", None, result=result)
         return None

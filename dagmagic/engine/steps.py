@@ -40,6 +40,8 @@ class StepRequest:
     """The smart model, for checks on the step's result (citations)."""
     guard: ContextGuard | None = None
     """Keeps the step's growing conversation inside its model's window (older observations compacted)."""
+    run_ended: Callable[[], bool] = lambda: False
+    """Whether the step's run has ended: what comes later (a tool's late result) is no longer its news."""
 
 
 class StepRunner(Protocol):

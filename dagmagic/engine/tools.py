@@ -2,8 +2,11 @@
 
 The name, description and JSON schema come from the signature, type hints and docstring (through a
 pydantic model), arguments are validated before the call, and nothing a tool does crashes a step: a
-validation error, an exception or a timeout becomes an observation the model can act on. Sync tools run
-in a worker thread so they never block other steps.
+validation error, an exception or a timeout becomes an observation the model can act on. What is not an
+``Exception`` (``KeyboardInterrupt``, ``GeneratorExit``, a library's own ``BaseException``) fails the step
+instead (``ToolInterrupted``), and never reaches the event loop; the run's own cancellation goes on. Sync
+tools run in threads of their own (``dagmagic.engine.tool_threads``), so they never block other steps and a
+hung one never starves the model calls.
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ from typing import Any, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from dagmagic.engine.tool_threads import Late, Outcome, ToolThreads, ToolThreadsExhausted, ToolTimeout
 from dagmagic.errors import ConfigurationError
+from dagmagic.settings import DagSettings
 
-__all__ = ["Tool", "ToolOutcome", "as_tools", "tool"]
+__all__ = ["Tool", "ToolInterrupted", "ToolOutcome", "as_tools", "tool"]
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
 _GOOGLE_ARGS = re.compile(r"^\s*(?:Args|Arguments|Parameters|Params):\s*$", re.MULTILINE)
@@ -30,6 +35,8 @@ _GOOGLE_PARAM = re.compile(r"^\s{2,}(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.+)$")
 # a description goes on over indented lines that do not start a new field
 _SPHINX_PARAM = re.compile(r"^\s*:param\s+(?:[\w\[\], ]+\s+)?(\w+):\s*(.+(?:\n(?!\s*:)[ \t]+\S.*)*)", re.MULTILINE)
 _SECTION = re.compile(r"^\s*(?:Returns?|Raises|Yields|Examples?|Notes?):\s*$", re.MULTILINE)
+_THREADS = ToolThreads()
+"""Every sync tool's thread in this process: hung tools are the kernel's concern, whichever session called them."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,20 @@ class ToolOutcome:
     """``Type: message`` when the call failed (bad arguments, an exception, a timeout)."""
     duration: float = 0.0
     """Seconds."""
+
+
+class ToolInterrupted(Exception):
+    """A tool raised a ``BaseException`` that is not an ``Exception`` (``KeyboardInterrupt``, ``GeneratorExit``, a
+    library's own): not a failure the model can act on, so its step fails with this message.
+    """
+
+    def __init__(self, name: str, raised: BaseException) -> None:
+        detail = f" ({raised})" if str(raised) else ""
+        super().__init__(
+            f"the tool {name} raised {type(raised).__name__}{detail}, which is not an Exception: the step stopped "
+            "there. A tool reports a failure by raising an Exception."
+        )
+        self.raised = raised
 
 
 class Tool:
@@ -91,8 +112,19 @@ class Tool:
     def __repr__(self) -> str:
         return f"Tool({self.name!r})"
 
-    async def run(self, arguments: dict[str, Any] | str | None, *, timeout: float) -> ToolOutcome:
-        """Validate ``arguments``, call the function, and describe what happened as an observation."""
+    async def run(
+        self,
+        arguments: dict[str, Any] | str | None,
+        *,
+        timeout: float,
+        threads: int | None = None,
+        late: Late | None = None,
+    ) -> ToolOutcome:
+        """Validate ``arguments``, call the function, and describe what happened as an observation.
+
+        A sync function runs in a tool thread, at most ``threads`` at once (None: the ``tool_threads``
+        default); ``late`` hears of a result that comes after the call timed out (else it is logged).
+        """
         started = time.perf_counter()
         limit = self.timeout or timeout
         try:
@@ -106,13 +138,21 @@ class Tool:
             )
         scope = asyncio.timeout(limit)
         try:
-            async with scope:
-                if self.is_async:
+            if self.is_async:
+                async with scope:
                     value = await self.function(**values)
-                else:  # a worker thread: a slow sync tool must not stall the other steps
-                    value = await asyncio.to_thread(self.function, **values)
-                    if inspect.isawaitable(value):  # a sync wrapper around an async function
+            else:  # a thread of its own: a slow sync tool must not stall the other steps
+                threads = threads or DagSettings.model_fields["tool_threads"].default
+                value = _raise_or_return(
+                    await _THREADS.run(self.name, self.function, values, threads=threads, timeout=limit, late=late)
+                )
+                if inspect.isawaitable(value):  # a sync wrapper around an async function
+                    async with scope:
                         value = await value
+        except ToolTimeout as exc:
+            return _failed(f"TimeoutError: {exc}", started)
+        except ToolThreadsExhausted as exc:
+            return _failed(f"ToolThreadsExhausted: {exc}", started)
         # the tool's own failure is information for the model, not a crash; SystemExit too (argparse's
         # error() raises it), which would otherwise stop the event loop itself
         except (Exception, SystemExit) as exc:
@@ -120,8 +160,22 @@ class Tool:
                 error = f"TimeoutError: {self.name} did not finish within {limit:g}s"
             else:  # a TimeoutError the tool raised itself is its own failure, not our limit
                 error = f"{type(exc).__name__}: {exc}"
-            return ToolOutcome(f"Error: {error}", error=error, duration=time.perf_counter() - started)
-        return ToolOutcome(_observation(value), duration=time.perf_counter() - started)
+            return _failed(error, started)
+        except asyncio.CancelledError as exc:
+            if _being_cancelled():  # the run's cancellation (or the step's deadline) goes on
+                raise
+            raise ToolInterrupted(self.name, exc) from exc
+        except BaseException as exc:  # left to propagate, a KeyboardInterrupt stops the event loop (the kernel)
+            # and any other leaves the step's task dead with the step still "running"
+            raise ToolInterrupted(self.name, exc) from exc
+        try:
+            observation = _observation(value)
+        except Exception as exc:  # a broken __repr__ or __str__: the call happened, its result is not readable
+            observation = (
+                f"{self.name} ran, but its result cannot be shown: making text of its {type(value).__name__} raised "
+                f"{type(exc).__name__}: {exc}."
+            )
+        return ToolOutcome(observation, duration=time.perf_counter() - started)
 
     def _validate(self, arguments: dict[str, Any] | str | None) -> dict[str, Any]:
         if arguments is None or arguments == "":
@@ -229,6 +283,25 @@ def _arguments_model(
             return create_model(f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
     except Exception as exc:  # pydantic refuses a type it cannot validate
         raise ConfigurationError(f"tool {name!r}: its argument types cannot be validated ({exc})") from None
+
+
+def _raise_or_return(outcome: Outcome) -> Any:
+    """What a tool thread's call returned, or what it raised raised here: a ``GeneratorExit`` set on a future
+    would be thrown into the awaiting task from outside, closing every coroutine it awaits on the way.
+    """
+    value, raised = outcome
+    if raised is not None:
+        raise raised
+    return value
+
+
+def _failed(error: str, started: float) -> ToolOutcome:
+    return ToolOutcome(f"Error: {error}", error=error, duration=time.perf_counter() - started)
+
+
+def _being_cancelled() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def _type_hints(function: Callable[..., Any]) -> dict[str, Any]:

@@ -8,9 +8,12 @@ Timing assertions compare timestamps recorded inside the tools, never wall-clock
 from __future__ import annotations
 
 import asyncio
+import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,9 +23,11 @@ from dagmagic.engine import prompts
 from dagmagic.engine.agent import COMPLETION_CHECK, FORCE_ANSWER, REPEAT_WARNING, SHORT_ANSWER_CHARS
 from dagmagic.engine.citations import extract_citations
 from dagmagic.engine.tools import Tool
-from dagmagic.events import Event, StepIteration, Verification, Verifying
+from dagmagic.events import Event, RunWarning, StepIteration, Verification, Verifying
 from dagmagic.testing import ScriptedLLM, ScriptedRequest, ToolCall
+from tests.fake_provider import Provider
 
+from ..stored import step_statuses
 from .conftest import plan_reply, verdict
 
 ONE_STEP = plan_reply(("s1", [], "find how many people live in the capital of France"))
@@ -407,6 +412,300 @@ async def test_an_overlong_observation_is_cut_with_a_note() -> None:
     seen = llm.requests_for("step", "s1")[1].messages[-1]["content"]
     assert seen == "x" * 100 + "\n[Observation truncated: 400 more characters]"
     assert run.steps["s1"].tool_calls[0].observation == seen
+
+
+# --- tools that raise what is not an Exception ----------------------------------------------------------
+
+
+class Abort(BaseException):
+    """A library's own BaseException, as some use for control flow."""
+
+
+def raising(kind: type[BaseException], is_async: bool) -> Callable[..., Any]:
+    def charge(amount: int) -> str:
+        """Charges the card."""
+        raise kind(f"charging {amount} was interrupted")
+
+    async def charge_async(amount: int) -> str:
+        """Charges the card."""
+        await asyncio.sleep(0)
+        raise kind(f"charging {amount} was interrupted")
+
+    return Tool(charge_async if is_async else charge, name="charge")
+
+
+@pytest.mark.parametrize(
+    ("kind", "is_async"),
+    [
+        (KeyboardInterrupt, False),
+        (KeyboardInterrupt, True),
+        (Abort, False),
+        (Abort, True),
+        (GeneratorExit, False),
+        (GeneratorExit, True),
+        (asyncio.CancelledError, True),
+    ],
+    ids=[
+        "KeyboardInterrupt_sync",
+        "KeyboardInterrupt_async",
+        "custom_sync",
+        "custom_async",
+        "GeneratorExit_sync",
+        "GeneratorExit_async",
+        "own_CancelledError",
+    ],
+)
+async def test_a_tool_raising_what_is_not_an_exception_fails_its_step_and_the_run_goes_on(
+    kind: type[BaseException], is_async: bool, tmp_path: Path
+) -> None:
+    llm = ScriptedLLM(script([ToolCall("charge", {"amount": 100}), "never asked"]))
+    store = tmp_path / "runs.sqlite"
+    registry = ModelRegistry().register("scripted", llm)
+    chosen = DagSession(registry, DagSettings(store=str(store)), tools=[raising(kind, is_async)])
+    run = await chosen.run("pay the invoice")
+
+    assert run.status == "done" and run.answer
+    step = run.steps["s1"]
+    assert step.status == "failed"
+    assert step.error == (
+        f"the tool charge raised {kind.__name__} (charging 100 was interrupted), which is not an Exception: the "
+        "step stopped there. A tool reports a failure by raising an Exception."
+    )
+    assert len(llm.requests_for("step", "s1")) == 1
+    assert step_statuses(store) == {"s1": "failed"}
+
+
+async def test_the_steps_deadline_still_ends_a_step_whose_tool_is_running() -> None:
+    async def wait_forever() -> str:
+        """Waits."""
+        await asyncio.Event().wait()
+        return "never"
+
+    llm = ScriptedLLM(script([ToolCall("wait_forever"), "never asked"]))
+    run = await session(llm, [wait_forever], step_timeout=0.2, tool_timeout=30).run("goal")
+    assert (run.status, run.steps["s1"].status, run.steps["s1"].error) == ("done", "failed", "timed out after 0.2s")
+
+
+class Unprintable:
+    """A result whose text cannot be made (a half-initialised object, a broken __repr__)."""
+
+    def __repr__(self) -> str:
+        raise RuntimeError("the connection is closed")
+
+    __str__ = __repr__
+
+
+async def test_a_result_whose_text_cannot_be_made_is_an_observation_saying_why() -> None:
+    def fetch(url: str) -> Unprintable:
+        """Fetches a page."""
+        return Unprintable()
+
+    llm = ScriptedLLM(script([ToolCall("fetch", {"url": "https://example.org"}), "the page could not be read"]))
+    run = await session(llm, [fetch]).run("goal")
+
+    step = run.steps["s1"]
+    assert (step.status, step.result) == ("completed", "the page could not be read")
+    observation = llm.requests_for("step", "s1")[1].messages[-1]["content"]
+    assert observation == (
+        "fetch ran, but its result cannot be shown: making text of its Unprintable raised "
+        "RuntimeError: the connection is closed."
+    )
+    assert [(c.observation, c.error) for c in step.tool_calls] == [(observation, None)]
+
+
+async def test_the_runs_own_cancellation_still_cancels_a_step_whose_tool_is_running() -> None:
+    entered = asyncio.Event()
+
+    async def wait_forever() -> str:
+        """Waits."""
+        entered.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    llm = ScriptedLLM(script([ToolCall("wait_forever"), "never asked"]))
+    run = session(llm, [wait_forever]).start("goal")
+    await entered.wait()
+    run.cancel()
+    await run.wait()
+    assert (run.status, run.steps["s1"].status) == ("cancelled", "cancelled")
+
+
+# --- tools that hang ---------------------------------------------------------------------------------------
+
+
+async def test_hung_sync_tools_never_starve_model_calls_and_the_exhausted_threads_are_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    release = threading.Event()  # set before the test ends: the hung tools' threads end with it
+    hung = min(32, (os.cpu_count() or 1) + 4)  # as many as the loop's default executor (litellm's) has threads
+    monkeypatch.setenv("DAG_TOOL_THREADS", str(hung))
+
+    def fetch(n: int) -> str:
+        """Fetches a page, without a timeout."""
+        release.wait()
+        return f"page {n}"
+
+    def ping() -> str:
+        """Answers at once."""
+        return "pong"
+
+    def step(request: ScriptedRequest) -> Any:
+        turns = sum(1 for message in request.messages if message["role"] == "assistant")
+        if turns == 0:
+            return [ToolCall("fetch", {"n": n}) for n in range(hung)]
+        return ToolCall("ping") if turns == 1 else "the pages did not load"
+
+    plan = {
+        "steps": [
+            {"id": "s1", "task": "fetch the pages"},
+            {"id": "s2", "task": "summarise", "dependencies": ["s1"], "model_hint": "remote"},
+        ]
+    }
+    llm = ScriptedLLM(script(step, plan=[plan]))
+    provider = Provider()
+    provider.reply = "a summary from the remote model"
+    try:
+        registry = ModelRegistry().register("scripted", llm, roles=["smart", "general"])
+        registry.register("remote", "openai/gpt-4.1-mini", roles=["remote"], api_base=provider.base, api_key="sk-x")
+        settings = DagSettings(
+            store="none", tool_timeout=0.05, llm_timeout=5, llm_retries=0, step_immediate_retries=0,
+            step_retry_delays=(),
+        )  # fmt: skip
+        run = await DagSession(registry, settings, tools=[fetch, ping]).run("summarise the pages")
+    finally:
+        provider.close()
+        release.set()
+
+    s1, s2 = run.steps["s1"], run.steps["s2"]
+    assert (s2.status, s2.result) == ("completed", "a summary from the remote model"), s2.error
+    assert [c.error for c in s1.tool_calls[:hung]] == ["TimeoutError: fetch did not finish within 0.05s"] * hung
+    pinged = s1.tool_calls[hung]
+    assert pinged.name == "ping" and pinged.error is not None
+    assert pinged.error.startswith(
+        f"ToolThreadsExhausted: {hung} tool threads are still running past their timeout: fetch ({hung}×)"
+    ), pinged.error
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Wait (boundedly: never a hang) for something a tool thread hands to the event loop."""
+    for _ in range(1000):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("it never happened")
+
+
+async def test_a_result_that_comes_after_its_timeout_is_ignored_and_said_so() -> None:
+    go = threading.Event()
+
+    def transfer(amount: int) -> str:
+        """Transfers money."""
+        go.wait(30)
+        return f"transferred {amount}"
+
+    started: list[DagRun] = []
+
+    async def step(request: ScriptedRequest) -> Any:
+        if not any(message["role"] == "tool" for message in request.messages):
+            return ToolCall("transfer", {"amount": 100})
+        go.set()  # the transfer goes through after all, while the step still runs
+        await until(lambda: any(isinstance(e, RunWarning) for e in started[0].events))
+        return "the transfer timed out"
+
+    llm = ScriptedLLM(script(step))
+    started.append(session(llm, [transfer], tool_timeout=0.05).start("goal"))
+    run = await started[0].wait()
+
+    step_record = run.steps["s1"]
+    assert step_record.tool_calls[0].error == "TimeoutError: transfer did not finish within 0.05s"
+    (warning,) = [e for e in run.events if isinstance(e, RunWarning)]
+    assert (warning.round, warning.step_id) == (1, "s1")
+    assert re.fullmatch(
+        r"The tool transfer returned \d+\.\ds after it started, past its 0\.05s timeout: that result was ignored\.",
+        warning.message,
+    ), warning.message
+    assert all("transferred" not in str(request.messages) for request in llm.requests_for("step"))
+
+
+async def test_a_result_that_comes_after_its_run_ended_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    go = threading.Event()
+
+    def transfer(amount: int) -> str:
+        """Transfers money."""
+        go.wait(30)
+        raise ConnectionError("the bank hung up")
+
+    llm = ScriptedLLM(script([ToolCall("transfer", {"amount": 100}), "the transfer timed out"]))
+    run = await session(llm, [transfer], tool_timeout=0.05).run("goal")
+    go.set()
+    await until(lambda: any("transfer failed" in record.message for record in caplog.records))
+
+    assert not [e for e in run.events if isinstance(e, RunWarning)]  # nothing is added to a run that has ended
+    (record,) = [r for r in caplog.records if "transfer failed" in r.message]
+    assert record.levelname == "WARNING" and record.message.startswith(
+        "[dagmagic] The tool transfer failed (ConnectionError: the bank hung up) "
+    )
+    assert record.message.endswith("past its 0.05s timeout: that result was ignored.")
+
+
+# --- tool calls run once ------------------------------------------------------------------------------------
+
+
+async def test_a_step_retried_after_its_tool_call_continues_from_its_transcript_without_calling_again() -> None:
+    ledger: list[str] = []
+
+    def pay(amount: int) -> str:
+        """Pays an invoice."""
+        ledger.append(f"paid {amount}")
+        return f"paid {amount}, receipt 7"
+
+    failed: list[str] = []
+
+    def step(request: ScriptedRequest) -> Any:
+        if not any(message["role"] == "tool" for message in request.messages):
+            return ToolCall("pay", {"amount": 100})
+        if not failed:  # the call after the payment meets a rate limit: the step is tried again
+            failed.append("429")
+            return errors.RateLimitError("429 slow down", model="scripted")
+        return "Paid 100 (receipt 7)."
+
+    llm = ScriptedLLM(script(step))
+    run = await session(llm, [pay], llm_retries=0, step_immediate_retries=1).run("pay the invoice")
+
+    s1 = run.steps["s1"]
+    assert (s1.status, s1.result, s1.attempts) == ("completed", "Paid 100 (receipt 7).", 2)
+    assert ledger == ["paid 100"]  # once: the retry went on from the payment's result
+    retried = llm.requests_for("step", "s1")[-1]
+    assert retried.messages[-1] == {"role": "tool", "tool_call_id": "call_1_0", "content": "paid 100, receipt 7"}
+    assert retried.messages[-2]["tool_calls"][0]["function"] == {"name": "pay", "arguments": '{"amount": 100}'}
+    assert [(c.name, c.observation) for c in s1.tool_calls] == [("pay", "paid 100, receipt 7")]
+
+
+async def test_a_retried_step_without_native_tool_calling_continues_from_its_json_actions() -> None:
+    ledger: list[str] = []
+
+    def pay(amount: int) -> str:
+        """Pays an invoice."""
+        ledger.append(f"paid {amount}")
+        return f"paid {amount}"
+
+    failed: list[str] = []
+
+    def step(request: ScriptedRequest) -> Any:
+        if not any("Result of pay" in str(message["content"]) for message in request.messages):
+            return ToolCall("pay", {"amount": 100})
+        if not failed:
+            failed.append("500")
+            return errors.ServerError("503 overloaded", model="scripted")
+        return "Paid."
+
+    llm = ScriptedLLM(script(step), capabilities=NO_TOOL_CALLING)
+    run = await session(llm, [pay], llm_retries=0, step_immediate_retries=1).run("pay the invoice")
+
+    assert (run.steps["s1"].status, ledger) == ("completed", ["paid 100"])
+    retried = llm.requests_for("step", "s1")[-1].messages
+    assert retried[-2] == {"role": "assistant", "content": '{"tool": "pay", "arguments": {"amount": 100}}'}
+    assert retried[-1] == {"role": "user", "content": "Result of pay:\npaid 100"}
 
 
 # --- completion check ---------------------------------------------------------------------------------

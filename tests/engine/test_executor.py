@@ -241,6 +241,22 @@ async def test_an_exception_fails_the_step_with_type_and_message() -> None:
     assert p.step("s2").status == "completed"
 
 
+class Abort(BaseException):
+    """A library's own BaseException."""
+
+
+@pytest.mark.parametrize("raised", [KeyboardInterrupt("from a tool"), Abort("from a tool"), GeneratorExit()])
+async def test_what_is_not_an_exception_fails_only_its_step(raised: BaseException) -> None:
+    rec = Recorder(errors={"s1": raised})
+    p = plan("s1", "s2", ("s3", ["s1"]))
+    await finishes(executor(p, rec).execute())
+
+    detail = " (from a tool)" if str(raised) else ""
+    assert p.step("s1").status == "failed"
+    assert p.step("s1").error == f"the step was stopped by {type(raised).__name__}{detail}, which is not an Exception"
+    assert (p.step("s2").status, p.step("s3").status) == ("completed", "skipped")
+
+
 async def test_step_failure_keeps_reason_and_notes() -> None:
     rec = Recorder(errors={"s1": StepFailure("hit the iteration limit", notes="found 2 of 3 figures")})
     p = plan("s1")

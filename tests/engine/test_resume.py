@@ -25,7 +25,7 @@ from dagmagic.engine.store import RunStore
 from dagmagic.errors import RateLimitError
 from dagmagic.events import PlanReady
 from dagmagic.llm.backend import ChatRequest, StreamChunk
-from dagmagic.testing import ScriptedLLM, ScriptedRequest
+from dagmagic.testing import ScriptedLLM, ScriptedRequest, ToolCall
 
 from ..stored import step_statuses
 from .conftest import plan_reply, verdict
@@ -149,6 +149,45 @@ async def test_a_step_waiting_for_its_retry_keeps_its_tier_and_its_time_after_a_
     third, fourth = tries[2][1], tries[3][1]
     assert third >= waiting.retry_at - 0.01  # waited out its first delay, not restarted from tier one
     assert fourth - third >= 0.2 * 0.9  # then its second delay
+
+
+async def test_a_step_interrupted_after_its_tool_call_continues_from_its_transcript_on_resume(tmp_path: Path) -> None:
+    path = tmp_path / "runs.sqlite"
+    ledger: list[str] = []
+
+    def pay(amount: int) -> str:
+        """Pays an invoice."""
+        ledger.append(f"paid {amount}")
+        return f"paid {amount}, receipt 7"
+
+    async def step(request: ScriptedRequest) -> Any:
+        if request.step_id != "s1":
+            return "checked"
+        if not any(message["role"] == "tool" for message in request.messages):
+            return ToolCall("pay", {"amount": 100})
+        await asyncio.Event().wait()  # the run is interrupted while the model reads the receipt
+        return "never"
+
+    def resumed_step(request: ScriptedRequest) -> Any:
+        if request.step_id == "s1" and not any(message["role"] == "tool" for message in request.messages):
+            return ToolCall("pay", {"amount": 100})  # what a step started afresh would do again
+        return "Paid 100 (receipt 7)." if request.step_id == "s1" else "checked"
+
+    first = ScriptedLLM(script(step=step))
+    run = DagSession(ModelRegistry().register("scripted", first), DagSettings(store=str(path)), tools=[pay])
+    started = run.start("pay the invoice")
+    await cancel_when(started, lambda: len(first.requests_for("step", "s1")) == 2)
+    stored = RunStore.open(path).load(started.run_id).state.rounds[0].plan.step("s1")
+    assert stored.status == "cancelled" and [c.observation for c in stored.tool_calls] == ["paid 100, receipt 7"]
+
+    second = ScriptedLLM(script(step=resumed_step))
+    fresh = DagSession(ModelRegistry().register("scripted", second), DagSettings(store=str(path)), tools=[pay])
+    resumed = await fresh.resume(started.run_id)
+
+    assert resumed.status == "done" and resumed.steps["s1"].result == "Paid 100 (receipt 7)."
+    assert ledger == ["paid 100"]  # the payment that returned before the interruption was not made again
+    (continued,) = second.requests_for("step", "s1")
+    assert continued.messages[-1]["role"] == "tool" and continued.messages[-1]["content"] == "paid 100, receipt 7"
 
 
 async def test_a_run_cancelled_while_planning_plans_again_on_resume(tmp_path: Path) -> None:

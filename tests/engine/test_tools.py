@@ -10,13 +10,16 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import threading
 import time
+from collections.abc import Callable
 from typing import Any, Literal
 
 import pytest
 from pydantic import BaseModel, Field
 
 from dagmagic import ConfigurationError
+from dagmagic.engine.tool_threads import ToolThreads, ToolThreadsExhausted, ToolTimeout
 from dagmagic.engine.tools import Tool, ToolOutcome, as_tools, tool
 
 
@@ -374,6 +377,63 @@ async def test_an_async_tool_and_a_slow_sync_tool_run_concurrently() -> None:
     (a_start, a_end), (s_start, s_end) = intervals["async"], intervals["sync"]
     overlap = min(a_end, s_end) - max(a_start, s_start)
     assert overlap > 0.5 * min(a_end - a_start, s_end - s_start)
+
+
+# --- tool threads ------------------------------------------------------------------------------------------
+
+
+def waiting(until: threading.Event, log: list[str], name: str) -> Callable[[], str]:
+    def call() -> str:
+        log.append(f"{name} started")
+        until.wait(30)
+        log.append(f"{name} ended")
+        return name
+
+    return call
+
+
+async def test_a_call_waits_for_the_thread_a_running_call_frees_then_runs() -> None:
+    threads, log, release = ToolThreads(), [], threading.Event()
+    first = asyncio.create_task(threads.run("first", waiting(release, log, "first"), {}, threads=1, timeout=30))
+    await asyncio.sleep(0.05)
+    second = asyncio.create_task(threads.run("second", lambda: "second", {}, threads=1, timeout=30))
+    await asyncio.sleep(0.05)
+    assert (log, second.done()) == (["first started"], False)  # it waits: the one thread is busy
+    release.set()
+    assert await first == ("first", None) and await second == ("second", None)
+    assert threads.held() == []
+
+
+async def test_a_call_that_cannot_get_a_thread_in_time_says_what_holds_them() -> None:
+    threads, log, release = ToolThreads(), [], threading.Event()
+    try:
+        busy = asyncio.create_task(threads.run("lookup", waiting(release, log, "lookup"), {}, threads=1, timeout=30))
+        await asyncio.sleep(0.05)
+        with pytest.raises(ToolTimeout) as waited:
+            await threads.run("ping", lambda: "pong", {}, threads=1, timeout=0.05)
+        assert str(waited.value) == "ping did not start within 0.05s: all 1 tool threads were busy (1 running: lookup)"
+    finally:
+        release.set()
+    assert await busy == ("lookup", None)
+
+
+async def test_calls_past_their_timeout_holding_every_thread_are_named_and_the_next_call_is_not_made() -> None:
+    threads, log, release = ToolThreads(), [], threading.Event()
+    try:
+        for _ in range(2):
+            with pytest.raises(ToolTimeout, match=r"^fetch did not finish within 0\.05s$"):
+                await threads.run("fetch", waiting(release, log, "fetch"), {}, threads=3, timeout=0.05)
+        assert await threads.run("ping", lambda: "pong", {}, threads=3, timeout=5) == ("pong", None)  # one is free
+        with pytest.raises(ToolTimeout):
+            await threads.run("lookup", waiting(release, log, "lookup"), {}, threads=3, timeout=0.05)
+        with pytest.raises(ToolThreadsExhausted) as exhausted:
+            await threads.run("ping", lambda: "pong", {}, threads=3, timeout=5)
+    finally:
+        release.set()
+    assert str(exhausted.value).startswith(
+        "3 tool threads are still running past their timeout: fetch (2×), lookup. ping was not called. "
+    )
+    assert "DAG_TOOL_THREADS" in str(exhausted.value)
 
 
 # --- return values ----------------------------------------------------------------------------------------------

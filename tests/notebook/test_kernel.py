@@ -407,6 +407,40 @@ def test_a_follow_up_typed_while_the_analyzer_runs_reaches_the_next_plan(kernel:
     assert (rounds, handled, status, answer) == (2, ["and in euros"], "done", "The answer is 42.")
 
 
+INTERRUPTING_TOOLS = textwrap.dedent(
+    """
+    from dagmagic.testing import ToolCall
+
+    def charge(amount: int) -> str:
+        "Charges the card."
+        raise KeyboardInterrupt
+
+    async def charge_async(amount: int) -> str:
+        "Charges the card."
+        raise KeyboardInterrupt
+
+    def calls_a_tool(name):
+        def step(request):
+            called = any(message.get("role") == "tool" for message in request.messages)
+            return ToolCall(name, {"amount": 100}) if request.step_id == "s1" and not called else "a result"
+        return scripted(step=step)
+    """
+)
+
+
+@pytest.mark.parametrize("name", ["charge", "charge_async"])
+def test_a_tool_raising_keyboard_interrupt_fails_its_step_and_the_kernel_lives_on(kernel: Kernel, name: str) -> None:
+    kernel.execute(f"{INTERRUPTING_TOOLS}\ninterrupting = calls_a_tool({name!r})")
+    cell = kernel.execute(f"%%dag --models interrupting --tools {name}\npay the invoice", ok=False)
+    assert cell.status == "ok", cell.error  # the cell returned, with the run
+    assert cell.result["text/plain"].startswith("<DagRun done: 'pay the invoice'")
+    steps = json.loads(kernel.execute("print(json.dumps(steps_of(dagmagic.last_run())))").stdout)
+    assert steps["s1"][0] == "failed" and f"the tool {name} raised KeyboardInterrupt" in steps["s1"][1]
+    assert steps["s2"] == ["completed", None]  # the other branch went on
+    assert steps["s3"] == ["skipped", "Skipped — dependency s1 failed"]
+    assert kernel.execute("print(6 * 7)").stdout == "42\n"  # the kernel lives on
+
+
 CRASHABLE = textwrap.dedent(
     """
     import pathlib, re

@@ -1,0 +1,77 @@
+"""A step's tool turns as messages: the calls a model asked for and what they returned.
+
+Native tool calling gives an assistant message carrying ``tool_calls`` and one ``tool`` message per result;
+the JSON action format gives the action as the assistant's text and each result as a user message. A step
+records every call it made (``PlanStep.tool_calls``, saved with the step as each returns), so a step tried
+again, or resumed in another process, rebuilds these turns from the record and goes on from them: a tool
+call that returned is never made again (one in flight when the process died may be).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from dagmagic.engine.context import truncate
+from dagmagic.models import ToolCallRecord
+
+__all__ = ["CALL_TEXT_CHARS", "RequestedCall", "assistant_message", "observation_message", "recorded_turns"]
+
+CALL_TEXT_CHARS = 2000
+"""Text of a turn that calls tools, kept in the conversation."""
+
+
+@dataclasses.dataclass
+class RequestedCall:
+    """A tool call a model asked for."""
+
+    id: str
+    name: str
+    arguments: Any
+
+
+def assistant_message(content: str, calls: list[RequestedCall], native: bool) -> dict[str, Any]:
+    """The model's turn that asked for ``calls``."""
+    # what matters in a turn that calls tools is the calls: text around them is kept short (a small model once
+    # wrote 7,720 tokens before its call, and the next turn no longer fit its window)
+    content = truncate(content, CALL_TEXT_CHARS, "\n[... cut]")
+    if not native:
+        return {"role": "assistant", "content": content}
+    return {
+        "role": "assistant",
+        "content": content or None,
+        "tool_calls": [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": json.dumps(call.arguments, default=str)},
+            }
+            for call in calls
+        ],
+    }
+
+
+def observation_message(call: RequestedCall, observation: str, native: bool) -> dict[str, Any]:
+    """What ``call`` returned, as the model reads it."""
+    if native:
+        return {"role": "tool", "tool_call_id": call.id, "content": observation}
+    return {"role": "user", "content": f"Result of {call.name}:\n{observation}"}
+
+
+def recorded_turns(records: list[ToolCallRecord], native: bool) -> tuple[list[dict[str, Any]], int]:
+    """The turns of the calls a step recorded, as messages, and how many turns they were."""
+    turns: list[list[ToolCallRecord]] = []
+    for record in records:
+        if turns and record.turn is not None and turns[-1][-1].turn == record.turn:
+            turns[-1].append(record)
+        else:  # a new turn (a record from before turns were kept is a turn of its own)
+            turns.append([record])
+    messages: list[dict[str, Any]] = []
+    for number, turn in enumerate(turns, start=1):
+        calls = [RequestedCall(f"call_{number}_{i}", record.name, record.arguments) for i, record in enumerate(turn)]
+        actions = [{"tool": call.name, "arguments": call.arguments} for call in calls]
+        text = "" if native else json.dumps(actions[0] if len(actions) == 1 else actions, default=str)
+        messages.append(assistant_message(text, calls, native))
+        messages.extend(observation_message(c, r.observation, native) for c, r in zip(calls, turn, strict=True))
+    return messages, len(turns)
