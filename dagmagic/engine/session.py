@@ -31,6 +31,9 @@ __all__ = ["DagSession", "RunOptions"]
 
 ToolLike = Tool | Callable[..., Any]
 
+_CLOSE_SECONDS = 5.0
+"""How long closing a session outside an event loop waits for its stores' writes (another program's lock)."""
+
 
 class RunOptions(TypedDict, total=False):
     """What one run may have of its own instead of its session's (``start``, ``run``, ``start_resume``)."""
@@ -182,6 +185,8 @@ class DagSession:
         if path is None:
             self._store_problems[None] = "DAG_STORE is none"
             return None
+        if path in self._stores and self._stores[path].closed:  # closed meanwhile (by a test, say): open again
+            del self._stores[path]
         if path not in self._stores and path not in self._store_problems:
             try:
                 self._stores[path] = RunStore.open(path)
@@ -259,12 +264,20 @@ class DagSession:
                 self.history.append(exchange)
 
     def close(self) -> None:
-        """Kill the ``python`` tool's scripts still running and remove its working directory; idempotent.
+        """Kill the ``python`` tool's scripts still running and remove its working directory, and checkpoint the
+        run stores (outside an event loop: once what waits is written); idempotent.
 
         Garbage collection and interpreter exit do the same for a session never closed.
         """
         if self._code is not None:
             self._code.close()
+        try:
+            asyncio.get_running_loop()
+            wait = 0.0  # never stall the loop: the store's writer checkpoints once what waits is written
+        except RuntimeError:
+            wait = _CLOSE_SECONDS
+        for store in self._stores.values():
+            store.checkpoint(wait)
 
     def __enter__(self) -> Self:
         return self
@@ -313,9 +326,16 @@ class _Driver:
             run.save_to(store, self.history)
         elif store is None and settings.store_path is not None and not isinstance(origin, Rerun):
             run.emit(RunWarning(message=f"This run is not saved: {self.session.store_problem(settings)}"))
-        task = asyncio.get_running_loop().create_task(self.loop.drive(run, origin), name=f"dagmagic:run:{run.run_id}")
+        task = asyncio.get_running_loop().create_task(self._drive(run, origin), name=f"dagmagic:run:{run.run_id}")
         self.session._started(run, task)
         return task
+
+    async def _drive(self, run: DagRun, origin: Origin) -> None:
+        """Drive the run; it ends once what it did is on disk (the store checkpointed), or says what is not."""
+        try:
+            await self.loop.drive(run, origin)
+        finally:
+            await run._settle_store()
 
 
 def _running_loop(what: str, elsewhere: str) -> asyncio.AbstractEventLoop:

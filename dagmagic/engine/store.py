@@ -1,9 +1,19 @@
 """The run store: every run checkpointed to SQLite as it happens, so that it outlives its kernel.
 
-Each event of a run updates the run's rows, in the same call that emits it, and commits: a step's result is
-on disk before any view hears that the step completed, and a killed process loses at most the event it was
-writing. One connection per process and file; WAL, so that other processes (another kernel) can write the
-same file at the same time. The file is marked as dagmagic's (``application_id``) and versioned
+Each event of a run becomes one change (the rows it changed, and the event), taken in the call that emits
+it, before any view hears of it; the store's writer (``store_writer``) writes the changes in order on a
+thread of its own, so that writing never stalls the event loop, not even while another program holds the
+file's write lock (the changes wait, and are written once it is released; the run is told when that takes
+a while). What holds: a step's result is written before anything that happened after it, and is on disk
+when its run ends (``await run`` waits for it, ``SETTLE_SECONDS`` at most, then the run says what is not);
+reading through the store sees every change made so far; a killed process loses the changes of its last
+moments (normally milliseconds; while another program held the lock, everything since). At the end of each
+run the write-ahead log is checkpointed, so the ``.sqlite`` file alone holds every run that ended;
+``export`` makes a consistent copy at any time. A store deleted or moved while open is created again at its
+path, and the runs going on are written into it whole.
+
+One writing and one reading connection per process and file; WAL, so that other processes (another kernel)
+can write the same file at the same time. The file is marked as dagmagic's (``application_id``) and versioned
 (``user_version``): a file that is another program's, damaged, or from a newer dagmagic is refused with a
 ``StoreError`` naming it, never overwritten; one that cannot be written is reported as ``StoreUnavailable``
 and the run goes on unsaved. Nothing secret is written: a run holds no model options.
@@ -11,19 +21,22 @@ and the run goes on unsaved. Nothing secret is written: a run holds no model opt
 
 from __future__ import annotations
 
+import atexit
 import json
+import logging
 import os
 import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from dagmagic.engine.context import Exchange
+from dagmagic.engine.store_copy import copy_store
+from dagmagic.engine.store_runs import SavedRuns
+from dagmagic.engine.store_writer import Change, OpenFile, Statements, StoreWriter
 from dagmagic.errors import DagError, StoreError
 from dagmagic.events import (
     EVENTS,
@@ -51,7 +64,9 @@ from dagmagic.models import (
 if TYPE_CHECKING:
     from dagmagic.engine.run import DagRun
 
-__all__ = ["SCHEMA_VERSION", "RunStore", "RunSummary", "StoreUnavailable", "StoredRun"]
+__all__ = ["SCHEMA_VERSION", "SETTLE_SECONDS", "RunStore", "RunSummary", "StoreUnavailable", "StoredRun"]
+
+log = logging.getLogger("dagmagic")
 
 APPLICATION_ID = 0x4441474D  # "DAGM": marks the file as a dagmagic run store
 SCHEMA_VERSION = 2
@@ -94,6 +109,18 @@ _PREPARE_SECONDS = 10.0
 """How long opening a store waits for another process that prepares the same new file."""
 _ROUND_EXTRA = {"rerun_of", "rerun_step", "approval", "follow_ups"}
 """RoundRecord fields kept as JSON in ``rounds.extra`` (schema 2)."""
+SETTLE_SECONDS = 5.0
+"""How long the end of a run waits for its changes to be written (another program may hold the lock)."""
+_READ_SECONDS = 1.0
+"""How long a read waits for the changes made so far to be written, so that it sees them."""
+_CLOSE_SECONDS = 5.0
+"""How long closing a store (and leaving Python) waits for changes held up by another program's lock."""
+_RUN_TABLES = ("rounds", "steps", "calls", "events")
+"""The tables holding a run's rows besides ``runs``."""
+_NEXT_EVENT = (
+    "INSERT INTO events (run_id, seq, type, at, data) "
+    "SELECT ?, COALESCE(MAX(seq), -1) + 1, ?, ?, ? FROM events WHERE run_id = ?"
+)
 
 
 class StoreUnavailable(DagError):
@@ -132,10 +159,11 @@ class RunStore:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._connection = _connect(path)
+        self._runs = SavedRuns(path, self._whole)
+        self._writer = self._runs.writer = StoreWriter(path, _connect(path), connect=_connect, listener=self._runs)
+        self._reader, self._reading = _reader(path), OpenFile(path)
         self._live: set[str] = set()
-        """Runs of this process that have not ended."""
-        self._sequence: dict[str, int] = {}
+        """Runs of this process that have not ended (a run leaves once its end is written)."""
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> RunStore:
@@ -148,58 +176,114 @@ class RunStore:
             return store
 
     def close(self) -> None:
-        """Close the connection (a later ``open`` opens it again)."""
-        self._opened.pop(self.path, None)
-        self._connection.close()
+        """Write what waits (``_CLOSE_SECONDS`` at most), checkpoint, and close (a later ``open`` opens it again)."""
+        with self._opening:
+            if self._opened.get(self.path) is self:
+                del self._opened[self.path]
+        if not self._writer.close(_CLOSE_SECONDS):
+            log.warning("[dagmagic] the run store %s was closed with changes not written (it was locked)", self.path)
+        self._reader.close()
+        self._reading.close()
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` ran: nothing more is written (``RunStore.open`` opens the path again)."""
+        return self._writer.closed
+
+    @classmethod
+    def _close_every_store(cls) -> None:
+        """At exit: what waits is written and every store checkpointed, so the ``.sqlite`` files hold it all."""
+        for store in list(cls._opened.values()):
+            store.close()
 
     # --- writing, as a run's events happen
 
     def attach(self, run: DagRun, history: list[Exchange]) -> None:
-        """Save ``run`` from now on: its row now, then every event as it is emitted."""
-        with self._transaction() as db:
-            self._put_run(db, run.state, history=history)
-            for record in run.state.rounds:
-                self._put_round(db, run.run_id, record)
-                for position, step in enumerate(record.plan.steps):
-                    self._put_step(db, run.run_id, record.index, step, position)
-            row = db.execute("SELECT COALESCE(MAX(seq), -1) FROM events WHERE run_id = ?", (run.run_id,)).fetchone()
-        self._sequence[run.run_id] = int(row[0]) + 1
+        """Save ``run`` from now on: all of it now, then every event as it is emitted."""
+        self._runs.add(run, history)
         self._live.add(run.run_id)
+        self._writer.put(self._whole(run, history))
 
     def record(self, run: DagRun, event: Event) -> None:
-        """Write what ``event`` changed, then the event, in one transaction."""
+        """Queue what ``event`` changed, then the event, as one change (one transaction)."""
         if isinstance(event, AnswerDelta):
             return  # the answer is saved whole when it is ready; resuming writes it again anyway
         run_id = run.run_id
         own = not event.depth  # a subrun's events are kept; its state is saved with its step
-        with self._transaction() as db:
-            if isinstance(event, (RunStarted, *_RUN_EVENTS)) and own:
-                self._put_run(db, run.state)
-            if isinstance(event, LLMCallRecorded):
-                self._put_call(db, run_id, len(run.state.calls) - 1, event.call)
-            round_index = getattr(event, "round", None) if own else None
-            if round_index is not None and (event.type in _ROUND_EVENTS or isinstance(event, RunWarning)):
-                record = _round(run, round_index)
-                if record is not None:
-                    self._put_round(db, run_id, record)
-                    if event.type == "plan_ready":
-                        self._put_plan(db, run_id, record)
-            if event.type in _STEP_EVENTS and round_index is not None:
-                self._put_step_of(db, run, event, round_index)
-            sequence = self._sequence.get(run_id, 0)
-            self._sequence[run_id] = sequence + 1
+        change = Change(run_id=run_id)
+        db = change.statements
+        if isinstance(event, (RunStarted, *_RUN_EVENTS)) and own:
+            self._put_run(db, run.state)
+        if isinstance(event, LLMCallRecorded):
+            self._put_call(db, run_id, len(run.state.calls) - 1, event.call)
+        round_index = getattr(event, "round", None) if own else None
+        if round_index is not None and (event.type in _ROUND_EVENTS or isinstance(event, RunWarning)):
+            record = _round(run, round_index)
+            if record is not None:
+                self._put_round(db, run_id, record)
+                if event.type == "plan_ready":
+                    self._put_plan(db, run_id, record)
+        if event.type in _STEP_EVENTS and round_index is not None:
+            self._put_step_of(db, run, event, round_index)
+        db.execute(_NEXT_EVENT, (run_id, event.type, event.at, event.model_dump_json(), run_id))
+        if isinstance(event, RunFinished) and own:
+            change.after = lambda: self._live.discard(run_id)
+        self._writer.put(change)
+
+    async def settle(self, run: DagRun) -> None:
+        """Wait until what ``run`` did is written and the store checkpointed, so that the ``.sqlite`` file alone
+        holds it; after ``SETTLE_SECONDS`` (another program holds the lock) the run says what is not on disk yet.
+        """
+        await self._runs.settle(run, SETTLE_SECONDS)
+
+    def checkpoint(self, wait: float = 0.0) -> bool:
+        """Copy what is written into the ``.sqlite`` file once what waits is written; wait ``wait`` seconds at
+        most for that. Whether it was done.
+        """
+        try:
+            self._writer.put(Change(run_id=None, checkpoint=True))
+        except DagError:
+            return False
+        return self._writer.flush(wait) if wait else False
+
+    def export(self, target: str | os.PathLike[str]) -> Path:
+        """A consistent copy of the store at ``target``, a new file (see ``store_copy``), with every change made
+        so far; ``StoreError`` when ``target`` exists already.
+        """
+        source = self._read()
+        if not self._writer.flush(0):
+            raise StoreUnavailable(
+                f"nothing was exported: {self._runs.why_waiting()} Export again once it is released."
+            )
+        return copy_store(source, target)
+
+    def _whole(self, run: DagRun, history: list[Exchange]) -> Change:
+        """The run as it is now, replacing whatever the file held of it: its rows, calls and events."""
+        run_id = run.run_id
+        change = Change(run_id=run_id, whole=True)
+        db = change.statements
+        for table in _RUN_TABLES:
+            db.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+        self._put_run(db, run.state, history=history)
+        for record in run.state.rounds:
+            self._put_round(db, run_id, record)
+            for position, step in enumerate(record.plan.steps):
+                self._put_step(db, run_id, record.index, step, position)
+        for sequence, call in enumerate(run.state.calls):
+            self._put_call(db, run_id, sequence, call)
+        kept = (event for event in run.events if not isinstance(event, AnswerDelta))
+        for sequence, event in enumerate(kept):
             db.execute(
-                "INSERT OR REPLACE INTO events VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO events VALUES (?, ?, ?, ?, ?)",
                 (run_id, sequence, event.type, event.at, event.model_dump_json()),
             )
-        if isinstance(event, RunFinished) and own:
-            self._live.discard(run_id)
+        return change
 
     # --- reading
 
     def load(self, run_id: str) -> StoredRun:
         """The stored run ``run_id``; ``KeyError`` when there is none."""
-        db = self._connection
+        db = self._read(run_id)
         row = db.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         if row is None:
             raise KeyError(run_id)
@@ -253,7 +337,8 @@ class RunStore:
         return next(iter(self._summaries("r.run_id = ?", (run_id,), 1)), None)
 
     def _summaries(self, where: str, params: tuple[object, ...], limit: int) -> list[RunSummary]:
-        rows = self._connection.execute(
+        db = self._read()
+        rows = db.execute(
             f"""SELECT r.run_id, r.goal, r.status, r.started_at, r.finished_at, r.host, r.pid,
                       (SELECT SUM(cost) FROM calls c WHERE c.run_id = r.run_id)
                FROM runs r WHERE {where} ORDER BY r.started_at DESC LIMIT ?""",
@@ -285,15 +370,24 @@ class RunStore:
             return True
         return True
 
+    def _read(self, run_id: str | None = None) -> sqlite3.Connection:
+        """The reading connection, once the changes made so far are written (``_READ_SECONDS`` at most), to the
+        file now at the path; ``StoreUnavailable`` when ``run_id``'s latest changes still wait.
+        """
+        if not self._writer.flush(_READ_SECONDS) and run_id is not None and self._writer.pending(run_id):
+            raise StoreUnavailable(
+                f"run {run_id}'s latest changes are not written yet: {self._runs.why_waiting()} Try again once it is "
+                "released."
+            )
+        if self._reading.replaced():  # deleted or moved: read what is at the path now
+            self._reader.close()
+            self._reading.close()
+            self._reader, self._reading = _reader(self.path), OpenFile(self.path)
+        return self._reader
+
     # --- rows
 
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        db = self._connection
-        with db:  # commits, or rolls back on an exception
-            yield db
-
-    def _put_run(self, db: sqlite3.Connection, state: RunState, *, history: list[Exchange] | None = None) -> None:
+    def _put_run(self, db: Statements, state: RunState, *, history: list[Exchange] | None = None) -> None:
         values = (
             state.goal,
             state.status,
@@ -327,7 +421,7 @@ class RunStore:
         )
 
     @staticmethod
-    def _put_round(db: sqlite3.Connection, run_id: str, record: RoundRecord) -> None:
+    def _put_round(db: Statements, run_id: str, record: RoundRecord) -> None:
         db.execute(
             """INSERT OR REPLACE INTO rounds (run_id, idx, goal, analysis, decision, error, warnings, free, extra)
                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
@@ -344,7 +438,7 @@ class RunStore:
             ),
         )
 
-    def _put_plan(self, db: sqlite3.Connection, run_id: str, record: RoundRecord) -> None:
+    def _put_plan(self, db: Statements, run_id: str, record: RoundRecord) -> None:
         """The round's whole plan: its steps in order, and none it no longer holds."""
         ids = [step.id for step in record.plan.steps]
         db.execute(
@@ -354,33 +448,39 @@ class RunStore:
         for position, step in enumerate(record.plan.steps):
             self._put_step(db, run_id, record.index, step, position)
 
-    def _put_step_of(self, db: sqlite3.Connection, run: DagRun, event: Event, round_index: int) -> None:
+    def _put_step_of(self, db: Statements, run: DagRun, event: Event, round_index: int) -> None:
         step_id = getattr(event, "step_id", None) or getattr(getattr(event, "step", None), "id", None)
         step = run.step_of(round_index, step_id) if step_id is not None else None
         if step is None:
             return
-        updated = db.execute(
-            "UPDATE steps SET status = ?, data = ? WHERE run_id = ? AND round = ? AND step_id = ?",
-            (step.status, step.model_dump_json(), run.run_id, round_index, step.id),
+        record = _round(run, round_index)  # a step that streamed in takes its place at the end of the plan so far
+        position = len(record.plan.steps) - 1 if record is not None else 0
+        db.execute(
+            """INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, round, step_id)
+               DO UPDATE SET status = excluded.status, data = excluded.data""",
+            (run.run_id, round_index, step.id, position, step.status, step.model_dump_json()),
         )
-        if updated.rowcount == 0:  # a step that streamed in: its place is the end of the plan so far
-            record = _round(run, round_index)
-            position = len(record.plan.steps) - 1 if record is not None else 0
-            self._put_step(db, run.run_id, round_index, step, position)
 
     @staticmethod
-    def _put_step(db: sqlite3.Connection, run_id: str, round_index: int, step: PlanStep, position: int) -> None:
+    def _put_step(db: Statements, run_id: str, round_index: int, step: PlanStep, position: int) -> None:
         db.execute(
             "INSERT OR REPLACE INTO steps VALUES (?, ?, ?, ?, ?, ?)",
             (run_id, round_index, step.id, position, step.status, step.model_dump_json()),
         )
 
     @staticmethod
-    def _put_call(db: sqlite3.Connection, run_id: str, sequence: int, call: LLMCall) -> None:
+    def _put_call(db: Statements, run_id: str, sequence: int, call: LLMCall) -> None:
         db.execute(
             "INSERT OR REPLACE INTO calls VALUES (?, ?, ?, ?, ?)",
             (run_id, sequence, call.purpose, call.cost, call.model_dump_json()),
         )
+
+
+def _reader(path: Path) -> sqlite3.Connection:
+    """A connection that only reads the store at ``path`` (opening creates it when missing)."""
+    db = _connect(path)
+    db.execute("PRAGMA query_only = ON")
+    return db
 
 
 def _round(run: DagRun, index: int) -> RoundRecord | None:
@@ -484,3 +584,6 @@ def _round_of(row: tuple[Any, ...], steps: list[PlanStep]) -> RoundRecord:
         free=bool(free),
         **extra,
     )
+
+
+atexit.register(RunStore._close_every_store)
