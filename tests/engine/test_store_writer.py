@@ -1,5 +1,5 @@
 """The run store's writes: off the event loop, through another program's lock, into a store deleted while
-open, and into a file that holds its runs alone once they end.
+open, and into a file that holds its runs alone once they end (plus a safe copy of it).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import dagmagic
-from dagmagic import DagRun, DagSession, DagSettings, ModelRegistry
+from dagmagic import DagError, DagRun, DagSession, DagSettings, ModelRegistry
 from dagmagic.engine import store as store_module
 from dagmagic.engine import store_writer
 from dagmagic.engine.store import RunStore
@@ -245,3 +245,35 @@ def test_closing_a_session_checkpoints_its_store(tmp_path: Path) -> None:
     copy.parent.mkdir()
     shutil.copyfile(path, copy)
     assert on_disk(copy, run.run_id) == ("cancelled", [])
+
+
+async def test_export_store_makes_a_copy_that_load_run_reads(tmp_path: Path) -> None:
+    path = tmp_path / "runs.sqlite"
+    run = await session(path).run("goal")
+    target = tmp_path / "backup.sqlite"
+    assert dagmagic.export_store(target, store=str(path)) == target
+    assert [p.name for p in tmp_path.iterdir() if "backup" in p.name] == ["backup.sqlite"]  # one file, whole
+    assert oct(target.stat().st_mode & 0o777) == "0o600"  # runs hold what the user asked: owner-only
+    copied = dagmagic.load_run(run.run_id, store=str(target))
+    assert copied.state.model_dump() == run.state.model_dump() and copied.answer == "The answer."
+
+    before = target.read_bytes()
+    with pytest.raises(DagError, match=f"{target} exists already"):
+        dagmagic.export_store(target, store=str(path))
+    assert target.read_bytes() == before
+    assert "export_store" in dagmagic.__all__
+
+
+async def test_a_copy_exported_while_a_run_goes_on_reads_back(tmp_path: Path) -> None:
+    path = tmp_path / "runs.sqlite"
+    target = tmp_path / "mid-run.sqlite"
+
+    def step(request: ScriptedRequest) -> str:
+        if request.step_id == "s3":
+            dagmagic.export_store(target, store=str(path))
+        return "ok"
+
+    run = await session(path, ScriptedLLM(script(step=step))).run("goal")
+    copied = dagmagic.load_run(run.run_id, store=str(target)).state
+    assert copied.status == "running"  # interrupted, as far as the copy knows: it can be resumed from it
+    assert [step.status for step in copied.rounds[0].plan.steps] == ["completed", "completed", "running"]
