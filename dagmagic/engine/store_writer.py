@@ -203,6 +203,8 @@ class StoreWriter:
 
     def _write(self, change: Change) -> None:
         run_id = change.run_id
+        if run_id is None and not change.statements.items and (self._file is None or self._file.replaced()):
+            return  # a checkpoint of a store deleted meanwhile: it is not created again for that
         while True:
             try:
                 self._follow_the_path()

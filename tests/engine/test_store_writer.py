@@ -189,7 +189,12 @@ async def test_runs_after_the_store_was_deleted_are_saved_in_a_new_one(tmp_path:
     assert second.durable
     assert on_disk(path, second.run_id) == ("done", ["completed"] * 3)
     assert on_disk(path, first.run_id) is None  # what was deleted stays deleted
-    assert [summary.run_id for summary in RunStore.open(path).runs()] == [second.run_id]
+    store = RunStore.open(path)
+    assert [summary.run_id for summary in store.runs()] == [second.run_id]
+    shutil.rmtree(directory)
+    work.close()  # checkpoints the store: one deleted is not created again for that
+    store.checkpoint(wait=30)  # once the close's checkpoint is done too
+    assert not directory.exists()
 
 
 @pytest.mark.parametrize("how", ["deleted", "moved"])
