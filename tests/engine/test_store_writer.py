@@ -282,3 +282,103 @@ async def test_a_copy_exported_while_a_run_goes_on_reads_back(tmp_path: Path) ->
     copied = dagmagic.load_run(run.run_id, store=str(target)).state
     assert copied.status == "running"  # interrupted, as far as the copy knows: it can be resumed from it
     assert [step.status for step in copied.rounds[0].plan.steps] == ["completed", "completed", "running"]
+
+
+# --- the writer with the lease and the rows stored once (r21-storeio merged with r21-storerows) -------------
+
+
+async def test_a_store_deleted_while_a_run_goes_on_gets_the_runs_lease_conversation_and_calls_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dagmagic.engine import lease
+
+    monkeypatch.setattr(lease, "LEASE_SECONDS", 0.5)
+    monkeypatch.setattr(lease, "HEARTBEAT_SECONDS", 0.05)
+    directory = tmp_path / ".dagmagic"
+    path = directory / "runs.sqlite"
+    armed, release = False, asyncio.Event()
+
+    async def step(request: ScriptedRequest) -> str:
+        if request.step_id == "s2" and armed:
+            RunStore.open(path).checkpoint(wait=30)
+            shutil.rmtree(directory)
+        if request.step_id == "s3" and armed:
+            await release.wait()
+        return f"result of {request.step_id}"
+
+    work = session(path, ScriptedLLM(script(step=step)))
+    await work.run("warm-up")
+    armed = True
+    run = work.start("goal")
+
+    def lease_expiry() -> float | None:
+        if not path.exists():
+            return None
+        with sqlite3.connect(path) as other:
+            row = other.execute("SELECT expires FROM leases WHERE run_id = ?", (run.run_id,)).fetchone()
+        return None if row is None else float(row[0])
+
+    for _ in range(1000):  # the new store, once the run is written whole into it
+        if lease_expiry() is not None:
+            break
+        await asyncio.sleep(0.02)
+    first = lease_expiry()
+    assert first is not None
+    while time.time() < first + 1.0:  # twice as long as a lease lasts: only its heartbeat, in the new file, keeps it
+        await asyncio.sleep(0.05)
+    later = lease_expiry()
+    assert later is not None and later > first + 0.5
+    summary = RunStore.open(path).summary(run.run_id)
+    assert summary is not None and not summary.interrupted and summary.driver is not None
+    with pytest.raises(DagError, match="is being driven by another session of this process"):
+        session(path).start_resume(run.run_id)
+
+    release.set()
+    await run
+    assert run.durable and lease_expiry() is None  # given back at its end, in the new file
+    stored = dagmagic.load_run(run.run_id, store=str(path))
+    assert stored.state.model_dump() == run.state.model_dump() and as_saved(stored) == as_saved(run)
+    assert RunStore.open(path).load(run.run_id).history == work.history[:1]  # planned after the warm-up
+    with sqlite3.connect(path) as other:
+        exchanges = other.execute("SELECT goal FROM exchanges").fetchall()
+        references = other.execute("SELECT COUNT(*), COUNT(call) FROM events WHERE type = 'llm_call'").fetchone()
+    assert exchanges == [("warm-up",)]  # the conversation as a chain, once
+    assert references[0] == len(run.state.calls) > 0 and references[1] == references[0]  # calls by reference
+
+
+async def test_resuming_while_another_program_holds_the_write_lock_is_refused_plainly_and_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module, "LEASE_WAIT_SECONDS", 0.2)
+    path = tmp_path / "runs.sqlite"
+    running = asyncio.Event()
+
+    async def step(request: ScriptedRequest) -> str:
+        if request.step_id == "s3":
+            running.set()
+            await asyncio.sleep(5)
+        return f"result of {request.step_id}"
+
+    cut = session(path, ScriptedLLM(script(step=step))).start("goal")
+    await running.wait()
+    cut.cancel()
+    await cut
+    lock = WriteLock(path)
+    lock.take()
+    try:
+        with pytest.raises(store_module.StoreUnavailable) as refused:
+            await session(path).resume(cut.run_id)
+    finally:
+        lock.release()
+    message = str(refused.value)
+    assert f"run {cut.run_id} was not resumed" in message and "locked by another program" in message, message
+    assert "resume it again once it is released" in message
+    assert "database is locked" not in message
+
+    RunStore.open(path).checkpoint(wait=30)  # whatever waited is written now
+    with sqlite3.connect(path) as other:
+        assert other.execute("SELECT COUNT(*) FROM leases").fetchone()[0] == 0  # the withdrawn resume took nothing
+    summary = RunStore.open(path).summary(cut.run_id)
+    assert summary is not None and summary.interrupted
+    resumed = await session(path).resume(cut.run_id)
+    assert resumed.status == "done" and [s.status for s in resumed.steps.values()] == ["completed"] * 3
