@@ -261,7 +261,8 @@ class RunStore:
             else:
                 state.run(db)  # its events and calls stay as they were written (by whichever driver)
 
-        change = Change(run_id=run_id, whole=True, awaited=verdict is not None)
+        settled = threading.Event() if verdict is not None else None
+        change = Change(run_id=run_id, whole=True, settled=settled)
         change.statements.call(open_run)
         if verdict is None:
             self._runs.add(run, history)
@@ -269,9 +270,10 @@ class RunStore:
             self._writer.put(change)
             return
         self._writer.put(change)
-        if not change.settled.wait(LEASE_WAIT_SECONDS) and verdict.give_up():
+        assert settled is not None
+        if not settled.wait(LEASE_WAIT_SECONDS) and verdict.give_up():
             raise self._not_taken(run_id)
-        if not change.settled.wait(_CLOSE_SECONDS):  # it began: the lock is taken, it ends at once
+        if not settled.wait(_CLOSE_SECONDS):  # it began: the lock is taken, it ends at once
             raise StoreUnavailable(f"run {run_id} was not resumed: {self._runs.why_waiting()} Try again.")
         if isinstance(change.failure, DagError):
             raise change.failure

@@ -92,12 +92,11 @@ class Change:
     """Then copy the write-ahead log into the database file, so that the ``.sqlite`` file alone holds it."""
     after: Callable[[], None] | None = None
     """Called on the writer's thread once the change was written, dropped or given up."""
-    settled: threading.Event = field(default_factory=threading.Event)
-    """Set once the change was written, dropped, refused or given up (after ``after``)."""
+    settled: threading.Event | None = None
+    """Given by a giver that waits for the change: set once it was written, dropped, refused or given up (after
+    ``after``); the giver learns ``failure`` itself, the store is not told."""
     failure: BaseException | None = None
     """Why it was not written, when it was refused or failed."""
-    awaited: bool = False
-    """Its giver waits for it (``settled``) and learns ``failure`` itself: the store is not told."""
 
 
 class WriterListener(Protocol):
@@ -232,7 +231,8 @@ class StoreWriter:
                         change.after()
                     except Exception:
                         log.exception("[dagmagic] the run store's writer failed after a change")
-                change.settled.set()
+                if change.settled is not None:
+                    change.settled.set()
                 with self._condition:
                     self._changes.popleft()
                     self._finished += 1
@@ -352,7 +352,7 @@ class StoreWriter:
             self._ask_for_again(change)  # deleted or moved while this change was written: into the new file
             return
         change.failure = exc
-        if change.awaited:
+        if change.settled is not None:
             return
         reason = str(exc) if isinstance(exc, _CannotOpen) else f"{exc}"
         if _locked(exc):
