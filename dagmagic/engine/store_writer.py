@@ -248,8 +248,8 @@ class StoreWriter:
                 if self._left_out(change):
                     return
                 self._commit(change)
-            except Withdrawn:
-                return
+            except Withdrawn:  # it had the lock: it is free again
+                pass
             except DagError as exc:  # refused (the run's lease is another's): the run goes on unsaved
                 self._failed(change, exc)
             except sqlite3.OperationalError as exc:
