@@ -5,9 +5,11 @@ once, so the wall time is dagmagic's own work. Each configuration runs ``REPEATS
 store-on run into a fresh SQLite file. Reported:
 
 - wall s: median wall time of ``session.run(goal)``;
-- ms/step over off: (median on - median off) / steps: what the store adds per step, all in;
-- in record: the time spent inside ``RunStore.record`` (the per-event write, timed around each call), per
-  step and per event: the store's own cost, apart from the noise of the whole run;
+- ms/step over off: (median on - median off) / steps: what the store adds per step, all in (the run ends
+  once its writer has written everything);
+- in record: the time spent inside ``RunStore.record`` (the per-event change taken on the event loop, timed
+  around each call; the writer's thread writes it), per step and per event: what the loop pays, apart from
+  the noise of the whole run;
 - events, and the store file's size (the database plus its WAL) after the run.
 
 Run: ``python benchmarks/store_overhead.py``. It prints numbers; it asserts nothing about time.

@@ -7,6 +7,8 @@ import litellm (it is imported on the first model call).
 from __future__ import annotations
 
 import importlib
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -72,6 +74,7 @@ __all__ = [
     "StructuredOutputError",
     "Tool",
     "Usage",
+    "export_store",
     "last_run",
     "load_ipython_extension",
     "load_run",
@@ -110,6 +113,23 @@ def load_run(run_id: str, store: str | None = None) -> DagRun:
         raise ConfigurationError("there is no run store: DAG_STORE is none; pass store= a path to read one")
     stored = RunStore.open(path).load(run_id)
     return DagRun(stored.state, events=stored.events, read_only=True)
+
+
+def export_store(path: str | os.PathLike[str], store: str | None = None) -> Path:
+    """A copy of the run store (``store``, default ``DAG_STORE``) at ``path``, safe to move, share or back up:
+    one consistent file (SQLite's backup), made even while runs are being written. ``path`` must be new;
+    ``StoreError`` says why a copy cannot be made. Returns ``path``.
+    """
+    from dagmagic.engine.store import RunStore
+    from dagmagic.errors import ConfigurationError, StoreError
+    from dagmagic.settings import DagSettings
+
+    source = Path(store) if store is not None else DagSettings().store_path
+    if source is None:
+        raise ConfigurationError("there is no run store: DAG_STORE is none; pass store= a path to export one")
+    if not source.expanduser().exists():
+        raise StoreError(f"there is no run store at {source}: nothing to export")
+    return RunStore.open(source).export(path)
 
 
 def last_run() -> DagRun | None:

@@ -2,11 +2,14 @@
 
 Starting or resuming a run takes its lease in the run store (``leases``: the owner's host, pid and a random
 token, since when, last heard from, until when), in the same transaction that writes the run; a run whose lease
-is live is refused to anyone else, naming the owner. While the run is driven a thread of the store renews the
-lease (``Heartbeat``), with a connection of its own, so a busy event loop neither delays it nor waits for it;
-the run's end gives it back. A lease not renewed for ``LEASE_SECONDS`` has expired: its process died, or
-sleeps, and the run is interrupted, whatever its host is called now and whoever has its pid. On the owner's own
-host a pid that no longer exists ends the lease at once (a killed kernel's run is resumable right away).
+is live is refused to anyone else, naming the owner. Every write of the run checks, in its transaction, that the
+lease is still this process's. These are writes of the store's writer (``store_writer``), in order with the run's
+other changes. While the run is driven a thread (``Heartbeat``) has the writer renew the lease, so a busy event
+loop neither delays it nor waits for it, and a store created again at its path (the first one deleted) is renewed
+there; the run's end gives it back, written after its last event. A lease not renewed for ``LEASE_SECONDS`` has
+expired: its process died, or sleeps, and the run is interrupted, whatever its host is called now and whoever has
+its pid. On the owner's own host a pid that no longer exists ends the lease at once (a killed kernel's run is
+resumable right away).
 
 Runs of schema 2 have no lease: their row's host and pid say who drove them, heard from when the row was last
 written (``LEGACY_SECONDS``).
@@ -21,8 +24,10 @@ import socket
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from dagmagic.errors import DagError
 
@@ -36,8 +41,11 @@ __all__ = [
     "Lease",
     "RunDriven",
     "check_driver",
+    "claim",
+    "forget",
     "holder",
     "release",
+    "renew",
     "take",
 ]
 
@@ -60,6 +68,12 @@ _held: set[str] = set()
 """The tokens of the leases this process holds (any store, any session): a lease of this host and pid with
 another token is a previous process's that had the same pid."""
 _held_lock = threading.Lock()
+
+
+class Executes(Protocol):
+    """Where a statement goes: a connection, or the statements of a change the store's writer writes later."""
+
+    def execute(self, sql: str, parameters: tuple[object, ...] = (), /) -> object: ...
 
 
 class RunDriven(DagError):
@@ -127,20 +141,24 @@ def legacy(run_id: str, host: str, pid: int, started_at: float | None, updated_a
     return Lease(run_id, "", host, pid, started_at or updated_at, updated_at, updated_at + LEGACY_SECONDS)
 
 
-def take(db: sqlite3.Connection, run_id: str) -> Lease:
-    """Take the run's lease (inside the caller's write transaction); ``RunDriven`` while another's is live."""
+def claim(run_id: str) -> Lease:
+    """A new lease on ``run_id`` for this process, to be taken (``take``)."""
     now = time.time()
-    current = holder(db, run_id)
-    if current is not None and current.live(now):
+    return Lease(run_id, secrets.token_hex(8), HOST, os.getpid(), now, now, now + LEASE_SECONDS)
+
+
+def take(db: sqlite3.Connection, lease: Lease) -> None:
+    """Take ``lease`` (inside the caller's write transaction), from now; ``RunDriven`` while another's is live."""
+    now = time.time()
+    current = holder(db, lease.run_id)
+    if current is not None and current.token != lease.token and current.live(now):
         raise RunDriven(current.refusal(now))
-    lease = Lease(run_id, secrets.token_hex(8), HOST, os.getpid(), now, now, now + LEASE_SECONDS)
     db.execute(
         "INSERT OR REPLACE INTO leases VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (run_id, lease.token, lease.host, lease.pid, lease.since, lease.heartbeat, lease.expires),
+        (lease.run_id, lease.token, lease.host, lease.pid, now, now, now + LEASE_SECONDS),
     )
     with _held_lock:
         _held.add(lease.token)
-    return lease
 
 
 def check_driver(db: sqlite3.Connection, run_id: str, token: str | None) -> None:
@@ -156,20 +174,40 @@ def check_driver(db: sqlite3.Connection, run_id: str, token: str | None) -> None
         )
 
 
-def release(db: sqlite3.Connection, lease: Lease) -> None:
-    """Give the lease back (only that one: a later owner's stays)."""
-    with _held_lock:
-        _held.discard(lease.token)
+def release(db: Executes, lease: Lease) -> None:
+    """Give the lease back (only that one: a later owner's stays); ``forget`` it once that is written."""
     db.execute("DELETE FROM leases WHERE run_id = ? AND token = ?", (lease.run_id, lease.token))
 
 
+def forget(lease: Lease) -> None:
+    """Count ``lease`` as no longer this process's (given back, refused, or its store closed)."""
+    with _held_lock:
+        _held.discard(lease.token)
+
+
+def renew(db: sqlite3.Connection, lease: Lease) -> bool:
+    """Renew ``lease`` from now (inside the caller's write transaction); whether it is still this process's. A
+    store that does not hold the run at all was created anew at its path: its lease is written there with the
+    run, so it counts as still held.
+    """
+    now = time.time()
+    renewed = db.execute(
+        "UPDATE leases SET heartbeat = ?, expires = ? WHERE run_id = ? AND token = ?",
+        (now, now + LEASE_SECONDS, lease.run_id, lease.token),
+    ).rowcount
+    if renewed:
+        return True
+    return db.execute("SELECT 1 FROM runs WHERE run_id = ?", (lease.run_id,)).fetchone() is None
+
+
 class Heartbeat:
-    """Renews the leases one store holds, every ``HEARTBEAT_SECONDS``, in a thread and with a connection of its
-    own, while it holds any.
+    """The leases one store holds, renewed every ``HEARTBEAT_SECONDS`` while it holds any: a thread of its own
+    hands them to ``renew`` (which has the store's writer renew them), so a busy event loop does not delay it.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, renew: Callable[[list[Lease]], None]) -> None:
         self._path = path
+        self._renew = renew
         self._leases: dict[str, Lease] = {}
         self._lock = threading.Lock()
         self._stopped = threading.Event()
@@ -195,8 +233,6 @@ class Heartbeat:
             if lease is None or (token is not None and lease.token != token):
                 return None
             del self._leases[run_id]
-        with _held_lock:
-            _held.discard(lease.token)
         return lease
 
     def stop(self) -> None:
@@ -205,36 +241,20 @@ class Heartbeat:
         with self._lock:  # the thread sees it at its next wake-up, and ends
             self._thread = None
             for lease in self._leases.values():
-                with _held_lock:
-                    _held.discard(lease.token)
+                forget(lease)
             self._leases.clear()
 
     def _beat(self) -> None:
-        db = sqlite3.connect(self._path, timeout=HEARTBEAT_SECONDS, isolation_level=None, check_same_thread=False)
-        try:
-            while not self._stopped.wait(HEARTBEAT_SECONDS):
-                with self._lock:
-                    leases = list(self._leases.values())
-                    if not leases:
-                        self._thread = None  # the next lease held starts another
-                        return
-                for lease in leases:
-                    self._renew(db, lease)
-        finally:
-            db.close()
-
-    def _renew(self, db: sqlite3.Connection, lease: Lease) -> None:
-        now = time.time()
-        try:
-            renewed = db.execute(
-                "UPDATE leases SET heartbeat = ?, expires = ? WHERE run_id = ? AND token = ?",
-                (now, now + LEASE_SECONDS, lease.run_id, lease.token),
-            ).rowcount
-        except sqlite3.Error as exc:  # a lock held elsewhere, say: the next beat tries again
-            log.warning("[dagmagic] the lease on run %s could not be renewed (%s)", lease.run_id, exc)
-            return
-        if not renewed and self.drop(lease.run_id, lease.token) is not None:
-            log.warning("[dagmagic] run %s was taken over elsewhere after its lease here expired", lease.run_id)
+        while not self._stopped.wait(HEARTBEAT_SECONDS):
+            with self._lock:
+                leases = list(self._leases.values())
+                if not leases:
+                    self._thread = None  # the next lease held starts another
+                    return
+            try:
+                self._renew(leases)
+            except Exception:  # the beat must go on; the next one tries again
+                log.exception("[dagmagic] the leases of the run store %s could not be renewed", self._path)
 
 
 def _pid_exists(pid: int) -> bool:

@@ -118,8 +118,9 @@ class DagRun(RunQueries):
     # --- the event stream -------------------------------------------------------------------------
 
     def emit(self, event: Event) -> None:
-        """Record an event, fold it into the state, save it, and only then tell every listener (a step's
-        result is on disk before anyone hears that it completed).
+        """Record an event, fold it into the state, give what it changed to the store, and only then tell every
+        listener (a step's result is written before anything that happened after it; anyone reading through
+        the store sees it).
         """
         self.events.append(event)
         self._fold(event)
@@ -167,8 +168,18 @@ class DagRun(RunQueries):
             self._store.record(self, event)
         except Exception as exc:  # a full disk must not end a run: it goes on, unsaved, and says so
             log.exception("[dagmagic] the run store failed on %s", event.type)
+            self._unsaved(f"the run store failed ({exc}).")
+
+    def _unsaved(self, reason: str) -> None:
+        """The store can no longer write this run (``reason``): it goes on unsaved, and says so."""
+        if self._store is not None:
             self._store = None
-            self.emit(RunWarning(message=f"This run is no longer saved: the run store failed ({exc}).", round=None))
+            self.emit(RunWarning(message=f"This run is no longer saved: {reason}", round=None))
+
+    async def _settle_store(self) -> None:
+        """Wait until what the run did is written and the store checkpointed (bounded: see ``RunStore.settle``)."""
+        if self._store is not None:
+            await self._store.settle(self)
 
     def step_of(self, round: int, step_id: str) -> PlanStep | None:
         """The step ``step_id`` of round ``round`` (also while its plan still streams)."""

@@ -34,6 +34,9 @@ log = logging.getLogger("dagmagic")
 
 ToolLike = Tool | Callable[..., Any]
 
+_CLOSE_SECONDS = 5.0
+"""How long closing a session outside an event loop waits for its stores' writes (another program's lock)."""
+
 
 class RunOptions(TypedDict, total=False):
     """What one run may have of its own instead of its session's (``start``, ``run``, ``start_resume``)."""
@@ -186,6 +189,8 @@ class DagSession:
         if path is None:
             self._store_problems[None] = "DAG_STORE is none"
             return None
+        if path in self._stores and self._stores[path].closed:  # closed meanwhile (by a test, say): open again
+            del self._stores[path]
         if path not in self._stores and path not in self._store_problems:
             try:
                 self._stores[path] = RunStore.open(path)
@@ -275,12 +280,20 @@ class DagSession:
                 self.history.append(exchange)
 
     def close(self) -> None:
-        """Kill the ``python`` tool's scripts still running and remove its working directory; idempotent.
+        """Kill the ``python`` tool's scripts still running and remove its working directory, and checkpoint the
+        run stores (outside an event loop: once what waits is written); idempotent.
 
         Garbage collection and interpreter exit do the same for a session never closed.
         """
         if self._code is not None:
             self._code.close()
+        try:
+            asyncio.get_running_loop()
+            wait = 0.0  # never stall the loop: the store's writer checkpoints once what waits is written
+        except RuntimeError:
+            wait = _CLOSE_SECONDS
+        for store in self._stores.values():
+            store.checkpoint(wait)
 
     def __enter__(self) -> Self:
         return self
@@ -331,12 +344,19 @@ class _Driver:
             run.emit(RunWarning(message=f"This run is not saved: {self.session.store_problem(settings)}"))
         if "python" in self.loop.tool_names and (warning := self.session._unsandboxed_code_warning()):
             run.emit(RunWarning(message=warning))
-        task = asyncio.get_running_loop().create_task(self.loop.drive(run, origin), name=f"dagmagic:run:{run.run_id}")
+        task = asyncio.get_running_loop().create_task(self._drive(run, origin), name=f"dagmagic:run:{run.run_id}")
         token = store.lease_token(run.run_id) if store is not None else None
         if store is not None and token is not None:  # the run's end gives it back; this, if the end was not saved
             task.add_done_callback(lambda _: _release(store, run.run_id, token))
         self.session._started(run, task)
         return task
+
+    async def _drive(self, run: DagRun, origin: Origin) -> None:
+        """Drive the run; it ends once what it did is on disk (the store checkpointed), or says what is not."""
+        try:
+            await self.loop.drive(run, origin)
+        finally:
+            await run._settle_store()
 
 
 def _release(store: RunStore, run_id: str, token: str) -> None:

@@ -1,38 +1,56 @@
 """The run store: every run checkpointed to SQLite as it happens, so that it outlives its kernel.
 
-Each event of a run updates the run's rows, in the same call that emits it, and commits: a step's result is
-on disk before any view hears that the step completed, and a killed process loses at most the event it was
-writing. One connection per process and file; WAL, so that other processes (another kernel) can write the
-same file at the same time. A run has one driver at a time, the holder of its lease (``engine/lease.py``);
-its events are numbered by the store, in the transaction that writes them, so no writer overwrites another's.
+Each event of a run becomes one change (the rows it changed, and the event), taken in the call that emits
+it, before any view hears of it; the store's writer (``store_writer``) writes the changes in order on a
+thread of its own, so that writing never stalls the event loop, not even while another program holds the
+file's write lock (the changes wait, and are written once it is released; the run is told when that takes
+a while). What holds: a step's result is written before anything that happened after it, and is on disk
+when its run ends (``await run`` waits for it, ``SETTLE_SECONDS`` at most, then the run says what is not);
+reading through the store sees every change made so far; a killed process loses the changes of its last
+moments (normally milliseconds; while another program held the lock, everything since). At the end of each
+run the write-ahead log is checkpointed, so the ``.sqlite`` file alone holds every run that ended;
+``export`` makes a consistent copy at any time. A store deleted or moved while open is created again at its
+path, and the runs going on are written into it whole (their lease, conversation and calls included).
+
+A run has one driver at a time, the holder of its lease (``engine/lease.py``), taken in the writer's
+transaction that writes the run, and checked in each transaction that writes to it; its events are numbered by
+the store in the transaction that writes them, so no writer overwrites another's. Starting a new run never
+waits (no one else can hold a run id just made); resuming or re-running one waits ``LEASE_WAIT_SECONDS`` at
+most for the writer's verdict, so that a refusal (``RunDriven``, naming the driver) reaches the caller, and
+a lock held longer by another program refuses the resume with ``StoreUnavailable`` saying so, the store left
+as it was.
 
 Each thing is stored once, so a long session grows the file by what each run adds: a run's conversation is a
 chain of ``exchanges`` (each earlier goal and answer once, shared by every run planned after it) that the run's
 row points to, and an ``llm_call`` event refers to its ``calls`` row instead of copying the call.
 
-The file is marked as dagmagic's (``application_id``) and versioned (``user_version``): a file that is another
-program's, damaged, or from a newer dagmagic is refused with a ``StoreError`` naming it, never overwritten; one
-that cannot be written is reported as ``StoreUnavailable`` and the run goes on unsaved. Nothing secret is
-written: a run holds no model options.
+One writing and one reading connection per process and file; WAL, so that other processes (another kernel)
+can write the same file at the same time. The file is marked as dagmagic's (``application_id``) and versioned
+(``user_version``): a file that is another program's, damaged, or from a newer dagmagic is refused with a
+``StoreError`` naming it, never overwritten; one that cannot be written is reported as ``StoreUnavailable``
+and the run goes on unsaved. Nothing secret is written: a run holds no model options.
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
+import logging
 import os
 import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from dagmagic.engine import lease
 from dagmagic.engine.context import Exchange
+from dagmagic.engine.store_copy import copy_store
+from dagmagic.engine.store_runs import SavedRuns
+from dagmagic.engine.store_writer import Change, OpenFile, Statements, StoreWriter, Withdrawn
 from dagmagic.errors import DagError, StoreError
 from dagmagic.events import (
     EVENTS,
@@ -60,7 +78,17 @@ from dagmagic.models import (
 if TYPE_CHECKING:
     from dagmagic.engine.run import DagRun
 
-__all__ = ["SCHEMA_VERSION", "RunStore", "RunSummary", "StoreUnavailable", "StoredRun"]
+__all__ = [
+    "LEASE_WAIT_SECONDS",
+    "SCHEMA_VERSION",
+    "SETTLE_SECONDS",
+    "RunStore",
+    "RunSummary",
+    "StoreUnavailable",
+    "StoredRun",
+]
+
+log = logging.getLogger("dagmagic")
 
 APPLICATION_ID = 0x4441474D  # "DAGM": marks the file as a dagmagic run store
 SCHEMA_VERSION = 3
@@ -112,6 +140,17 @@ _PREPARE_SECONDS = 10.0
 """How long opening a store waits for another process that prepares the same new file."""
 _ROUND_EXTRA = {"rerun_of", "rerun_step", "approval", "follow_ups"}
 """RoundRecord fields kept as JSON in ``rounds.extra`` (schema 2)."""
+SETTLE_SECONDS = 5.0
+"""How long the end of a run waits for its changes to be written (another program may hold the lock)."""
+_READ_SECONDS = 1.0
+"""How long a read waits for the changes made so far to be written, so that it sees them."""
+_CLOSE_SECONDS = 5.0
+"""How long closing a store (and leaving Python) waits for changes held up by another program's lock."""
+_RUN_TABLES = ("rounds", "steps", "calls", "events")
+"""The tables holding a run's rows besides ``runs``."""
+LEASE_WAIT_SECONDS = 1.0
+"""How long resuming (or re-running) a run waits for the writer to take its lease: another program holding the
+store's write lock longer refuses the resume, with a message saying so."""
 
 
 class StoreUnavailable(DagError):
@@ -153,9 +192,13 @@ class RunStore:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._connection = _connect(path)
-        self._leases = lease.Heartbeat(path)
+        self._runs = SavedRuns(path, self._whole)
+        self._writer = self._runs.writer = StoreWriter(path, _connect(path), connect=_connect, listener=self._runs)
+        self._reader, self._reading = _reader(path), OpenFile(path)
+        self._leases = lease.Heartbeat(path, self._renew)
         """The leases of the runs this store's process drives, renewed while they run."""
+        self._renewing = threading.Event()
+        """A renewal of the leases waits to be written (the next beat adds none meanwhile)."""
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> RunStore:
@@ -168,25 +211,90 @@ class RunStore:
             return store
 
     def close(self) -> None:
-        """Close the connection (a later ``open`` opens it again); leases still held expire."""
-        self._opened.pop(self.path, None)
-        self._leases.stop()
-        self._connection.close()
+        """Write what waits (``_CLOSE_SECONDS`` at most), checkpoint, and close (a later ``open`` opens it again)."""
+        with self._opening:
+            if self._opened.get(self.path) is self:
+                del self._opened[self.path]
+        self._leases.stop()  # leases still held expire
+        if not self._writer.close(_CLOSE_SECONDS):
+            log.warning("[dagmagic] the run store %s was closed with changes not written (it was locked)", self.path)
+        self._reader.close()
+        self._reading.close()
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` ran: nothing more is written (``RunStore.open`` opens the path again)."""
+        return self._writer.closed
+
+    @classmethod
+    def _close_every_store(cls) -> None:
+        """At exit: what waits is written and every store checkpointed, so the ``.sqlite`` files hold it all."""
+        for store in list(cls._opened.values()):
+            store.close()
 
     # --- writing, as a run's events happen
 
     def attach(self, run: DagRun, history: list[Exchange]) -> None:
-        """Take the run's lease and save ``run`` from now on: its row now, then every event as it is emitted.
-        ``RunDriven`` (a ``DagError`` naming the owner) when another driver holds the run.
+        """Take the run's lease and save ``run`` from now on: all of it now (its state, when the file holds it
+        already), then every event as it is emitted. A run with a past (resumed, or re-run) may be driven
+        elsewhere: this waits for the writer's verdict, ``LEASE_WAIT_SECONDS`` at most, and raises ``RunDriven``
+        (a ``DagError`` naming the driver) when another holds it, or ``StoreUnavailable`` when the store stays
+        locked; nothing is written then. A new run's id was just made: it waits for nothing.
         """
-        with self._transaction() as db:
-            held = lease.take(db, run.run_id)
-            self._put_run(db, run.state, conversation=_put_conversation(db, history))
-            for record in run.state.rounds:
-                self._put_round(db, run.run_id, record)
-                for position, step in enumerate(record.plan.steps):
-                    self._put_step(db, run.run_id, record.index, step, position)
+        run_id, history = run.run_id, list(history)
+        held = lease.claim(run_id)
+        state, whole = Statements(), Statements()
+        self._put_state(state, run, history)
+        self._put_whole(whole, run, history)
+        verdict = _Verdict() if run.events else None
+
+        def open_run(db: sqlite3.Connection) -> None:
+            if verdict is not None:
+                verdict.begin()
+            try:
+                lease.take(db, held)
+            except lease.RunDriven:
+                self._leases.drop(run_id, held.token)
+                raise
+            if db.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None:
+                whole.run(db)  # a new run, or one re-run after its store was deleted: all of it
+            else:
+                state.run(db)  # its events and calls stay as they were written (by whichever driver)
+
+        settled = threading.Event() if verdict is not None else None
+        change = Change(run_id=run_id, whole=True, settled=settled)
+        change.statements.call(open_run)
+        if verdict is None:
+            self._runs.add(run, history)
+            self._leases.hold(held)
+            self._writer.put(change)
+            return
+        self._writer.put(change)
+        assert settled is not None
+        if not settled.wait(LEASE_WAIT_SECONDS) and verdict.give_up():
+            raise self._not_taken(run_id)
+        if not settled.wait(_CLOSE_SECONDS):  # it began: the lock is taken, it ends at once
+            raise StoreUnavailable(f"run {run_id} was not resumed: {self._runs.why_waiting()} Try again.")
+        if isinstance(change.failure, DagError):
+            raise change.failure
+        if change.failure is not None:
+            raise StoreUnavailable(f"run {run_id} was not resumed: the run store failed ({change.failure}).")
+        self._runs.add(run, history)
         self._leases.hold(held)
+
+    def _not_taken(self, run_id: str) -> DagError:
+        """Why the lease on ``run_id`` was not taken in time: another's, or the store's lock held elsewhere."""
+        now = time.time()
+        try:
+            current = lease.holder(self._reading_now(), run_id)
+        except sqlite3.Error:
+            current = None
+        if current is not None and current.token and current.live(now):
+            return lease.RunDriven(current.refusal(now))
+        return StoreUnavailable(
+            f"run {run_id} was not resumed: {self._runs.why_waiting()} Nothing was changed; resume it again once it "
+            "is released."
+        )
 
     def lease_token(self, run_id: str) -> str | None:
         """The token of this store's lease on ``run_id``, None when it holds none."""
@@ -194,15 +302,37 @@ class RunStore:
         return None if held is None else held.token
 
     def release(self, run_id: str, token: str) -> None:
-        """Give back the lease ``token`` on ``run_id`` (its drive ended), if it is still held."""
+        """Give back the lease ``token`` on ``run_id`` (its drive ended), if it is still held: written after
+        every change given before.
+        """
         held = self._leases.drop(run_id, token)
         if held is not None:
-            with self._transaction() as db:
-                lease.release(db, held)
+            change = Change(run_id=None, after=lambda: lease.forget(held))
+            lease.release(change.statements, held)
+            self._writer.put(change)
+
+    def _renew(self, leases: list[lease.Lease]) -> None:
+        """Have the writer renew ``leases`` (from the heartbeat's thread); one renewal waits at a time."""
+        if self._renewing.is_set():
+            return  # the last one still waits (another program's lock): the next after it is written
+
+        def renew(db: sqlite3.Connection) -> None:
+            for held in leases:
+                if not lease.renew(db, held) and self._leases.drop(held.run_id, held.token) is not None:
+                    lease.forget(held)
+                    log.warning("[dagmagic] run %s was taken over elsewhere after its lease here expired", held.run_id)
+
+        change = Change(run_id=None, after=self._renewing.clear)
+        change.statements.call(renew)
+        self._renewing.set()
+        try:
+            self._writer.put(change)
+        except DagError:  # closed
+            self._renewing.clear()
 
     def record(self, run: DagRun, event: Event) -> None:
-        """Write what ``event`` changed, then the event, in one transaction; its run's end gives its lease back.
-        ``RunDriven`` when another driver took the run over.
+        """Queue what ``event`` changed, then the event, as one change (one transaction), written only while the
+        run's lease is not another's; its run's end gives the lease back.
         """
         if isinstance(event, AnswerDelta):
             return  # the answer is saved whole when it is ready; resuming writes it again anyway
@@ -210,32 +340,101 @@ class RunStore:
         own = not event.depth  # a subrun's events are kept; its state is saved with its step
         ends = own and isinstance(event, RunFinished)
         held = self._leases.drop(run_id) if ends else self._leases.lease(run_id)
-        with self._transaction() as db:
-            lease.check_driver(db, run_id, held.token if held is not None else None)
-            if isinstance(event, (RunStarted, *_RUN_EVENTS)) and own:
-                self._put_run(db, run.state)
-            call = None
-            if isinstance(event, LLMCallRecorded):
-                call = len(run.state.calls) - 1
-                self._put_call(db, run_id, call, event.call)
-            round_index = getattr(event, "round", None) if own else None
-            if round_index is not None and (event.type in _ROUND_EVENTS or isinstance(event, RunWarning)):
-                record = _round(run, round_index)
-                if record is not None:
-                    self._put_round(db, run_id, record)
-                    if event.type == "plan_ready":
-                        self._put_plan(db, run_id, record)
-            if event.type in _STEP_EVENTS and round_index is not None:
-                self._put_step_of(db, run, event, round_index)
-            _put_event(db, run_id, event, call)
-            if ends and held is not None:
-                lease.release(db, held)
+        token = held.token if held is not None else None
+        change = Change(run_id=run_id)
+        db = change.statements
+        db.call(lambda connection: lease.check_driver(connection, run_id, token))
+        if isinstance(event, (RunStarted, *_RUN_EVENTS)) and own:
+            self._put_run(db, run.state)
+        call = None
+        if isinstance(event, LLMCallRecorded):
+            call = len(run.state.calls) - 1
+            self._put_call(db, run_id, call, event.call)
+        round_index = getattr(event, "round", None) if own else None
+        if round_index is not None and (event.type in _ROUND_EVENTS or isinstance(event, RunWarning)):
+            record = _round(run, round_index)
+            if record is not None:
+                self._put_round(db, run_id, record)
+                if event.type == "plan_ready":
+                    self._put_plan(db, run_id, record)
+        if event.type in _STEP_EVENTS and round_index is not None:
+            self._put_step_of(db, run, event, round_index)
+        _put_event(db, run_id, event, call)
+        if ends and held is not None:
+            lease.release(db, held)
+            change.after = lambda: lease.forget(held)
+        self._writer.put(change)
+
+    async def settle(self, run: DagRun) -> None:
+        """Wait until what ``run`` did is written and the store checkpointed, so that the ``.sqlite`` file alone
+        holds it; after ``SETTLE_SECONDS`` (another program holds the lock) the run says what is not on disk yet.
+        """
+        await self._runs.settle(run, SETTLE_SECONDS)
+
+    def checkpoint(self, wait: float = 0.0) -> bool:
+        """Copy what is written into the ``.sqlite`` file once what waits is written; wait ``wait`` seconds at
+        most for that. Whether it was done.
+        """
+        try:
+            self._writer.put(Change(run_id=None, checkpoint=True))
+        except DagError:
+            return False
+        return self._writer.flush(wait) if wait else False
+
+    def export(self, target: str | os.PathLike[str]) -> Path:
+        """A consistent copy of the store at ``target``, a new file (see ``store_copy``), with every change made
+        so far; ``StoreError`` when ``target`` exists already.
+        """
+        source = self._read()
+        if not self._writer.flush(0):
+            raise StoreUnavailable(
+                f"nothing was exported: {self._runs.why_waiting()} Export again once it is released."
+            )
+        return copy_store(source, target)
+
+    def _whole(self, run: DagRun, history: list[Exchange]) -> Change:
+        """The run as it is now, replacing whatever the file held of it: its lease (this store's), rows,
+        conversation, calls and events.
+        """
+        change = Change(run_id=run.run_id, whole=True)
+        held = self._leases.lease(run.run_id)
+        if held is not None:
+            change.statements.call(lambda db: lease.take(db, held))
+        self._put_whole(change.statements, run, list(history))
+        return change
+
+    def _put_whole(self, db: Statements, run: DagRun, history: list[Exchange]) -> None:
+        run_id = run.run_id
+        for table in _RUN_TABLES:
+            db.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+        self._put_state(db, run, history)
+        calls = run.state.calls
+        for sequence, call in enumerate(calls):
+            self._put_call(db, run_id, sequence, call)
+        recorded = 0
+        for event in run.events:
+            if isinstance(event, AnswerDelta):
+                continue
+            reference = None
+            if isinstance(event, LLMCallRecorded):  # the run keeps its calls in the order of these events
+                if recorded < len(calls) and calls[recorded] == event.call:
+                    reference = recorded
+                recorded += 1
+            _put_event(db, run_id, event, reference)
+
+    def _put_state(self, db: Statements, run: DagRun, history: list[Exchange]) -> None:
+        """The run's row (pointing to its conversation), rounds and steps."""
+        self._put_run(db, run.state, history=history)
+        for record in run.state.rounds:
+            self._put_round(db, run.run_id, record)
+            for position, step in enumerate(record.plan.steps):
+                self._put_step(db, run.run_id, record.index, step, position)
 
     # --- reading
 
     def load(self, run_id: str) -> StoredRun:
         """The stored run ``run_id``; ``KeyError`` when there is none."""
-        db = self._connection
+        db = self._read(run_id)
         row = db.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         if row is None:
             raise KeyError(run_id)
@@ -295,14 +494,18 @@ class RunStore:
         return next(iter(self._summaries("r.run_id = ?", (run_id,), 1)), None)
 
     def _summaries(self, where: str, params: tuple[object, ...], limit: int) -> list[RunSummary]:
-        rows = self._connection.execute(
-            f"""SELECT r.run_id, r.goal, r.status, r.started_at, r.finished_at, r.updated_at, r.host, r.pid,
+        rows = (
+            self._read()
+            .execute(
+                f"""SELECT r.run_id, r.goal, r.status, r.started_at, r.finished_at, r.updated_at, r.host, r.pid,
                       (SELECT SUM(cost) FROM calls c WHERE c.run_id = r.run_id),
                       l.token, l.host, l.pid, l.since, l.heartbeat, l.expires
                FROM runs r LEFT JOIN leases l ON l.run_id = r.run_id
                WHERE {where} ORDER BY r.started_at DESC LIMIT ?""",
-            (*params, limit),
-        ).fetchall()
+                (*params, limit),
+            )
+            .fetchall()
+        )
         now = time.time()
         summaries = []
         for run_id, goal, status, started, finished, updated, host, pid, cost, *held in rows:
@@ -327,23 +530,28 @@ class RunStore:
             )
         return summaries
 
+    def _read(self, run_id: str | None = None) -> sqlite3.Connection:
+        """The reading connection, once the changes made so far are written (``_READ_SECONDS`` at most), to the
+        file now at the path; ``StoreUnavailable`` when ``run_id``'s latest changes still wait.
+        """
+        if not self._writer.flush(_READ_SECONDS) and run_id is not None and self._writer.pending(run_id):
+            raise StoreUnavailable(
+                f"run {run_id}'s latest changes are not written yet: {self._runs.why_waiting()} Try again once it is "
+                "released."
+            )
+        return self._reading_now()
+
+    def _reading_now(self) -> sqlite3.Connection:
+        """The reading connection, to the file now at the path (whatever still waits to be written)."""
+        if self._reading.replaced():  # deleted or moved: read what is at the path now
+            self._reader.close()
+            self._reading.close()
+            self._reader, self._reading = _reader(self.path), OpenFile(self.path)
+        return self._reader
+
     # --- rows
 
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction, holding the write lock from its start: a lease is checked, and an event's
-        number allocated, by reading what the same transaction then writes.
-        """
-        db = self._connection
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            yield db
-        except BaseException:
-            db.rollback()
-            raise
-        db.commit()
-
-    def _put_run(self, db: sqlite3.Connection, state: RunState, *, conversation: int | None = None) -> None:
+    def _put_run(self, db: Statements, state: RunState, *, history: list[Exchange] | None = None) -> None:
         values = (
             state.goal,
             state.status,
@@ -358,22 +566,25 @@ class RunStore:
             state.domain,
             int(state.routed),
         )
-        if conversation is None:
+        if history is None:
             db.execute(
                 """UPDATE runs SET goal = ?, status = ?, phase = ?, started_at = ?, finished_at = ?, updated_at = ?,
                    error = ?, answer = ?, follow_ups = ?, pending = ?, domain = ?, routed = ? WHERE run_id = ?""",
                 (*values, state.run_id),
             )
             return
-        db.execute(
-            """INSERT OR REPLACE INTO runs (run_id, goal, status, phase, started_at, finished_at, updated_at, error,
-               answer, follow_ups, pending, domain, routed, history, host, pid, conversation)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '[]', ?, ?, ?)""",
-            (state.run_id, *values, lease.HOST, os.getpid(), conversation),
+        row = (state.run_id, *values, lease.HOST, os.getpid())
+        db.call(
+            lambda connection: connection.execute(
+                """INSERT OR REPLACE INTO runs (run_id, goal, status, phase, started_at, finished_at, updated_at,
+                   error, answer, follow_ups, pending, domain, routed, history, host, pid, conversation)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '[]', ?, ?, ?)""",
+                (*row, _put_conversation(connection, history)),
+            )
         )
 
     @staticmethod
-    def _put_round(db: sqlite3.Connection, run_id: str, record: RoundRecord) -> None:
+    def _put_round(db: Statements, run_id: str, record: RoundRecord) -> None:
         db.execute(
             """INSERT OR REPLACE INTO rounds (run_id, idx, goal, analysis, decision, error, warnings, free, extra)
                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
@@ -390,7 +601,7 @@ class RunStore:
             ),
         )
 
-    def _put_plan(self, db: sqlite3.Connection, run_id: str, record: RoundRecord) -> None:
+    def _put_plan(self, db: Statements, run_id: str, record: RoundRecord) -> None:
         """The round's whole plan: its steps in order, and none it no longer holds."""
         ids = [step.id for step in record.plan.steps]
         db.execute(
@@ -400,38 +611,37 @@ class RunStore:
         for position, step in enumerate(record.plan.steps):
             self._put_step(db, run_id, record.index, step, position)
 
-    def _put_step_of(self, db: sqlite3.Connection, run: DagRun, event: Event, round_index: int) -> None:
+    def _put_step_of(self, db: Statements, run: DagRun, event: Event, round_index: int) -> None:
         step_id = getattr(event, "step_id", None) or getattr(getattr(event, "step", None), "id", None)
         step = run.step_of(round_index, step_id) if step_id is not None else None
         if step is None:
             return
-        updated = db.execute(
-            "UPDATE steps SET status = ?, data = ? WHERE run_id = ? AND round = ? AND step_id = ?",
-            (step.status, step.model_dump_json(), run.run_id, round_index, step.id),
+        record = _round(run, round_index)  # a step that streamed in takes its place at the end of the plan so far
+        position = len(record.plan.steps) - 1 if record is not None else 0
+        db.execute(
+            """INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, round, step_id)
+               DO UPDATE SET status = excluded.status, data = excluded.data""",
+            (run.run_id, round_index, step.id, position, step.status, step.model_dump_json()),
         )
-        if updated.rowcount == 0:  # a step that streamed in: its place is the end of the plan so far
-            record = _round(run, round_index)
-            position = len(record.plan.steps) - 1 if record is not None else 0
-            self._put_step(db, run.run_id, round_index, step, position)
 
     @staticmethod
-    def _put_step(db: sqlite3.Connection, run_id: str, round_index: int, step: PlanStep, position: int) -> None:
+    def _put_step(db: Statements, run_id: str, round_index: int, step: PlanStep, position: int) -> None:
         db.execute(
             "INSERT OR REPLACE INTO steps VALUES (?, ?, ?, ?, ?, ?)",
             (run_id, round_index, step.id, position, step.status, step.model_dump_json()),
         )
 
     @staticmethod
-    def _put_call(db: sqlite3.Connection, run_id: str, sequence: int, call: LLMCall) -> None:
+    def _put_call(db: Statements, run_id: str, sequence: int, call: LLMCall) -> None:
         db.execute(
             "INSERT OR REPLACE INTO calls VALUES (?, ?, ?, ?, ?)",
             (run_id, sequence, call.purpose, call.cost, call.model_dump_json()),
         )
 
 
-def _put_event(db: sqlite3.Connection, run_id: str, event: Event, call: int | None) -> None:
-    """The event, numbered after the run's last one as the store holds it (whoever wrote that); an ``llm_call``
-    event as a reference to its calls row ``call``.
+def _put_event(db: Statements, run_id: str, event: Event, call: int | None) -> None:
+    """The event, numbered after the run's last one as the store holds it when written (whoever wrote that);
+    an ``llm_call`` event as a reference to its calls row ``call``.
     """
     data = event.model_dump_json(exclude={"call"}) if call is not None else event.model_dump_json()
     db.execute(
@@ -483,6 +693,36 @@ def _digest(exchange: Exchange) -> str:
 
 
 _digests: weakref.WeakKeyDictionary[Exchange, str] = weakref.WeakKeyDictionary()
+
+
+class _Verdict:
+    """Whether the writer began taking a lease the caller waits for, or the caller gave up first (then the
+    writer withdraws the change: nothing of it is written).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._began = self._given_up = False
+
+    def begin(self) -> None:
+        """In the writer's transaction: go on, or ``Withdrawn`` when the caller gave up."""
+        with self._lock:
+            if self._given_up:
+                raise Withdrawn
+            self._began = True
+
+    def give_up(self) -> bool:
+        """The caller stops waiting; False when the writer began already (its verdict comes at once)."""
+        with self._lock:
+            self._given_up = not self._began
+            return self._given_up
+
+
+def _reader(path: Path) -> sqlite3.Connection:
+    """A connection that only reads the store at ``path`` (opening creates it when missing)."""
+    db = _connect(path)
+    db.execute("PRAGMA query_only = ON")
+    return db
 
 
 def _round(run: DagRun, index: int) -> RoundRecord | None:
@@ -586,3 +826,6 @@ def _round_of(row: tuple[Any, ...], steps: list[PlanStep]) -> RoundRecord:
         free=bool(free),
         **extra,
     )
+
+
+atexit.register(RunStore._close_every_store)

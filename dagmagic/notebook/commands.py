@@ -156,6 +156,20 @@ def diff(notebook: NotebookSession, rest: str) -> Any:
         raise UsageError(str(exc)) from None
 
 
+def export(notebook: NotebookSession, rest: str) -> None:
+    """``%dag export PATH``: a copy of the run store that is safe to move, share or back up."""
+    args = parse_words("export", _expand_variables(rest, notebook.namespace), ("PATH",), ())
+    store = notebook.store()
+    if store is None:
+        path = notebook.settings(notebook.magics.parse("")).store_path
+        raise UsageError(f"nothing to export: {NO_STORE if path is None else f'there is no run store at {path} yet'}")
+    try:
+        target = store.export(args.PATH)
+    except DagError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"Copied the run store {store.path} to {target}.")
+
+
 # --- the user's word to a running run
 
 
@@ -282,6 +296,7 @@ COMMANDS: dict[str, Command] = {
     "stop": stop,
     "followup": followup,
     "trace": trace,
+    "export": export,
     "demo": _awaited("demo", demo),
 }
 """Every subcommand, in the order ``%dag?`` lists them."""

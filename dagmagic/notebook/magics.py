@@ -179,6 +179,7 @@ class DagMagics(Magics):
             %dag stop              stop the running run gracefully
             %dag followup TEXT     steer the running run with a follow-up
             %dag trace [RUN]       every LLM call of a run: purpose, model, level, tokens, latency, cost
+            %dag export PATH       a copy of the run store, safe to move, share or back up
             %dag demo              an offline demonstration (no API key needed)
         """
         if cell is None:

@@ -75,22 +75,24 @@ async def test_a_finished_run_reads_back_as_it_was(tmp_path: Path) -> None:
     assert summary.cost == pytest.approx(run.cost)
 
 
-async def test_a_completed_steps_result_is_on_disk_before_anyone_hears_of_it(tmp_path: Path) -> None:
+async def test_a_completed_steps_result_is_read_back_before_anyone_hears_of_it_and_on_disk_when_the_run_ends(
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "runs.sqlite"
-    seen: list[tuple[str, str, str]] = []
+    seen: list[tuple[str, str, str | None]] = []
     run = session(path).start("goal")
 
     def check(event: Any) -> None:
         if isinstance(event, StepCompleted) and event.status == "completed":
-            with sqlite3.connect(path) as other:  # another connection: only what was committed
-                status, data = other.execute(
-                    "SELECT status, data FROM steps WHERE run_id = ? AND step_id = ?", (run.run_id, event.step_id)
-                ).fetchone()
-            seen.append((event.step_id, status, json.loads(data)["result"]))
+            step = RunStore.open(path).load(run.run_id).state.rounds[0].plan.step(event.step_id)
+            seen.append((event.step_id, step.status, step.result))
 
     run.subscribe(check)
     await run
     assert sorted(seen) == [(sid, "completed", f"result of {sid} in round 1") for sid in ("s1", "s2", "s3")]
+    with sqlite3.connect(path) as other:  # another connection: only what was committed
+        rows = other.execute("SELECT step_id, status, data FROM steps WHERE run_id = ?", (run.run_id,)).fetchall()
+    assert sorted((sid, status, json.loads(data)["result"]) for sid, status, data in rows) == sorted(seen)
 
 
 async def test_the_store_and_its_directory_are_owner_only(tmp_path: Path) -> None:
@@ -251,8 +253,10 @@ def test_events_from_two_writers_are_all_kept_in_the_order_written(tmp_path: Pat
     first.attach(run, [])
     first.record(run, RunWarning(message="a"))
     first.record(run, RunFinished(status="done", achieved=True, confidence=0.9))
+    assert first.checkpoint(wait=30)  # each store writes on a thread of its own: this one's changes are written
     for writer, text in [(second, "b"), (first, "c"), (second, "d")]:  # late words from both
         writer.record(run, RunWarning(message=text))
+        assert writer.checkpoint(wait=30)
     events = RunStore(path).load("r1").events
     assert [getattr(event, "message", event.type) for event in events] == ["a", "run_finished", "b", "c", "d"]
 

@@ -184,7 +184,7 @@ def test_help_lists_every_option_and_subcommand(ip: InteractiveShell) -> None:
     doc = ip.find_cell_magic("dag").__doc__
     for option in ("--bg", "--models", "--tools", "--context", "--max-rounds", "--no-widget", "-o"):
         assert option in doc
-    for sub in ("models", "config", "history", "show", "resume", "stop", "followup", "trace", "demo"):
+    for sub in ("models", "config", "history", "show", "resume", "stop", "followup", "trace", "demo", "export"):
         assert f"%dag {sub}" in doc
 
 
@@ -361,6 +361,27 @@ def test_show_and_trace_read_runs_of_other_kernels_from_the_store(
     magics._active.runs.clear()  # as in a new kernel
     run_cell(ip, f"%dag trace {job.run_id}")
     assert "plan" in capsys.readouterr().out
+
+
+def test_export_copies_the_run_store_safely(
+    ip: InteractiveShell, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_cell(ip, f"%dag config store={tmp_path / 'runs.sqlite'}")
+    run = run_cell(ip, "%%dag --models llm\nfirst goal")
+    assert isinstance(run, DagRun)
+    ip.user_ns["target"] = str(tmp_path / "backup.sqlite")
+    capsys.readouterr()
+    run_cell(ip, "%dag export $target")  # a path in a variable, as %dag config takes one
+    assert f"to {tmp_path / 'backup.sqlite'}" in capsys.readouterr().out
+    assert dagmagic.load_run(run.run_id, store=str(tmp_path / "backup.sqlite")).status == "done"
+    assert "exists already" in usage_error(ip, "%dag export $target", capsys)
+    assert "%dag export PATH" in usage_error(ip, "%dag export", capsys)
+
+
+def test_export_without_a_store_says_so(
+    ip: InteractiveShell, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert "nothing to export: DAG_STORE is none" in usage_error(ip, f"%dag export {tmp_path / 'x.sqlite'}", capsys)
 
 
 def test_resume_without_a_store_says_how_to_keep_runs(ip: InteractiveShell) -> None:
