@@ -631,3 +631,22 @@ def test_a_twelve_step_plan_stays_legible(notebook: NotebookPage) -> None:
     latest = widget.locator('.dagmagic-round[data-round="2"]')
     expect(latest.locator(".dagmagic-node-ghost")).to_contain_text("r1.s11")  # a result of round 1, drawn apart
     assert notebook.errors == []
+
+
+def test_what_to_know_about_the_whole_run_is_listed_under_its_header(notebook: NotebookPage) -> None:
+    gate = Gate(notebook, "unsaved")
+    gate.open()
+    load, setup, dag = cells(gate, "scripted()", "What is six times seven?")
+    blocked = 'import pathlib\npathlib.Path("not-a-folder").write_text("x")\n%dag config store=not-a-folder/runs.sqlite'
+    notebook.open("unsaved", [load, setup, blocked, dag])
+    notebook.run_all()
+    widget = notebook.widget()
+    expect(widget.locator(".dagmagic-status")).to_have_attribute("data-status", "done")
+    notebook.wait_until_done()
+    warnings = widget.locator(".dagmagic-run-warnings")
+    expect(warnings).to_be_visible()
+    expect(warnings.locator("li")).to_have_count(1)
+    expect(warnings.locator("li")).to_contain_text("This run is not saved")
+    expect(warnings.locator("li")).to_contain_text("cannot be written")
+    notebook.screenshot("run-warning", focus=widget.locator(".dagmagic-header"))
+    assert notebook.errors == []
