@@ -17,9 +17,9 @@ import pytest
 
 import dagmagic
 from dagmagic import DagError, DagRun, DagSession, DagSettings, ModelRegistry
-from dagmagic.engine import store as store_module
-from dagmagic.engine import store_writer
 from dagmagic.engine.store import RunStore
+from dagmagic.engine.store import run_store as store_module
+from dagmagic.engine.store import writer as store_writer
 from dagmagic.testing import ScriptedLLM, ScriptedRequest
 
 from .conftest import plan_reply, verdict
@@ -290,7 +290,7 @@ async def test_a_copy_exported_while_a_run_goes_on_reads_back(tmp_path: Path) ->
 async def test_a_store_deleted_while_a_run_goes_on_gets_the_runs_lease_conversation_and_calls_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dagmagic.engine import lease
+    from dagmagic.engine.store import lease
 
     monkeypatch.setattr(lease, "LEASE_SECONDS", 0.5)
     monkeypatch.setattr(lease, "HEARTBEAT_SECONDS", 0.05)

@@ -1,7 +1,7 @@
 """The run store: every run checkpointed to SQLite as it happens, so that it outlives its kernel.
 
 Each event of a run becomes one change (the rows it changed, and the event), taken in the call that emits
-it, before any view hears of it; the store's writer (``store_writer``) writes the changes in order on a
+it, before any view hears of it; the store's writer (``writer``) writes the changes in order on a
 thread of its own, so that writing never stalls the event loop, not even while another program holds the
 file's write lock (the changes wait, and are written once it is released; the run is told when that takes
 a while). What holds: a step's result is written before anything that happened after it, and is on disk
@@ -12,7 +12,7 @@ run the write-ahead log is checkpointed, so the ``.sqlite`` file alone holds eve
 ``export`` makes a consistent copy at any time. A store deleted or moved while open is created again at its
 path, and the runs going on are written into it whole (their lease, conversation and calls included).
 
-A run has one driver at a time, the holder of its lease (``engine/lease.py``), taken in the writer's
+A run has one driver at a time, the holder of its lease (``lease``), taken in the writer's
 transaction that writes the run, and checked in each transaction that writes to it; its events are numbered by
 the store in the transaction that writes them, so no writer overwrites another's. Starting a new run never
 waits (no one else can hold a run id just made); resuming or re-running one waits ``LEASE_WAIT_SECONDS`` at
@@ -46,11 +46,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from dagmagic.engine import lease
 from dagmagic.engine.context import Exchange
-from dagmagic.engine.store_copy import copy_store
-from dagmagic.engine.store_runs import SavedRuns
-from dagmagic.engine.store_writer import Change, OpenFile, Statements, StoreWriter, Withdrawn
+from dagmagic.engine.store import lease
+from dagmagic.engine.store.export import copy_store
+from dagmagic.engine.store.saved_runs import SavedRuns
+from dagmagic.engine.store.writer import Change, OpenFile, Statements, StoreWriter, Withdrawn
 from dagmagic.errors import DagError, StoreError
 from dagmagic.events import (
     EVENTS,
@@ -382,7 +382,7 @@ class RunStore:
         return self._writer.flush(wait) if wait else False
 
     def export(self, target: str | os.PathLike[str]) -> Path:
-        """A consistent copy of the store at ``target``, a new file (see ``store_copy``), with every change made
+        """A consistent copy of the store at ``target``, a new file (see ``export.copy_store``), with every change made
         so far; ``StoreError`` when ``target`` exists already.
         """
         source = self._read()
