@@ -8,6 +8,7 @@ The tree, by whose mistake it is::
     ├── PlanningError (ValueError)           the model gave no readable plan
     ├── RunFailedError                       run.raise_for_status() on a run that failed
     ├── StoreError                           the run store's file cannot be used (foreign, damaged, newer)
+    ├── StoreUnavailable                     the run store cannot be written here: runs go on unsaved
     └── ProviderError                        a model provider refused or failed a call
         ├── FatalProviderError               raised at once, never retried
         │   ├── AuthenticationError *        missing or wrong API key
@@ -50,6 +51,7 @@ __all__ = [
     "RunFailedError",
     "ServerError",
     "StoreError",
+    "StoreUnavailable",
     "StructuredOutputError",
     "TransientProviderError",
     "UnknownModelError",
@@ -84,6 +86,10 @@ class StoreError(DagError):
     """The run store's file cannot be used: it is another program's, damaged, or from a newer dagmagic.
     The message names the path and what to do; the file is left as it is.
     """
+
+
+class StoreUnavailable(DagError):
+    """The store cannot be written here (a read-only directory, say): runs go on without being saved."""
 
 
 class ProviderError(DagError):

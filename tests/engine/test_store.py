@@ -297,7 +297,7 @@ async def test_a_run_whose_driver_is_gone_shows_interrupted_and_resumes(tmp_path
 async def test_a_long_run_keeps_its_lease_while_it_runs_and_gives_it_back_when_it_ends(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dagmagic.engine import lease
+    from dagmagic.engine.store import lease
 
     monkeypatch.setattr(lease, "LEASE_SECONDS", 0.5)
     monkeypatch.setattr(lease, "HEARTBEAT_SECONDS", 0.05)

@@ -17,9 +17,7 @@ import pytest
 
 import dagmagic
 from dagmagic import DagError, DagRun, DagSession, DagSettings, ModelRegistry
-from dagmagic.engine import store as store_module
-from dagmagic.engine import store_writer
-from dagmagic.engine.store import RunStore
+from dagmagic.engine.store import RunStore, StoreUnavailable, run_store, writer
 from dagmagic.testing import ScriptedLLM, ScriptedRequest
 
 from .conftest import plan_reply, verdict
@@ -109,8 +107,8 @@ class WriteLock:
 async def test_another_program_holding_the_write_lock_stalls_neither_the_loop_nor_the_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, taken: str
 ) -> None:
-    monkeypatch.setattr(store_module, "SETTLE_SECONDS", 0.3, raising=False)  # the end of a run waits this long
-    monkeypatch.setattr(store_writer, "STALL_SECONDS", 0.1)  # then a run going on is told its changes wait
+    monkeypatch.setattr(run_store, "SETTLE_SECONDS", 0.3, raising=False)  # the end of a run waits this long
+    monkeypatch.setattr(writer, "STALL_SECONDS", 0.1)  # then a run going on is told its changes wait
     path = tmp_path / "runs.sqlite"
     lock = WriteLock(path)
     armed = False
@@ -290,7 +288,7 @@ async def test_a_copy_exported_while_a_run_goes_on_reads_back(tmp_path: Path) ->
 async def test_a_store_deleted_while_a_run_goes_on_gets_the_runs_lease_conversation_and_calls_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dagmagic.engine import lease
+    from dagmagic.engine.store import lease
 
     monkeypatch.setattr(lease, "LEASE_SECONDS", 0.5)
     monkeypatch.setattr(lease, "HEARTBEAT_SECONDS", 0.05)
@@ -349,7 +347,7 @@ async def test_a_store_deleted_while_a_run_goes_on_gets_the_runs_lease_conversat
 async def test_resuming_while_another_program_holds_the_write_lock_is_refused_plainly_and_changes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store_module, "LEASE_WAIT_SECONDS", 0.2)
+    monkeypatch.setattr(run_store, "LEASE_WAIT_SECONDS", 0.2)
     path = tmp_path / "runs.sqlite"
     running = asyncio.Event()
 
@@ -366,7 +364,7 @@ async def test_resuming_while_another_program_holds_the_write_lock_is_refused_pl
     lock = WriteLock(path)
     lock.take()
     try:
-        with pytest.raises(store_module.StoreUnavailable) as refused:
+        with pytest.raises(StoreUnavailable) as refused:
             await session(path).resume(cut.run_id)
     finally:
         lock.release()

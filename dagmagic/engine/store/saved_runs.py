@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
-from dagmagic.engine.store_writer import Change, StoreWriter
+from dagmagic.engine.store.writer import Change, StoreWriter
 from dagmagic.errors import DagError
 from dagmagic.events import RunWarning
 

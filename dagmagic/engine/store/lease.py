@@ -3,7 +3,7 @@
 Starting or resuming a run takes its lease in the run store (``leases``: the owner's host, pid and a random
 token, since when, last heard from, until when), in the same transaction that writes the run; a run whose lease
 is live is refused to anyone else, naming the owner. Every write of the run checks, in its transaction, that the
-lease is still this process's. These are writes of the store's writer (``store_writer``), in order with the run's
+lease is still this process's. These are writes of the store's writer (``writer``), in order with the run's
 other changes. While the run is driven a thread (``Heartbeat``) has the writer renew the lease, so a busy event
 loop neither delays it nor waits for it, and a store created again at its path (the first one deleted) is renewed
 there; the run's end gives it back, written after its last event. A lease not renewed for ``LEASE_SECONDS`` has
