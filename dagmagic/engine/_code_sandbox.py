@@ -6,9 +6,11 @@ cannot kill, takes every process of the namespace with it when the script's supe
 namespace with nothing but its own loopback, unless the network is allowed (``DAG_CODE_NETWORK=1``); and a
 mount namespace with a read-only view of the system, a fresh ``/proc`` and ``/dev``, empty read-only ``/tmp``,
 ``/var/tmp`` and ``/run`` (the sockets of the user's session live there: an ssh agent, the session bus, which
-could start a process outside the sandbox) and Jupyter's runtime directory (the kernels' connection files and
-the server's tokens) hidden. The working directory is the one place it can write. Every capability is dropped
-and no setuid program gains privileges, so none of this can be undone from inside.
+could start a process outside the sandbox), Jupyter's runtime directory (the kernels' connection files and
+the server's tokens) and the usual credential files in the user's home (``~/.ssh``, ``~/.aws``, ``~/.netrc``...)
+hidden; the rest of the home stays readable (the user's data is what scripts are for). The working directory is
+the one place it can write. Every capability is dropped and no setuid program gains privileges, so none of this
+can be undone from inside.
 
 Whether bubblewrap can run is probed once per process (a missing ``bwrap``, or user namespaces the system
 refuses): ``sandbox_problem()`` says why not, and the tool then runs scripts without a sandbox.
@@ -29,6 +31,11 @@ BWRAP = "bwrap"
 _PROBE_SECONDS = 10.0
 _HIDDEN = (Path("/tmp"), Path("/var/tmp"), Path("/run"))
 """Replaced by empty read-only directories: the scratch space and the sockets of the machine's users."""
+_CREDENTIALS = (
+    ".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".config/gcloud", ".config/gh", ".netrc",
+    ".git-credentials", ".pypirc", ".npmrc", ".pgpass", ".vault-token",
+)  # fmt: skip
+"""Where the user's keys usually live, relative to home: hidden (what a script prints reaches the model)."""
 
 _problems: dict[str, str | None] = {}
 
@@ -56,16 +63,29 @@ def _arguments(bwrap: str, workdir: Path, network: bool) -> list[str]:
     if network:
         arguments.append("--share-net")
     arguments += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    needed = {*_python_directories(), *([_resolver_configuration()] if network else [])}
+    credentials = _credentials(workdir, needed)
     hidden = [path for path in (*_HIDDEN, _jupyter_runtime_directory()) if path is not None and path.is_dir()]
+    hidden += [path for path in credentials if path.is_dir()]
     for directory in hidden:
         arguments += ["--tmpfs", str(directory)]
-    needed = {*_python_directories(), *([_resolver_configuration()] if network else [])}
+    for file in (path for path in credentials if not path.is_dir()):
+        arguments += ["--ro-bind", "/dev/null", str(file)]
     for path in sorted(path for path in needed if any(path.is_relative_to(other) for other in hidden)):
         arguments += ["--ro-bind", str(path), str(path)]  # what the script needs from a hidden directory
     arguments += ["--bind", str(workdir), str(workdir), "--chdir", str(workdir)]
     for directory in hidden:  # last: the mount points above are made in these directories
         arguments += ["--remount-ro", str(directory)]
     return [*arguments, "--"]
+
+
+def _credentials(workdir: Path, needed: set[Path]) -> list[Path]:
+    """The usual credential files and directories in the user's home that exist, and that neither the working
+    directory nor what the script needs to run sits in.
+    """
+    home = Path.home()
+    found = [(home / name).resolve() for name in _CREDENTIALS if (home / name).exists()]
+    return [path for path in found if not any(kept.is_relative_to(path) for kept in (workdir, *needed))]
 
 
 def _python_directories() -> set[Path]:

@@ -774,6 +774,41 @@ async def test_the_script_can_write_only_in_its_working_directory(tmp_path: Path
         assert (workdir / "inside.txt").read_text() == "escaped"
 
 
+READ_CREDENTIALS = """
+import sys
+from pathlib import Path
+for name in sys.argv[1:]:
+    path = Path(name)
+    try:
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        text = "".join(p.read_text() for p in files)
+    except OSError as exc:
+        text = type(exc).__name__
+    print(path.name, repr(text))
+"""
+
+
+@pytest.mark.usefixtures("sandboxed")
+async def test_the_usual_credential_files_in_home_are_hidden_and_the_users_data_is_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with tempfile.TemporaryDirectory(dir=Path.home()) as fake_home:  # /tmp itself is hidden from the script
+        home = Path(fake_home)
+        secrets = [home / ".ssh" / "id_ed25519", home / ".aws" / "credentials", home / ".netrc"]
+        for secret in secrets:
+            secret.parent.mkdir(parents=True, exist_ok=True)
+            secret.write_text("canary-secret")
+        (home / "data.csv").write_text("a,b\n1,2\n")
+        monkeypatch.setenv("HOME", str(home))
+        targets = [home / ".ssh", home / ".aws", home / ".netrc", home / "data.csv"]
+        code = f"import sys\nsys.argv[1:] = {[str(target) for target in targets]!r}\n" + READ_CREDENTIALS
+        outcome = await python_tool(timeout=20, workdir=tmp_path).run({"code": code}, timeout=30)
+        assert outcome.observation.startswith("exit code 0\n"), outcome.observation
+        assert "canary-secret" not in outcome.observation
+        assert "data.csv 'a,b\\n1,2\\n'" in outcome.observation  # the user's files stay readable
+        assert all(secret.read_text() == "canary-secret" for secret in secrets)  # hidden, not touched
+
+
 ESCAPE = """
 # {token}
 import os, signal, time
