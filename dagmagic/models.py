@@ -179,6 +179,10 @@ class PlanStep(BaseModel):
     """A tool the planner expects the step to use (a hint, never fatal)."""
     model_hint: str | None = None
     """A role: ``fast``, ``reasoning``, a custom role, or None for ``general``."""
+    tool_args: dict[str, Any] | None = None
+    """The arguments of a *tool step*, one call of its ``tool_hint`` tool made without a model; None: the step
+    runs as an agent. ``"$s1"`` as a whole value is s1's result (``"$r1.s2"``: an earlier round's), coerced by
+    the tool's schema; inside a longer string it is substituted as text."""
     status: StepStatus = "pending"
     """Where the step is in its life."""
     result: str | None = None

@@ -32,6 +32,7 @@ from dagmagic.engine.rounds import (
 )
 from dagmagic.engine.steps import StepRunner
 from dagmagic.engine.synthesis import fallback_answer
+from dagmagic.engine.tools import Tool
 from dagmagic.errors import ConfigurationError
 from dagmagic.events import RunFinished, RunStarted
 from dagmagic.llm import ModelEntry, ModelRegistry
@@ -67,6 +68,9 @@ class GoalLoop:
     step_runner: StepRunner
     history: Sequence[Exchange] = ()
     tool_names: Sequence[str] = field(default_factory=list)
+    """The names of the tools steps may use (the names of ``tools`` when it is given and this is not)."""
+    tools: Sequence[Tool] = field(default_factory=list)
+    """The tools themselves: the planner describes their arguments, and tool steps call them directly."""
     digests: HistoryDigests | None = None
     """The session's history summaries, so a history is summarized once however many runs read it."""
     approve_plans: bool = False
@@ -75,6 +79,14 @@ class GoalLoop:
     """0 for a run; 1 for the subrun of a step marked ``subplan``, and so on (``DAG_MAX_DEPTH`` bounds it)."""
     breakers: CircuitBreakers | None = None
     """A subrun's: its run's breakers (a model silent there is silent here). None: each drive has its own."""
+
+    def __post_init__(self) -> None:
+        if not self.tool_names and self.tools:
+            self.tool_names = [tool.name for tool in self.tools]
+
+    def tool(self, name: str | None) -> Tool | None:
+        """The tool named ``name``, None when there is none (a tool step's agent runs instead)."""
+        return next((tool for tool in self.tools if tool.name == name), None)
 
     async def drive(self, run: DagRun, origin: Origin = "new") -> None:
         """Take ``run`` from ``origin`` through its phases to its end. Cancellation ends it ``cancelled``

@@ -5,6 +5,11 @@ models actually write, then validated with Kahn's algorithm. A cycle, duplicate 
 too many steps get ONE re-ask quoting the problem. A plan still unusable after it is repaired, every change
 a warning on the round: duplicate ids renamed, the first ``plan_max_steps`` kept, dependencies that close a
 cycle dropped. A reply with no usable step at all becomes one step: the goal itself. The loop always answers.
+
+A step's ``tool_args`` (a tool step: one call of its tool, made without a model) are kept only on a step whose
+``tool_hint`` is a tool of the session; every step they reference (``"$s1"``, ``"$r1.s2"``) becomes a
+dependency, with a warning when the model did not list it. A reference to nothing known is left in place:
+the direct call cannot resolve it, and the step's agent runs instead.
 """
 
 from __future__ import annotations
@@ -12,12 +17,15 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
+from pydantic.json_schema import SkipJsonSchema
 
 from dagmagic.engine import prompts
+from dagmagic.engine.tool_steps import references
+from dagmagic.engine.tools import Tool
 from dagmagic.errors import PlanningError, StructuredOutputError
 from dagmagic.events import Event, RunWarning
 from dagmagic.llm import ChatModel, extract_json, structured_llm_call
@@ -32,6 +40,7 @@ __all__ = [
     "normalize_step",
     "recover_steps",
     "repair_steps",
+    "usable_tool_args",
     "validate_steps",
 ]
 
@@ -44,6 +53,11 @@ class StepDraft(BaseModel):
     dependencies: list[str] = Field(default_factory=list, description="Ids of steps whose results it needs.")
     tool_hint: str | None = Field(None, description="The tool the step should use, or null.")
     model_hint: str | None = Field(None, description='"fast", "reasoning", another role, or null.')
+    tool_args: dict[str, Any] | None = Field(
+        None, description='For a step that is ONE call of its tool: the arguments ("$s1": s1\'s result); else null.'
+    )
+    unreadable_tool_args: SkipJsonSchema[str | None] = Field(None, exclude=True)
+    """Why what the model wrote as ``tool_args`` is none (the validation warns); not part of the schema."""
 
 
 class PlanDraft(BaseModel):
@@ -53,6 +67,7 @@ class PlanDraft(BaseModel):
 
 
 _DEPENDENCY_KEYS = ("dependencies", "depends_on", "deps", "requires")
+_TOOL_ARGS_KEYS = ("tool_args", "arguments", "args")
 
 
 def recover_steps(raw: Any) -> list[StepDraft]:
@@ -115,10 +130,31 @@ def normalize_step(item: dict[str, Any], index: int) -> dict[str, Any]:
     if isinstance(item.get("task"), int | float) and not isinstance(item.get("task"), bool):
         item["task"] = str(item["task"])
     item["dependencies"] = _dependency_ids(item.get("dependencies"))
+    for key in _TOOL_ARGS_KEYS[1:]:
+        if key in item and "tool_args" not in item:
+            item["tool_args"] = item.pop(key)
+    item["tool_args"], item["unreadable_tool_args"] = _tool_args(item.get("tool_args"))
     for hint in ("tool_hint", "model_hint"):
         value = item.get(hint)
         item[hint] = None if value in (None, "", "null", "none", "None") else str(value).strip()
     return item
+
+
+def _tool_args(value: Any) -> tuple[dict[str, Any] | None, str | None]:
+    """A step's arguments as models write them (an object, or a JSON string of one), and why what was written
+    is none (anything else: the step runs as an agent).
+    """
+    if value in (None, "", "null", "none", "None"):
+        return None, None
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError, RecursionError):
+            parsed = json.loads(value)
+            if isinstance(parsed, dict):
+                return parsed, None
+    elif isinstance(value, Mapping):
+        return {str(key): item for key, item in value.items()}, None
+    shown = value if len(repr(value)) <= 80 else f"{repr(value)[:77]}..."
+    return None, f"{shown!r} is not an object of arguments"
 
 
 def _dependency_ids(deps: Any) -> list[str]:
@@ -196,7 +232,28 @@ def _plan_steps(
             else:
                 dropped.append(f"{draft.id} -> {dep}")
         tool, hint = step_hints(draft, roles=roles, tools=tools, warn=warn)
-        steps.append(PlanStep(id=draft.id, task=draft.task, dependencies=kept, tool_hint=tool, model_hint=hint))
+        tool_args, dropped_why = usable_tool_args(draft, tool, tools)
+        if dropped_why:
+            warn(f"step {draft.id}: {dropped_why} (the step runs as an agent)")
+        unknown = []
+        for ref in references(tool_args):
+            if ref in kept:
+                continue
+            if ref != draft.id and (ref in known or (split_round_reference(ref) is not None and ref in earlier)):
+                kept.append(ref)
+                warn(f"step {draft.id}: added dependency {ref} (its tool_args use ${ref})")
+            else:  # left in place: the direct call cannot resolve it, and the step's agent runs instead
+                unknown.append(f"${ref}")
+        if unknown:
+            warn(
+                f"step {draft.id}: its tool_args use {', '.join(unknown)}, which name no step of the plan and no "
+                "reusable result"
+            )
+        steps.append(
+            PlanStep(
+                id=draft.id, task=draft.task, dependencies=kept, tool_hint=tool, model_hint=hint, tool_args=tool_args
+            )
+        )
     if dropped:
         more = f" and {len(dropped) - 10} more" if len(dropped) > 10 else ""
         warn(f"dropped dependencies on unknown steps: {', '.join(dropped[:10])}{more}")
@@ -221,6 +278,23 @@ def step_hints(
         warn(f"step {draft.id}: unknown model_hint {hint!r} replaced by the general model")
         hint = None
     return tool, hint
+
+
+def usable_tool_args(
+    draft: StepDraft, tool: str | None, tools: Collection[str]
+) -> tuple[dict[str, Any] | None, str | None]:
+    """The draft's ``tool_args`` as its step keeps them (``tool``: its tool hint as ``step_hints`` made it), and
+    why they are not kept when the model wrote some: only a step whose tool exists is a tool step.
+    """
+    if draft.unreadable_tool_args:
+        return None, f"tool_args ignored: {draft.unreadable_tool_args}"
+    if draft.tool_args is None:
+        return None, None
+    if tool is None:
+        return None, "tool_args dropped: the step has no tool_hint"
+    if tool not in tools:
+        return None, f"tool_args dropped: {tool} is not a tool of this session"
+    return draft.tool_args, None
 
 
 def repair_steps(
@@ -345,13 +419,18 @@ class Planner:
         roles: Collection[str] = STANDARD_ROLES,
         today: Callable[[], dt.date] = dt.date.today,
         subruns: bool = False,
+        tools: Sequence[Tool] = (),
     ) -> None:
-        """``subruns``: steps may be marked ``subplan``, to run as subruns (a DAG of their own)."""
+        """``subruns``: steps may be marked ``subplan``, to run as subruns (a DAG of their own). ``tools``: the
+        tools themselves, whose arguments the prompt describes (so that steps can be tool steps); a tool known
+        only by name (``tool_names``) is listed by name.
+        """
         self.model = model
         self.subruns = subruns
         self.settings = settings
         self.emit = emit
-        self.tool_names = sorted(tool_names)
+        self.tools = sorted(tools, key=lambda tool: tool.name)
+        self.tool_names = sorted(set(tool_names) | {tool.name for tool in tools})
         self.roles = sorted(set(roles) | set(STANDARD_ROLES))
         self.today = today
 
@@ -364,11 +443,19 @@ class Planner:
             year=date.year,
             min_steps=self.settings.plan_min_steps,
             max_steps=self.settings.plan_max_steps,
-            tools=(prompts.PLANNER_TOOLS.format(names=", ".join(self.tool_names)) if self.tool_names else "")
-            + (prompts.PLANNER_SUBPLAN if self.subruns else ""),
+            tools=self._tools_prompt() + (prompts.PLANNER_SUBPLAN if self.subruns else ""),
+            tool_args=prompts.planner_tool_args(self.tools) if self.tools else "",
             roles=prompts.PLANNER_ROLES.format(names=", ".join(extra_roles)) if extra_roles else "",
             domain=prompts.PLANNER_DOMAIN.format(domain=domain) if domain else "",
         )
+
+    def _tools_prompt(self) -> str:
+        if self.tools:
+            described = {tool.name for tool in self.tools}
+            named = [name for name in self.tool_names if name not in described]
+            lines = [prompts.tool_line(tool) for tool in self.tools] + named
+            return prompts.PLANNER_TOOL_LIST.format(lines="".join(f"\n    {line}" for line in lines))
+        return prompts.PLANNER_TOOLS.format(names=", ".join(self.tool_names)) if self.tool_names else ""
 
     def messages(
         self,

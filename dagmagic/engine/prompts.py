@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dagmagic.engine.tools import Tool
+
 __all__ = [
     "ANALYZER_SYSTEM",
     "COMPACTION_SYSTEM",
@@ -24,12 +31,19 @@ Rules:
   depends on, nothing else. Name every step whose result it needs in `dependencies`.
 - Steps without dependencies between them run in parallel; only add a dependency when the result is needed.
 - `id`: short unique ids such as "s1", "s2".
-- `tool_hint`: the tool the step should use, or null.{tools}
+- `tool_hint`: the tool the step should use, or null.{tools}{tool_args}
 - `model_hint`: "fast" for simple, mechanical steps (a lookup, a format conversion), "reasoning" for steps
   that need careful analysis, or null for everything else (the default, capable model). When unsure, null.{roles}
 {domain}"""
 
 PLANNER_TOOLS = "\n  Available tools: {names}."
+PLANNER_TOOL_LIST = "\n  Available tools:{lines}"
+PLANNER_TOOL_ARGS = """
+- `tool_args`: null, except when the step's whole task is ONE call of its tool_hint tool and every argument
+  is known from the goal or from its dependencies' results: then the arguments as an object, "$s1" standing
+  for the result of step s1 (list s1 in `dependencies`). Such a step runs at once, without a model. Keep
+  null when the step needs judgement, several calls, or must read a result to choose what to do.
+  Example: {example}"""
 PLANNER_ROLES = "\n  Other roles available as model_hint: {names}."
 PLANNER_SUBPLAN = (
     '\n  `"subplan"`: for a step too big for one agent (several lookups and a conclusion of its own): it is '
@@ -109,3 +123,46 @@ open question; drop pleasantries. Write in the conversation's language."""
 COMPACTION_SYSTEM = """\
 Shorten the following text to at most {tokens} tokens for the task: "{task}". Keep every fact, figure,
 name, citation and table row the task needs; drop the rest."""
+
+
+def tool_line(tool: Tool, description_chars: int = 160) -> str:
+    """A tool as the planner reads it: ``name(arg: type, arg: type = default) — description``."""
+    schema = tool.parameters
+    required = set(schema.get("required", ()))
+    arguments = []
+    for name, field in schema.get("properties", {}).items():
+        default = "" if name in required else f" = {json.dumps(field.get('default'), default=str)}"
+        arguments.append(f"{name}: {_json_type(field)}{default}")
+    description = " ".join(tool.description.split())
+    if len(description) > description_chars:
+        description = description[: description_chars - 3].rstrip() + "..."
+    return f"{tool.name}({', '.join(arguments)}) — {description}"
+
+
+def _json_type(schema: dict[str, Any]) -> str:
+    if "enum" in schema:
+        return " | ".join(json.dumps(value) for value in schema["enum"])
+    if "anyOf" in schema:
+        return " | ".join(dict.fromkeys(_json_type(option) for option in schema["anyOf"]))
+    if "$ref" in schema:
+        return "object"
+    kind = schema.get("type", "any")
+    if kind == "array":
+        return f"{_json_type(schema.get('items', {}))}[]"
+    return " | ".join(kind) if isinstance(kind, list) else str(kind)
+
+
+def planner_tool_args(tools: Sequence[Tool]) -> str:
+    """When to write ``tool_args``, with an example on one of the session's own tools."""
+    tool = next((t for t in tools if t.parameters.get("properties")), tools[0])
+    properties = tool.parameters.get("properties", {})
+    required = [name for name in properties if name in tool.parameters.get("required", ())]
+    argument = (required or list(properties) or [None])[0]
+    example = {
+        "id": "s2",
+        "task": f"Call {tool.name} with the result of s1",
+        "dependencies": ["s1"],
+        "tool_hint": tool.name,
+        "tool_args": {argument: "$s1"} if argument else {},
+    }
+    return PLANNER_TOOL_ARGS.format(example=json.dumps(example, ensure_ascii=False))

@@ -219,6 +219,7 @@ class DagSession:
             runner,
             history=tuple(history),
             tool_names=[tool.name for tool in toolset],
+            tools=toolset,
             digests=self._digests,
             approve_plans=options.get("approve_plans", self.approve_plans),
         )

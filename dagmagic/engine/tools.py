@@ -12,6 +12,7 @@ hung one never starves the model calls.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import json
 import re
@@ -27,7 +28,7 @@ from dagmagic.engine.tool_threads import Late, Outcome, ToolThreads, ToolThreads
 from dagmagic.errors import ConfigurationError
 from dagmagic.settings import DagSettings
 
-__all__ = ["Tool", "ToolInterrupted", "ToolOutcome", "as_tools", "tool"]
+__all__ = ["Tool", "ToolInterrupted", "ToolOutcome", "as_tools", "capped", "tool"]
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
 _GOOGLE_ARGS = re.compile(r"^\s*(?:Args|Arguments|Parameters|Params):\s*$", re.MULTILINE)
@@ -177,6 +178,16 @@ class Tool:
             )
         return ToolOutcome(observation, duration=time.perf_counter() - started)
 
+    def validation_problem(self, arguments: dict[str, Any] | str | None) -> str | None:
+        """What is wrong with ``arguments`` for this tool, None when they validate (nothing is called)."""
+        try:
+            self._validate(arguments)
+        except ValidationError as exc:
+            return _validation_message(exc)
+        except ValueError as exc:
+            return str(exc)
+        return None
+
     def _validate(self, arguments: dict[str, Any] | str | None) -> dict[str, Any]:
         if arguments is None or arguments == "":
             arguments = {}
@@ -218,6 +229,15 @@ def tool(
     if function is not None:
         return Tool(function)
     return lambda fn: Tool(fn, name=name, description=description, timeout=timeout)
+
+
+def capped(outcome: ToolOutcome, limit: int) -> ToolOutcome:
+    """``outcome`` with its observation cut at ``limit`` characters, saying how much was left out."""
+    if len(outcome.observation) <= limit:
+        return outcome
+    omitted = len(outcome.observation) - limit
+    text = f"{outcome.observation[:limit]}\n[Observation truncated: {omitted} more characters]"
+    return dataclasses.replace(outcome, observation=text)
 
 
 def as_tools(items: Iterable[Tool | Callable[..., Any]]) -> list[Tool]:

@@ -10,6 +10,7 @@ import pytest
 
 from dagmagic import errors
 from dagmagic.engine.planner import PlanDraft, Planner, StepDraft, recover_steps, validate_steps
+from dagmagic.engine.tools import Tool
 from dagmagic.events import LLMCallRecorded, RunWarning
 from dagmagic.llm import ChatModel, ModelRegistry
 from dagmagic.llm.registry import STANDARD_ROLES
@@ -503,3 +504,94 @@ def test_a_role_written_as_the_tool_hint_becomes_the_model_hint() -> None:
     assert warnings[0] == "step s1: tool_hint 'reasoning' is a role, not a tool: used as its model_hint"
     kept, _ = validate_steps(drafts[3:], max_steps=6, tools=["fast"])
     assert (kept[0].tool_hint, kept[0].model_hint) == ("fast", None)  # a real tool of that name stays a tool
+
+
+# --- tool steps ------------------------------------------------------------------------------------------------
+
+
+def _population(country: str, year: int = 2024) -> float:
+    """The population of a country, in millions."""
+    return 68.4
+
+
+def _double(x: float) -> float:
+    """Twice a number."""
+    return 2 * x
+
+
+TOOLS = [Tool(_population, name="population"), Tool(_double, name="double")]
+
+
+def test_the_prompt_lists_each_tools_arguments_and_says_when_to_write_tool_args() -> None:
+    prompt = Harness([GOOD_PLAN], tools=TOOLS).planner.system_prompt()
+    assert "population(country: string, year: integer = 2024) — The population of a country, in millions." in prompt
+    assert "double(x: number) — Twice a number." in prompt
+    rule = prompt[prompt.index("`tool_args`") :]
+    assert "ONE call" in rule and '"$s1"' in rule and "judgement" in rule
+    assert '"tool_hint": "double", "tool_args": {"x": "$s1"}' in rule  # the example names a real tool
+    assert "tool_args" not in Harness([GOOD_PLAN]).planner.system_prompt()
+    assert "Available tools: add, lookup." in Harness([GOOD_PLAN], tool_names=["lookup", "add"]).planner.system_prompt()
+
+
+def test_tool_args_are_read_from_the_shapes_models_write() -> None:
+    steps = recover_steps(
+        [
+            {"id": "s1", "task": "a", "tool_hint": "double", "tool_args": {"x": 1}},
+            {"id": "s2", "task": "b", "tool_hint": "double", "arguments": '{"x": "$s1"}'},
+            {"id": "s3", "task": "c", "tool_hint": "double", "args": {"x": 2}},
+            {"id": "s4", "task": "d", "tool_hint": "double", "tool_args": "x=2"},
+            {"id": "s5", "task": "e", "tool_hint": "double", "tool_args": [1, 2]},
+            {"id": "s6", "task": "f", "tool_args": None},
+        ]
+    )
+    assert [s.tool_args for s in steps] == [{"x": 1}, {"x": "$s1"}, {"x": 2}, None, None, None]
+    warned: list[str] = []
+    validate_steps(steps, max_steps=6, warn=warned.append, tools=["double"])
+    assert "step s4: tool_args ignored: 'x=2' is not an object of arguments (the step runs as an agent)" in warned
+    assert "step s5: tool_args ignored: [1, 2] is not an object of arguments (the step runs as an agent)" in warned
+
+
+def test_validation_adds_referenced_steps_to_the_dependencies_and_drops_tool_args_without_a_tool() -> None:
+    warned: list[str] = []
+    steps = [
+        StepDraft(id="s1", task="a", tool_hint="population", tool_args={"country": "France"}),
+        StepDraft(id="s2", task="b", tool_hint="double", tool_args={"x": "$s1"}),
+        StepDraft(id="s3", task="c", tool_hint="double", tool_args={"x": "$r1.s4"}),
+        StepDraft(id="s4", task="d", tool_hint="double", tool_args={"x": "$r1.s5 and $s9"}),
+        StepDraft(id="s5", task="e", tool_hint="search", tool_args={"q": "x"}),
+        StepDraft(id="s6", task="f", tool_hint=None, tool_args={"q": "x"}),
+    ]
+    found, problem = validate_steps(
+        steps, max_steps=6, earlier=["r1.s4"], warn=warned.append, tools=["population", "double"]
+    )
+    assert problem is None
+    assert [(s.id, s.dependencies, s.tool_args) for s in found] == [
+        ("s1", [], {"country": "France"}),
+        ("s2", ["s1"], {"x": "$s1"}),
+        ("s3", ["r1.s4"], {"x": "$r1.s4"}),
+        ("s4", [], {"x": "$r1.s5 and $s9"}),  # left in place: the direct call fails and the agent runs
+        ("s5", [], None),
+        ("s6", [], None),
+    ]
+    assert warned == [
+        "step s2: added dependency s1 (its tool_args use $s1)",
+        "step s3: added dependency r1.s4 (its tool_args use $r1.s4)",
+        "step s4: its tool_args use $r1.s5, $s9, which name no step of the plan and no reusable result",
+        "step s5: tool_args dropped: search is not a tool of this session (the step runs as an agent)",
+        "step s6: tool_args dropped: the step has no tool_hint (the step runs as an agent)",
+    ]
+
+
+async def test_a_dependency_added_for_a_reference_can_close_a_cycle_and_is_then_repaired() -> None:
+    looped = {
+        "steps": [
+            {"id": "s1", "task": "a", "tool_hint": "double", "tool_args": {"x": "$s2"}},
+            {"id": "s2", "task": "b", "dependencies": ["s1"]},
+        ]
+    }
+    harness = Harness([looped, looped], tools=TOOLS)
+    plan = await harness.planner.plan("goal")
+    assert "form a cycle" in harness.last_user_message(1)
+    # the repair drops the dependency on the later step: s1's call cannot resolve $s2, and its agent runs instead
+    assert [(s.id, s.dependencies) for s in plan.steps] == [("s1", []), ("s2", ["s1"])]
+    plan.layers()
