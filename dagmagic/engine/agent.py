@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import logging
 import re
@@ -31,7 +30,7 @@ from dagmagic.engine.citations import CitationVerdict, extract_citations, verify
 from dagmagic.engine.context import truncate
 from dagmagic.engine.executor import StepFailure
 from dagmagic.engine.steps import StepRequest, step_messages
-from dagmagic.engine.tools import Tool, ToolInterrupted, ToolOutcome
+from dagmagic.engine.tools import Tool, ToolInterrupted, ToolOutcome, capped
 from dagmagic.engine.transcript import RequestedCall, assistant_message, observation_message, recorded_turns
 from dagmagic.errors import RUN_ENDING
 from dagmagic.events import RunWarning, StepIteration, Verification, Verifying
@@ -189,12 +188,14 @@ class StepAgent:
                 "content": f"{messages[0]['content']}\n\n{JSON_ACTIONS.format(tools=listing)}",
             }
         schemas = [t.schema() for t in tools] if native else None
-        # a step tried again, or resumed, goes on from the calls it made: none that returned is made again
-        turns, done = recorded_turns(step.tool_calls, native)
+        # a step tried again, or resumed, goes on from the calls it made: none that returned is made again (a
+        # tool step's direct call, turn 0, was the executor's: its prompt says how it failed)
+        made = [call for call in step.tool_calls if call.turn != 0]
+        turns, done = recorded_turns(made, native)
         messages.extend(turns)
-        seen: Counter[str] = Counter(_call_key(c.name, c.arguments) for c in step.tool_calls)
-        notes = [_note(c.name, c.arguments, c.observation) for c in step.tool_calls]
-        used = len(step.tool_calls)
+        seen: Counter[str] = Counter(_call_key(c.name, c.arguments) for c in made)
+        notes = [_note(c.name, c.arguments, c.observation) for c in made]
+        used = len(made)
         settings = request.settings
         for iteration in range(done + 1, settings.step_max_iterations + 1):
             await _fit(request, messages, schemas)
@@ -265,12 +266,7 @@ class StepAgent:
         outcome = await chosen.run(
             call.arguments, timeout=settings.tool_timeout, threads=settings.tool_threads, late=_late_notice(request)
         )
-        limit = settings.observation_max_chars
-        if len(outcome.observation) > limit:
-            omitted = len(outcome.observation) - limit
-            text = f"{outcome.observation[:limit]}\n[Observation truncated: {omitted} more characters]"
-            outcome = dataclasses.replace(outcome, observation=text)
-        return outcome
+        return capped(outcome, settings.observation_max_chars)
 
     @staticmethod
     def _record(request: StepRequest, iteration: int, call: RequestedCall, outcome: ToolOutcome) -> None:

@@ -2,9 +2,10 @@
 
 It builds the executor (``dagmagic.engine.executor``) for the plan, prepares each step's request (its
 dependencies' results fitted into its model's window), pauses steps at the user's breakpoints (a paused step
-holds no slot and no timeout), runs a step marked ``subplan`` as a subrun (``dagmagic.engine.subrun``),
-and takes the messages the inbox delivers about steps: continue, step or skip a paused step, skip one not
-started yet, retry one waiting out a delay.
+holds no slot and no timeout), runs a step marked ``subplan`` as a subrun (``dagmagic.engine.subrun``) and
+a tool step as one direct call of its tool (``dagmagic.engine.tool_steps``; its agent runs, told why, only
+when that call fails), and takes the messages the inbox delivers about steps: continue, step or skip a
+paused step, skip one not started yet, retry one waiting out a delay.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from dagmagic.engine.executor import DagExecutor
 from dagmagic.engine.retries import RetryPolicy
 from dagmagic.engine.steps import StepRequest, step_messages
 from dagmagic.engine.subrun import SUBPLAN, run_subrun
+from dagmagic.engine.tool_steps import DirectCallFailed, call_tool_step, failure_note, warning
 from dagmagic.errors import RUN_ENDING, DagError, TransientProviderError
-from dagmagic.events import StepPaused
+from dagmagic.events import RunWarning, StepPaused
 from dagmagic.llm.breaker import CircuitBreaker
 from dagmagic.messages import Continue, Message, RetryNow, Skip, Step
 from dagmagic.models import ExecutionPlan, PlanStep
@@ -130,16 +132,43 @@ class Execution:
         how, task = word.result() if word.done() else ("skip", None)
         if task and task.strip() and task.strip() != step.task:
             step.task = task.strip()
+            step.tool_args = None  # written for the old task: the edited one runs as an agent
         return how != "skip"
 
     async def _run_step(self, step: PlanStep, dependencies: dict[str, PlanStep]) -> str:
-        request = self._prepared.pop(step.id, None) or await self._prepare(step, dependencies)
         loop = self.pursuit.loop
+        prepared = self._prepared.pop(step.id, None)
         if step.tool_hint == SUBPLAN and loop.depth < loop.settings.max_depth:
-            return await run_subrun(self.pursuit, step, request)
+            return await run_subrun(self.pursuit, step, prepared or await self._prepare(step, dependencies))
+        tool = loop.tool(step.tool_hint) if step.tool_args is not None else None
+        failed_call = None
+        if tool is not None:  # a tool step: one call, no model (its agent runs only when the call fails)
+            try:
+                return await call_tool_step(
+                    step,
+                    tool,
+                    dependencies,
+                    settings=loop.settings,
+                    emit=self.pursuit.run.emit,
+                    round=self.plan.round,
+                    run_ended=self.pursuit.run.done,
+                )
+            except DirectCallFailed as failure:
+                failed_call = failure_note(failure)
+                self._warn(step, warning(failure))
+        request = prepared or await self._prepare(step, dependencies, failed_call=failed_call)
+        request.failed_call = failed_call
         return await loop.step_runner(request)
 
-    async def _prepare(self, step: PlanStep, dependencies: dict[str, PlanStep]) -> StepRequest:
+    def _warn(self, step: PlanStep, message: str) -> None:
+        """A warning on the step, once (a step tried again does not repeat it)."""
+        if message not in step.warnings:
+            step.warnings.append(message)
+            self.pursuit.run.emit(RunWarning(message=message, round=self.plan.round, step_id=step.id))
+
+    async def _prepare(
+        self, step: PlanStep, dependencies: dict[str, PlanStep], *, failed_call: str | None = None
+    ) -> StepRequest:
         """The step's request: the objective, its task, and its dependencies' results fitted into its window."""
         pursuit = self.pursuit
         model, guard = pursuit.model(step.model_hint), pursuit.guard
@@ -154,6 +183,7 @@ class Execution:
             smart=pursuit.model("smart"),
             guard=guard,
             run_ended=pursuit.run.done,
+            failed_call=failed_call,
         )
         if dependencies:
             # the step's instructions, and a third of the window for its tool turns, come first

@@ -7,7 +7,9 @@ over as soon as it is complete and every step it depends on is already known: a 
 earlier steps cannot close a cycle. A step naming something not seen yet waits; when the plan ends it is
 validated as a whole (the same rules as the normal planner), the waiting steps follow, and a plan the
 validation rejects is reported so the caller can drop what it started and re-ask. An element that is no
-usable step is skipped on the way; the validation of the whole plan names the problem.
+usable step is skipped on the way; the validation of the whole plan names the problem. A tool step (its
+``tool_args``) waits for the steps its arguments reference as for its dependencies, then starts at once: its
+call needs no model.
 """
 
 from __future__ import annotations
@@ -18,7 +20,16 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from dagmagic.engine.planner import PlanDraft, Planner, StepDraft, normalize_step, recover_steps, step_hints
+from dagmagic.engine.planner import (
+    PlanDraft,
+    Planner,
+    StepDraft,
+    normalize_step,
+    recover_steps,
+    step_hints,
+    usable_tool_args,
+)
+from dagmagic.engine.tool_steps import references
 from dagmagic.errors import TransientProviderError
 from dagmagic.llm.backend import StreamChunk
 from dagmagic.llm.extraction import extract_json, parse_json
@@ -278,6 +289,7 @@ class _Handover:
         if draft is None or draft.id in self.seen:
             return  # unreadable or a duplicate: the validation at the end names it
         self.seen.add(draft.id)
+        draft = self._with_references(draft)
         waiting = _Waiting(self.arrivals, draft, {dep for dep in draft.dependencies if not self._known(dep)})
         self.arrivals += 1
         for dependency in waiting.missing:
@@ -297,6 +309,22 @@ class _Handover:
                 waiting.missing.discard(step.id)
                 if not waiting.missing:
                     heapq.heappush(queue, waiting)
+
+    def _with_references(self, draft: StepDraft) -> StepDraft:
+        """A tool step also waits for the steps its arguments reference, as the whole plan's validation will
+        add them (that warns, not this); an earlier round's result that cannot be reused is not waited for.
+        """
+        planner = self.stream.planner
+        tool, _ = step_hints(draft, roles=planner.roles, tools=planner.tool_names)
+        tool_args, _ = usable_tool_args(draft, tool, planner.tool_names)
+        added = [
+            ref
+            for ref in references(tool_args)
+            if ref != draft.id
+            and ref not in draft.dependencies
+            and (split_round_reference(ref) is None or ref in self.earlier)
+        ]
+        return draft.model_copy(update={"dependencies": [*draft.dependencies, *added]}) if added else draft
 
     def _known(self, dependency: str) -> bool:
         if split_round_reference(dependency) is not None and dependency not in self.streamed.started:
@@ -332,4 +360,5 @@ def _step(draft: StepDraft, roles: Collection[str], tools: Collection[str]) -> P
         dependencies=list(dict.fromkeys(draft.dependencies)),
         tool_hint=tool,
         model_hint=hint,
+        tool_args=usable_tool_args(draft, tool, tools)[0],
     )

@@ -228,8 +228,8 @@ def _adopt(
     start: Callable[[PlanStep], None],
 ) -> None:
     """Make the plan being executed the whole plan ``steps``: a started step the whole plan holds unchanged
-    (id, task, dependencies, and its dependencies kept too) goes on; the others are withdrawn, and the whole
-    plan's other steps start, layer by layer.
+    (id, task, dependencies, tool arguments, and its dependencies kept too) goes on; the others are withdrawn,
+    and the whole plan's other steps start, layer by layer.
     """
     whole = {step.id: step for step in steps}
     order = [sid for layer in ExecutionPlan(goal=plan.goal, steps=steps, round=plan.round).layers() for sid in layer]
@@ -238,7 +238,7 @@ def _adopt(
         old, new = started.get(sid), whole[sid]
         if (
             old is not None
-            and (old.task, set(old.dependencies)) == (new.task, set(new.dependencies))
+            and (old.task, set(old.dependencies), old.tool_args) == (new.task, set(new.dependencies), new.tool_args)
             and all(dep in kept or dep not in started for dep in old.dependencies)
         ):
             kept.add(sid)

@@ -108,6 +108,7 @@ class Pursuit:
                 loop.settings,
                 emit=self.run.emit,
                 tool_names=loop.tool_names,
+                tools=loop.tools,
                 roles=loop.registry.roles.keys(),
                 subruns=loop.depth < loop.settings.max_depth,
             )
@@ -209,6 +210,8 @@ class Pursuit:
                 dependencies=list(step.dependencies),
                 tool_hint=step.tool_hint,
                 model_hint=message.model if step.id == message.step and message.model else step.model_hint,
+                # arguments written for the old task may no longer fit an edited one: its agent runs instead
+                tool_args=None if step.id == message.step and task and task != step.task else step.tool_args,
             )
             for step in source.plan.steps
         ]

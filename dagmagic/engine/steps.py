@@ -42,6 +42,8 @@ class StepRequest:
     """Keeps the step's growing conversation inside its model's window (older observations compacted)."""
     run_ended: Callable[[], bool] = lambda: False
     """Whether the step's run has ended: what comes later (a tool's late result) is no longer its news."""
+    failed_call: str | None = None
+    """How the direct call of a tool step (``PlanStep.tool_args``) failed: the agent is told, and does the task."""
 
 
 class StepRunner(Protocol):
@@ -58,4 +60,6 @@ def step_messages(request: StepRequest) -> list[dict[str, str]]:
     hint = f"\nSuggested tool: {step.tool_hint}" if step.tool_hint else ""
     context = f"\n\nResults of the steps this one depends on:\n{request.context}" if request.context else ""
     user = prompts.STEP_USER.format(goal=request.goal, step_id=step.id, task=step.task, tool_hint=hint, context=context)
+    if request.failed_call:
+        user = f"{user}\n\n{request.failed_call}"
     return [{"role": "system", "content": prompts.STEP_SYSTEM}, {"role": "user", "content": user}]

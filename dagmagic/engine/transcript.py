@@ -60,9 +60,13 @@ def observation_message(call: RequestedCall, observation: str, native: bool) -> 
 
 
 def recorded_turns(records: list[ToolCallRecord], native: bool) -> tuple[list[dict[str, Any]], int]:
-    """The turns of the calls a step recorded, as messages, and how many turns they were."""
+    """The turns of the calls a step's model made, as messages, and how many turns they were (a tool step's
+    direct call, ``turn=0``, was made by the executor: it is no turn of the model's).
+    """
     turns: list[list[ToolCallRecord]] = []
     for record in records:
+        if record.turn == 0:
+            continue
         if turns and record.turn is not None and turns[-1][-1].turn == record.turn:
             turns[-1].append(record)
         else:  # a new turn (a record from before turns were kept is a turn of its own)
