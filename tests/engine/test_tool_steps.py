@@ -207,7 +207,7 @@ async def test_a_direct_call_recorded_as_done_is_not_made_again() -> None:
     tools = Tools()
     record = ToolCallRecord(name="population", arguments={"country": "France"}, observation="68.4", turn=0)
     step = PlanStep(id="s1", task="t", tool_hint="population", tool_args={"country": "France"}, tool_calls=[record])
-    result = await tool_steps.call_tool_step(step, tools.all[0], {}, settings=DagSettings(store="none"), emit=print)
+    result = await tool_steps.call_tool_step(step, tools.all[0], {}, settings=DagSettings(store="none"), emit=[].append)
     assert result == "68.4" and tools.calls == [] and step.tool_calls == [record]
 
 
@@ -291,3 +291,14 @@ async def test_a_task_edited_at_a_breakpoint_drops_the_arguments_written_for_the
     await run
     assert run.steps["s2"].tool_args is None and run.steps["s2"].result == "agent result of s2"
     assert tools.calls == [("population", "France")]
+
+
+async def test_a_result_that_is_a_json_list_fills_a_list_parameter() -> None:
+    def total(values: list[float]) -> float:
+        """The sum of the values."""
+        return sum(values)
+
+    s1 = PlanStep(id="s1", task="t", status="completed", result="[1.5, 2]")
+    step = PlanStep(id="s2", task="t", tool_hint="total", tool_args={"values": "$s1"}, dependencies=["s1"])
+    result = await tool_steps.call_tool_step(step, Tool(total), {"s1": s1}, settings=DagSettings(), emit=[].append)
+    assert result == "3.5" and step.tool_calls[0].arguments == {"values": [1.5, 2]}
