@@ -179,6 +179,10 @@ class PlanStep(BaseModel):
     """A tool the planner expects the step to use (a hint, never fatal)."""
     model_hint: str | None = None
     """A role: ``fast``, ``reasoning``, a custom role, or None for ``general``."""
+    tool_args: dict[str, Any] | None = None
+    """The arguments of a tool step, which is one direct call of its ``tool_hint`` tool (no LLM call): a value
+    ``"$s1"`` is step s1's result (``"$r1.s2"``: an earlier round's), inside a longer string it is substituted as
+    text. None: the step runs as an agent."""
     status: StepStatus = "pending"
     """Where the step is in its life."""
     result: str | None = None
