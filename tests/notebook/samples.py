@@ -117,6 +117,13 @@ def tool_step_run() -> DagRun:
         analysis=AnalysisResult(achieved=True, confidence=0.9, reasoning="fine"),
     )
     state = RunState(
-        run_id="tools", goal="France plus twelve", status="done", rounds=[record], calls=calls, answer="80.4"
+        run_id="tools",
+        goal="France plus twelve",
+        status="done",
+        rounds=[record],
+        calls=calls,
+        answer="80.4",
+        started_at=T0 - 3,
+        finished_at=T0 + 7,
     )
     return DagRun(state, read_only=True)
