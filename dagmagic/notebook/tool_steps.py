@@ -3,7 +3,7 @@
 A tool step is one direct call of its tool (``PlanStep.tool_args`` set). The planner's arguments are shown as
 written, so a reference to another step's result (``$s1``) stays visible; once the step ran, each argument the
 executor changed (a reference replaced by its result) is followed by ``→`` and the value the tool was called
-with. The widget's front end (js/src/toolstep.js) writes the same text.
+with. The widget's front end (js/src/toolstep.js) writes the same form.
 """
 
 from __future__ import annotations
@@ -66,4 +66,4 @@ def _shown(value: Any) -> str:
 
 def _cut(text: str, limit: int) -> str:
     text = " ".join(text.split())
-    return text if len(text) <= limit else f"{text[: limit - 1]}…"
+    return text if len(text) <= limit else f"{text[: limit - 1].rstrip()}…"
