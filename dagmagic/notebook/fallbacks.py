@@ -21,6 +21,7 @@ from markdown_it import MarkdownIt
 from dagmagic.engine.run import DagRun
 from dagmagic.models import ExecutionPlan, PlanStep, RoundRecord
 from dagmagic.notebook.layout import layout
+from dagmagic.notebook.tool_steps import call_text, direct_call, fell_back, is_tool_step
 
 __all__ = [
     "STATUS_COLORS",
@@ -58,7 +59,11 @@ def step_rows(plan: ExecutionPlan | None) -> list[tuple[str, str, str, str, str,
     for step in plan.steps:
         seconds = f"{step.run_time:.1f}" if step.run_time is not None else ""
         outcome = step.error if step.status != "completed" else step.result
-        rows.append((step.id, step.status, _short(step.task), step.model or "", seconds, _short(outcome or "")))
+        task, model = _short(step.task), step.model or ""
+        if is_tool_step(step):
+            task = f"{task} · {call_text(step)}"
+            model = model if fell_back(step) else "direct call" if direct_call(step) else "tool call"
+        rows.append((step.id, step.status, task, model, seconds, _short(outcome or "")))
     return rows
 
 
@@ -132,13 +137,22 @@ def _step_html(step: PlanStep) -> str:
     e = html.escape
     seconds = f" · {step.run_time:.1f}s" if step.run_time is not None else ""
     head = f"<b>{e(step.id)}</b> · {e(step.status)}{seconds} · {e(_short(step.task))}"
-    body = []
+    body = [_tool_call_html(step)] if is_tool_step(step) else []
+    body += [f"<p><i>Note:</i> {e(_cap(warning, 1000))}</p>" for warning in step.warnings]
     if step.result:
         body.append(f'<pre style="white-space: pre-wrap">{e(_cap(step.result))}</pre>')
     if step.error:
         label = "Why" if step.status in ("skipped", "cancelled") else "Error"
         body.append(f"<p><i>{label}:</i> {e(step.error)}</p>")
     return f"<details><summary>{head}</summary>{''.join(body) or '<p>No result.</p>'}</details>"
+
+
+def _tool_call_html(step: PlanStep) -> str:
+    """A tool step's call (in ``<code>``: math typesetting leaves its ``$s1`` alone), and how it went."""
+    call = direct_call(step)
+    how = "planned" if call is None else "failed, so an agent ran the step" if call.error else "direct, no LLM call"
+    error = f"<br>{html.escape(_cap(call.error, 1000))}" if call is not None and call.error else ""
+    return f"<p><i>Tool call</i> ({how}): <code>{html.escape(call_text(step, 200))}</code>{error}</p>"
 
 
 def _cap(text: str, limit: int = 4000) -> str:
@@ -203,10 +217,11 @@ def svg(plan: ExecutionPlan) -> str:
 def _svg_node(step: PlanStep, x: float, y: float, w: float, h: float) -> str:
     color = STATUS_COLORS.get(step.status, "#9e9e9e")
     task = html.escape(textwrap.shorten(step.task, 26, placeholder="…"))
+    kind = " · tool" if is_tool_step(step) else ""
     return (
         f'<g data-step-id="{html.escape(step.id)}"><rect x="{x:g}" y="{y:g}" width="{w:g}" height="{h:g}" rx="6" '
         f'fill="{color}" fill-opacity="0.18" stroke="{color}"/>'
-        f'<text x="{x + 8:g}" y="{y + 18:g}" font-weight="bold">{html.escape(step.id)} · {step.status}</text>'
+        f'<text x="{x + 8:g}" y="{y + 18:g}" font-weight="bold">{html.escape(step.id)} · {step.status}{kind}</text>'
         f'<text x="{x + 8:g}" y="{y + 36:g}">{task}</text></g>'
     )
 
@@ -224,7 +239,8 @@ def _short(text: str) -> str:
     return textwrap.shorten(" ".join(text.split()), _PREVIEW, placeholder="…") if text else ""
 
 
-_MARKDOWN_SPECIALS = re.compile(r"([\\`*_\[\]!|~])")
+_MARKDOWN_SPECIALS = re.compile(r"([\\`*_\[\]!|~$])")
+"""``$`` too: JupyterLab typesets ``$…$`` in Markdown as math (``\\$`` stays a dollar)."""
 
 
 def _md(text: str) -> str:

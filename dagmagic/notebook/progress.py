@@ -15,6 +15,8 @@ from dagmagic.events import (
     StepPaused,
     StepStarted,
 )
+from dagmagic.models import PlanStep, RoundRecord, ToolCallRecord
+from dagmagic.notebook.tool_steps import call_text, direct_call, is_tool_step
 
 __all__ = ["follow_in_terminal", "print_progress", "progress_line", "trace_table"]
 
@@ -73,22 +75,54 @@ def follow_in_terminal(run: DagRun) -> None:
 
 
 def trace_table(run: DagRun) -> str:
-    """Every LLM call of the run, one line each, with totals per purpose."""
+    """Every LLM call of the run, one line each, with totals per purpose; a tool step's direct call (no LLM) has
+    a line too, where it started among them.
+    """
     header = f"{'purpose':16} {'model':18} {'round':>5} {'step':6} {'level':9} {'retry':>5} {'in':>7} {'out':>6} "
     header += f"{'latency':>8} {'cost':>10}"
     lines = [header]
+    direct = _direct_calls(run.state.rounds)
+    waiting = list(direct)
     for call in run.calls:
+        while waiting and waiting[0][0] < call.started_at:
+            lines.append(waiting.pop(0)[1])
         cost = f"{call.cost:.6f}" if call.cost is not None else "—"
         lines.append(
             f"{call.purpose:16} {call.model[:18]:18} {call.round if call.round is not None else '':>5} "
             f"{call.step_id or '':6} {call.structured_level or '':9} {call.retries:>5} {call.usage.input_tokens:>7} "
             f"{call.usage.output_tokens:>6} {call.latency:>7.2f}s {cost:>10}"
         )
+    lines += [line for _, line in waiting]
     lines.append("")
     for purpose, usage in run.usage_by("purpose").items():
         cost = f"${usage.cost:.6f}" if usage.cost is not None else "cost unknown"
         lines.append(f"{purpose:16} {usage.requests:>3} calls {usage.total_tokens:>8} tokens  {cost}")
+    if direct:
+        lines.append(f"{'direct call':16} {len(direct):>3} tool calls, no LLM call")
     total = run.usage
     cost = f"${total.cost:.6f}" if total.cost is not None else "cost unknown"
     lines.append(f"{'total':16} {total.requests:>3} calls {total.total_tokens:>8} tokens  {cost}")
     return "\n".join(lines)
+
+
+def _direct_calls(rounds: list[RoundRecord], scope: str = "") -> list[tuple[float, str]]:
+    """(when, trace line) of each tool step's direct call, a subrun's too (under its step path), by time."""
+    found: list[tuple[float, str]] = []
+    for record in rounds:
+        for step in record.plan.steps:
+            path = f"{scope}{step.id}"
+            call = direct_call(step) if is_tool_step(step) else None
+            if call is not None:
+                found.append((call.started_at or step.started_at or 0.0, _direct_line(record.index, path, step, call)))
+            if step.subrun_state is not None:
+                found += _direct_calls(step.subrun_state.rounds, f"{path}/")
+    return sorted(found, key=lambda item: item[0])
+
+
+def _direct_line(round_index: int, path: str, step: PlanStep, call: ToolCallRecord) -> str:
+    if call.error:
+        error = " ".join(call.error.split())
+        outcome = f"failed: {error if len(error) <= 200 else error[:199] + '…'} · an agent ran the step"
+    else:
+        outcome = "0 LLM calls" + (f" · {call.duration:.2f}s" if call.duration is not None else "")
+    return f"{'direct call':16} {'—':18} {round_index:>5} {path:6} {call_text(step)} · {outcome}"

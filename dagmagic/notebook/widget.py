@@ -411,6 +411,7 @@ def _step_state(step: PlanStep) -> dict[str, Any]:
         "model": step.model,
         "tool_hint": step.tool_hint,
         "model_hint": step.model_hint,
+        "tool_args": _capped_values(step.tool_args, RESULT_CHARS) if step.tool_args is not None else None,
         "result": _cap(step.result, RESULT_CHARS),
         "error": step.error,
         "attempts": step.attempts,
@@ -426,10 +427,11 @@ def _step_state(step: PlanStep) -> dict[str, Any]:
         "tool_calls": [
             {
                 "name": call.name,
-                "arguments": call.arguments,
+                "arguments": _capped_values(call.arguments, RESULT_CHARS),
                 "observation": _cap(call.observation, OBSERVATION_CHARS),
                 "error": call.error,
                 "duration": call.duration,
+                "turn": call.turn,
             }
             for call in step.tool_calls
         ],
@@ -468,6 +470,17 @@ def _capped_answer(answer: str) -> str:
     if len(answer) <= ANSWER_CHARS:
         return answer
     return f"{answer[:ANSWER_CHARS]}\n\n*… {len(answer) - ANSWER_CHARS} more characters: `run.answer` has all of it.*"
+
+
+def _capped_values(value: Any, limit: int) -> Any:
+    """Arguments with every text in them capped: a tool step's ``$s1`` becomes a whole result."""
+    if isinstance(value, str):
+        return _cap(value, limit)
+    if isinstance(value, dict):
+        return {key: _capped_values(item, limit) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_capped_values(item, limit) for item in value]
+    return value
 
 
 def _cap(text: str | None, limit: int) -> str | None:

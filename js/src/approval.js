@@ -1,7 +1,8 @@
 // A plan waiting for the user's approval: its steps, editable (task, dependencies, hints; steps added or
 // removed), then Approve, or Reject with feedback for the planner. The panel keeps its DOM while the same round
 // waits, so what the user types survives the state syncs; another round waiting starts a fresh draft. Python's
-// refusal of an approval or a rejection shows in the panel, and its buttons work again.
+// refusal of an approval or a rejection shows in the panel, and its buttons work again. A tool step keeps its
+// arguments (not edited here) unless its tool hint is changed: then an agent runs it.
 
 import { h } from "./dom.js";
 import { createMessage } from "./message.js";
@@ -74,13 +75,18 @@ export function createApproval({ signal, requests }) {
     return [...steps.querySelectorAll(".dagmagic-approval-step")].map((row) => {
       /** @param {string} cls */
       const value = (cls) => /** @type {HTMLInputElement | null} */ (row.querySelector(cls))?.value ?? "";
-      return planStep(
+      const step = planStep(
         value(".dagmagic-approval-id"),
         value(".dagmagic-approval-task"),
         value(".dagmagic-approval-deps").split(","),
         value(".dagmagic-approval-tool"),
         value(".dagmagic-approval-model"),
       );
+      const planned = row.hasAttribute("data-added")
+        ? undefined
+        : draft?.original.find((original) => original.id === step.id);
+      if (planned?.tool_args && planned.tool_hint === step.tool_hint) step.tool_args = planned.tool_args;
+      return step;
     });
   }
 
@@ -204,7 +210,11 @@ function planStep(id, task, dependencies, toolHint, modelHint) {
  * @returns {PlanStep[]}
  */
 function planOf(round) {
-  return round.nodes.map((n) => planStep(n.id, n.task, n.dependencies, n.tool_hint, n.model_hint));
+  return round.nodes.map((n) => {
+    const step = planStep(n.id, n.task, n.dependencies, n.tool_hint, n.model_hint);
+    if (n.tool_args) step.tool_args = n.tool_args;
+    return step;
+  });
 }
 
 /**

@@ -1,5 +1,5 @@
-// The detail panel of one step: what it was asked, how it ran, what it called (or, composite, the nested DAG
-// it ran as) and what it produced. A result or observation that Python cut offers to show all of it.
+// The detail panel of one step: what it was asked, how it ran, what it called (a tool step: its one call, each
+// argument as planned and the value it became; a composite step: the nested DAG it ran as) and what it produced. A result or observation that Python cut offers to show all of it.
 
 import { copyButton } from "./copy.js";
 import { h } from "./dom.js";
@@ -9,6 +9,7 @@ import { markdownFragment } from "./markdown.js";
 import { messageBox } from "./message.js";
 import { stepTimes } from "./state.js";
 import { renderSubrun } from "./subrun.js";
+import { fellBack, isToolStep, renderCall } from "./toolstep.js";
 
 /** @typedef {import("./types.js").DagNode} DagNode */
 /** @typedef {import("./types.js").Round} Round */
@@ -105,8 +106,10 @@ export function resolveDependency(dep, roundIndex) {
  */
 export function renderDetail(node, round, rounds, now, actions = NO_ACTIONS) {
   const { queue, run } = stepTimes(node, now);
+  const toolStep = isToolStep(node);
   const rows = [
     field("Task", h("div", { class: "dagmagic-detail-task" }, [node.task])),
+    toolStep && field("Tool call", h("div", { class: "dagmagic-toolstep" }, renderCall(node))),
     field("Dependencies", dependencies(node, round, rounds)),
     field("Status", [
       statusLine(node),
@@ -129,7 +132,7 @@ export function renderDetail(node, round, rounds, now, actions = NO_ACTIONS) {
         "Note",
         node.warnings.map((w) => h("div", { class: "dagmagic-detail-warning" }, [w])),
       ),
-    field("Model", node.model ?? "—"),
+    field("Model", node.model ?? (toolStep && !fellBack(node) ? "none (a direct tool call)" : "—")),
     (node.model_hint || node.tool_hint) &&
       field(
         "Hints",

@@ -7,6 +7,7 @@ import { s } from "./dom.js";
 import { coord, formatCompact, formatCost, formatDuration, num, shorten, shortModel } from "./format.js";
 import { ARROW, layoutRound, wrapLabel } from "./layout.js";
 import { stepTimes } from "./state.js";
+import { callText, fellBack, isToolStep, toolName } from "./toolstep.js";
 
 /** @typedef {import("./types.js").Round} Round */
 /** @typedef {import("./types.js").DagNode} DagNode */
@@ -31,6 +32,8 @@ const CHAR = 6.2; // rough width of a character at the node font size (no layout
 const BADGE_CHAR = 5.4;
 const TASK_FONT = 11; // px, the task's font size (widget.css)
 const SUBRUN_LABEL = "sub-DAG";
+const CALL_CHAR = 6; // a character of a tool step's call (monospace, smaller than the task)
+const TITLE_VALUE = 200; // a tool step's argument values in its box's title
 
 /**
  * @param {Round} round
@@ -132,8 +135,9 @@ function renderGhost(ghost, edges) {
 }
 
 /**
- * A step's box: id, status glyph, duration and tokens; the task on two lines; model and tool badges, and a
- * composite step's sub-DAG badge at the right.
+ * A step's box: id, status glyph, duration and tokens; the task on two lines (a tool step's on one, its call on
+ * the next); model and tool badges (a tool step's "tool" badge instead of a model, unless an agent took over),
+ * and a composite step's sub-DAG badge at the right.
  * @param {DagNode} node
  * @param {Box & {layer: number}} box
  * @param {number} now
@@ -146,14 +150,17 @@ function renderNode(node, box, now, selected, interactive) {
 
   const stats = nodeStats(node, now);
   const head = shorten(`${STATUS_GLYPH[node.status] ?? "?"} ${node.id}`, Math.max(chars - stats.length - 1, 4));
-  const tool = toolLabel(node);
-  const model = shortModel(node.model ?? node.model_hint);
+  const toolStep = isToolStep(node);
+  const tool = toolStep ? "" : toolLabel(node); // a tool step's call names its tool
+  const model = toolStep && !fellBack(node) ? "" : shortModel(node.model ?? node.model_hint);
+  const call = toolStep ? callText(node, 24) : "";
 
   const subrun = node.subrun ?? null;
   const described = subrun ? `${node.status}, sub-DAG ${subrun.status}` : node.status;
+  const callNote = toolStep ? `, a direct call of ${toolName(node)}` : "";
 
-  // two lines when the box has room for them above its badges
-  const lines = h >= 60 ? wrapLabel(node.task, w - 16, TASK_FONT) : [shorten(node.task, chars)];
+  // two lines when the box has room for them above its badges (one for a tool step, its call under it)
+  const lines = h >= 60 && !toolStep ? wrapLabel(node.task, w - 16, TASK_FONT) : [shorten(node.task, chars)];
   const task = s(
     "text",
     { class: "dagmagic-node-task", x: coord(x + 8), y: coord(y + 30) },
@@ -163,13 +170,19 @@ function renderNode(node, box, now, selected, interactive) {
     ),
   );
 
+  const title = `${node.id} (${described}): ${node.task}${toolStep ? `\n${callText(node, TITLE_VALUE)}` : ""}`;
   const children = [
-    s("title", {}, [`${node.id} (${described}): ${node.task}`]),
+    s("title", {}, [title]),
     s("rect", { class: "dagmagic-node-box", x: coord(x), y: coord(y), width: coord(w), height: coord(h), rx: 6 }),
     s("text", { class: "dagmagic-node-id", x: coord(x + 8), y: coord(y + 15) }, [head]),
     stats &&
       s("text", { class: "dagmagic-node-stats", x: coord(x + w - 8), y: coord(y + 15), "text-anchor": "end" }, [stats]),
     task,
+    toolStep &&
+      h >= 60 &&
+      s("text", { class: "dagmagic-node-call", x: coord(x + 8), y: coord(y + 43) }, [
+        shorten(call, Math.max(Math.floor((w - 16) / CALL_CHAR), 4)),
+      ]),
   ];
   const top = y + h - 16;
   // a composite step's badge is always drawn, at the right: the model and tool badges make room for it
@@ -178,6 +191,7 @@ function renderNode(node, box, now, selected, interactive) {
   if (h >= 44) {
     let left = x + 8;
     for (const [kind, label] of /** @type {const} */ ([
+      ["direct", toolStep ? "tool" : ""],
       ["model", model],
       ["tool", tool],
     ])) {
@@ -224,7 +238,7 @@ function renderNode(node, box, now, selected, interactive) {
       tabindex: interactive ? 0 : null,
       role: interactive ? "button" : "img",
       "aria-pressed": interactive ? (selected ? "true" : "false") : null,
-      "aria-label": `Step ${node.id}, ${described}: ${shorten(node.task, 80)}`,
+      "aria-label": `Step ${node.id}, ${described}${callNote}: ${shorten(node.task, 80)}`,
     },
     children,
   );

@@ -13,6 +13,8 @@
  * @property {string} observation  capped by Python
  * @property {string | null} error
  * @property {number | null} duration  seconds
+ * @property {number | null} [turn]  the step's model turn that asked for it (1: its first); 0: the executor called it
+ *   directly (a tool step); missing from older kernels
  */
 
 /**
@@ -25,6 +27,9 @@
  * @property {string | null} model
  * @property {string | null} tool_hint
  * @property {string | null} model_hint
+ * @property {Record<string, unknown> | null} [tool_args]  a tool step's arguments as the planner wrote them ("$s1":
+ *   step s1's result): the step is one direct call of its `tool_hint` tool, no LLM; null (or missing, in older
+ *   states): an agent runs the step
  * @property {string | null} result  capped by Python
  * @property {string | null} error
  * @property {number} attempts
@@ -145,6 +150,7 @@
  * @property {string[]} dependencies
  * @property {string | null} tool_hint
  * @property {string | null} model_hint
+ * @property {Record<string, unknown>} [tool_args]  a tool step's arguments, as planned (kept while its tool hint is)
  */
 
 /**

@@ -460,3 +460,104 @@ export function mount(state = sampleState()) {
 export function unmountAll() {
   for (const cleanup of mounted.splice(0).reverse()) cleanup();
 }
+
+/**
+ * An ended run with tool steps (each one direct call of its tool, no LLM): b called `add` directly; c's direct
+ * call of `search` failed on its arguments, so an agent ran it; d passed a long result on. a is an agent step.
+ */
+export function toolStepState() {
+  const state = sampleState();
+  const T = state.now - 10;
+  const report = `Population report: ${"France has about 68.4 million people. ".repeat(6)}`.trim();
+  const fallback = "ValidationError: limit: not an integer";
+  state.rounds[1] = {
+    ...state.rounds[1],
+    nodes: [
+      node("a", {
+        status: "completed",
+        task: "Find France's population in millions",
+        model: "openai/gpt-4o-mini",
+        result: "68.4",
+        attempts: 1,
+        queued_at: T,
+        started_at: T,
+        completed_at: T + 2,
+        input_tokens: 300,
+        output_tokens: 20,
+      }),
+      node("b", {
+        status: "completed",
+        dependencies: ["a"],
+        task: "Add the two figures",
+        tool_hint: "add",
+        tool_args: { a: "$a", b: 12 },
+        result: "80.4",
+        attempts: 1,
+        queued_at: T + 2,
+        started_at: T + 2,
+        completed_at: T + 2.25,
+        tool_calls: [
+          { name: "add", arguments: { a: "68.4", b: 12 }, observation: "80.4", error: null, duration: 0.25, turn: 0 },
+        ],
+      }),
+      node("c", {
+        status: "completed",
+        dependencies: ["a"],
+        task: "Search for the source",
+        tool_hint: "search",
+        tool_args: { query: "population of $a million", limit: "many" },
+        model: "openai/gpt-4o-mini",
+        result: "INSEE",
+        attempts: 1,
+        queued_at: T + 2,
+        started_at: T + 2,
+        completed_at: T + 5,
+        input_tokens: 500,
+        output_tokens: 40,
+        warnings: [`the direct call of search failed (${fallback}); an agent ran the step`],
+        tool_calls: [
+          {
+            name: "search",
+            arguments: { query: "population of 68.4 million", limit: "many" },
+            observation: "",
+            error: fallback,
+            duration: 0.01,
+            turn: 0,
+          },
+          {
+            name: "search",
+            arguments: { query: "population of 68.4 million", limit: 3 },
+            observation: "INSEE",
+            error: null,
+            duration: 0.5,
+            turn: 1,
+          },
+        ],
+      }),
+      node("d", {
+        status: "completed",
+        dependencies: ["c"],
+        task: "Count the report's words",
+        tool_hint: "count_words",
+        tool_args: { text: "$c" },
+        result: "42",
+        attempts: 1,
+        queued_at: T + 5,
+        started_at: T + 5,
+        completed_at: T + 5.1,
+        tool_calls: [
+          { name: "count_words", arguments: { text: report }, observation: "42", error: null, duration: 0.1, turn: 0 },
+        ],
+      }),
+      node("e", {
+        dependencies: ["b", "d"],
+        task: "Divide the sum by the count",
+        tool_hint: "divide",
+        tool_args: { x: "$b", y: "$d" },
+      }),
+    ],
+    analysis: { achieved: true, confidence: 0.9, reasoning: "Enough to answer." },
+    decision: { action: "synthesize", reason: "Enough to answer." },
+  };
+  return { state, report, fallback };
+}

@@ -2,7 +2,7 @@
 // text field of the widget's state. Nothing may run, nothing may fetch; the text itself stays readable.
 import { afterEach, describe, expect, it } from "vitest";
 import { markdownFragment } from "../src/markdown.js";
-import { mount, nextRedraw, sampleState, unmountAll } from "./fixtures.js";
+import { mount, nextRedraw, sampleState, toolStepState, unmountAll } from "./fixtures.js";
 
 const LEAK = "http://127.0.0.1:9/leak";
 
@@ -146,5 +146,30 @@ describe("the widget, with every payload in every text field", () => {
     }
     expect(el.querySelector("script, img, iframe, [onerror], [onload], [style*='url(']")).toBeNull();
     expect(el.querySelector(".dagmagic-answer-body")?.textContent).toContain("<script>window.__pwned=1</script>");
+  });
+
+  it("shows a tool step's tool, argument names and values as text", async () => {
+    const { state } = toolStepState();
+    const b = state.rounds[1].nodes[1];
+    b.tool_hint = PAYLOADS;
+    b.tool_args = { [PAYLOADS]: "$a", query: PAYLOADS };
+    b.tool_calls[0] = { ...b.tool_calls[0], name: PAYLOADS, arguments: { [PAYLOADS]: PAYLOADS, query: PAYLOADS } };
+    const e = state.rounds[1].nodes[4];
+    e.tool_hint = PAYLOADS;
+    e.tool_args = { [PAYLOADS]: PAYLOADS };
+    const { el } = mount(state);
+    for (const id of ["b", "e"]) {
+      const node = /** @type {Element} */ (el.querySelector(`.dagmagic-node[data-step-id="${id}"]`));
+      expect(node.querySelector(".dagmagic-node-call")?.textContent).toMatch(/^<script>window\.__pwned=1/);
+      expect(node.querySelector("title")?.textContent).toContain('<img src=x onerror="window.__pwned=2">');
+      node.dispatchEvent(new MouseEvent("click", { bubbles: true }));
+      await nextRedraw();
+      const detail = /** @type {Element} */ (el.querySelector(".dagmagic-detail"));
+      expectInert(detail);
+      const call = detail.querySelector(".dagmagic-toolstep-call");
+      expect(call?.querySelector("script, img, a, svg")).toBeNull();
+      expect(call?.textContent).toContain('<img src=x onerror="window.__pwned=2">');
+    }
+    expect(el.querySelector("script, img, iframe, [onerror], [onload]")).toBeNull();
   });
 });

@@ -8,6 +8,7 @@ import {
   pausedState,
   rerunState,
   sampleState,
+  toolStepState,
   subrunState,
   unmountAll,
 } from "./fixtures.js";
@@ -935,6 +936,29 @@ describe("plan approval", () => {
     });
   });
 
+  it("keeps a tool step's arguments in an edited plan, unless its tool hint was changed", () => {
+    const state = approvalState();
+    const [s1, , s3] = state.rounds[1].nodes;
+    Object.assign(s1, { tool_args: { query: "Germany population" } });
+    Object.assign(s3, { tool_hint: "calc", tool_args: { x: "$s1" } });
+    const { el, model } = mount(state);
+    expect(el.querySelector(".dagmagic-approval-note")?.textContent).toBe(""); // not edited yet
+    type(rows(el)[1].querySelector(".dagmagic-approval-task"), "Compare it with France's, per capita");
+    type(rows(el)[2].querySelector(".dagmagic-approval-tool"), "search");
+    buttonAt(el, ".dagmagic-approve").click();
+    const [first, , third] = model.lastRequest().plan.steps;
+    expect(first).toEqual({
+      id: "s1",
+      task: "Find Germany's population",
+      dependencies: [],
+      tool_hint: "web_search",
+      model_hint: null,
+      tool_args: { query: "Germany population" },
+    });
+    expect(third.tool_hint).toBe("search");
+    expect("tool_args" in third).toBe(false); // another tool: an agent runs the step
+  });
+
   it("keeps the draft across syncs, resets it for another round, and re-enables after a refusal", async () => {
     vi.spyOn(console, "warn").mockImplementation(() => {});
     const { el, model } = mount(approvalState());
@@ -1314,5 +1338,97 @@ describe("sub-DAGs", () => {
     expect(nodeEl(old.el, "c").getAttribute("aria-label")).toBe(
       "Step c, running: Compute the ratio of the two populations",
     );
+  });
+});
+
+describe("tool steps", () => {
+  /** @param {Element} el @param {string} id */
+  async function openDetail(el, id) {
+    click(nodeEl(el, id));
+    await nextRedraw();
+    return /** @type {Element} */ (el.querySelector(`.dagmagic-detail[data-step-id="${id}"]`));
+  }
+
+  /** @param {Element} detail */
+  function args(detail) {
+    return [...detail.querySelectorAll(".dagmagic-toolstep-arg")].map((arg) => ({
+      name: arg.getAttribute("data-arg"),
+      planned: arg.querySelector(".dagmagic-toolstep-planned")?.textContent,
+      value: arg.querySelector(".dagmagic-toolstep-value")?.textContent ?? null,
+      title: arg.querySelector(".dagmagic-toolstep-value")?.getAttribute("title") ?? null,
+    }));
+  }
+
+  it("marks a tool step with a tool badge instead of a model, and shows its call with the values it got", () => {
+    const { el } = mount(toolStepState().state);
+    const b = nodeEl(el, "b");
+    expect(b.querySelector(".dagmagic-badge-direct text")?.textContent).toBe("tool");
+    expect(b.querySelector(".dagmagic-badge-model")).toBeNull(); // no model ran
+    expect(b.querySelector(".dagmagic-badge-tool")).toBeNull(); // the call names the tool
+    expect(b.querySelector(".dagmagic-node-task")?.textContent).toBe("Add the two figures");
+    expect(b.querySelector(".dagmagic-node-call")?.textContent).toBe("add(a=$a → 68.4, b=12)");
+    expect(b.querySelector("title")?.textContent).toBe("b (completed): Add the two figures\nadd(a=$a → 68.4, b=12)");
+    expect(b.getAttribute("aria-label")).toContain("a direct call of add");
+    // not run yet: the planned call, references as written
+    expect(nodeEl(el, "e").querySelector(".dagmagic-node-call")?.textContent).toBe("divide(x=$b, y=$d)");
+    // a long call is cut to the box, whole in the title
+    const c = nodeEl(el, "c");
+    const call = String(c.querySelector(".dagmagic-node-call")?.textContent);
+    expect(call.endsWith("…") && call.length <= 30).toBe(true);
+    expect(c.querySelector("title")?.textContent).toContain(
+      'search(query="population of $a million" → "population of 68.4 million", limit="many")',
+    );
+    // its direct call failed and an agent ran it: the agent's model is named too
+    expect(c.querySelector(".dagmagic-badge-direct text")?.textContent).toBe("tool");
+    expect(c.querySelector(".dagmagic-badge-model text")?.textContent).toBe("gpt-4o-mini");
+    // an agent step is drawn as before
+    expect(nodeEl(el, "a").querySelector(".dagmagic-node-call")).toBeNull();
+    expect(nodeEl(el, "a").querySelector(".dagmagic-badge-direct")).toBeNull();
+  });
+
+  it("details the call: each argument as planned and the value it became, long values cut with the whole in the title", async () => {
+    const { state, report, fallback } = toolStepState();
+    const { el } = mount(state);
+    let detail = await openDetail(el, "b");
+    expect(detail.querySelector(".dagmagic-toolstep-call")?.textContent).toBe("add(a=$a → 68.4, b=12)");
+    expect(args(detail)).toEqual([
+      { name: "a", planned: "$a", value: "68.4", title: "68.4" },
+      { name: "b", planned: "12", value: null, title: null },
+    ]);
+    expect(detail.querySelector(".dagmagic-toolstep-how")?.textContent).toBe("Called directly: no LLM call.");
+    expect(detail.textContent).toContain("none (a direct tool call)"); // the model field
+    expect(detail.querySelectorAll(".dagmagic-toolcall").length).toBe(1); // the call itself, arguments in full
+
+    detail = await openDetail(el, "d");
+    const [text] = args(detail);
+    expect(text.planned).toBe("$c");
+    expect(text.value?.endsWith("…") && text.value.length <= 80).toBe(true);
+    expect(text.title).toBe(report); // the whole value
+
+    detail = await openDetail(el, "c");
+    expect(args(detail)[0]).toEqual({
+      name: "query",
+      planned: '"population of $a million"',
+      value: '"population of 68.4 million"',
+      title: '"population of 68.4 million"',
+    });
+    expect(detail.querySelector(".dagmagic-toolstep-how")?.textContent).toBe(
+      `The direct call failed (${fallback}), so an agent ran the step.`,
+    );
+    expect(detail.textContent).toContain("openai/gpt-4o-mini");
+
+    detail = await openDetail(el, "e");
+    expect(detail.querySelector(".dagmagic-toolstep-call")?.textContent).toBe("divide(x=$b, y=$d)");
+    expect(detail.querySelector(".dagmagic-toolstep-how")?.textContent).toBe(
+      "To be called directly, with its dependencies' results: no LLM call.",
+    );
+  });
+
+  it("draws a step of an older state, without tool arguments, as an agent step", () => {
+    const { state } = toolStepState();
+    for (const n of state.rounds[1].nodes) delete n.tool_args;
+    const { el } = mount(state);
+    expect(el.querySelector(".dagmagic-node-call, .dagmagic-badge-direct")).toBeNull();
+    expect(nodeEl(el, "b").querySelector(".dagmagic-badge-tool text")?.textContent).toBe("add");
   });
 });

@@ -13,6 +13,7 @@ import textwrap
 import pytest
 from playwright.sync_api import Locator, expect
 
+from ..notebook.samples import FALLBACK_ERROR, tool_step_run
 from .conftest import CHROMIUM, WAIT_MS, NotebookPage
 
 pytestmark = [
@@ -439,6 +440,40 @@ def test_a_composite_step_shows_its_nested_dag_in_its_detail(notebook: NotebookP
         "r = dagmagic.last_run()\nprint(r.steps['s2'].result, sorted({c.step_id for c in r.calls if c.step_id}))"
     )
     assert state == "seven, from its digits ['s1', 's2', 's2/s1', 's2/s2']\n"
+    assert notebook.errors == []
+
+
+def test_a_tool_step_shows_its_call_with_the_values_it_got(notebook: NotebookPage) -> None:
+    """A run with tool steps (made by hand: what the engine records), shown by its cell: s2 called `add` directly,
+    s3's direct call failed and an agent ran it.
+    """
+    state = tool_step_run().state.model_dump_json()
+    show = "from dagmagic.engine.run import DagRun\nfrom dagmagic.models import RunState\n"
+    show += f"DagRun(RunState.model_validate_json({state!r}), read_only=True)"
+    notebook.open("tool_steps", ["%load_ext dagmagic", show])
+    notebook.run_all()
+    notebook.wait_until_done()
+    widget = notebook.widget()
+    s2 = node(widget, "s2")
+    expect(s2).to_have_attribute("data-status", "completed")
+    expect(s2.locator(".dagmagic-node-call")).to_have_text("add(a=$s1 → 68.4, b=12)")
+    expect(s2.locator(".dagmagic-badge-direct")).to_have_text("tool")
+    expect(s2.locator(".dagmagic-badge-model")).to_have_count(0)  # no model ran it
+    expect(node(widget, "s3").locator(".dagmagic-badge-model")).to_have_text("m")  # the agent that took over
+
+    s2.click()
+    detail = widget.locator('.dagmagic-detail[data-step-id="s2"]')
+    expect(detail.locator(".dagmagic-toolstep-call")).to_have_text("add(a=$s1 → 68.4, b=12)")
+    expect(detail.locator('.dagmagic-toolstep-arg[data-arg="a"] .dagmagic-toolstep-value')).to_have_attribute(
+        "title", "68.4"
+    )
+    expect(detail.locator(".dagmagic-toolstep-how")).to_have_text("Called directly: no LLM call.")
+    notebook.screenshot("tool-step", focus=detail)
+    node(widget, "s3").click()
+    detail = widget.locator('.dagmagic-detail[data-step-id="s3"]')
+    expect(detail.locator(".dagmagic-toolstep-how")).to_have_text(
+        f"The direct call failed ({FALLBACK_ERROR}), so an agent ran the step."
+    )
     assert notebook.errors == []
 
 

@@ -69,6 +69,7 @@ def hostile(leak: str = LEAK) -> str:
 
 HOSTILE = hostile()
 HOSTILE_ID = '<img src=x onerror="window.__pwned=5">'
+PAYLOAD = "<script>window.__pwned=1</script>"
 
 # What the static views may contain: plain tags, the SVG of the DAG, and their own attributes.
 ALLOWED_TAGS = {
@@ -150,10 +151,25 @@ def hostile_run() -> DagRun:
             result=HOSTILE,
             started_at=1,
             completed_at=3,
-            tool_calls=[ToolCallRecord(name="probe", arguments={"query": HOSTILE}, observation=HOSTILE)],
+            tool_hint="probe",
+            tool_args={"query": HOSTILE, HOSTILE_ID: "$s0"},  # a tool step: its call is shown
+            tool_calls=[
+                ToolCallRecord(
+                    name="probe", arguments={"query": HOSTILE, HOSTILE_ID: HOSTILE}, observation=HOSTILE, turn=0
+                )
+            ],
+            warnings=[HOSTILE],
         ),
         PlanStep(id="s2", task=HOSTILE, status="failed", error=f"RuntimeError: {HOSTILE}", dependencies=[HOSTILE_ID]),
-        PlanStep(id="s3", task=HOSTILE, status="skipped", error=HOSTILE, dependencies=["s2"]),
+        PlanStep(
+            id="s3",
+            task=HOSTILE,
+            status="skipped",
+            error=HOSTILE,
+            dependencies=["s2"],
+            tool_hint=HOSTILE_ID,
+            tool_args={"q": PAYLOAD},
+        ),
     ]
     record = RoundRecord(
         index=1,
@@ -184,6 +200,14 @@ def test_the_svg_escapes_ids_and_tasks() -> None:
     parsed = assert_inert_html(drawing)
     assert [attrs["data-step-id"] for tag, attrs in parsed.elements if tag == "g"] == [HOSTILE_ID, "s2", "s3"]
     assert HOSTILE_ID in "".join(parsed.text)
+
+
+def test_a_tool_steps_call_is_text_in_every_static_view() -> None:
+    """The tool's name (the planner's hint before it runs), argument names and values are all model-written."""
+    planned = f'{HOSTILE_ID}(q="{PAYLOAD}")'
+    shown = "".join(assert_inert_html(run_html(hostile_run())).text)
+    assert planned in shown and "probe(query=" in shown
+    assert planned in "".join(assert_inert_markdown(run_markdown(hostile_run())).text)
 
 
 def test_the_markdown_view_renders_nothing_that_runs_or_fetches() -> None:

@@ -7,6 +7,8 @@ from dagmagic.models import AnalysisResult, ExecutionPlan, PlanStep, RoundRecord
 from dagmagic.notebook.fallbacks import run_html, run_markdown, run_mimebundle, svg
 from dagmagic.notebook.layout import layout
 
+from .samples import FALLBACK_ERROR, FALLBACK_WARNING, tool_step_run
+
 
 def plan(*steps: tuple[str, list[str]]) -> ExecutionPlan:
     return ExecutionPlan(goal="g", steps=[PlanStep(id=i, task=f"task {i}", dependencies=d) for i, d in steps])
@@ -127,3 +129,31 @@ def test_layers_put_s2_before_s10() -> None:
     steps = plan(*((f"s{i}", []) for i in (10, 2, 1)))
     assert steps.layers() == [["s1", "s2", "s10"]]
     assert [node.id for node in sorted(layout(steps).nodes, key=lambda n: n.x)] == ["s1", "s2", "s10"]
+
+
+def test_a_tool_step_shows_its_call_and_substituted_values_in_the_static_views() -> None:
+    run = tool_step_run()
+    page = run_html(run)
+    assert "<p><i>Tool call</i> (direct, no LLM call): <code>add(a=$s1 → 68.4, b=12)</code></p>" in page
+    fallback = (
+        "<p><i>Tool call</i> (failed, so an agent ran the step): <code>search(query=&quot;population of $s1 "
+        "million&quot; → &quot;population of 68.4 million&quot;, limit=&quot;many&quot;)</code><br>"
+        f"{FALLBACK_ERROR}</p>"
+    )
+    assert fallback in page
+    assert f"<p><i>Note:</i> {FALLBACK_WARNING}</p>" in page
+    assert ">s2 · completed · tool</text>" in page  # the DAG's box says it too
+
+    text = run_markdown(run)  # `$` escaped: JupyterLab would typeset "$s1 … $s2" as math
+    assert "| s2 | completed | Add the two figures · add(a=\\$s1 → 68.4, b=12) | direct call | 0.2 | 80.4 |" in text
+    assert "| s3 | completed | Search for the source · search(query=&quot;population of \\$s1 million&quot; → " in text
+    assert "| m | 3.0 | INSEE |" in text  # the agent that ran it instead
+
+
+def test_a_tool_step_that_has_not_run_shows_its_planned_call() -> None:
+    run = tool_step_run()
+    step = run.step_of(1, "s2")
+    assert step is not None
+    step.status, step.result, step.tool_calls, step.started_at = "pending", None, [], None
+    assert "<p><i>Tool call</i> (planned): <code>add(a=$s1, b=12)</code></p>" in run_html(run)
+    assert "| s2 | pending | Add the two figures · add(a=\\$s1, b=12) | tool call |  |  |" in run_markdown(run)

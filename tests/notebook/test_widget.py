@@ -12,6 +12,7 @@ from dagmagic.errors import RateLimitError
 from dagmagic.notebook.widget import DagWidget, widget_state
 
 from .conftest import scripted
+from .samples import tool_step_run
 
 
 def session(**overrides: Any) -> DagSession:
@@ -377,3 +378,26 @@ async def test_what_to_know_about_the_whole_run_is_shown_in_every_view(tmp_path:
     assert progress_line(event) == f"warning: {warning}"
     reread = DagRun(run.state, events=run.events, read_only=True)  # read back: the same list, from its events
     assert reread.warnings == [warning]
+
+
+def test_a_tool_step_sends_its_planned_arguments_and_its_direct_call() -> None:
+    state = widget_state(tool_step_run())
+    json.dumps(state)
+    nodes = {node["id"]: node for node in state["rounds"][0]["nodes"]}
+    assert nodes["s2"]["tool_args"] == {"a": "$s1", "b": 12}  # what the planner wrote, references and all
+    assert nodes["s1"]["tool_args"] is None  # an agent step
+    (direct,) = nodes["s2"]["tool_calls"]
+    assert (direct["name"], direct["turn"], direct["arguments"]) == ("add", 0, {"a": "68.4", "b": 12})
+    assert [call["turn"] for call in nodes["s3"]["tool_calls"]] == [0, 1]  # the failed direct call, then the agent's
+
+
+def test_long_tool_arguments_are_capped_in_the_saved_state() -> None:
+    run = tool_step_run()
+    step = run.step_of(1, "s2")
+    assert step is not None
+    step.tool_args = {"text": "$s1 " + "p" * 20000}
+    step.tool_calls[0].arguments = {"text": "x" * 20000, "pages": ["y" * 20000], "more": {"z": "z" * 20000}}
+    node = widget_state(run)["rounds"][0]["nodes"][1]
+    arguments = node["tool_calls"][0]["arguments"]
+    for text in (node["tool_args"]["text"], arguments["text"], arguments["pages"][0], arguments["more"]["z"]):
+        assert len(text) < 5000 and text.endswith("more characters)")
