@@ -3,10 +3,17 @@ user's messages that the inbox's table delivers to it (``dagmagic.engine.inbox``
 
 ::
 
-    Starting ──> Planning ──> AwaitingApproval ──> Executing ──> Analyzing ──> Synthesizing ──> FINISHED
-                    ^  │  (streamed: Executing)      (rejected ─> Planning)   │ replan          │ follow-up
-                    │  └──────────────────────────────────────────────────────┴─────────────────┘
+    Starting ──> Planning ──> AwaitingApproval ──> Executing ──> Analyzing ─────────────────────────> FINISHED
+                    ^  │  (streamed: Executing)      (rejected ─> Planning)   │ │  goal reached: the verdict
+                    │  │                                                      │ │  wrote the answer (streamed)
+                    │  │                                                      │ └─> Synthesizing ──> FINISHED
+                    │  │                                                      │ replan    │ follow-up
+                    │  └──────────────────────────────────────────────────────┴───────────┘
                     └── next round (``Pursuit.next_round``)
+
+The verdict and the answer are one call: when the goal is reached, ``Analyzing`` has the answer already,
+streamed while the verdict was written. ``Synthesizing`` writes an answer apart only where the verdict cannot:
+a partial answer, a re-run round not reached, no answer in the verdict, a smart model that cannot stream.
 
 Planning lives in ``dagmagic.engine.planning``; the transitions several phases share (another round, the
 answer now, a decision carried out) in ``dagmagic.engine.pursuit``.

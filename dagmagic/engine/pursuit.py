@@ -3,7 +3,8 @@
 A drive starts at the phase its origin chooses (``first_phase``): a new run routes and plans; a resumed one
 goes on from the round it was in; a re-run starts at the round that re-runs a step. From any phase the run
 may need another round (``next_round``, ``users_round``), an answer now (``answer_now``), or a round's
-decision carried out (``act``).
+decision carried out (``act``): the answer its verdict wrote, another round, the best answer so far, or an answer
+written apart (``Synthesizing``), what the verdict wrote of an answer dropped first when it is not the run's.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@
 2. JSON mode, one retry quoting the bad output - up to 2 calls;
 3. plain text with extraction, one retry - up to 2 calls; then ``regex_fallback`` on the text replies.
 
-Levels 1 and 2 are tried only when the model supports them. A fatal provider error is raised at once; a
+Levels 1 and 2 are tried only when the model supports them, and none in ``skip`` (a caller that streamed one
+already). A fatal provider error is raised at once; a
 transient one (after the client's retries) abandons the level. Total failure returns ``default`` when
 given, else raises ``StructuredOutputError``.
 """
