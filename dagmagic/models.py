@@ -361,7 +361,8 @@ class AnalysisResult(BaseModel):
     reasoning: str = ""
     """Why, naming contradictions between sources."""
     final_answer: str | None = None
-    """An answer the analyzer proposes (the fallback when synthesis yields nothing)."""
+    """When the goal is reached, the answer written for the user: the run's answer (no synthesis then) when the
+    smart model streams, else the fallback when the synthesis yields nothing."""
 
     @field_validator("achieved", mode="before")
     @classmethod

@@ -1,4 +1,8 @@
-"""The analyzer: did the round reach the goal, and how sure is it? It asks the smart model at temperature 0.
+"""The analyzer: did the round reach the goal, and how sure is it? It asks the smart model at temperature 0,
+and when the goal is reached its ``final_answer`` is the answer itself, written for the user: the run is
+answered from it, with no separate synthesis (``Pursuit.act``). A model that streams writes the verdict as a
+stream, its answer shown while it is written (``dagmagic.engine.verdict_stream``); a broken stream or an
+unreadable reply is asked for again without streaming.
 
 Lenient by design: the verdict's fields are coerced (``"false"`` -> False, confidence clamped to 0..1),
 broken JSON goes through a regex, and total failure is a safe "not achieved, confidence 0" that leads
@@ -16,9 +20,12 @@ from pydantic import BaseModel, Field
 from dagmagic.engine import prompts
 from dagmagic.engine.context import format_results, result_blocks
 from dagmagic.engine.guard import STRUCTURED_RESERVE, ContextGuard
+from dagmagic.engine.verdict_stream import VerdictStream
+from dagmagic.errors import TransientProviderError
 from dagmagic.events import Event, RunWarning
 from dagmagic.llm import ChatModel, structured_llm_call
-from dagmagic.models import AnalysisResult, PlanStep
+from dagmagic.llm.structured import OutputShape
+from dagmagic.models import AnalysisResult, PlanStep, StructuredLevel
 from dagmagic.settings import DagSettings
 
 __all__ = ["SAFE_DEFAULT", "Analyzer", "regex_analysis"]
@@ -30,7 +37,10 @@ class Verdict(BaseModel):
     achieved: bool = Field(description="True only if the results fully answer the goal.")
     confidence: float = Field(ge=0, le=1, description="How sure the verdict is, 0.0 to 1.0.")
     reasoning: str = Field(description="Why; name contradictions between sources and what is missing.")
-    final_answer: str | None = Field(description="The answer to the goal when it is reached, else null.")
+    final_answer: str | None = Field(
+        description="When the goal is reached: the answer itself, written for the user (direct, in the goal's "
+        "language, Markdown where it helps). Else null."
+    )
 
 
 SAFE_DEFAULT = AnalysisResult(achieved=False, confidence=0.0, reasoning="Could not parse analysis response")
@@ -63,6 +73,10 @@ def _parse_verdict(raw: Any) -> AnalysisResult:
     if not isinstance(raw, Mapping) or "achieved" not in raw:
         raise ValueError("the reply has no `achieved` field")
     return AnalysisResult.model_validate(raw)
+
+
+_SHAPE = OutputShape(Verdict.model_json_schema(), None, _parse_verdict)
+"""The verdict as the streamed call asks for it: the same schema, tool and instruction as ``structured_llm_call``."""
 
 
 class Analyzer:
@@ -104,11 +118,60 @@ class Analyzer:
             )
         return self.messages(goal, format_results(blocks), note)
 
-    async def analyze(self, goal: str, steps: Iterable[tuple[str, PlanStep]], *, round: int) -> AnalysisResult:
-        """The verdict; ``SAFE_DEFAULT`` when nothing readable came back."""
+    @property
+    def streams(self) -> bool:
+        """Whether verdicts stream (the model can), their ``final_answer`` shown while it is written."""
+        return self.model.entry.capabilities.stream
+
+    async def analyze(
+        self,
+        goal: str,
+        steps: Iterable[tuple[str, PlanStep]],
+        *,
+        round: int,
+        on_delta: Callable[[str], object] | None = None,
+        on_discard: Callable[[str], object] | None = None,
+    ) -> AnalysisResult:
+        """The verdict; ``SAFE_DEFAULT`` when nothing readable came back.
+
+        With ``on_delta``, a model that streams writes it as a stream, each new piece of its ``final_answer``
+        going to ``on_delta``. When those pieces will not become a verdict (the stream broke, the reply could
+        not be read, the call failed), ``on_discard(why)`` is called before the verdict is asked for again
+        without streaming (the level that gave an unreadable reply is not asked twice) or the error is raised.
+        """
+        messages = await self.prompt(goal, steps, round=round)
+        skip: tuple[StructuredLevel, ...] = ()
+        if on_delta is not None and self.streams:
+            stream = VerdictStream(self.model, _SHAPE, on_delta)
+            try:
+                streamed = await stream.run(messages, round=round)
+            except TransientProviderError as broken:
+                why = f"the verdict's stream broke ({broken.kind}): the round is judged again without streaming"
+                self._discard(on_discard, why)
+                if self.emit is not None:
+                    self.emit(RunWarning(message=f"{why[0].upper()}{why[1:]}.", round=round))
+            except Exception as exc:
+                self._discard(on_discard, f"the verdict could not be written ({type(exc).__name__})")
+                raise
+            else:
+                if streamed is not None:
+                    return streamed
+                self._discard(on_discard, "the verdict could not be read: the round is judged again")
+                skip = (stream.level,) if stream.level != "text" else ()
+        return await self._whole(messages, round=round, skip=skip)
+
+    @staticmethod
+    def _discard(on_discard: Callable[[str], object] | None, why: str) -> None:
+        if on_discard is not None:
+            on_discard(f"{why[0].upper()}{why[1:]}.")
+
+    async def _whole(
+        self, messages: list[dict[str, str]], *, round: int, skip: tuple[StructuredLevel, ...]
+    ) -> AnalysisResult:
+        """The verdict from one structured call, not streamed."""
         result = await structured_llm_call(
             self.model,
-            await self.prompt(goal, steps, round=round),
+            messages,
             Verdict.model_json_schema(),
             parse_fn=_parse_verdict,  # lenient: what models write is coerced, not refused
             regex_fallback=regex_analysis,
@@ -116,6 +179,7 @@ class Analyzer:
             purpose="analyze",
             round=round,
             temperature=0.0,
+            skip=skip,
         )
         verdict: AnalysisResult = result.value
         if result.failure and any(call.status == "failed" for call in result.calls):

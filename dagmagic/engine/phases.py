@@ -3,10 +3,17 @@ user's messages that the inbox's table delivers to it (``dagmagic.engine.inbox``
 
 ::
 
-    Starting ──> Planning ──> AwaitingApproval ──> Executing ──> Analyzing ──> Synthesizing ──> FINISHED
-                    ^  │  (streamed: Executing)      (rejected ─> Planning)   │ replan          │ follow-up
-                    │  └──────────────────────────────────────────────────────┴─────────────────┘
+    Starting ──> Planning ──> AwaitingApproval ──> Executing ──> Analyzing ─────────────────────────> FINISHED
+                    ^  │  (streamed: Executing)      (rejected ─> Planning)   │ │  goal reached: the verdict
+                    │  │                                                      │ │  wrote the answer (streamed)
+                    │  │                                                      │ └─> Synthesizing ──> FINISHED
+                    │  │                                                      │ replan    │ follow-up
+                    │  └──────────────────────────────────────────────────────┴───────────┘
                     └── next round (``Pursuit.next_round``)
+
+The verdict and the answer are one call: when the goal is reached, ``Analyzing`` has the answer already,
+streamed while the verdict was written. ``Synthesizing`` writes an answer apart only where the verdict cannot:
+a partial answer, a re-run round not reached, no answer in the verdict, a smart model that cannot stream.
 
 Planning lives in ``dagmagic.engine.planning``; the transitions several phases share (another round, the
 answer now, a decision carried out) in ``dagmagic.engine.pursuit``.
@@ -24,6 +31,7 @@ from dagmagic.engine.inbox import Interrupted
 from dagmagic.engine.planner import Planner, recover_steps
 from dagmagic.engine.rounds import (
     FOLLOW_UP_WHILE_ANSWERING,
+    FOLLOW_UP_WHILE_JUDGING,
     answer_rerun,
     decide,
     rejected,
@@ -215,7 +223,10 @@ class Executing(Phase):
 
 
 class Analyzing(Phase):
-    """The round's verdict, and the decision it leads to."""
+    """The round's verdict, and the decision it leads to. When the goal is reached the verdict's
+    ``final_answer`` is the answer: streamed while the verdict is written, it ends the run (``Pursuit.act``);
+    otherwise what it wrote is dropped.
+    """
 
     name = "analyzing"
 
@@ -240,30 +251,52 @@ class Analyzing(Phase):
             )
         record.analysis, record.decision = analysis, decision
         pursuit.run.emit(AnalysisReady(round=record.index, analysis=analysis, decision=decision))
+        pursuit.settle_draft(record, decision)  # a verdict's answer that is not the run's goes before a new round
         if decision.action == "replan":
             pursuit.run.emit(Replanning(round=record.index, reason=decision.reason, follow_up=pursuit.latest_follow_up))
         return pursuit.act(record, decision)
 
     async def _judge(self, pursuit: Pursuit) -> AnalysisResult:
-        """The verdict against the goal and every follow-up so far; judged again when a follow-up arrives
-        meanwhile.
+        """The verdict against the goal and every follow-up so far, its answer shown as it is written; judged
+        again (what it wrote dropped) when a follow-up arrives meanwhile.
         """
         run, index = pursuit.run, self.record.index
+        inbox = run.inbox
         analyzer = Analyzer(pursuit.model("smart"), pursuit.loop.settings, emit=run.emit, guard=pursuit.guard)
+
+        def on_delta(text: str) -> None:
+            if inbox.interrupted:  # outdated: the cancellation lands at the stream's next pause
+                return
+            run.state.answer += text
+            run.emit(AnswerDelta(text=text))
+
+        def on_discard(why: str) -> None:
+            pursuit.clear_answer(run, why)
+
         while True:
-            waiting = len(run.inbox.pending)
-            verdict = await run.inbox.interruptible(
+            waiting = len(inbox.pending)
+            verdict = await inbox.interruptible(
                 analyzer.analyze(
-                    pursuit.objective(analyzer.model, round=index), visible_results(run.rounds), round=index
+                    pursuit.objective(analyzer.model, round=index),
+                    visible_results(run.rounds),
+                    round=index,
+                    on_delta=on_delta,
+                    on_discard=on_discard,
                 ),
                 name=f"dagmagic:analyze:{index}",
+                on_interrupt=lambda: pursuit.clear_answer(run, FOLLOW_UP_WHILE_JUDGING),
             )
-            if not isinstance(verdict, Interrupted) and len(run.inbox.pending) == waiting:
+            if not isinstance(verdict, Interrupted) and len(inbox.pending) == waiting:
                 return verdict
+            pursuit.clear_answer(run, FOLLOW_UP_WHILE_JUDGING)  # a follow-up came as the verdict ended
 
 
 class Synthesizing(Phase):
-    """The answer, streamed as it is written; a follow-up meanwhile drops it for a new round."""
+    """An answer written apart from the verdict, streamed as it is written: a partial one (a Stop, models that
+    stopped answering), the answer of a re-run round not reached, one after a Stop with no new verdict, or when
+    the verdict could not write it (a smart model that cannot stream, an achieved verdict with no answer). A
+    follow-up meanwhile drops it for a new round.
+    """
 
     name = "synthesizing"
 

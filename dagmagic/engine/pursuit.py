@@ -3,7 +3,8 @@
 A drive starts at the phase its origin chooses (``first_phase``): a new run routes and plans; a resumed one
 goes on from the round it was in; a re-run starts at the round that re-runs a step. From any phase the run
 may need another round (``next_round``, ``users_round``), an answer now (``answer_now``), or a round's
-decision carried out (``act``).
+decision carried out (``act``): the answer its verdict wrote, another round, the best answer so far, or an answer
+written apart (``Synthesizing``), what the verdict wrote of an answer dropped first when it is not the run's.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dagmagic.engine.planning import Planning
 from dagmagic.engine.rounds import (
     FOLLOW_UP_WHILE_ANSWERING,
     FOLLOW_UP_WHILE_PLANNING,
+    NOT_REACHED,
     RERUN,
     STOPPED_BEFORE_ROUND,
     STOPPED_WHILE_PLANNING,
@@ -248,8 +250,38 @@ class Pursuit:
             return self.answer_now(STOPPED_WHILE_PLANNING)
         return self.users_round(FOLLOW_UP_WHILE_PLANNING)
 
+    def answered_by_verdict(self, record: RoundRecord, decision: Decision) -> bool:
+        """Whether the round's verdict wrote the run's answer: the goal was reached, the answer is a whole one
+        (not partial), the verdict has it, and the smart model streams (one that cannot has its answer written
+        apart, streamed as synthesis streams it).
+        """
+        verdict = record.analysis
+        return (
+            decision.action == "synthesize"
+            and not decision.partial
+            and verdict is not None
+            and verdict.achieved
+            and bool(verdict.final_answer and verdict.final_answer.strip())
+            and self.loop.entry("smart").capabilities.stream
+        )
+
+    def settle_draft(self, record: RoundRecord, decision: Decision) -> None:
+        """Drop what the round's verdict wrote of an answer unless it is the run's answer, saying why."""
+        if not self.answered_by_verdict(record, decision):
+            achieved = record.analysis is not None and record.analysis.achieved
+            self.clear_answer(self.run, decision.reason if achieved else NOT_REACHED)
+
     def act(self, record: RoundRecord, decision: Decision) -> Phase:
-        """Carry out a round's decision: another round, the best answer so far, or the answer written."""
+        """Carry out a round's decision: the answer the verdict wrote, another round, the best answer so far,
+        or an answer written apart.
+        """
+        run = self.run
+        if self.answered_by_verdict(record, decision):
+            assert record.analysis is not None and record.analysis.final_answer is not None
+            run.state.follow_ups.extend(run.inbox.seen(len(run.inbox.pending)))  # the verdict judged them
+            self.answer(run, record.analysis.final_answer, fallback=False)
+            return FINISHED
+        self.settle_draft(record, decision)
         if decision.action == "replan":
             self.budget.next_free = not decision.counts_against_budget
             return self.next_round()

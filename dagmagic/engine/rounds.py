@@ -15,8 +15,10 @@ from dagmagic.settings import DagSettings
 
 __all__ = [
     "FOLLOW_UP_WHILE_ANSWERING",
+    "FOLLOW_UP_WHILE_JUDGING",
     "FOLLOW_UP_WHILE_PLANNING",
     "INTERRUPTED_WHILE_PLANNING",
+    "NOT_REACHED",
     "RERUN",
     "STOPPED_BEFORE_ROUND",
     "STOPPED_WHILE_PLANNING",
@@ -37,6 +39,8 @@ STOPPED_WHILE_PLANNING = "Stopped by the user before the round's plan was ready.
 STOPPED_BEFORE_ROUND = "Stopped by the user before the round began."
 FOLLOW_UP_WHILE_PLANNING = "A follow-up arrived while planning: this plan was dropped for one that includes it."
 FOLLOW_UP_WHILE_ANSWERING = "A follow-up arrived while the answer was being written: it gets its own round."
+FOLLOW_UP_WHILE_JUDGING = "A follow-up arrived while the round was judged: it is judged again with the follow-up."
+NOT_REACHED = "The verdict found the goal not reached: the answer it began to write is not the run's."
 INTERRUPTED_WHILE_PLANNING = "Interrupted while planning: planned again, keeping what completed."
 REJECTED = "The user rejected this plan: {feedback}"
 RERUN = "{step} is re-run: the answer is written again from the new results."

@@ -1,4 +1,9 @@
-"""The answer: streamed by the smart model, and never empty.
+"""An answer written apart from the verdict: streamed by the smart model, and never empty.
+
+Most runs need none: when a round reaches the goal, the verdict writes the answer (``dagmagic.engine.analyzer``).
+This call writes it where the verdict cannot: a partial answer (a Stop, models that stopped answering), the
+answer of a re-run round that did not reach the goal, after a Stop with no new verdict, an achieved verdict
+with no answer, and when the smart model cannot stream (its verdict is made whole, then this answer streams).
 
 Fallbacks: a failing or empty stream gives the analyzer's ``final_answer``; a goal not reached gives the
 analyzer's reasoning and each completed step as ``**id**: result``; nothing completed gives

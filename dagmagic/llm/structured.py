@@ -4,7 +4,8 @@
 2. JSON mode, one retry quoting the bad output - up to 2 calls;
 3. plain text with extraction, one retry - up to 2 calls; then ``regex_fallback`` on the text replies.
 
-Levels 1 and 2 are tried only when the model supports them. A fatal provider error is raised at once; a
+Levels 1 and 2 are tried only when the model supports them, and none in ``skip`` (a caller that streamed one
+already). A fatal provider error is raised at once; a
 transient one (after the client's retries) abandons the level. Total failure returns ``default`` when
 given, else raises ``StructuredOutputError``.
 """
@@ -12,7 +13,7 @@ given, else raises ``StructuredOutputError``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -94,12 +95,14 @@ async def structured_llm_call(
     schema_name: str | None = None,
     settings: DagSettings | None = None,
     emit: EventSink | None = None,
+    skip: Collection[StructuredLevel] = (),
 ) -> StructuredResult[Any]:
     """A value matching ``schema`` (a pydantic model or a JSON schema dict) from ``model``.
 
     ``parse_fn(raw)`` turns the parsed JSON into the value (an exception counts as a failed attempt);
     without it a pydantic ``schema`` validates the JSON. ``regex_fallback(text)`` is the last resort on
-    the text level's replies and returns the raw value or None.
+    the text level's replies and returns the raw value or None. ``skip``: levels not to try (the caller tried
+    one already, streamed, and its reply was unreadable: asked again at temperature 0 it would be the same).
     """
     chat = as_chat_model(model, settings=settings, emit=emit)
     shape = OutputShape(schema, schema_name, parse_fn)
@@ -107,17 +110,18 @@ async def structured_llm_call(
     capabilities = chat.entry.capabilities
     call = _Caller(chat, purpose, round, step_id, temperature, attempts)
 
-    if capabilities.tool_call:
+    if capabilities.tool_call and "tool_call" not in skip:
         found = await _tool_level(call, messages, shape, attempts)
         if found is not _MISSING:
             return attempts.result(found, "tool_call")
-    if capabilities.json_mode:
+    if capabilities.json_mode and "json_mode" not in skip:
         found = await _retrying_level(call, messages, shape, attempts, "json_mode")
         if found is not _MISSING:
             return attempts.result(found, "json_mode")
-    found = await _retrying_level(call, messages, shape, attempts, "text")
-    if found is not _MISSING:
-        return attempts.result(found, "text")
+    if "text" not in skip:
+        found = await _retrying_level(call, messages, shape, attempts, "text")
+        if found is not _MISSING:
+            return attempts.result(found, "text")
     if regex_fallback is not None:
         for reply in reversed(attempts.text_replies):
             found = _from_regex(regex_fallback, reply, shape)
@@ -184,6 +188,17 @@ class OutputShape:
             "Reply with a JSON value matching this JSON schema, inside a ```json code fence, "
             f"and nothing else:\n{schema}"
         )
+
+    def parse(self, text: str, *, from_tool: bool = False) -> Any:
+        """The value in a reply's text (a tool call's arguments when ``from_tool``); raises when there is none:
+        no JSON, the JSON schema written back, or JSON of the wrong shape.
+        """
+        raw = extract_json(text)
+        if echoes_schema(raw, self.json_schema) or (
+            self.wrapped and isinstance(raw, dict) and echoes_schema(raw.get("value"), self.json_schema)
+        ):
+            raise ValueError("it repeats the JSON schema instead of giving a value that matches it")
+        return self.convert(raw, from_tool=from_tool)
 
     def convert(self, raw: Any, *, from_tool: bool = False) -> Any:
         """The value from parsed JSON; raises on the wrong shape."""
@@ -320,12 +335,7 @@ def _is_schema_fragment(value: Any) -> bool:
 
 def _try_convert(text: str, shape: OutputShape, attempts: _Attempts, level: str, *, from_tool: bool = False) -> Any:
     try:
-        raw = extract_json(text)
-        if echoes_schema(raw, shape.json_schema) or (
-            shape.wrapped and isinstance(raw, dict) and echoes_schema(raw.get("value"), shape.json_schema)
-        ):
-            raise ValueError("it repeats the JSON schema instead of giving a value that matches it")
-        return shape.convert(raw, from_tool=from_tool)
+        return shape.parse(text, from_tool=from_tool)
     except ValidationError as exc:
         problem = f"it does not match the schema ({_first_errors(exc)})"
     except Exception as exc:  # parse_fn is the caller's code: any exception is a failed attempt

@@ -110,12 +110,11 @@ def demo_model() -> ScriptedLLM:
                     "achieved": True,
                     "confidence": 0.92,
                     "reasoning": "Populations and areas agree across sources; the densities follow.",
-                    "final_answer": "Paris, about 4.7 times as dense as Berlin.",
+                    "final_answer": answer,  # the verdict writes the answer, streamed as it is written
                 },
             ],
-            "synthesize": [[word + " " for word in answer.split(" ")]],
         },
-        latency={"route": 0.2, "plan": 1.2, "step": 0.6, "analyze": 0.9, "synthesize": 0.4},
+        latency={"route": 0.2, "plan": 1.2, "step": 0.6, "analyze": 0.9},
         chunk_delay=0.03,
         price=(2e-6, 8e-6),
     )

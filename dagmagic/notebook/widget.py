@@ -323,7 +323,12 @@ def widget_state(run: DagRun) -> dict[str, Any]:
 
 
 def _answer_is_fallback(run: DagRun) -> bool:
+    """Whether the answer shown is a fallback: an answer written since the last one was cleared is not."""
     for event in reversed(run.events):
+        if event.depth:  # a composite step's own run
+            continue
+        if event.type == "answer_cleared":
+            return False
         if event.type == "answer_ready":
             return bool(event.fallback)
     return False

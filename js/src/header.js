@@ -50,7 +50,9 @@ export function formatPhaseTime(seconds) {
  * @returns {{label: string, time: string, stopped: boolean}}
  */
 function statusText(state) {
-  const doing = state.status === "running" ? PHASE_LABEL[state.phase] : undefined;
+  // the verdict writes the answer while it judges: once the answer shows, that is what the run is doing
+  const phase = state.phase === "analyzing" && state.answer ? "synthesizing" : state.phase;
+  const doing = state.status === "running" ? PHASE_LABEL[phase] : undefined;
   if (doing) {
     const seconds = phaseElapsed(state);
     return { label: doing, time: seconds === null ? "" : formatPhaseTime(seconds), stopped: false };

@@ -31,7 +31,7 @@ const FEEDS = /** @type {Record<(typeof TRAITS)[number], Part[]>} */ ({
   phase: ["header", "approval"],
   error: ["header"],
   warnings: ["header"],
-  answer: ["answer"],
+  answer: ["answer", "header"],
   answer_fallback: ["answer"],
   answer_partial: ["answer"],
   resumable: ["controls"],

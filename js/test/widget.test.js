@@ -287,6 +287,16 @@ describe("sanitizing", () => {
     await nextRedraw();
     expect(status.textContent).toBe("judging…");
     expect(status.getAttribute("data-phase")).toBe("analyzing");
+    model.set("answer", "France has"); // the verdict writes the answer while it judges: it shows, and says so
+    await nextRedraw();
+    expect(status.textContent).toBe("writing the answer…");
+    expect(status.getAttribute("data-phase")).toBe("analyzing");
+    expect(/** @type {HTMLElement} */ (el.querySelector(".dagmagic-answer")).hidden).toBe(false);
+    expect(el.querySelector(".dagmagic-answer")?.classList.contains("dagmagic-answer--streaming")).toBe(true);
+    model.set("answer", ""); // dropped: the verdict found the goal not reached
+    await nextRedraw();
+    expect(status.textContent).toBe("judging…");
+    expect(/** @type {HTMLElement} */ (el.querySelector(".dagmagic-answer")).hidden).toBe(true);
     model.set("phase", "synthesizing");
     model.set("answer", "Only France: Germany was not fetched.");
     model.set("answer_partial", true);

@@ -40,7 +40,9 @@ MODELS = textwrap.dedent(
         {"id": "s2", "task": "Look up the second half"},
         {"id": "s3", "task": "Multiply both halves", "dependencies": ["s1", "s2"]},
     ]}
-    ACHIEVED = {"achieved": True, "confidence": 0.9, "reasoning": "Both halves are known.", "final_answer": "42"}
+    # the verdict writes the answer, streamed as it is written
+    ACHIEVED = {"achieved": True, "confidence": 0.9, "reasoning": "Both halves are known.",
+                "final_answer": " ".join(ANSWER_WORDS)}
     RESULTS = {"s1": "six", "s2": "seven", "s3": "forty-two"}
 
     async def step(request):
@@ -417,7 +419,7 @@ def test_a_composite_step_shows_its_nested_dag_in_its_detail(notebook: NotebookP
         '{"id": "s2", "task": "Study the second half in depth", "dependencies": ["s1"], "tool_hint": "subplan"}]}, '
         '{"steps": [{"id": "s1", "task": "Find the digits"}, '
         '{"id": "s2", "task": "Add them", "dependencies": ["s1"]}]}], '
-        'synthesize=[["seven, from its digits"], [w + " " for w in ANSWER_WORDS]])'
+        'analyze=[{**ACHIEVED, "final_answer": "seven, from its digits"}, ACHIEVED])'
     )
     notebook.open("subdag", cells(gate, model, "Nest a step"))
     notebook.run_all()
@@ -539,7 +541,7 @@ def test_clocks_tick_between_kernel_messages_and_the_timeline_and_trace_open(not
     timeline = widget.locator(".dagmagic-timeline")
     timeline.locator("summary").click()
     expect(timeline.locator(".dagmagic-timeline-bar--completed")).to_have_count(3)  # the steps' runs
-    expect(timeline.locator(".dagmagic-timeline-bar--call-ok")).to_have_count(4)  # route, plan, analyze, answer
+    expect(timeline.locator(".dagmagic-timeline-bar--call-ok")).to_have_count(3)  # route, plan, the verdict+answer
     expect(timeline.locator(".dagmagic-timeline-bar--queued").first).to_be_attached()
     notebook.screenshot("timeline", focus=timeline)
 

@@ -97,8 +97,8 @@ MODELS = textwrap.dedent(
             "plan": [PLAN],
             "step": step,
             "step:s3": [ToolCall("probe", {"query": "x"}), HOSTILE],
-            "analyze": [{"achieved": True, "confidence": 0.9, "reasoning": HOSTILE, "final_answer": "x"}],
-            "synthesize": [[payload + "\\n\\n" for payload in PAYLOADS]],
+            "analyze": [{"achieved": True, "confidence": 0.9, "reasoning": HOSTILE,
+                         "final_answer": "".join(payload + "\\n\\n" for payload in PAYLOADS)}],
         }
         return ScriptedLLM({**script, **overrides}, chunk_delay=0.02)
 

@@ -34,7 +34,7 @@ def script(**overrides: Any) -> dict[str, Any]:
         "route": [{"domain": None}],
         "plan": [TWO_STEPS],
         "step": lambda r: f"result of {r.step_id} in round {r.round}",
-        "analyze": [verdict(True, 0.9, "all found", "fallback answer")],
+        "analyze": [verdict(True, 0.9, "all found", "The answer.")],
         "synthesize": [["The ", "answer."]],
     }
     return {**base, **overrides}
@@ -132,7 +132,7 @@ async def test_cancelling_the_run_is_not_taken_for_an_interruption() -> None:
 
 async def test_the_phases_of_a_plain_run() -> None:
     run = await session_for(ScriptedLLM(script()), streaming_planner=False).run("goal")
-    assert phases(run) == ["planning", "executing", "analyzing", "synthesizing", "finished"]
+    assert phases(run) == ["planning", "executing", "analyzing", "finished"]  # the verdict wrote the answer
     assert run.phase == "finished" and run.status == "done"
 
 
@@ -157,7 +157,7 @@ async def test_a_follow_up_while_planning_drops_that_plan_and_plans_again_with_i
     assert first.decision is not None and first.decision.reason == FOLLOW_UP_WHILE_PLANNING
     assert first.decision.counts_against_budget is False
     assert len(llm.requests_for("analyze")) == 1 and MARK in llm.requests_for("analyze")[0].prompt
-    assert MARK in llm.requests_for("synthesize")[0].prompt
+    assert llm.requests_for("synthesize") == []  # the verdict that saw it wrote the answer
     assert [e.follow_up for e in run.events if isinstance(e, Replanning)] == [FOLLOW_UP]
     assert run.follow_ups == [FOLLOW_UP] and run.pending_follow_ups == []
     assert run.answer == "The answer." and run.status == "done"
@@ -253,7 +253,10 @@ async def test_a_follow_up_while_judging_that_the_results_already_meet_is_answer
 
 async def test_a_follow_up_while_answering_drops_that_answer_and_plans_again() -> None:
     first_answer = [f"first{i} " for i in range(30)]
-    llm = ScriptedLLM(script(synthesize=[first_answer, ["Second ", "answer."]]), chunk_delay=0.01)
+    llm = ScriptedLLM(  # a verdict with no answer: a synthesis writes it
+        script(analyze=[verdict(True, 0.9, "all found")], synthesize=[first_answer, ["Second ", "answer."]]),
+        chunk_delay=0.01,
+    )
     run = session_for(llm, streaming_planner=False).start("goal")
     seen: list[str] = []
     run.subscribe(lambda event: seen.append(run.answer))
@@ -372,7 +375,7 @@ async def test_stop_while_judging_lets_the_verdict_decide(achieved: bool, partia
 
 async def test_stop_while_answering_changes_nothing() -> None:
     synthesize = Moment(["The ", "answer."])
-    llm = ScriptedLLM(script(synthesize=synthesize))
+    llm = ScriptedLLM(script(analyze=[verdict(True, 0.9, "all found")], synthesize=synthesize))
     run = session_for(llm, streaming_planner=False).start("goal")
     await synthesize.arrived.wait()
     run.stop()
@@ -462,13 +465,16 @@ ONE_REPLY: dict[str, Any] = {
 
 @pytest.mark.parametrize("slow", sorted(ONE_REPLY))
 async def test_a_follow_up_at_any_moment_reaches_a_plan_or_the_final_answer(slow: str) -> None:
-    moment = Moment(ONE_REPLY[slow])
-    llm = ScriptedLLM(script(**{slow: moment}))
+    overrides: dict[str, Any] = {slow: Moment(ONE_REPLY[slow])}
+    if slow == "synthesize":  # a synthesis writes the answer when the verdict has none
+        overrides["analyze"] = [verdict(True, 0.9, "ok")]
+    llm = ScriptedLLM(script(**overrides))
     run = session_for(llm, streaming_planner=False).start("goal")
-    await moment.arrived.wait()
+    await overrides[slow].arrived.wait()
     run.follow_up(FOLLOW_UP)
     await run
-    assert MARK in llm.requests_for("synthesize")[-1].prompt, f"the answer did not see a follow-up sent in {slow}"
+    writer = llm.requests_for("synthesize") or llm.requests_for("analyze")  # the verdict writes it when it can
+    assert MARK in writer[-1].prompt, f"the answer did not see a follow-up sent in {slow}"
     if slow in ("route", "plan", "synthesize"):
         assert MARK in llm.requests_for("plan")[-1].prompt
     assert run.follow_ups == [FOLLOW_UP] and run.pending_follow_ups == [] and run.status == "done"

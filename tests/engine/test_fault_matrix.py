@@ -2,7 +2,8 @@
 
 One scenario reaches all nine purposes (a long history to summarize, a plan, 13 tools to select from, a step
 whose long result must be compacted for its dependent, a result with a citation, a verdict, a streamed
-answer, a domain route). One purpose at a time then meets one fault on *every* call it makes; the rest of the
+answer, a domain route). Its verdict reaches the goal but writes no answer, so a synthesis writes it (a verdict
+that writes the answer makes no synthesis call: ``tests/engine/test_verdict_stream.py``). One purpose at a time then meets one fault on *every* call it makes; the rest of the
 script stays healthy. Whatever the cell, the run ends (nothing hangs), every completed step result is in
 ``run.steps`` and in the store, and the answer is never empty.
 """
@@ -35,7 +36,7 @@ tool_selection  | all-tools    | silent       | all-tools    | silent           
 step            | step-failed  | step-failed  | step-failed  | step-failed      | FAILED     | step-failed   | step-failed  | step-failed  | kept       | step-failed
 compaction      | cut          | cut          | cut          | cut              | FAILED     | cut           | cut          | cut          | cut        | cut
 analyze         | not-judged   | silent       | not-judged   | silent           | FAILED     | silent        | not-judged   | not-judged   | not-judged | silent
-synthesize      | their-answer | their-answer | their-answer | their-answer     | FAILED     | their-answer  | their-answer | their-answer | kept       | their-answer
+synthesize      | listing      | listing      | listing      | listing          | FAILED     | listing       | listing      | listing      | kept       | listing
 citation_check  | unverified   | silent       | unverified   | silent           | unverified | silent        | unverified   | unverified   | unverified | silent
 route           | undirected   | silent       | undirected   | silent           | FAILED     | silent        | undirected   | undirected   | undirected | silent
 """
@@ -52,7 +53,8 @@ route           | undirected   | silent       | undirected   | silent           
 - ``step-failed``: that step fails with the error, the others keep their results, the run answers;
 - ``cut``: a text that could not be compacted is cut to fit, head and tail kept (a warning says so);
 - ``not-judged``: the round counts as not achieved ("Could not parse analysis response"), so the loop replans;
-- ``their-answer``: the answer falls back to the analyzer's ``final_answer`` (a warning says so);
+- ``listing``: the answer falls back to the analyzer's reasoning and the completed steps' results (a warning
+  says so);
 - ``unverified``: the step keeps its result, marked "citations not verified";
 - ``undirected``: the plan is made without domain steering (a warning says so);
 - ``kept``: the megabyte is used as it is (the views cap it);
@@ -72,7 +74,6 @@ TRANSIENT = ("rate_limit", "timeout", "server_500", "connection_reset", "broken_
 GOAL = "What does a 404 status mean?"
 LONG_RESULT = "Measured value: 42. " * 2500  # 50,000 characters: s2's dependency context must be compacted
 CITED = "Per RFC 9110 section 15.5.5, a 404 status means the resource was not found."
-FINAL_ANSWER = "A 404 means the server found nothing at that address."
 
 
 def parse_matrix(text: str) -> dict[tuple[str, str], str]:
@@ -106,9 +107,7 @@ def healthy_script() -> dict[str, Any]:
         "step:s2": [CITED],
         "compaction": ["Digest: the measured value is 42."],
         "citation_check": [{"valid": True, "feedback": ""}],
-        "analyze": [
-            {"achieved": True, "confidence": 0.9, "reasoning": "Both answer it.", "final_answer": FINAL_ANSWER}
-        ],
+        "analyze": [{"achieved": True, "confidence": 0.9, "reasoning": "Both answer it.", "final_answer": None}],
         "synthesize": [["A 404 ", "means not found."]],
     }
 
@@ -206,8 +205,8 @@ def check_outcome(outcome: str, purpose: str, run: DagRun, llm: ScriptedLLM) -> 
         first = run.rounds[0]
         assert first.analysis is not None and first.analysis.reasoning.startswith("Could not parse analysis response")
         assert first.decision is not None and first.decision.action == "replan" and len(run.rounds) == 2
-    elif outcome == "their-answer":
-        assert "The answer could not be written" in said and run.answer == FINAL_ANSWER
+    elif outcome == "listing":
+        assert "The answer could not be written" in said and run.answer.startswith("Both answer it.\n\n---\n\n**s1**")
     elif outcome == "unverified":
         s2 = run.rounds[0].plan.steps[1]
         assert s2.status == "completed" and s2.result == CITED
@@ -306,14 +305,19 @@ async def test_a_transient_fault_met_once_is_retried_away(purpose: str, fault_na
 
     first = faulted_calls(run, purpose)[0]
     if fault_name == "broken_stream" and first.stream:
-        # a stream that broke after its first piece is not retried (its text was shown already): the plan is
-        # made again without streaming; the answer falls back to the analyzer's
+        # a stream that broke after its first piece is not retried (its text was shown already): the plan and the
+        # verdict are asked for again without streaming; the answer falls back to the steps' results
         assert first.status == "failed" and first.retries == 0
         if purpose == "plan":
             assert warnings_of(run) == ["the plan's stream broke (Connection failed): planned again without streaming"]
             assert run.answer == "A 404 means not found."
+        elif purpose == "analyze":
+            assert warnings_of(run) == [
+                "The verdict's stream broke (Connection failed): the round is judged again without streaming."
+            ]
+            assert run.answer == "A 404 means not found." and run.achieved
         else:
-            check_outcome("their-answer", purpose, run, llm)
+            check_outcome("listing", purpose, run, llm)
     else:
         assert run.status == "done" and run.answer == "A 404 means not found."
         assert warnings_of(run) == []

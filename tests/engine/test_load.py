@@ -278,6 +278,11 @@ CANCELLED_WHILE: dict[str, tuple[dict[str, Any], dict[str, Any], Callable[[DagRu
     ),
     "executing": ({"step": hang}, {}, lambda run: run.phase == "executing" and bool(run.steps)),
     "analyzing": ({"analyze": hang}, {}, lambda run: run.phase == "analyzing"),
+    "analyzing, the verdict's answer streaming": (
+        {"analyze": [verdict(True, 0.9, "fine", " ".join(f"w{i}" for i in range(2000)))]},
+        {"chunk_delay": 0.01},
+        lambda run: run.phase == "analyzing" and bool(run.answer),
+    ),
     "synthesizing": (
         {"synthesize": [[f"w{i} " for i in range(2000)]]},
         {"chunk_delay": 0.01},

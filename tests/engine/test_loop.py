@@ -24,7 +24,7 @@ def script(**overrides: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
         "plan": [TWO_STEPS],
         "step": lambda r: f"result of {r.step_id} in round {r.round}",
-        "analyze": [verdict(True, 0.9, "all found", "fallback answer")],
+        "analyze": [verdict(True, 0.9, "all found", "The answer.")],
         "synthesize": [["The ", "answer."]],
         "route": [{"domain": None}],
     }
@@ -84,11 +84,13 @@ def test_replan_context_previews_the_latest_round_longer() -> None:
 
 
 async def test_achieved_in_round_one_is_one_round_with_a_streamed_answer() -> None:
-    llm = ScriptedLLM(script())
+    answer = "The answer, shown while the verdict is written."
+    llm = ScriptedLLM(script(analyze=[verdict(True, 0.9, "all found", answer)]))
     run = await session_for(llm).run("goal")
     assert (run.status, len(run.rounds), run.achieved, run.confidence) == ("done", 1, True, 0.9)
     deltas = [e.text for e in run.events if isinstance(e, AnswerDelta)]
-    assert deltas == ["The ", "answer."] and run.answer == "The answer."
+    assert len(deltas) > 1 and "".join(deltas) == answer and run.answer == answer
+    assert llm.requests_for("synthesize") == []  # the verdict wrote it
     ready = [e for e in run.events if isinstance(e, AnswerReady)]
     assert len(ready) == 1 and ready[0].fallback is False
     assert run.rounds[0].decision is not None and run.rounds[0].decision.action == "synthesize"
@@ -194,17 +196,29 @@ async def test_analyzer_garbage_gives_the_safe_default_and_a_replan() -> None:
 
 
 # --- synthesis and its fallbacks -----------------------------------------------------------------
+# (a smart model that cannot stream: its verdict's answer is not the run's, a synthesis writes it)
+
+NO_STREAM = ("tool_call", "json_mode")
+WITH_ITS_ANSWER = [verdict(True, 0.9, "all found", "fallback answer")]
 
 
-async def test_a_failing_stream_falls_back_to_the_analyzers_final_answer() -> None:
-    llm = ScriptedLLM(script(synthesize=[["Partial ", RuntimeError("stream broke")]]))
+async def test_a_failing_synthesis_falls_back_to_the_analyzers_final_answer() -> None:
+    llm = ScriptedLLM(script(analyze=WITH_ITS_ANSWER, synthesize=[RuntimeError("down")]), capabilities=NO_STREAM)
     run = await session_for(llm).run("goal")
     assert run.answer == "fallback answer"
     assert [e.fallback for e in run.events if isinstance(e, AnswerReady)] == [True]
 
 
-async def test_an_empty_stream_falls_back_to_the_analyzers_final_answer() -> None:
-    run = await session_for(ScriptedLLM(script(synthesize=[""]))).run("goal")
+async def test_a_stream_failing_mid_way_falls_back_and_drops_what_it_wrote() -> None:
+    llm = ScriptedLLM(script(analyze=[verdict(True, 0.9, "all found")], synthesize=[["Partial ", RuntimeError("x")]]))
+    run = await session_for(llm).run("goal")
+    assert run.answer.startswith("all found\n\n---\n\n**s1**")
+    assert [e.fallback for e in run.events if isinstance(e, AnswerReady)] == [True]
+
+
+async def test_an_empty_answer_falls_back_to_the_analyzers_final_answer() -> None:
+    llm = ScriptedLLM(script(analyze=WITH_ITS_ANSWER, synthesize=[""]), capabilities=NO_STREAM)
+    run = await session_for(llm).run("goal")
     assert run.answer == "fallback answer"
 
 
@@ -303,7 +317,7 @@ async def test_a_follow_up_while_the_answer_streams_gets_its_own_round() -> None
             return ["First ", "answer."]
         return ["Second ", "answer."]
 
-    llm = ScriptedLLM(script(synthesize=answer))
+    llm = ScriptedLLM(script(synthesize=answer, analyze=[verdict(True, 0.9, "all found")]))  # no answer: a synthesis
     run = session_for(llm).start("goal")
     holder["run"] = run
     await run
@@ -326,7 +340,7 @@ async def test_a_follow_up_is_judged_with_the_goal() -> None:
     run.follow_up("in French")
     await run
     assert "[User follow-up]: in French" in llm.requests_for("analyze")[0].prompt
-    assert "[User follow-up]: in French" in llm.requests_for("synthesize")[0].prompt
+    assert run.answer == "The answer." and llm.requests_for("synthesize") == []  # the verdict's: it saw it
     assert len(run.rounds) == 1 and run.state.follow_ups == ["in French"]
 
 
@@ -491,11 +505,12 @@ async def test_a_call_that_never_answers_is_bounded_and_the_run_still_answers() 
 
 
 async def test_a_stream_that_stops_sending_is_bounded_too() -> None:
-    llm = ScriptedLLM(script(synthesize=[["The ", "answer ", "never ends"]]), chunk_delay=3600)
+    llm = ScriptedLLM(script(), chunk_delay=3600)
     run = await session_for(llm, llm_timeout=0.1, llm_retries=0).run("goal")
-    assert run.status == "done" and run.answer == "fallback answer"  # the analyzer's, as the stream failed
-    (synthesis,) = [c for c in run.calls if c.purpose == "synthesize"]
-    assert synthesis.status == "failed" and "DAG_LLM_TIMEOUT" in (synthesis.error or "")
+    assert run.status == "done" and run.answer == "The answer."  # the verdict's, asked for again whole
+    streamed, whole = [c for c in run.calls if c.purpose == "analyze"]
+    assert streamed.stream and streamed.status == "failed" and "DAG_LLM_TIMEOUT" in (streamed.error or "")
+    assert not whole.stream and whole.status == "ok"
 
 
 def test_a_key_set_on_litellm_itself_counts(monkeypatch: pytest.MonkeyPatch) -> None:

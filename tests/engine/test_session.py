@@ -18,7 +18,7 @@ def script(step: Any, **overrides: Any) -> dict[str, Any]:
     return {
         "plan": [PARALLEL],
         "step": step,
-        "analyze": [verdict(True, 0.9, "ok", "final")],
+        "analyze": [verdict(True, 0.9, "ok", "Answer text.")],
         "synthesize": [["Answer ", "text."]],
         **overrides,
     }
@@ -100,7 +100,8 @@ async def test_cancelling_session_run_cancels_the_run_and_propagates() -> None:
 
 
 async def test_history_carries_over_between_runs_and_reset_forgets_it() -> None:
-    llm = ScriptedLLM(script("r", synthesize=[["Paris."], ["Berlin."], ["Rome."]]))
+    answers = [verdict(True, 0.9, "ok", answer) for answer in ("Paris.", "Berlin.", "Rome.")]
+    llm = ScriptedLLM(script("r", analyze=answers))
     session = session_for(llm)
     await session.run("Capital of France?")
     await session.run("And of Germany?")

@@ -18,7 +18,7 @@ def scripted(**overrides: Any) -> ScriptedLLM:
         "route": [{"domain": None}],
         "plan": [TWO_STEPS],
         "step": ["a result"],
-        "analyze": [{"achieved": True, "confidence": 0.9, "reasoning": "fine", "final_answer": "42"}],
+        "analyze": [{"achieved": True, "confidence": 0.9, "reasoning": "fine", "final_answer": "The answer is 42."}],
         "synthesize": [["The answer ", "is 42."]],
     }
     return ScriptedLLM({**script, **overrides})

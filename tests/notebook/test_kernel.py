@@ -46,12 +46,14 @@ SETUP = textwrap.dedent(
         {"id": "s3", "task": "combine both halves", "dependencies": ["s1", "s2"]},
     ]}
 
+    ANSWER = "The answer is 42."
+
     def scripted(latency=0.0, chunk_delay=0.0, **overrides):
         script = {
             "route": [{"domain": None}],
             "plan": [PLAN],
             "step": ["a result"],
-            "analyze": [{"achieved": True, "confidence": 0.9, "reasoning": "fine", "final_answer": "42"}],
+            "analyze": [{"achieved": True, "confidence": 0.9, "reasoning": "fine", "final_answer": ANSWER}],
             "synthesize": [["The answer ", "is 42."]],
         }
         return ScriptedLLM({**script, **overrides}, latency=latency, chunk_delay=chunk_delay)
@@ -341,7 +343,11 @@ def test_the_widgets_stop_message_skips_pending_steps_mid_run(kernel: Kernel) ->
 def test_widget_updates_stay_at_most_20_per_second_while_500_tokens_stream(
     kernel: Kernel, record_property: Any
 ) -> None:
-    kernel.execute('streamer = scripted(synthesize=[[f"t{i} " for i in range(500)]], chunk_delay=0.004)')
+    kernel.execute(  # the verdict writes the answer: its JSON streams in pieces of 16 characters
+        'tokens = "".join(f"t{i} " for i in range(500))\n'
+        'verdict = {"achieved": True, "confidence": 0.9, "reasoning": "ok", "final_answer": tokens}\n'
+        "streamer = scripted(analyze=[verdict], chunk_delay=0.008)"
+    )
     submitted = time.monotonic()
     msg_id = kernel.submit("%%dag --models streamer\nstream a long answer")
     comm_id = kernel.widget_comm_id(msg_id)
@@ -453,10 +459,11 @@ CRASHABLE = textwrap.dedent(
                 await asyncio.sleep(3600)  # running when the kernel restarts
             return f"value of {request.step_id}"
 
-        def synthesize(request):
-            return ["Answer from " + ", ".join(sorted(set(re.findall(r"value of s[0-9]", request.prompt))))]
+        def analyze(request):  # the verdict writes the answer, from the results it sees
+            answer = "Answer from " + ", ".join(sorted(set(re.findall(r"value of s[0-9]", request.prompt))))
+            return {"achieved": True, "confidence": 0.9, "reasoning": "fine", "final_answer": answer}
 
-        return scripted(step=step, synthesize=synthesize)
+        return scripted(step=step, analyze=analyze)
     """
 )
 

@@ -177,7 +177,7 @@ def test_history_show_and_trace(ip: InteractiveShell, capsys: pytest.CaptureFixt
     assert re.search(rf"  1  {run.run_id}  done +\S+ \S+ +\S+  'first goal'", capsys.readouterr().out)
     run_cell(ip, "%dag trace 1")
     trace = capsys.readouterr().out
-    assert "synthesize" in trace and "total" in trace and "plan" in trace
+    assert "analyze" in trace and "total" in trace and "plan" in trace
 
 
 def test_help_lists_every_option_and_subcommand(ip: InteractiveShell) -> None:
@@ -225,7 +225,8 @@ def test_demo_runs_offline(ip: InteractiveShell) -> None:
     assert run.status == "done" and run.achieved and len(run.rounds) == 2
     first = run.rounds[0].plan
     assert first.step("s3").status == "failed" and first.step("s4").status == "skipped"
-    assert "4.7 times" in run.answer
+    assert "4.7 times" in run.answer and "| Paris | 2,102,650 |" in run.answer  # the whole answer, by the verdict
+    assert {c.purpose for c in run.calls} == {"route", "plan", "step", "analyze"}
     assert {c.name for s in first.steps for c in s.tool_calls} == {"city_population", "city_area"}
 
 

@@ -29,8 +29,8 @@ MODEL = textwrap.dedent(
             {"id": "s3", "task": "Compare <both> cities", "dependencies": ["s1", "s2"]},
         ]}],
         "step": ["about 2.1 million", "about 3.8 million", "Berlin has more inhabitants"],
-        "analyze": [{"achieved": True, "confidence": 0.9, "reasoning": "both known", "final_answer": "Berlin"}],
-        "synthesize": [["Berlin has ", "more inhabitants ", "than Paris."]],
+        "analyze": [{"achieved": True, "confidence": 0.9, "reasoning": "both known",
+                     "final_answer": "Berlin has more inhabitants than Paris."}],
     })
     """
 ).strip()

@@ -63,8 +63,26 @@ async def test_state_describes_the_run_in_plain_json() -> None:
     assert not {"x", "y", "w", "h", "layer"} & set(first["nodes"][0])
     assert first["analysis"] == {"achieved": True, "confidence": 0.9, "reasoning": "fine"}
     assert first["decision"]["action"] == "synthesize"
-    assert [c["purpose"] for c in state["calls"]] == ["route", "plan", "step", "step", "analyze", "synthesize"]
+    assert [c["purpose"] for c in state["calls"]] == ["route", "plan", "step", "step", "analyze"]  # it wrote the answer
     assert "messages" not in state["calls"][0]  # the trace stays small
+
+
+async def test_an_answer_being_written_again_is_not_marked_as_the_earlier_fallback() -> None:
+    confident_but_short = {"achieved": False, "confidence": 0.9, "reasoning": "partly"}
+    reached = {"achieved": True, "confidence": 0.9, "reasoning": "ok", "final_answer": "The re-run's answer, whole."}
+    run = await session(analyze=[confident_but_short, reached]).run("goal")
+    assert widget_state(run)["answer_fallback"] is True  # the listing of the steps' results
+    while_written: list[tuple[str, bool]] = []
+
+    def look(event: Any) -> None:
+        if event.type == "answer_delta":
+            state = widget_state(run)
+            while_written.append((state["answer"], state["answer_fallback"]))
+
+    run.subscribe(look)
+    await run.rerun("s2")
+    assert while_written and not any(fallback for _, fallback in while_written), while_written
+    assert widget_state(run)["answer_fallback"] is False
 
 
 async def test_long_results_are_capped_in_the_saved_state() -> None:
@@ -75,16 +93,21 @@ async def test_long_results_are_capped_in_the_saved_state() -> None:
 
 async def test_syncs_are_throttled_while_an_answer_streams() -> None:
     tokens = [f"t{i} " for i in range(500)]
-    llm = scripted(synthesize=[tokens])
+    answer = "".join(tokens)
+    llm = scripted(analyze=[{"achieved": True, "confidence": 0.9, "reasoning": "ok", "final_answer": answer}])
     llm.chunk_delay = 0.002
     run = DagSession(ModelRegistry().register("m", llm), DagSettings(store="none")).start("goal")
     widget = DagWidget(run)
+    shown: list[tuple[str, str]] = []
+    widget.observe(lambda change: shown.append((widget.phase, change["new"])), names="answer")
     started = asyncio.get_running_loop().time()
     await run
     elapsed = asyncio.get_running_loop().time() - started
-    assert widget.answer == "".join(tokens)  # the last sync carries everything
+    assert widget.answer == answer  # the last sync carries everything
     assert widget.syncs <= 20 * elapsed + 3, (widget.syncs, elapsed)
     assert widget.syncs < len(tokens) / 5
+    # the answer shows while the verdict that writes it is still being made
+    assert any(phase == "analyzing" and 0 < len(text) < len(answer) for phase, text in shown), shown
     widget.close()
 
 
@@ -297,7 +320,11 @@ async def test_debugging_messages_from_the_front_end_drive_the_run() -> None:
 async def test_a_composite_steps_nested_run_is_in_its_node() -> None:
     outer = {"steps": [{"id": "s1", "task": "big", "tool_hint": "subplan"}]}
     inner = {"steps": [{"id": "s1", "task": "small"}, {"id": "s2", "task": "smaller", "dependencies": ["s1"]}]}
-    llm = scripted(plan=[outer, inner], synthesize=[["inner answer"], ["outer answer"]])
+    verdicts = [
+        {"achieved": True, "confidence": 0.9, "reasoning": "ok", "final_answer": a}
+        for a in ("inner answer", "outer answer")
+    ]
+    llm = scripted(plan=[outer, inner], analyze=verdicts)
     run = await DagSession(ModelRegistry().register("m", llm), DagSettings(store="none")).run("goal")
     (node,) = widget_state(run)["rounds"][0]["nodes"]
     sub = node["subrun"]
