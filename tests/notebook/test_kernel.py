@@ -48,7 +48,6 @@ SETUP = textwrap.dedent(
 
     def scripted(latency=0.0, chunk_delay=0.0, **overrides):
         script = {
-            "route": [{"domain": None}],
             "plan": [PLAN],
             "step": ["a result"],
             "analyze": [{"achieved": True, "confidence": 0.9, "reasoning": "fine", "final_answer": "42"}],
