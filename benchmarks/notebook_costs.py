@@ -32,7 +32,6 @@ print(time.perf_counter() - started)
 MODEL = """
 from dagmagic.testing import ScriptedLLM
 llm = ScriptedLLM({
-    "route": [{"domain": None}],
     "plan": [{"steps": [{"id": "s1", "task": "look up a"}, {"id": "s2", "task": "look up b"},
                         {"id": "s3", "task": "compare", "dependencies": ["s1", "s2"]}]}],
     "step": ["a result of about this length, with a number: 42"],

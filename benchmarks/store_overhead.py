@@ -54,7 +54,6 @@ def session(store: str) -> DagSession:
     """A session whose model plans ``plan()`` and answers everything at once, saving to ``store``."""
     llm = ScriptedLLM(
         {
-            "route": [{"domain": None}],
             "plan": [plan()],
             "step": ["a short result"],
             "analyze": [{"achieved": True, "confidence": 0.9, "reasoning": "complete"}],

@@ -36,7 +36,6 @@ MODEL = textwrap.dedent(
     PLAN = {{"steps": [{{"id": f"s{{i}}", "task": f"Look up fact number {{i}} about the topic, with its source",
               "dependencies": [f"s{{i - 10}}"] if i > 10 else []}} for i in range(1, {STEPS} + 1)]}}
     llm = ScriptedLLM({{
-        "route": [{{"domain": None}}],
         "plan": [PLAN],
         "step": ["a short result"],
         "analyze": [{{"achieved": True, "confidence": 0.9, "reasoning": "fine"}}],

@@ -58,7 +58,8 @@ Purpose = Literal[
     "citation_check",
     "route",
 ]
-"""The call site of an LLM call; usage and the trace view are grouped by it."""
+"""The call site of an LLM call; usage and the trace view are grouped by it. (``route``: the domain
+classification runs stored before the plan call said the domain; no call is made for it any more.)"""
 
 StructuredLevel = Literal["tool_call", "json_mode", "text", "regex", "default"]
 
@@ -610,9 +611,9 @@ class RunState(BaseModel):
     pending_follow_ups: list[str] = Field(default_factory=list)
     """Follow-ups no plan and no final answer has seen yet, oldest first."""
     domain: str | None = None
-    """The goal's domain (legal, medical, financial), classified once at the start."""
+    """The goal's domain (legal, medical, financial), as the run's first plan said it."""
     routed: bool = False
-    """Whether the goal's domain was classified (a resumed run does not ask again)."""
+    """Whether a plan has said the goal's domain (later plans, and a resumed run's, are not asked again)."""
     calls: list[LLMCall] = Field(default_factory=list)
     """Every LLM call, in order."""
     error: str | None = None

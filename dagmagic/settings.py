@@ -192,7 +192,8 @@ class DagSettings(BaseModel):
     )
     domain_routing: bool = Field(
         True,
-        description="Classify the goal's domain (legal, medical, financial) to steer the planner.",
+        description="The first plan call also says the goal's domain (legal, medical, financial), which steers "
+        "precise steps to the reasoning model.",
         json_schema_extra=_env("DAG_DOMAIN_ROUTING"),
     )
     citation_verification: bool = Field(

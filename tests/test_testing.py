@@ -30,7 +30,7 @@ async def test_step_keys_win_over_purposes_and_star_catches_the_rest() -> None:
     llm = ScriptedLLM({"step:s2": ["special"], "step": ["plain"], "*": ["anything"]})
     assert (await llm.complete(request(step_id="s2"))).content == "special"
     assert (await llm.complete(request(step_id="s1"))).content == "plain"
-    assert (await llm.complete(request("route"))).content == "anything"
+    assert (await llm.complete(request("analyze"))).content == "anything"
 
 
 async def test_callables_sync_and_async_see_the_request() -> None:

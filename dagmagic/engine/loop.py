@@ -1,9 +1,10 @@
 """The goal loop: plan, execute, analyze, then answer or replan (DESIGN §3), as a run of phases.
 
 ``GoalLoop.drive`` takes a ``DagRun`` from a starting phase to its end: each phase
-(``dagmagic.engine.phases``) does its work and returns the next one. A new run starts by routing its goal
-and planning; a resumed one where it was; a re-run at the round that re-runs a step. What the user says on
-the way arrives in the run's inbox (``dagmagic.engine.inbox``), which the phases read where they decide.
+(``dagmagic.engine.phases``) does its work and returns the next one. A new run starts by planning (the plan
+call also says the goal's domain); a resumed one where it was; a re-run at the round that re-runs a step.
+What the user says on the way arrives in the run's inbox (``dagmagic.engine.inbox``), which the phases read
+where they decide.
 
 What a round decides, and what earlier rounds tell later ones, is in ``dagmagic.engine.rounds`` (``decide``,
 ``replan_context`` and ``visible_results`` are re-exported here, the loop's own vocabulary).

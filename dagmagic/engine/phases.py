@@ -37,7 +37,6 @@ from dagmagic.engine.rounds import (
     rejected,
     visible_results,
 )
-from dagmagic.engine.routing import classify_domain
 from dagmagic.engine.synthesis import synthesize
 from dagmagic.errors import DagError
 from dagmagic.events import AnalysisReady, AnswerDelta, ApprovalRequested, PlanReady, Replanning
@@ -80,7 +79,7 @@ FINISHED: Phase = _Finished()
 
 
 class Starting(Phase):
-    """Before the first round: the goal's domain, and the conversation the planner will see."""
+    """Before the first round: the conversation the planner will see (the goal's domain comes with the plan)."""
 
     name = "starting"
 
@@ -89,12 +88,6 @@ class Starting(Phase):
         """Where to go on from (a resumed run's round); a new round when None."""
 
     async def run(self, pursuit: Pursuit) -> Phase:  # noqa: D102
-        run, settings = pursuit.run, pursuit.loop.settings
-        if settings.domain_routing and not run.state.routed:
-            router = pursuit.model("fast")
-            goal = pursuit.guard.objective_text(run.goal, (), router, round=1)
-            run.state.domain = await classify_domain(router, goal, round=1)
-            run.state.routed = True
         if self.then is not None:
             return self.then(pursuit)
         await pursuit.past()

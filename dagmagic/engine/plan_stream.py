@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dagmagic.engine.planner import (
-    PlanDraft,
+    Domain,
     Planner,
     StepDraft,
     normalize_step,
-    recover_steps,
+    plan_schema,
+    recover_plan,
     step_hints,
     usable_tool_args,
 )
@@ -55,6 +56,8 @@ class StreamedPlan:
     """Steps handed over while the plan streamed, by id."""
     readable: bool = True
     """False when the reply held no plan at all."""
+    domain: Domain | None = None
+    """The goal's domain as the reply said it (only when it was asked for)."""
 
 
 class PlanStream:
@@ -72,18 +75,23 @@ class PlanStream:
         context: str | None = None,
         earlier: Collection[str] = (),
         domain: str | None = None,
+        ask_domain: bool = False,
     ) -> StreamedPlan:
         """Stream the plan; steps go to ``on_step`` on the way. Provider errors propagate; a malformed plan
         does not raise: its unusable steps are skipped, and a reply with no readable plan is ``readable=False``.
+        ``ask_domain``: the planner must say the goal's domain too (read from the whole reply at the end).
         """
         planner = self.planner
         capabilities = planner.model.entry.capabilities
         level: StructuredLevel = (
             "tool_call" if capabilities.tool_call else "json_mode" if capabilities.json_mode else "text"
         )
-        shape = OutputShape(PlanDraft, None, recover_steps)
+        ask_domain = ask_domain and not domain
+        shape = OutputShape(plan_schema(ask_domain=ask_domain), None, recover_plan)
         messages = with_instruction(
-            planner.messages(query, round=round, context=context, earlier=earlier, domain=domain),
+            planner.messages(
+                query, round=round, context=context, earlier=earlier, domain=domain, ask_domain=ask_domain
+            ),
             shape.instruction(level),
         )
         streamed = StreamedPlan(messages=messages)
@@ -104,7 +112,9 @@ class PlanStream:
             raw = extract_json(reply.whole())  # the whole reply, parsed once
             if echoes_schema(raw, shape.json_schema):  # as for the normal planner: a failed reply, not a plan
                 raise ValueError("the reply repeats the JSON schema instead of giving a plan")
-            streamed.drafts = recover_steps(raw)
+            draft = recover_plan(raw)
+            streamed.drafts = draft.steps
+            streamed.domain = draft.domain if ask_domain else None
         except (ValueError, TypeError, RecursionError):
             # ValueError (pydantic's ValidationError is one): no plan, or a step that is not one; the others
             # guard against shapes no one has met yet. The normal planner counts any exception as an unreadable

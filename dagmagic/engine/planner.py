@@ -18,9 +18,9 @@ import contextlib
 import datetime as dt
 import json
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from dagmagic.engine import prompts
@@ -34,10 +34,13 @@ from dagmagic.models import ExecutionPlan, PlanStep, split_round_reference
 from dagmagic.settings import DagSettings
 
 __all__ = [
+    "Domain",
     "PlanDraft",
     "Planner",
     "StepDraft",
     "normalize_step",
+    "plan_schema",
+    "recover_plan",
     "recover_steps",
     "repair_steps",
     "usable_tool_args",
@@ -60,10 +63,43 @@ class StepDraft(BaseModel):
     """Why what the model wrote as ``tool_args`` is none (the validation warns); not part of the schema."""
 
 
+Domain = Literal["legal", "medical", "financial"]
+"""A goal's domain: the planner steers the steps that need precision to the reasoning model."""
+
+
 class PlanDraft(BaseModel):
     """The planner's output."""
 
+    # before the steps: a streaming model writes it first
+    domain: Domain | None = Field(
+        None, description='"legal", "medical" or "financial" when the goal needs that expertise, else null.'
+    )
     steps: list[StepDraft] = Field(description="The steps of the plan.")
+
+    @field_validator("domain", mode="before")
+    @classmethod
+    def _lenient_domain(cls, value: Any) -> str | None:
+        """The domain is a hint: anything that does not name one of the three is none."""
+        said = value.strip().lower() if isinstance(value, str) else None
+        return said if said in get_args(Domain) else None
+
+
+def plan_schema(*, ask_domain: bool = False) -> dict[str, Any]:
+    """The JSON schema the plan call asks for: ``PlanDraft``'s, without ``domain`` unless the planner must say it."""
+    schema = PlanDraft.model_json_schema()
+    if not ask_domain:
+        schema["properties"].pop("domain")
+    return schema
+
+
+def recover_plan(raw: Any) -> PlanDraft:
+    """``recover_steps``, and the goal's domain when the reply says one (anything else is none)."""
+    if isinstance(raw, str):
+        raw = extract_json(raw)
+    said = raw.get("domain") if isinstance(raw, Mapping) else None
+    if said is None and isinstance(raw, Mapping) and isinstance(raw.get("plan"), Mapping):
+        said = raw["plan"].get("domain")
+    return PlanDraft(domain=said, steps=recover_steps(raw))
 
 
 _DEPENDENCY_KEYS = ("dependencies", "depends_on", "deps", "requires")
@@ -434,8 +470,10 @@ class Planner:
         self.roles = sorted(set(roles) | set(STANDARD_ROLES))
         self.today = today
 
-    def system_prompt(self, domain: str | None = None) -> str:
-        """The planner's instructions for today, the available tools and roles, and the domain."""
+    def system_prompt(self, domain: str | None = None, *, ask_domain: bool = False) -> str:
+        """The planner's instructions for today, the available tools and roles, and the goal's domain: the one
+        known (``domain``), else, with ``ask_domain``, the request to say it.
+        """
         date = self.today()
         extra_roles = [r for r in self.roles if r not in STANDARD_ROLES]
         return prompts.PLANNER_SYSTEM.format(
@@ -446,7 +484,11 @@ class Planner:
             tools=self._tools_prompt() + (prompts.PLANNER_SUBPLAN if self.subruns else ""),
             tool_args=prompts.planner_tool_args(self.tools) if self.tools else "",
             roles=prompts.PLANNER_ROLES.format(names=", ".join(extra_roles)) if extra_roles else "",
-            domain=prompts.PLANNER_DOMAIN.format(domain=domain) if domain else "",
+            domain=prompts.PLANNER_DOMAIN.format(domain=domain)
+            if domain
+            else prompts.PLANNER_DOMAIN_ASK
+            if ask_domain
+            else "",
         )
 
     def _tools_prompt(self) -> str:
@@ -465,13 +507,15 @@ class Planner:
         context: str | None = None,
         earlier: Collection[str] = (),
         domain: str | None = None,
+        ask_domain: bool = False,
     ) -> list[dict[str, Any]]:
-        """The planner's conversation for a round."""
+        """The planner's conversation for a round (``ask_domain``: it must say the goal's domain)."""
         user = query
         if context:
             reusable = f"\nReusable results: {', '.join(sorted(earlier))}." if earlier else ""
             user = f"{query}\n\n{prompts.PLANNER_REPLAN.format(round=round, context=context, reusable=reusable)}"
-        return [{"role": "system", "content": self.system_prompt(domain)}, {"role": "user", "content": user}]
+        system = self.system_prompt(domain, ask_domain=ask_domain and not domain)
+        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
     async def plan(
         self,
@@ -482,16 +526,25 @@ class Planner:
         earlier: Collection[str] = (),
         domain: str | None = None,
         goal: str | None = None,
+        on_domain: Callable[[Domain | None], object] | None = None,
     ) -> ExecutionPlan:
         """A valid plan for ``query``: as the model wrote it, corrected once, repaired, or at worst one step
         whose task is ``goal`` (default: the query). Provider errors propagate.
+
+        ``on_domain``: the planner is asked for the goal's domain too, and this receives what its reply said
+        (not called when no reply was readable).
         """
-        messages = self.messages(query, round=round, context=context, earlier=earlier, domain=domain)
+        ask_domain = on_domain is not None and not domain
+        messages = self.messages(
+            query, round=round, context=context, earlier=earlier, domain=domain, ask_domain=ask_domain
+        )
         try:
-            drafts = await self._draft(messages, round)
+            draft = await self._draft(messages, round, ask_domain=ask_domain)
         except PlanningError as exc:
             return self.goal_step(query, goal, round=round, why=str(exc))
-        return await self.finish(messages, drafts, query=query, round=round, earlier=earlier, goal=goal)
+        if on_domain is not None and ask_domain:
+            on_domain(draft.domain)
+        return await self.finish(messages, draft.steps, query=query, round=round, earlier=earlier, goal=goal)
 
     async def finish(
         self,
@@ -513,7 +566,7 @@ class Planner:
             {"role": "user", "content": prompts.PLANNER_REASK.format(problem=problem)},
         ]
         with contextlib.suppress(PlanningError):  # an unreadable correction: the first attempt is repaired
-            drafts = await self._draft(messages, round)
+            drafts = (await self._draft(messages, round)).steps
         steps, problem = self.validate(drafts, round=round, earlier=earlier)
         if problem is None:
             return ExecutionPlan(goal=goal or query, query=query, steps=steps, round=round)
@@ -549,13 +602,13 @@ class Planner:
             tools=self.tool_names,
         )
 
-    async def _draft(self, messages: list[dict[str, Any]], round: int) -> list[StepDraft]:
+    async def _draft(self, messages: list[dict[str, Any]], round: int, *, ask_domain: bool = False) -> PlanDraft:
         try:
             result = await structured_llm_call(
                 self.model,
                 messages,
-                PlanDraft,
-                parse_fn=recover_steps,
+                plan_schema(ask_domain=ask_domain),
+                parse_fn=recover_plan,
                 purpose="plan",
                 round=round,
                 temperature=0.0,
@@ -564,8 +617,8 @@ class Planner:
             raise PlanningError(f"Planning failed: the model gave no readable plan ({exc})") from exc
         except ValidationError as exc:  # pragma: no cover - parse_fn failures are caught inside the call
             raise PlanningError(f"Planning failed: {exc}") from exc
-        drafts: list[StepDraft] = result.value
-        return drafts
+        draft: PlanDraft = result.value
+        return draft
 
     def _warn(self, message: str, round: int) -> None:
         if self.emit is not None:

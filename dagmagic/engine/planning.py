@@ -103,7 +103,12 @@ class Planning(Phase):
             return None
         planner, guard = pursuit.planner, pursuit.guard
         fixed = planner.messages(
-            self.query, round=self.index, context=" ", earlier=self.earlier.keys(), domain=pursuit.domain
+            self.query,
+            round=self.index,
+            context=" ",
+            earlier=self.earlier.keys(),
+            domain=pursuit.domain,
+            ask_domain=pursuit.asks_domain,
         )
         room = guard.room(planner.model, fixed, reserve=PLANNER_RESERVE)
         text = replan_context(self.previous, pursuit.loop.settings)
@@ -119,6 +124,7 @@ class Planning(Phase):
             earlier=self.earlier.keys(),
             domain=pursuit.domain,
             goal=self.objective,
+            on_domain=pursuit.route if pursuit.asks_domain else None,
         )
 
     # --- a streamed plan
@@ -173,9 +179,17 @@ class Planning(Phase):
 
         async def stream() -> tuple[StreamedPlan, str | None]:
             context = await self._replan_context(pursuit)
+            ask_domain = pursuit.asks_domain
             streamed = await PlanStream(pursuit.planner, start).run(
-                self.query, round=self.index, context=context, earlier=self.earlier.keys(), domain=pursuit.domain
+                self.query,
+                round=self.index,
+                context=context,
+                earlier=self.earlier.keys(),
+                domain=pursuit.domain,
+                ask_domain=ask_domain,
             )
+            if ask_domain and streamed.readable:  # the steps carry the hints the planner chose for that domain
+                pursuit.route(streamed.domain)
             return streamed, context
 
         try:

@@ -54,6 +54,11 @@ PLANNER_DOMAIN = (
     '\nThis goal is in the {domain} domain: precision matters. Use model_hint "reasoning" for every step '
     "that states facts, figures or citations the answer depends on."
 )
+PLANNER_DOMAIN_ASK = (
+    '\n`domain`: "legal", "medical" or "financial" when answering the goal needs that expertise, else null. '
+    'When you set it, use model_hint "reasoning" for every step that states facts, figures or citations the '
+    "answer depends on."
+)
 
 PLANNER_REPLAN = """\
 This is round {round}. Earlier rounds did not reach the goal. What happened:

@@ -1,6 +1,6 @@
 """``Pursuit``: one drive of a run, what its phases share, and the transitions several of them make.
 
-A drive starts at the phase its origin chooses (``first_phase``): a new run routes and plans; a resumed one
+A drive starts at the phase its origin chooses (``first_phase``): a new run plans; a resumed one
 goes on from the round it was in; a re-run starts at the round that re-runs a step. From any phase the run
 may need another round (``next_round``, ``users_round``), an answer now (``answer_now``), or a round's
 decision carried out (``act``): the answer its verdict wrote, another round, the best answer so far, or an answer
@@ -123,8 +123,19 @@ class Pursuit:
 
     @property
     def domain(self) -> str | None:
-        """The goal's domain, when it was classified."""
+        """The goal's domain, when a plan said one."""
         return self.run.state.domain
+
+    @property
+    def asks_domain(self) -> bool:
+        """Whether the next plan call must say the goal's domain: routing is on and no plan has said it yet
+        (a resumed run keeps what its first plan said).
+        """
+        return self.loop.settings.domain_routing and not self.run.state.routed
+
+    def route(self, domain: str | None) -> None:
+        """The goal's domain, as the first plan said it: later rounds' plans are steered by it."""
+        self.run.state.domain, self.run.state.routed = domain, True
 
     async def past(self) -> str | None:
         """The conversation before this run, fitted for the planner (summarized once, when it is long)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
+import threading
 from types import ModuleType
 
 from dagmagic import errors
@@ -12,9 +12,25 @@ from dagmagic.llm.secrets import mask_secrets
 
 __all__ = ["import_litellm", "import_litellm_off_the_loop", "mask_secrets", "translate_error"]
 
+_litellm: ModuleType | None = None
+"""litellm once imported and set up by ``import_litellm``."""
+_import_lock = threading.Lock()
+
 
 def import_litellm() -> ModuleType:
-    """Import litellm on first use; the local price list avoids its network fetch at import."""
+    """litellm, imported on first use, once: a thread that asks while another imports it waits for that import
+    (``%load_ext dagmagic`` starts one in the background). A failed import is tried again by the next caller.
+    """
+    global _litellm
+    if _litellm is None:
+        with _import_lock:
+            if _litellm is None:
+                _litellm = _load()
+    return _litellm
+
+
+def _load() -> ModuleType:
+    """Import and set up litellm; the local price list avoids its network fetch at import."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import litellm
 
@@ -29,16 +45,17 @@ def import_litellm() -> ModuleType:
 async def import_litellm_off_the_loop() -> None:
     """Import litellm in a worker thread, once: its import takes seconds of CPU, which on the event loop would
     freeze every widget, clock and other run meanwhile (a litellm model's first call or count imports it otherwise).
+    An import already under way in another thread is waited for there, not on the loop.
     """
-    if "litellm" not in sys.modules:
+    if _litellm is None:
         await asyncio.to_thread(import_litellm)
 
 
 def _litellm_classes() -> list[tuple[type[BaseException], type[errors.ProviderError]]]:
     """Litellm exception -> ours, most specific first (Timeout subclasses APIConnectionError)."""
-    if "litellm" not in sys.modules:  # nothing can have raised litellm's exceptions
+    litellm = _litellm
+    if litellm is None:  # nothing can have raised litellm's exceptions (an import under way is not done)
         return []
-    litellm = sys.modules["litellm"]
     return [
         (litellm.AuthenticationError, errors.AuthenticationError),
         (litellm.PermissionDeniedError, errors.PermissionDeniedError),

@@ -220,9 +220,10 @@ class LiteLLMBackend:
         return arguments
 
     async def _acompletion(self, arguments: dict[str, Any]) -> Any:
+        litellm = import_litellm()  # for a router too: its exceptions are translated once litellm is set up
         if self.router is not None:
             return await self.router.acompletion(**arguments)
-        return await import_litellm().acompletion(**arguments)
+        return await litellm.acompletion(**arguments)
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
         """One ``acompletion`` call."""

@@ -96,7 +96,6 @@ def demo_model() -> ScriptedLLM:
     )
     return ScriptedLLM(
         {
-            "route": [{"domain": None}],
             "plan": [round_one, round_two],
             "step": _step,
             "analyze": [
@@ -114,7 +113,7 @@ def demo_model() -> ScriptedLLM:
                 },
             ],
         },
-        latency={"route": 0.2, "plan": 1.2, "step": 0.6, "analyze": 0.9},
+        latency={"plan": 1.2, "step": 0.6, "analyze": 0.9},
         chunk_delay=0.03,
         price=(2e-6, 8e-6),
     )

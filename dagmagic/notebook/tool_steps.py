@@ -61,7 +61,7 @@ def call_text(step: PlanStep, value_chars: int = 60) -> str:
 
 
 def _shown(value: Any) -> str:
-    if _whole_reference(value):
+    if isinstance(value, str) and _whole_reference(value):
         return value
     return json.dumps(value, ensure_ascii=False, default=str)
 

@@ -55,7 +55,6 @@ MODELS = textwrap.dedent(
 
     def scripted(**overrides):
         script = {
-            "route": [{"domain": None}],
             "plan": [PLAN],
             "step": step,
             "analyze": [ACHIEVED],
@@ -541,17 +540,17 @@ def test_clocks_tick_between_kernel_messages_and_the_timeline_and_trace_open(not
     timeline = widget.locator(".dagmagic-timeline")
     timeline.locator("summary").click()
     expect(timeline.locator(".dagmagic-timeline-bar--completed")).to_have_count(3)  # the steps' runs
-    expect(timeline.locator(".dagmagic-timeline-bar--call-ok")).to_have_count(3)  # route, plan, the verdict+answer
+    expect(timeline.locator(".dagmagic-timeline-bar--call-ok")).to_have_count(2)  # plan, the verdict+answer
     expect(timeline.locator(".dagmagic-timeline-bar--queued").first).to_be_attached()
     notebook.screenshot("timeline", focus=timeline)
 
     trace = widget.locator(".dagmagic-trace")
     trace.locator("summary").click()
     rows = trace.locator(".dagmagic-trace-row")
-    expect(rows.first).to_contain_text("route")  # start order
+    expect(rows.first).to_contain_text("plan")  # start order
     expect(trace.locator(".dagmagic-trace-offset").first).to_have_text(re.compile(r"^\+\d"))
-    rows.nth(1).click()  # the plan
-    detail = trace.locator('.dagmagic-trace-detail[data-index="1"]')
+    rows.first.click()  # the plan
+    detail = trace.locator('.dagmagic-trace-detail[data-index="0"]')
     expect(detail.locator('.dagmagic-trace-message[data-role="system"]')).to_contain_text("planner")
     notebook.screenshot("trace-open", focus=detail)
     assert notebook.errors == []

@@ -93,7 +93,6 @@ MODELS = textwrap.dedent(
 
     def scripted(**overrides):
         script = {
-            "route": [{"domain": None}],
             "plan": [PLAN],
             "step": step,
             "step:s3": [ToolCall("probe", {"query": "x"}), HOSTILE],

@@ -40,7 +40,6 @@ def script(step: Any, **overrides: Any) -> dict[str, Any]:
         "step": step,
         "analyze": [verdict(True, 0.9, "found it", "fallback")],
         "synthesize": [["Done."]],
-        "route": [{"domain": None}],
         "citation_check": [{"valid": True}],
     }
     return {**base, **overrides}
@@ -875,46 +874,81 @@ def test_extract_citations_ignores_ordinary_prose(prose: str) -> None:
     assert extract_citations(prose) == []
 
 
-# --- domain routing -----------------------------------------------------------------------------------
+# --- domain routing: the plan call says the goal's domain ---------------------------------------------
 
 
-def planner_system(llm: ScriptedLLM) -> str:
-    return str(llm.requests_for("plan")[0].messages[0]["content"])
+def planner_system(llm: ScriptedLLM, index: int = 0) -> str:
+    return str(llm.requests_for("plan")[index].messages[0]["content"])
 
 
-async def test_a_legal_domain_steers_the_planner_to_the_reasoning_model() -> None:
-    llm = ScriptedLLM(script("answer", route=[{"domain": "legal"}]))
-    run = await session(llm).run("May my landlord keep the deposit?")
-    assert run.status == "done"
-    route = llm.requests_for("route")
-    assert len(route) == 1 and "May my landlord keep the deposit?" in route[0].prompt
-    system = planner_system(llm)
-    assert prompts.PLANNER_DOMAIN.format(domain="legal") in system
-    assert "This goal is in the legal domain" in system and 'Use model_hint "reasoning"' in system
+def planner_fields(llm: ScriptedLLM, index: int = 0) -> list[str]:
+    """The fields the plan call's schema asks for, in order (the forced tool's parameters)."""
+    return list(llm.requests_for("plan")[index].tools[0]["function"]["parameters"]["properties"])
 
 
-async def test_no_domain_leaves_the_planner_prompt_alone() -> None:
-    llm = ScriptedLLM(script("answer", route=[{"domain": None}]))
-    await session(llm).run("What is the capital of France?")
-    assert len(llm.requests_for("route")) == 1
-    assert "domain" not in planner_system(llm) and "precision matters" not in planner_system(llm)
+LEGAL_PLAN = {"domain": "legal", **ONE_STEP}
+STREAMED = pytest.mark.parametrize("streaming", [False, True], ids=["whole-plan", "streamed-plan"])
 
 
-@pytest.mark.parametrize(
-    "route",
-    [[RuntimeError("router down")], ["no idea"], [{"domain": "astrology"}]],
-    ids=["exception", "garbage", "unknown-domain"],
-)
-async def test_a_failing_route_does_not_fail_the_run(route: list[Any]) -> None:
-    llm = ScriptedLLM(script("answer", route=route))
+@STREAMED
+async def test_the_plan_call_says_the_domain_and_no_route_call_is_made(streaming: bool) -> None:
+    llm = ScriptedLLM(script("answer", plan=[LEGAL_PLAN]))
+    run = await session(llm, streaming_planner=streaming).run("May my landlord keep the deposit?")
+    assert run.status == "done" and run.state.domain == "legal" and run.state.routed
+    assert [r.purpose for r in llm.requests if r.purpose not in ("plan", "step", "analyze", "synthesize")] == []
+    assert prompts.PLANNER_DOMAIN_ASK in planner_system(llm) and "precision matters" not in planner_system(llm)
+    assert planner_fields(llm)[:2] == ["domain", "steps"]  # a streaming model writes the domain first
+    assert llm.requests_for("plan")[0].stream is streaming
+
+
+@STREAMED
+async def test_a_domain_the_first_plan_said_steers_the_later_rounds(streaming: bool) -> None:
+    llm = ScriptedLLM(
+        script(
+            "answer",
+            plan=[LEGAL_PLAN, {"domain": "medical", **ONE_STEP}],
+            analyze=[verdict(False, 0.2, "the statute is missing"), verdict(True, 0.9, "found it", "fallback")],
+        )
+    )
+    run = await session(llm, streaming_planner=streaming).run("May my landlord keep the deposit?")
+    assert run.status == "done" and len(run.rounds) == 2 and run.state.domain == "legal"
+    later = planner_system(llm, 1)
+    assert prompts.PLANNER_DOMAIN.format(domain="legal") in later and 'Use model_hint "reasoning"' in later
+    assert prompts.PLANNER_DOMAIN_ASK not in later and "domain" not in planner_fields(llm, 1)
+
+
+async def test_a_plan_with_no_domain_leaves_the_later_rounds_unsteered() -> None:
+    llm = ScriptedLLM(
+        script(
+            "answer",
+            plan=[{"domain": None, **ONE_STEP}, LEGAL_PLAN],
+            analyze=[verdict(False, 0.2, "not yet"), verdict(True, 0.9, "found it", "fallback")],
+        )
+    )
+    run = await session(llm).run("What is the capital of France?")
+    assert run.status == "done" and run.state.domain is None and run.state.routed
+    later = planner_system(llm, 1)
+    assert "precision matters" not in later and prompts.PLANNER_DOMAIN_ASK not in later  # asked once, answered
+
+
+@pytest.mark.parametrize("said", ["astrology", 42, ["legal"], "", "null"])
+async def test_a_domain_the_plan_cannot_mean_is_no_domain(said: Any) -> None:
+    llm = ScriptedLLM(script("answer", plan=[{"domain": said, **ONE_STEP}]))
     run = await session(llm).run("goal")
     assert run.status == "done" and run.error is None and run.steps["s1"].status == "completed"
-    assert len(llm.requests_for("route")) >= 1
-    assert "precision matters" not in planner_system(llm)
+    assert run.state.domain is None and not [e for e in run.events if isinstance(e, RunWarning)]
 
 
-async def test_domain_routing_can_be_turned_off() -> None:
-    llm = ScriptedLLM(script("answer", route=[{"domain": "legal"}]))
-    run = await session(llm, domain_routing=False).run("May my landlord keep the deposit?")
-    assert run.status == "done" and llm.requests_for("route") == []
-    assert "precision matters" not in planner_system(llm)
+async def test_a_domain_written_in_capitals_is_still_that_domain() -> None:
+    llm = ScriptedLLM(script("answer", plan=[{"domain": " Medical ", **ONE_STEP}]))
+    assert (await session(llm).run("Is ibuprofen safe with aspirin?")).state.domain == "medical"
+
+
+@STREAMED
+async def test_domain_routing_can_be_turned_off(streaming: bool) -> None:
+    llm = ScriptedLLM(script("answer", plan=[LEGAL_PLAN]))
+    run = await session(llm, domain_routing=False, streaming_planner=streaming).run("May my landlord keep it?")
+    assert run.status == "done" and run.state.domain is None
+    system = planner_system(llm)
+    assert prompts.PLANNER_DOMAIN_ASK not in system and "precision matters" not in system and "domain" not in system
+    assert planner_fields(llm) == ["steps"]

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from dagmagic import DagError, DagRun
+from dagmagic import DagError, DagRun, DagSession, DagSettings, ModelRegistry
+from dagmagic.engine.context import Exchange
 from dagmagic.engine.executor import STOPPED_REASON
 from dagmagic.engine.inbox import EFFECTS, INTERRUPTED, Inbox
 from dagmagic.engine.loop import FOLLOW_UP_WHILE_ANSWERING, FOLLOW_UP_WHILE_PLANNING
@@ -31,7 +32,6 @@ MARK = f"[User follow-up]: {FOLLOW_UP}"
 
 def script(**overrides: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
-        "route": [{"domain": None}],
         "plan": [TWO_STEPS],
         "step": lambda r: f"result of {r.step_id} in round {r.round}",
         "analyze": [verdict(True, 0.9, "all found", "The answer.")],
@@ -441,10 +441,13 @@ async def test_stop_after_a_follow_up_answers_now_and_the_answer_sees_the_follow
 
 
 async def test_stop_before_the_first_round_begins() -> None:
-    route = Moment({"domain": None})
-    llm = ScriptedLLM(script(route=route))
-    run = session_for(llm).start("goal")
-    await route.arrived.wait()
+    summary = Moment("the earlier conversation, in short")  # before the first round: the history, summarized
+    llm = ScriptedLLM(script(history_summary=summary))
+    models = ModelRegistry().register("scripted", llm, roles=["smart", "general", "fast"])
+    session = DagSession(models, DagSettings(store="none", planner_input_tokens=1000))
+    session.history = [Exchange(f"question {i}", "a long answer " * 400) for i in range(3)]
+    run = session.start("goal")
+    await summary.arrived.wait()
     run.stop()
     await run
     assert run.rounds == [] and llm.requests_for("plan") == []
@@ -455,7 +458,6 @@ async def test_stop_before_the_first_round_begins() -> None:
 
 
 ONE_REPLY: dict[str, Any] = {
-    "route": {"domain": None},
     "plan": TWO_STEPS,
     "step": lambda r: f"result of {r.step_id}",
     "analyze": verdict(True, 0.9, "ok"),
@@ -475,6 +477,6 @@ async def test_a_follow_up_at_any_moment_reaches_a_plan_or_the_final_answer(slow
     await run
     writer = llm.requests_for("synthesize") or llm.requests_for("analyze")  # the verdict writes it when it can
     assert MARK in writer[-1].prompt, f"the answer did not see a follow-up sent in {slow}"
-    if slow in ("route", "plan", "synthesize"):
+    if slow in ("plan", "synthesize"):
         assert MARK in llm.requests_for("plan")[-1].prompt
     assert run.follow_ups == [FOLLOW_UP] and run.pending_follow_ups == [] and run.status == "done"

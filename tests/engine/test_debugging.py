@@ -37,7 +37,6 @@ def answer_from(request: ScriptedRequest) -> list[str]:
 
 def script(**overrides: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
-        "route": [{"domain": None}],
         "plan": [CHAIN],
         "step": echo_step,
         "analyze": [verdict(True, 0.9, "complete")],

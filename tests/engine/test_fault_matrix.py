@@ -1,10 +1,10 @@
 """Every LLM call site under every fault: the outcome each cell of ``MATRIX`` documents, checked cell by cell.
 
-One scenario reaches all nine purposes (a long history to summarize, a plan, 13 tools to select from, a step
+One scenario reaches all eight purposes (a long history to summarize, a plan, 13 tools to select from, a step
 whose long result must be compacted for its dependent, a result with a citation, a verdict, a streamed
-answer, a domain route). Its verdict reaches the goal but writes no answer, so a synthesis writes it (a verdict
-that writes the answer makes no synthesis call: ``tests/engine/test_verdict_stream.py``). One purpose at a time then meets one fault on *every* call it makes; the rest of the
-script stays healthy. Whatever the cell, the run ends (nothing hangs), every completed step result is in
+answer). Its verdict reaches the goal but writes no answer, so a synthesis writes it (a verdict that writes the
+answer makes no synthesis call: ``tests/engine/test_verdict_stream.py``). One purpose at a time then meets one
+fault on *every* call it makes; the rest of the script stays healthy. Whatever the cell, the run ends (nothing hangs), every completed step result is in
 ``run.steps`` and in the store, and the answer is never empty.
 """
 
@@ -38,7 +38,6 @@ compaction      | cut          | cut          | cut          | cut              
 analyze         | not-judged   | silent       | not-judged   | silent           | FAILED     | silent        | not-judged   | not-judged   | not-judged | silent
 synthesize      | listing      | listing      | listing      | listing          | FAILED     | listing       | listing      | listing      | kept       | listing
 citation_check  | unverified   | silent       | unverified   | silent           | unverified | silent        | unverified   | unverified   | unverified | silent
-route           | undirected   | silent       | undirected   | silent           | FAILED     | silent        | undirected   | undirected   | undirected | silent
 """
 # fmt: on
 """The documented outcome of each purpose (row) meeting each fault on every call (column):
@@ -56,7 +55,6 @@ route           | undirected   | silent       | undirected   | silent           
 - ``listing``: the answer falls back to the analyzer's reasoning and the completed steps' results (a warning
   says so);
 - ``unverified``: the step keeps its result, marked "citations not verified";
-- ``undirected``: the plan is made without domain steering (a warning says so);
 - ``kept``: the megabyte is used as it is (the views cap it);
 - ``silent``: the model gave no answer ``llm_unanswered_limit`` tries in a row (a structured purpose tries each
   of its levels in turn), so the run stops calling it: the run fails with a message naming the model and saying
@@ -69,7 +67,7 @@ Transient faults (rate limit, timeout, 5xx, connection, a broken stream, no repl
 """
 
 PURPOSES = ("history_summary", "plan", "tool_selection", "step", "compaction", "analyze", "synthesize",
-            "citation_check", "route")  # fmt: skip
+            "citation_check")  # fmt: skip
 TRANSIENT = ("rate_limit", "timeout", "server_500", "connection_reset", "broken_stream", "never")
 GOAL = "What does a 404 status mean?"
 LONG_RESULT = "Measured value: 42. " * 2500  # 50,000 characters: s2's dependency context must be compacted
@@ -92,7 +90,6 @@ FAULTS = tuple(dict.fromkeys(fault for _, fault in CELLS))
 
 def healthy_script() -> dict[str, Any]:
     return {
-        "route": [{"domain": None}],
         "history_summary": ["Earlier the user asked what HTTP status codes are."],
         "plan": [
             {
@@ -211,8 +208,6 @@ def check_outcome(outcome: str, purpose: str, run: DagRun, llm: ScriptedLLM) -> 
         s2 = run.rounds[0].plan.steps[1]
         assert s2.status == "completed" and s2.result == CITED
         assert any(note.startswith("citations not verified") for note in s2.warnings)
-    elif outcome == "undirected":
-        assert "domain could not be classified" in said and run.state.domain is None
     elif outcome == "kept":  # the megabyte went where that purpose's reply goes
         used = {
             "history_summary": llm.requests_for("plan")[0].prompt,

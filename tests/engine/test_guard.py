@@ -285,7 +285,6 @@ async def test_no_request_of_a_run_exceeds_an_8000_token_window() -> None:
     lookups = [ToolCall("census", {"page": page}) for page in range(12)]
     smart = ScriptedLLM(
         {
-            "route": [{"domain": None}],
             "plan": plans,
             "step:s2": [*lookups, "the tool pages agree: " + PROSE * 50],
             "step": lambda r: huge if r.round == 1 else PROSE * 400,
@@ -331,7 +330,6 @@ async def test_no_request_of_a_run_exceeds_an_8000_token_window() -> None:
 async def test_a_dependency_of_400000_characters_is_not_sent_whole_to_a_model_whose_window_is_unknown() -> None:
     llm = ScriptedLLM(  # no context_window: like every local server, litellm does not know it
         {
-            "route": [{"domain": None}],
             "plan": [plan_reply(("s1", []), ("s2", ["s1"]))],
             "step": lambda r: PROSE * 4000 if r.step_id == "s1" else "done",
             "analyze": [verdict(True, 0.9, "ok")],
@@ -362,7 +360,6 @@ async def test_a_goal_of_200_kb_and_a_follow_up_of_100_kb_fit_every_request_into
 
     llm = ScriptedLLM(
         {
-            "route": [{"domain": None}],
             "plan": [
                 plan_reply(("s1", [], "count the errors"), ("s2", ["s1"], "explain them")),
                 plan_reply(("s1", [])),
@@ -382,7 +379,7 @@ async def test_a_goal_of_200_kb_and_a_follow_up_of_100_kb_fit_every_request_into
     assert run.status == "done" and run.answer == "The log shows three errors." and len(run.rounds) == 2
     entry = models.get("local")
     sizes = [(r.purpose, r.round, r.step_id, request_tokens(entry, r.messages, r.tools or None)) for r in llm.requests]
-    assert {"route", "plan", "step", "analyze", "synthesize"} <= {purpose for purpose, *_ in sizes}
+    assert {"plan", "step", "analyze", "synthesize"} <= {purpose for purpose, *_ in sizes}
     over = [size for size in sizes if size[-1] > window]
     assert not over, f"requests over the {window}-token window: {over}"
     replan = llm.requests_for("plan")[-1].prompt
@@ -492,7 +489,6 @@ async def test_a_numeric_table_leaves_room_for_the_verdict_on_a_per_digit_tokeni
     table = "city,year,population\n" + "".join(f"City{i},2023,{1000000 + i * 7919}\n" for i in range(12000))
     llm = ScriptedLLM(
         {
-            "route": [{"domain": None}],
             "plan": [plan_reply(("s1", [], "load the table"), ("s2", ["s1"], "name the three largest cities"))],
             "step": lambda r: table if r.step_id == "s1" else "City11999, City11998, City11997",
             "analyze": [verdict(True, 0.9, "found them")],
@@ -520,7 +516,6 @@ async def test_a_runaway_turn_before_a_tool_call_does_not_push_the_next_turn_out
 
     llm = ScriptedLLM(
         {
-            "route": [{"domain": None}],
             "plan": [plan_reply(("s1", [], "find the population of Paris"))],
             "step": lambda r: [ToolCall("census", {"city": "Paris"})] if r.index == 0 else "2,102,650 people.",
             "analyze": [verdict(True, 0.9, "ok")],

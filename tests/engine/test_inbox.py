@@ -194,7 +194,6 @@ def slow_plan_stream(request: ScriptedRequest) -> list[str]:
 
 def streaming_session(**script: Any) -> tuple[DagSession, ScriptedLLM]:
     base: dict[str, Any] = {
-        "route": {"domain": None},
         "plan": slow_plan_stream,
         "step": lambda r: f"result of {r.step_id}",
         "analyze": verdict(True, 0.9, "done"),
@@ -240,7 +239,6 @@ async def test_a_step_waiting_to_retry_while_its_plan_streams_retries_now() -> N
 
     llm = ScriptedLLM(
         {
-            "route": {"domain": None},
             "plan": slow_plan_stream,
             "step": step,
             "analyze": verdict(True, 0.9, "done"),
@@ -261,7 +259,6 @@ async def test_a_step_waiting_to_retry_while_its_plan_streams_retries_now() -> N
 async def test_cancel_is_recorded_and_a_stop_after_the_end_is_not() -> None:
     llm = ScriptedLLM(
         {
-            "route": {"domain": None},
             "plan": plan_reply(("s1", [])),
             "step": lambda r: asyncio.sleep(5, "late"),
             "analyze": verdict(True, 0.9),

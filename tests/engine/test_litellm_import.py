@@ -67,7 +67,6 @@ SCRIPTED_RUN = TICKER + textwrap.dedent(
         imported_with_dagmagic = "litellm" in sys.modules
         llm = Counting(
             {
-                "route": [{"domain": None}],
                 "plan": [{"steps": [{"id": "s1", "task": "fetch the census"}, {"id": "s2", "task": "compare",
                                      "dependencies": ["s1"]}]}],
                 "step": lambda r: PROSE * 1000 if r.step_id == "s1" else "Berlin has more people.",

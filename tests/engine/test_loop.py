@@ -26,7 +26,6 @@ def script(**overrides: Any) -> dict[str, Any]:
         "step": lambda r: f"result of {r.step_id} in round {r.round}",
         "analyze": [verdict(True, 0.9, "all found", "The answer.")],
         "synthesize": [["The ", "answer."]],
-        "route": [{"domain": None}],
     }
     return {**base, **overrides}
 
@@ -285,7 +284,7 @@ async def test_usage_and_cost_add_up() -> None:
     assert run.usage.requests == len(run.calls) == len(llm.requests)
     assert run.cost == pytest.approx(sum(call.cost or 0 for call in run.calls))
     by_purpose = run.usage_by("purpose")
-    assert set(by_purpose) == {"route", "plan", "step", "analyze", "synthesize"}
+    assert set(by_purpose) == {"plan", "step", "analyze", "synthesize"}
     assert_same(Usage.total(by_purpose.values()), run.usage)
     assert_same(Usage.total(run.usage_by("round").values()), run.usage)
     by_step = run.usage_by("step")

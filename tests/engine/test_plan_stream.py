@@ -11,6 +11,7 @@ import pytest
 
 from dagmagic.engine import plan_stream as plan_stream_module
 from dagmagic.engine import planner as planner_module
+from dagmagic.engine import prompts
 from dagmagic.engine.executor import DagExecutor
 from dagmagic.engine.plan_stream import PlanStream, StreamedPlan
 from dagmagic.engine.planner import Planner
@@ -36,7 +37,6 @@ PARALLEL_QA = {
 
 def script(plan: Any, **overrides: Any) -> dict[str, Any]:
     return {
-        "route": [{"domain": None}],
         "plan": plan,
         "step": lambda r: f"result of {r.step_id}",
         "analyze": [verdict(True, 0.9, "ok", "final")],
@@ -253,6 +253,26 @@ async def test_every_shape_streams_its_steps(text: str) -> None:
     assert outcome(streamed) == ["s1", "s2", "s3"]
 
 
+@pytest.mark.parametrize("where", ["first", "last"])
+async def test_the_domain_is_read_from_the_whole_streamed_reply(where: str) -> None:
+    steps = ", ".join((S1, S2, S3))
+    first, last = f'{{"domain": "legal", "steps": [{steps}]}}', f'{{"steps": [{steps}], "domain": "legal"}}'
+    text = first if where == "first" else last
+    stream, started = plan_stream(chop(text))
+    streamed = await stream.run("goal", round=1, ask_domain=True)
+    assert streamed.domain == "legal" and [step.id for step in started] == ["s1", "s2", "s3"]
+    assert prompts.PLANNER_DOMAIN_ASK in streamed.messages[0]["content"]
+    assert '"domain"' in streamed.messages[-1]["content"]  # the schema the model is given asks for it
+
+
+async def test_a_streamed_plan_not_asked_for_the_domain_says_none() -> None:
+    steps = ", ".join((S1, S2, S3))
+    stream, started = plan_stream(chop(f'{{"domain": "legal", "steps": [{steps}]}}'))
+    streamed = await stream.run("goal", round=1)
+    assert streamed.domain is None and len(started) == 3
+    assert all("domain" not in str(message["content"]) for message in streamed.messages)
+
+
 async def test_a_step_is_handed_over_when_its_closing_brace_arrives() -> None:
     text = f'{{"steps": [{S1}, {S2}'
     stream, started = plan_stream([*chop(text), RuntimeError("the connection dropped")])
@@ -383,14 +403,14 @@ async def test_the_work_per_piece_is_bounded_each_step_parsed_once(monkeypatch: 
         parsed.append(candidate)
         return extraction.parse_json(candidate)
 
-    def recover_steps(raw: Any) -> Any:
+    def recover_plan(raw: Any) -> Any:
         whole.append(raw)
-        return planner_module.recover_steps(raw)
+        return planner_module.recover_plan(raw)
 
     structure = CountingPattern(plan_stream_module._STRUCTURE)
     string = CountingPattern(plan_stream_module._STRING_STOP)
     monkeypatch.setattr(plan_stream_module, "parse_json", parse_json)
-    monkeypatch.setattr(plan_stream_module, "recover_steps", recover_steps)
+    monkeypatch.setattr(plan_stream_module, "recover_plan", recover_plan)
     monkeypatch.setattr(plan_stream_module, "_STRUCTURE", structure)
     monkeypatch.setattr(plan_stream_module, "_STRING_STOP", string)
     streamed, started = await stream_text(text, max_steps=1000)

@@ -9,7 +9,16 @@ from typing import Any
 import pytest
 
 from dagmagic import errors
-from dagmagic.engine.planner import PlanDraft, Planner, StepDraft, recover_steps, validate_steps
+from dagmagic.engine import prompts
+from dagmagic.engine.planner import (
+    PlanDraft,
+    Planner,
+    StepDraft,
+    plan_schema,
+    recover_plan,
+    recover_steps,
+    validate_steps,
+)
 from dagmagic.engine.tools import Tool
 from dagmagic.events import LLMCallRecorded, RunWarning
 from dagmagic.llm import ChatModel, ModelRegistry
@@ -124,6 +133,52 @@ def test_domain_line_steers_precise_steps_to_the_reasoning_model() -> None:
     assert "domain" not in planner.system_prompt()
 
 
+def test_the_planner_is_asked_for_the_domain_only_while_it_is_not_known() -> None:
+    planner = Harness([GOOD_PLAN]).planner
+    asking = planner.system_prompt(ask_domain=True)
+    assert prompts.PLANNER_DOMAIN_ASK in asking and 'use model_hint "reasoning" for every step' in asking
+    known = planner.system_prompt(domain="legal", ask_domain=True)
+    assert prompts.PLANNER_DOMAIN.format(domain="legal") in known and prompts.PLANNER_DOMAIN_ASK not in known
+    assert "domain" not in planner.system_prompt()
+
+
+def test_the_plan_schema_asks_for_the_domain_before_the_steps_only_when_asked() -> None:
+    assert plan_schema(ask_domain=True) == PlanDraft.model_json_schema()
+    assert list(plan_schema(ask_domain=True)["properties"]) == ["domain", "steps"]  # streamed: the domain first
+    assert list(plan_schema()["properties"]) == ["steps"] and plan_schema()["title"] == "PlanDraft"
+
+
+@pytest.mark.parametrize("level", LEVELS)
+async def test_the_plan_call_says_the_domain_at_every_level(level: str) -> None:
+    harness = Harness([{"domain": "financial", **GOOD_PLAN}], capabilities=LEVELS[level])
+    said: list[str | None] = []
+    plan = await harness.planner.plan("Should I refinance my mortgage?", on_domain=said.append)
+    assert said == ["financial"] and len(plan.steps) == 3
+    (request,) = harness.requests
+    assert prompts.PLANNER_DOMAIN_ASK in request.messages[0]["content"]
+    if level == "tool_call":
+        assert request.tools[0]["function"]["parameters"] == plan_schema(ask_domain=True)
+
+
+async def test_a_plan_call_not_asked_for_the_domain_says_none_and_an_unreadable_one_nothing() -> None:
+    unasked = Harness([{"domain": "legal", **GOOD_PLAN}])
+    await unasked.planner.plan("goal")
+    assert "domain" not in unasked.requests[0].messages[0]["content"]
+    said: list[str | None] = []
+    await Harness(["no plan here"], capabilities=()).planner.plan("goal", on_domain=said.append)
+    assert said == []  # nothing said: the next plan call asks again
+
+
+def test_recover_plan_reads_the_domain_leniently() -> None:
+    steps = GOOD_PLAN["steps"]
+    assert recover_plan({"domain": " LEGAL", "steps": steps}).domain == "legal"
+    assert recover_plan({"plan": {"domain": "medical", "steps": steps}}).domain == "medical"
+    assert recover_plan(json.dumps({"domain": "financial", "steps": steps})).domain == "financial"
+    for said in ("astrology", 7, None, ["legal"], {"name": "legal"}):
+        assert recover_plan({"domain": said, "steps": steps}).domain is None
+    assert recover_plan(steps).domain is None and len(recover_plan(steps).steps) == 3
+
+
 async def test_plan_call_uses_purpose_plan_temperature_zero_and_the_pydantic_schema() -> None:
     harness = Harness([GOOD_PLAN], tool_names=["lookup"])
     plan = await harness.planner.plan("Compare Paris and Berlin", domain="legal")
@@ -139,7 +194,7 @@ async def test_plan_call_uses_purpose_plan_temperature_zero_and_the_pydantic_sch
     assert request.temperature == 0.0
     assert request.round == 1
     tool = request.tools[0]["function"] if request.tools else {}
-    assert tool["parameters"] == PlanDraft.model_json_schema()
+    assert tool["parameters"] == plan_schema()  # not asked for the domain: its domain is known
     assert request.tool_choice == {"type": "function", "function": {"name": tool["name"]}}
     system, user = request.messages[0]["content"], request.messages[-1]["content"]
     assert "Today is 2026-11-30" in system
@@ -156,7 +211,7 @@ async def test_plan_call_keeps_purpose_and_temperature_at_the_text_level() -> No
     await harness.planner.plan("goal")
     (request,) = harness.llm.requests
     assert (request.purpose, request.temperature, request.tools) == ("plan", 0.0, [])
-    assert json.dumps(PlanDraft.model_json_schema(), separators=(",", ":")) in request.messages[-1]["content"]
+    assert json.dumps(plan_schema(), separators=(",", ":")) in request.messages[-1]["content"]
 
 
 async def test_replan_message_carries_the_round_the_context_and_reusable_results() -> None:

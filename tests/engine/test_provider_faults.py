@@ -173,8 +173,8 @@ async def test_a_run_through_provider_faults_shows_no_key_anywhere(
     try:
         registry = (
             ModelRegistry()
-            .register("gpt", MODEL, api_base=provider.base, api_key=CANARY)
-            .register("env", MODEL, roles=["fast"], api_base=provider.base)  # the key from the environment
+            .register("gpt", MODEL, roles=["smart"], api_base=provider.base, api_key=CANARY)
+            .register("env", MODEL, roles=["general"], api_base=provider.base)  # the key from the environment
         )
         store = tmp_path / "runs.sqlite"
         settings = DagSettings(
@@ -271,7 +271,6 @@ async def test_a_model_that_never_answers_ends_the_run_after_a_few_tries() -> No
 async def test_a_model_that_answers_every_other_try_is_not_given_up() -> None:
     """Timeouts between answers never add up: each answer starts the count again."""
     healthy = {
-        "route": {"domain": None},
         # two steps one after the other: with the answer in the verdict, five calls in all, each met by a timeout
         "plan": plan_reply(("s1", [], "look up the status code"), ("s2", ["s1"], "say what it means")),
         "step": "404 means the server found nothing at that address.",
@@ -301,7 +300,6 @@ async def test_a_dead_step_model_leaves_an_answer_from_what_completed() -> None:
     """
     brain = ScriptedLLM(
         {
-            "route": [{"domain": None}],
             "plan": [
                 {
                     "steps": [
@@ -337,7 +335,6 @@ async def test_steps_waiting_to_retry_on_a_model_that_went_silent_do_not_wait_ou
     """
     brain = ScriptedLLM(
         {
-            "route": [{"domain": None}],
             "plan": [plan_reply(*((f"s{n}", [], f"look up part {n}") for n in range(1, 5)))],
             "analyze": [verdict(False, 0.2, "Nothing was found.")],
             "synthesize": [["Nothing could be looked up."]],

@@ -16,7 +16,6 @@ from .conftest import plan_reply, session_for, verdict
 async def two_rounds() -> Any:
     llm = ScriptedLLM(
         {
-            "route": [{"domain": None}],
             "plan": [plan_reply(("s1", []), ("s2", ["s1"])), plan_reply(("s1", [], "again"), ("s3", ["r1.s2"]))],
             "step": lambda r: f"result of {r.step_id} in round {r.round}",
             "analyze": [verdict(False, 0.2, "more"), verdict(True, 0.9, "done")],
@@ -46,7 +45,7 @@ async def test_reprs_are_compact_and_html_views_escape() -> None:
     )
     assert "epoch" not in repr(step) and "queued_at" not in repr(step)
     assert repr(run.plan) == "ExecutionPlan(round 2, 2 steps: s1 completed, s3 completed)"
-    call = run.calls[1]
+    call = run.calls[0]
     assert repr(call).startswith("LLMCall(plan · scripted · round 1 · ") and repr(call).endswith("· cost unknown · ok)")
     assert repr(Usage(input_tokens=1234, output_tokens=5, requests=1, cost=0.012345)) == (
         "Usage(1,234 in · 5 out · 1 request · $0.0123)"

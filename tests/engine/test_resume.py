@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from dagmagic import DagError, DagSession, DagSettings, ModelRegistry
+from dagmagic.engine import prompts
 from dagmagic.engine.loop import INTERRUPTED_WHILE_PLANNING
 from dagmagic.engine.store import RunStore
 from dagmagic.errors import RateLimitError
@@ -54,7 +55,7 @@ CHILD = textwrap.dedent(
         {"id": "s4", "task": "check", "dependencies": ["s3"]},
     ]}
     script = {
-        "route": [{"domain": None}], "plan": [plan], "step": step, "synthesize": synthesize,
+        "plan": [plan], "step": step, "synthesize": synthesize,
         "analyze": [{"achieved": True, "confidence": 0.9, "reasoning": "complete"}],
     }
 
@@ -107,7 +108,6 @@ def test_a_run_killed_mid_way_is_resumed_in_a_fresh_process_and_nothing_complete
 
 def script(**overrides: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
-        "route": [{"domain": None}],
         "plan": [plan_reply(("s1", []), ("s2", ["s1"]))],
         "step": lambda r: f"result of {r.step_id} in round {r.round}",
         "analyze": [verdict(True, 0.9, "all found")],
@@ -204,7 +204,28 @@ async def test_a_run_cancelled_while_planning_plans_again_on_resume(tmp_path: Pa
     llm = ScriptedLLM(script())
     resumed = await session(path, llm, streaming_planner=False).resume(run.run_id)
     assert resumed.status == "done" and len(resumed.rounds) == 1 and len(llm.requests_for("plan")) == 1
-    assert llm.requests_for("route") == []  # classified once, before the interruption
+    # the interrupted plan never said the goal's domain: the plan made on resume is asked for it
+    assert prompts.PLANNER_DOMAIN_ASK in llm.requests_for("plan")[0].messages[0]["content"]
+
+
+async def test_a_resumed_run_keeps_the_domain_its_first_plan_said(tmp_path: Path) -> None:
+    path = tmp_path / "runs.sqlite"
+    stepping = asyncio.Event()
+
+    async def slow_step(request: ScriptedRequest) -> str:
+        stepping.set()
+        await asyncio.sleep(5)
+        return "late"
+
+    legal = {"domain": "legal", **plan_reply(("s1", []))}
+    run = session(path, ScriptedLLM(script(plan=[legal], step=slow_step)), streaming_planner=False).start("goal")
+    await cancel_when(run, stepping.is_set)
+    llm = ScriptedLLM(script(plan=[plan_reply(("s1", []))], analyze=[verdict(False, 0.2, "no"), verdict(True, 0.9)]))
+    resumed = await session(path, llm, streaming_planner=False).resume(run.run_id)
+    assert resumed.status == "done" and resumed.state.domain == "legal" and len(resumed.rounds) == 2
+    (replan,) = llm.requests_for("plan")  # round 2: steered by the stored domain, not asked again
+    assert prompts.PLANNER_DOMAIN.format(domain="legal") in replan.messages[0]["content"]
+    assert prompts.PLANNER_DOMAIN_ASK not in replan.messages[0]["content"]
 
 
 class HeldPlan(ScriptedLLM):

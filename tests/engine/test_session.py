@@ -185,7 +185,7 @@ async def test_a_long_history_is_summarized_once_per_run_and_reused_while_it_is_
     from dagmagic.engine.context import Exchange
 
     smart = ScriptedLLM(script("r", analyze=[verdict(False, 0.3, "not yet")]))
-    fast = ScriptedLLM({"history_summary": lambda r: f"summary {r.index}", "step": ["r"], "route": [{"domain": None}]})
+    fast = ScriptedLLM({"history_summary": lambda r: f"summary {r.index}", "step": ["r"]})
     registry = ModelRegistry().register("smart", smart, roles=["smart"]).register("fast", fast, roles=["fast"])
     session = DagSession(registry, DagSettings(store="none"))
     session.history = [Exchange(f"question {i}", "a long answer " * 400) for i in range(6)]

@@ -35,7 +35,6 @@ THREE = plan_reply(("s1", []), ("s2", []), ("s3", ["s1", "s2"]))
 
 def script(**overrides: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
-        "route": [{"domain": None}],
         "plan": [THREE],
         "step": lambda r: f"result of {r.step_id} in round {r.round}",
         "analyze": [verdict(True, 0.9, "all found")],
@@ -181,7 +180,7 @@ WRITER = textwrap.dedent(
 
     steps = [{"id": f"s{i}", "task": f"part {i}"} for i in range(10)]
     script = {
-        "route": [{"domain": None}], "plan": [{"steps": steps}], "step": ["ok"],
+        "plan": [{"steps": steps}], "step": ["ok"],
         "analyze": [{"achieved": True, "confidence": 0.9, "reasoning": "ok"}], "synthesize": [["done"]],
     }
     async def main():
@@ -438,7 +437,7 @@ async def test_a_long_session_stores_each_run_once_and_grows_linearly(tmp_path: 
     runs = 30
     llm = ScriptedLLM(
         script(
-            route=lambda r: {"domain": None, "note": f"call-marker-{len(llm.requests_for('route'))}"},
+            plan=lambda r: {**THREE, "note": f"call-marker-{len(llm.requests_for('plan'))}"},
             synthesize=lambda r: [f"Answer {len(llm.requests_for('synthesize'))}: " + "the long answer. " * 600],
             history_summary=["What was asked and answered so far, in short."],
         )

@@ -8,6 +8,7 @@ from typing import Any
 
 import dagmagic
 from dagmagic import DagRun, DagSession, DagSettings, ModelRegistry
+from dagmagic.engine import prompts
 from dagmagic.testing import ScriptedLLM, ScriptedRequest
 
 from .conftest import verdict
@@ -44,7 +45,6 @@ def synthesize(request: ScriptedRequest) -> list[str]:
 def session(path: Path | None = None, **settings: Any) -> tuple[DagSession, ScriptedLLM]:
     llm = ScriptedLLM(
         {
-            "route": [{"domain": None}],
             "plan": plan,
             "step": step,
             "analyze": lambda request: verdict(True, 0.9, "fine"),
@@ -84,6 +84,8 @@ async def test_a_composite_step_runs_as_a_nested_dag_whose_answer_is_its_result(
     # depth limit 1: the nested planner is not offered composite steps, and its "subplan" step ran as a step
     outer_prompt, inner_prompt = (r.prompt for r in llm.requests_for("plan"))
     assert '"subplan"' in outer_prompt and '"subplan"' not in inner_prompt
+    # the run's plan is asked for the goal's domain; a subrun's is not (it has no domain routing)
+    assert prompts.PLANNER_DOMAIN_ASK in outer_prompt and "domain" not in inner_prompt
     assert len(llm.requests_for("plan")) == 2
 
     stored = dagmagic.load_run(run.run_id, store=str(path))

@@ -123,3 +123,22 @@ async def test_a_router_model_group_spreads_over_deployments() -> None:
     model = ChatModel(entry)
     replies = {(await model.chat(HELLO, purpose="step")).content for _ in range(12)}
     assert replies <= {"from a", "from b"} and replies
+
+
+async def test_a_routers_error_is_translated_though_nothing_imported_litellm_through_dagmagic(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import litellm  # as a notebook does to build its Router
+
+    from dagmagic.llm import _litellm
+
+    monkeypatch.setattr(_litellm, "_litellm", None)  # no run warmed it up: dagmagic has not set litellm up yet
+    router = litellm.Router(model_list=[{"model_name": "pool", "litellm_params": {"model": MODEL}}])
+
+    async def limited(**arguments: Any) -> Any:
+        raise litellm.RateLimitError("slow", llm_provider="openai", model=MODEL)
+
+    monkeypatch.setattr(router, "acompletion", limited)
+    model = ChatModel(ModelRegistry().register("pool", router).get("pool"), settings=DagSettings(llm_retries=0))
+    with pytest.raises(errors.RateLimitError):
+        await model.chat(HELLO, purpose="step")

@@ -15,7 +15,6 @@ TWO_STEPS = {"steps": [{"id": "s1", "task": "look {x} up"}, {"id": "s2", "task":
 
 def scripted(**overrides: Any) -> ScriptedLLM:
     script: dict[str, Any] = {
-        "route": [{"domain": None}],
         "plan": [TWO_STEPS],
         "step": ["a result"],
         "analyze": [{"achieved": True, "confidence": 0.9, "reasoning": "fine", "final_answer": "The answer is 42."}],

@@ -258,7 +258,6 @@ async def test_a_run_a_hostile_model_wrote_is_inert_in_the_static_views() -> Non
 
     llm = ScriptedLLM(
         {
-            "route": [{"domain": None}],
             "plan": [
                 {
                     "steps": [

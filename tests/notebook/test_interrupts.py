@@ -70,13 +70,12 @@ SETUP = textwrap.dedent(
             self.rate_limited = rate_limited
             self.llm = ScriptedLLM(
                 {
-                    "route": [{"domain": None}],
                     "plan": self.plan,
                     "step": self.step,
                     "analyze": self.analyze,
                     "synthesize": [ANSWER],
                 },
-                latency={"route": 0.05, "plan": 0.15, "analyze": 0.3, "synthesize": 0.1},
+                latency={"plan": 0.15, "analyze": 0.3, "synthesize": 0.1},
                 chunk_delay=0.015,
             )
 

@@ -6,6 +6,7 @@ messages are read from iopub and the front end's are sent on the shell channel. 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -50,7 +51,6 @@ SETUP = textwrap.dedent(
 
     def scripted(latency=0.0, chunk_delay=0.0, **overrides):
         script = {
-            "route": [{"domain": None}],
             "plan": [PLAN],
             "step": ["a result"],
             "analyze": [{"achieved": True, "confidence": 0.9, "reasoning": "fine", "final_answer": ANSWER}],
@@ -239,27 +239,93 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", text)[:2])
 
 
-@pytest.fixture(scope="module")
-def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kernel]:
+@contextlib.contextmanager
+def started_kernel(cwd: Path) -> Iterator[Kernel]:
+    """A fresh kernel with nothing loaded, shut down afterwards."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DAG_")}
     env.update(LITELLM_LOCAL_MODEL_COST_MAP="True", DAG_STORE="none", PYDEVD_DISABLE_FILE_VALIDATION="1")
     # the "python3" spec runs this interpreter: jupyter_client swaps a leading "python" for sys.executable
     manager = KernelManager(kernel_name="python3")
-    manager.start_kernel(cwd=str(tmp_path_factory.mktemp("kernel")), env=env)
+    manager.start_kernel(cwd=str(cwd), env=env)
     client = manager.client()
     try:
         client.start_channels()
         client.wait_for_ready(timeout=60)
-        session = Kernel(manager, client)
-        setup = session.execute(SETUP, timeout=60)
-        assert _version(setup.stdout) >= MIN_IPYKERNEL, f"ipykernel {setup.stdout.strip()} is too old"
-        yield session
+        yield Kernel(manager, client)
     finally:
         client.stop_channels()
         manager.shutdown_kernel(now=True)
 
 
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kernel]:
+    with started_kernel(tmp_path_factory.mktemp("kernel")) as session:
+        setup = session.execute(SETUP, timeout=60)
+        assert _version(setup.stdout) >= MIN_IPYKERNEL, f"ipykernel {setup.stdout.strip()} is too old"
+        yield session
+
+
 # --- the tests -----------------------------------------------------------------------------------------------
+
+
+LOAD = """
+import json, sys, threading, time
+assert "litellm" not in sys.modules
+began = time.perf_counter()
+%load_ext dagmagic
+loaded = time.perf_counter() - began
+def importing():
+    return any(t.name == "dagmagic:litellm-import" and t.is_alive() for t in threading.enumerate())
+print(json.dumps({"loaded": loaded, "importing": importing()}))
+"""
+
+IMPORT_STATE = """
+print(json.dumps({"importing": importing(), "litellm": "litellm" in sys.modules,
+                  "since_load": time.perf_counter() - began - loaded}))
+"""
+
+
+def wait_for_the_import(kernel: Kernel, margin: float = 300.0) -> dict[str, Any]:
+    """Poll the kernel until litellm's background import ended; its last state (bounded by a wide margin)."""
+    deadline = time.monotonic() + margin
+    while True:
+        state: dict[str, Any] = json.loads(kernel.execute(IMPORT_STATE).stdout)
+        if not state["importing"] or time.monotonic() > deadline:
+            return state
+        time.sleep(0.2)
+
+
+def test_loading_the_extension_imports_litellm_in_the_background(tmp_path: Path) -> None:
+    with started_kernel(tmp_path) as fresh:
+        load = fresh.execute(LOAD, timeout=60)
+        loaded = json.loads(load.stdout)
+        assert loaded["importing"] and not load.error and not load.of_type("error")
+        state = wait_for_the_import(fresh)
+        assert state == {**state, "importing": False, "litellm": True}  # no run asked for it
+        # the load returned at once, the import took its seconds after it (a ratio: no absolute limit)
+        assert loaded["loaded"] * 5 < state["since_load"], (loaded, state)
+        stderr = [m for m in fresh.log if m[1]["msg_type"] == "stream" and m[1]["content"]["name"] == "stderr"]
+        assert not stderr, stderr  # the background import printed nothing
+
+
+RUN_WHILE_IMPORTING = """
+module_before = sys.modules.get("litellm")
+was_importing = importing()
+from dagmagic import DagSession, DagSettings, ModelRegistry
+registry = ModelRegistry().register("m", "openai/gpt-4.1-mini", mock_response="42", api_key="sk-test")
+run = await DagSession(registry, DagSettings(store="none", max_replan_rounds=1)).run("q")
+print(json.dumps({"was_importing": was_importing, "status": run.status, "error": run.error,
+                  "same_module": module_before is None or sys.modules["litellm"] is module_before}))
+"""
+
+
+def test_a_run_started_while_litellm_is_imported_waits_for_that_import(tmp_path: Path) -> None:
+    with started_kernel(tmp_path) as fresh:
+        fresh.execute(LOAD, timeout=60)
+        ran = json.loads(fresh.execute(RUN_WHILE_IMPORTING, timeout=300).stdout)
+        assert ran["was_importing"]  # the run began before the import ended
+        assert ran == {**ran, "status": "done", "error": None, "same_module": True}  # imported once, no deadlock
+        assert wait_for_the_import(fresh)["litellm"]
 
 
 def test_a_dag_cell_returns_the_run_with_its_answer(kernel: Kernel) -> None:

@@ -199,18 +199,19 @@ def test_the_transformer_rewrites_only_dag_cells() -> None:
     assert rewrite_dag_cell(["%dag resumes\n"]) == ["%dag resumes\n"]
 
 
-def test_loading_the_extension_is_fast_and_does_not_import_litellm() -> None:
+def test_loading_the_extension_leaves_litellms_import_to_a_background_thread() -> None:
     code = (
         "import time, sys\n"
         "from IPython.core.interactiveshell import InteractiveShell\n"
         "ip = InteractiveShell.instance()\n"
         "t = time.perf_counter(); ip.run_line_magic('load_ext', 'dagmagic'); dt = time.perf_counter() - t\n"
-        "print(dt, 'litellm' in sys.modules)"
+        "from dagmagic.notebook import preload\n"
+        "print(dt, preload._started.is_alive())"
     )
     env = {k: v for k, v in os.environ.items() if k != "LITELLM_LOCAL_MODEL_COST_MAP"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
-    seconds, imported = out.stdout.split()
-    assert imported == "False"
+    seconds, importing = out.stdout.split()
+    assert importing == "True"  # the load returned while litellm was still being imported
     assert float(seconds) > 0  # the figure itself goes to the benchmark, not a test
 
 

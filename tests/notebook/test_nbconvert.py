@@ -22,7 +22,6 @@ MODEL = textwrap.dedent(
     from dagmagic.testing import ScriptedLLM
 
     llm = ScriptedLLM({
-        "route": [{"domain": None}],
         "plan": [{"steps": [
             {"id": "s1", "task": "Find the population of Paris"},
             {"id": "s2", "task": "Find the population of Berlin"},

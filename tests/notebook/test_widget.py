@@ -63,7 +63,7 @@ async def test_state_describes_the_run_in_plain_json() -> None:
     assert not {"x", "y", "w", "h", "layer"} & set(first["nodes"][0])
     assert first["analysis"] == {"achieved": True, "confidence": 0.9, "reasoning": "fine"}
     assert first["decision"]["action"] == "synthesize"
-    assert [c["purpose"] for c in state["calls"]] == ["route", "plan", "step", "step", "analyze"]  # it wrote the answer
+    assert [c["purpose"] for c in state["calls"]] == ["plan", "step", "step", "analyze"]  # it wrote the answer
     assert "messages" not in state["calls"][0]  # the trace stays small
 
 
