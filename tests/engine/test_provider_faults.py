@@ -271,8 +271,10 @@ async def test_a_model_that_never_answers_ends_the_run_after_a_few_tries() -> No
 async def test_a_model_that_answers_every_other_try_is_not_given_up() -> None:
     """Timeouts between answers never add up: each answer starts the count again."""
     healthy = {
-        # two steps one after the other: with the answer in the verdict, five calls in all, each met by a timeout
-        "plan": plan_reply(("s1", [], "look up the status code"), ("s2", ["s1"], "say what it means")),
+        # three steps one after the other: with the answer in the verdict, five calls in all, each met by a timeout
+        "plan": plan_reply(
+            ("s1", [], "look up the status code"), ("s2", ["s1"], "say what it means"), ("s3", ["s2"], "say it short")
+        ),
         "step": "404 means the server found nothing at that address.",
         "analyze": verdict(True, 0.9, "answered", "A 404 means not found."),
         "synthesize": ["A 404 ", "means not found."],
