@@ -227,7 +227,7 @@ def test_demo_runs_offline(ip: InteractiveShell) -> None:
     first = run.rounds[0].plan
     assert first.step("s3").status == "failed" and first.step("s4").status == "skipped"
     assert "4.7 times" in run.answer and "| Paris | 2,102,650 |" in run.answer  # the whole answer, by the verdict
-    assert {c.purpose for c in run.calls} == {"route", "plan", "step", "analyze"}
+    assert {c.purpose for c in run.calls} == {"plan", "step", "analyze"}
     assert {c.name for s in first.steps for c in s.tool_calls} == {"city_population", "city_area"}
 
 

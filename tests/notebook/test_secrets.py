@@ -40,8 +40,9 @@ def test_a_saved_notebook_and_its_store_hold_no_key(provider: Provider, tmp_path
         registry = (
             ModelRegistry()
             .register("gpt", "openai/gpt-4.1-mini", api_base="{provider.base}", api_key=os.environ["MY_PROVIDER_KEY"])
-            .register("env", "openai/gpt-4.1-mini", roles=["fast"], api_base="{provider.base}")
         )
+        # a second registry, whose key comes from the environment (a run's first call is its smart model's plan)
+        from_env = ModelRegistry().register("env", "openai/gpt-4.1-mini", api_base="{provider.base}")
         """
     ).strip()
     nb = nbformat.v4.new_notebook()
@@ -52,6 +53,7 @@ def test_a_saved_notebook_and_its_store_hold_no_key(provider: Provider, tmp_path
             "%dag config llm_retries=1 llm_retry_backoff=0 step_retry_delays= max_replan_rounds=1\n"
         ),
         nbformat.v4.new_code_cell("%%dag --models registry\nWhat does a 404 status mean?"),
+        nbformat.v4.new_code_cell("%%dag --models from_env\nWhat does a 500 status mean?"),
         nbformat.v4.new_code_cell("%dag trace"),
         nbformat.v4.new_code_cell("%dag history"),
         nbformat.v4.new_code_cell("_.error if hasattr(_, 'error') else None"),
