@@ -1056,16 +1056,16 @@ def report(shapes: list[Shape], results: dict[str, dict[str, list[Outcome]]], se
         "synthesize end",
         "finished",
     ]
-    short = {m: m.replace("synthesize", "synth").replace("analyze", "analyz") for m in marks}
-    print(f"{'shape':42}" + "".join(f"{short[m]:>12}" for m in marks) + f"{'tools crit.':>12}{'own ms':>12}")
+    short = {m: m.replace("synthesize", "synth.").replace("analyze", "verdict") for m in marks}
+    print(f"{'shape':42}" + "".join(f"{short[m]:>14}" for m in marks) + f"{'tools crit.':>12}{'own ms':>8}")
     for shape in shapes:
         breakdowns = [o.breakdown for o in results[shape.name]["dagmagic"]]
         row = f"{shape.name:42}"
         for mark in marks:
             value = _median([b.get(mark) for b in breakdowns])
-            row += f"{value:12.2f}" if value is not None else f"{'-':>12}"
+            row += f"{value:14.2f}" if value is not None else f"{'-':>14}"
         own = statistics.median(o.seconds for o in results[shape.name]["dagmagic, latencies 0"])
-        print(row + f"{critical_tools(shape):12.2f}{own * 1000:12.0f}")
+        print(row + f"{critical_tools(shape):12.2f}{own * 1000:8.0f}")
     print("tools crit.: the longest chain of tool latencies; own ms: dagmagic's whole run with every latency 0")
     print("(model calls and tools answer at once): the engine's own time per goal.")
     if any("LangGraph P&E" in r for r in results.values()):
