@@ -24,6 +24,7 @@ from typing import Any
 
 import nbformat
 import pytest
+from playwright.sync_api import Error as PlaywrightError
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -285,7 +286,13 @@ class NotebookPage:
     def screenshot(self, name: str, focus: Any = None) -> Path:
         """Save the page as ``test-output/e2e/<name>.png``, scrolled to ``focus`` (a locator) if given."""
         if focus is not None:
-            focus.scroll_into_view_if_needed()
+            for attempt in range(3):  # a view re-drawn meanwhile replaces the element: the locator finds the new one
+                try:
+                    focus.scroll_into_view_if_needed()
+                    break
+                except PlaywrightError as exc:
+                    if "not attached" not in str(exc) or attempt == 2:
+                        raise
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         path = SCREENSHOTS / f"{'notebook7-' if self.lab.app == 'notebook' else ''}{name}.png"
         self.page.screenshot(path=str(path))

@@ -597,6 +597,9 @@ def test_after_a_stop_the_view_says_so_plainly_and_long_results_open_in_place(no
     widget = notebook.widget()
     expect_waiting_for_the_gate(widget)
     widget.locator(".dagmagic-stop").click()
+    # the Stop is taken once the step it keeps from starting shows skipped (Python may take it a moment while
+    # the kernel imports litellm in the background): only then may s1 and s2 finish
+    expect(node(widget, "s3")).to_have_attribute("data-status", "skipped")
     gate.open()
     expect(widget.locator(".dagmagic-status")).to_have_attribute("data-status", "done")
     notebook.wait_until_done()
