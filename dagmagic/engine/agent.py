@@ -19,7 +19,6 @@ import contextlib
 import json
 import logging
 import re
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -31,12 +30,17 @@ from dagmagic.engine.context import truncate
 from dagmagic.engine.executor import StepFailure
 from dagmagic.engine.steps import StepRequest, step_messages
 from dagmagic.engine.tools import Tool, ToolInterrupted, ToolOutcome, capped
-from dagmagic.engine.transcript import RequestedCall, assistant_message, observation_message, recorded_turns
+from dagmagic.engine.transcript import (
+    RequestedCall,
+    assistant_message,
+    observation_message,
+    record_call,
+    recorded_turns,
+)
 from dagmagic.errors import RUN_ENDING
-from dagmagic.events import RunWarning, StepIteration, Verification, Verifying
+from dagmagic.events import RunWarning, Verification, Verifying
 from dagmagic.llm import ChatModel, extract_json, structured_llm_call
 from dagmagic.llm.secrets import mask_secrets
-from dagmagic.models import ToolCallRecord
 
 __all__ = ["SHORT_ANSWER_CHARS", "StepAgent", "ToolSelection"]
 
@@ -44,8 +48,6 @@ log = logging.getLogger("dagmagic")
 
 SHORT_ANSWER_CHARS = 300
 """An answer shorter than this after 3+ tool calls gets one completion check."""
-
-_PREVIEW = 300
 
 JSON_ACTIONS = """\
 You can call these tools:
@@ -227,7 +229,15 @@ class StepAgent:
                 except ToolInterrupted as exc:
                     raise StepFailure(str(exc), notes=_notes(notes)) from exc
                 used += 1
-                self._record(request, iteration, call, outcome)
+                record_call(
+                    request.step,
+                    call.name,
+                    call.arguments,
+                    outcome,
+                    turn=iteration,
+                    round=request.round,
+                    emit=request.emit,
+                )
                 notes.append(_note(call.name, call.arguments, outcome.observation))
                 messages.append(observation_message(call, outcome.observation, native))
         raise StepFailure(
@@ -267,32 +277,6 @@ class StepAgent:
             call.arguments, timeout=settings.tool_timeout, threads=settings.tool_threads, late=_late_notice(request)
         )
         return capped(outcome, settings.observation_max_chars)
-
-    @staticmethod
-    def _record(request: StepRequest, iteration: int, call: RequestedCall, outcome: ToolOutcome) -> None:
-        arguments = call.arguments if isinstance(call.arguments, dict) else {"raw": call.arguments}
-        request.step.tool_calls.append(
-            ToolCallRecord(
-                name=call.name,
-                arguments=arguments,
-                observation=outcome.observation,
-                error=outcome.error,
-                started_at=time.time() - outcome.duration,
-                duration=outcome.duration,
-                turn=iteration,
-            )
-        )
-        request.emit(
-            StepIteration(
-                round=request.round,
-                step_id=request.step.id,
-                iteration=iteration,
-                tool=call.name,
-                arguments=arguments,
-                observation_preview=truncate(outcome.observation, _PREVIEW),
-                duration=outcome.duration,
-            )
-        )
 
     @staticmethod
     async def _completion_check(

@@ -20,15 +20,15 @@ import contextlib
 import json
 import logging
 import re
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from dagmagic.engine.context import truncate
 from dagmagic.engine.executor import StepFailure
-from dagmagic.engine.tools import Tool, ToolInterrupted, ToolOutcome, capped
-from dagmagic.events import Event, RunWarning, StepIteration
-from dagmagic.models import PlanStep, ToolCallRecord
+from dagmagic.engine.tools import Tool, ToolInterrupted, capped
+from dagmagic.engine.transcript import record_call
+from dagmagic.events import Event, RunWarning
+from dagmagic.models import PlanStep
 from dagmagic.settings import DagSettings
 
 __all__ = [
@@ -53,8 +53,6 @@ FAILURE_NOTE = (
 )
 
 WARNING = "{tool} could not be called directly ({error}): the step ran as an agent"
-
-_PREVIEW = 300
 
 
 class UnresolvedReference(ValueError):
@@ -155,7 +153,7 @@ async def call_tool_step(
     except ToolInterrupted as exc:
         raise StepFailure(str(exc)) from exc
     outcome = capped(outcome, settings.observation_max_chars)
-    _record(step, tool, arguments, outcome, emit, round)
+    record_call(step, tool.name, arguments, outcome, turn=0, round=round, emit=emit)
     if outcome.error is not None:
         raise DirectCallFailed(tool.name, arguments, outcome.error)
     return outcome.observation
@@ -170,34 +168,6 @@ def failure_note(failure: DirectCallFailed) -> str:
 def warning(failure: DirectCallFailed) -> str:
     """The step's warning that its direct call failed and its agent ran."""
     return WARNING.format(tool=failure.tool, error=truncate(failure.error, 500))
-
-
-def _record(
-    step: PlanStep, tool: Tool, arguments: Any, outcome: ToolOutcome, emit: Callable[[Event], object], round: int
-) -> None:
-    arguments = arguments if isinstance(arguments, dict) else {"raw": arguments}
-    step.tool_calls.append(
-        ToolCallRecord(
-            name=tool.name,
-            arguments=arguments,
-            observation=outcome.observation,
-            error=outcome.error,
-            started_at=time.time() - outcome.duration,
-            duration=outcome.duration,
-            turn=0,
-        )
-    )
-    emit(
-        StepIteration(
-            round=round,
-            step_id=step.id,
-            iteration=0,
-            tool=tool.name,
-            arguments=arguments,
-            observation_preview=truncate(outcome.observation, _PREVIEW),
-            duration=outcome.duration,
-        )
-    )
 
 
 def _late_notice(

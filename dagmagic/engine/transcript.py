@@ -11,12 +11,28 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from dagmagic.engine.context import truncate
-from dagmagic.models import ToolCallRecord
+from dagmagic.events import Event, StepIteration
+from dagmagic.models import PlanStep, ToolCallRecord
 
-__all__ = ["CALL_TEXT_CHARS", "RequestedCall", "assistant_message", "observation_message", "recorded_turns"]
+if TYPE_CHECKING:
+    from dagmagic.engine.tools import ToolOutcome
+
+__all__ = [
+    "CALL_TEXT_CHARS",
+    "RequestedCall",
+    "assistant_message",
+    "observation_message",
+    "record_call",
+    "recorded_turns",
+]
+
+PREVIEW_CHARS = 300
+"""Characters of an observation a ``StepIteration`` event carries."""
 
 CALL_TEXT_CHARS = 2000
 """Text of a turn that calls tools, kept in the conversation."""
@@ -79,3 +95,39 @@ def recorded_turns(records: list[ToolCallRecord], native: bool) -> tuple[list[di
         messages.append(assistant_message(text, calls, native))
         messages.extend(observation_message(c, r.observation, native) for c, r in zip(calls, turn, strict=True))
     return messages, len(turns)
+
+
+def record_call(
+    step: PlanStep,
+    name: str,
+    arguments: Any,
+    outcome: ToolOutcome,
+    *,
+    turn: int,
+    round: int,
+    emit: Callable[[Event], object],
+) -> None:
+    """Record a call the step made (``turn`` 0: the executor's own call of a tool step) and tell the run."""
+    arguments = arguments if isinstance(arguments, dict) else {"raw": arguments}
+    step.tool_calls.append(
+        ToolCallRecord(
+            name=name,
+            arguments=arguments,
+            observation=outcome.observation,
+            error=outcome.error,
+            started_at=time.time() - outcome.duration,
+            duration=outcome.duration,
+            turn=turn,
+        )
+    )
+    emit(
+        StepIteration(
+            round=round,
+            step_id=step.id,
+            iteration=turn,
+            tool=name,
+            arguments=arguments,
+            observation_preview=truncate(outcome.observation, PREVIEW_CHARS),
+            duration=outcome.duration,
+        )
+    )
