@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 from dagmagic import DagSession, DagSettings, ModelRegistry, tool
+from dagmagic.engine.analyzer import Verdict
 from dagmagic.events import AnswerDelta
 from dagmagic.llm.backend import Capabilities, ChatRequest, ChatResponse, StreamChunk
 from dagmagic.llm.tokens import approximate_tokens
@@ -520,22 +521,26 @@ def dagmagic_script(shape: Shape) -> dict[str, Any]:
         step["tool_hint"] = call.tool
         step["tool_args"] = call.args
         steps.append(step)
+    verdict = {
+        "achieved": True,
+        "confidence": 0.95,
+        "reasoning": "Every step succeeded and together they answer the goal.",
+        "final_answer": shape.answer,
+    }
     script: dict[str, Any] = {
         "route": [{"domain": None}],
         "plan": [{"domain": None, "steps": steps}],
-        "analyze": [
-            {
-                "achieved": True,
-                "confidence": 0.95,
-                "reasoning": "Every step succeeded and together they answer the goal.",
-                "final_answer": shape.answer,
-            }
-        ],
+        "analyze": [_in_schema_order(verdict)],
         "synthesize": [_words(shape.answer)],
     }
     for call in shape.calls:
         script[f"step:{call.id}"] = [ToolCall(call.tool, resolved[call.id]), results[call.id]]
     return script
+
+
+def _in_schema_order(verdict: dict[str, Any]) -> dict[str, Any]:
+    """The verdict's fields in the order the installed engine's schema asks for them: a model writes them so."""
+    return {name: verdict[name] for name in Verdict.model_fields}
 
 
 def _words(text: str) -> list[str]:

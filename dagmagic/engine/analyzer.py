@@ -32,15 +32,18 @@ __all__ = ["SAFE_DEFAULT", "Analyzer", "regex_analysis"]
 
 
 class Verdict(BaseModel):
-    """What the analyzer is asked for (strict, so the schema it sees requires every field)."""
+    """What the analyzer is asked for (strict, so the schema it sees requires every field). Models write the
+    fields in this order: the answer comes right after the verdict, before its reasoning, so it starts to show
+    as soon as the verdict is known.
+    """
 
     achieved: bool = Field(description="True only if the results fully answer the goal.")
     confidence: float = Field(ge=0, le=1, description="How sure the verdict is, 0.0 to 1.0.")
-    reasoning: str = Field(description="Why; name contradictions between sources and what is missing.")
     final_answer: str | None = Field(
         description="When the goal is reached: the answer itself, written for the user (direct, in the goal's "
         "language, Markdown where it helps). Else null."
     )
+    reasoning: str = Field(description="Why; name contradictions between sources and what is missing.")
 
 
 SAFE_DEFAULT = AnalysisResult(achieved=False, confidence=0.0, reasoning="Could not parse analysis response")

@@ -94,6 +94,19 @@ async def test_the_analyzer_asks_for_the_answer_written_for_the_user() -> None:
     assert "meta-commentary" in prompt and "same language as the goal" in prompt and "Markdown" in prompt
 
 
+async def test_the_verdict_asks_for_the_answer_before_the_reasoning_so_the_answer_shows_sooner() -> None:
+    """Models write a structured reply in its schema's order: the answer right after the verdict itself, its
+    justification after it, so the first answer token does not wait for the reasoning to be written.
+    """
+    llm = ScriptedLLM(script())
+    await session_for(llm).run("goal")
+    (judged,) = llm.requests_for("analyze")
+    (schema,) = [tool["function"]["parameters"] for tool in judged.tools]
+    assert list(schema["properties"]) == ["achieved", "confidence", "final_answer", "reasoning"]
+    prompt = judged.prompt
+    assert prompt.index("`final_answer`") < prompt.index("`reasoning`")
+
+
 async def test_escapes_split_across_pieces_stream_as_the_text_they_stand_for() -> None:
     written = json.dumps(verdict(True, 0.9, "ok", 'Line one\n"quoted" \\ é 😀 end'))
     llm = ScriptedLLM(script(analyze=[[written[i : i + 3] for i in range(0, len(written), 3)]]))
