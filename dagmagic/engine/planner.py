@@ -271,20 +271,7 @@ def _plan_steps(
         tool_args, dropped_why = usable_tool_args(draft, tool, tools)
         if dropped_why:
             warn(f"step {draft.id}: {dropped_why} (the step runs as an agent)")
-        unknown = []
-        for ref in references(tool_args):
-            if ref in kept:
-                continue
-            if ref != draft.id and (ref in known or (split_round_reference(ref) is not None and ref in earlier)):
-                kept.append(ref)
-                warn(f"step {draft.id}: added dependency {ref} (its tool_args use ${ref})")
-            else:  # left in place: the direct call cannot resolve it, and the step's agent runs instead
-                unknown.append(f"${ref}")
-        if unknown:
-            warn(
-                f"step {draft.id}: its tool_args use {', '.join(unknown)}, which name no step of the plan and no "
-                "reusable result"
-            )
+        tool_args = _referenced(draft, tool_args, kept, known=known, earlier=earlier, warn=warn)
         steps.append(
             PlanStep(
                 id=draft.id, task=draft.task, dependencies=kept, tool_hint=tool, model_hint=hint, tool_args=tool_args
@@ -294,6 +281,44 @@ def _plan_steps(
         more = f" and {len(dropped) - 10} more" if len(dropped) > 10 else ""
         warn(f"dropped dependencies on unknown steps: {', '.join(dropped[:10])}{more}")
     return steps
+
+
+def _referenced(
+    draft: StepDraft,
+    tool_args: dict[str, Any] | None,
+    kept: list[str],
+    *,
+    known: Collection[str],
+    earlier: Collection[str],
+    warn: Callable[[str], None],
+) -> dict[str, Any] | None:
+    """The step's ``tool_args`` once every step they reference is among its dependencies (``kept``, added to
+    with a warning). Arguments naming no other step of the plan are dropped: small models copy the prompt's
+    example ("$s1" where there is no s1), and the call could never be made. A reference to an earlier round's
+    result that is not reusable (it did not complete) is left in place: the direct call fails, and the step's
+    agent is told which result is missing.
+    """
+    missing_round_results = []
+    for ref in references(tool_args):
+        if ref in kept:
+            continue
+        earlier_round = split_round_reference(ref) is not None
+        if ref != draft.id and (ref in known or (earlier_round and ref in earlier)):
+            kept.append(ref)
+            warn(f"step {draft.id}: added dependency {ref} (its tool_args use ${ref})")
+        elif earlier_round:
+            missing_round_results.append(f"${ref}")
+        else:
+            warn(
+                f"step {draft.id}: tool_args dropped: they use ${ref}, which names no other step of the plan (the "
+                "step runs as an agent)"
+            )
+            return None
+    if missing_round_results:
+        names = ", ".join(missing_round_results)
+        which = "names no reusable result" if len(missing_round_results) == 1 else "name no reusable results"
+        warn(f"step {draft.id}: its tool_args use {names}, which {which} of an earlier round")
+    return tool_args
 
 
 def step_hints(

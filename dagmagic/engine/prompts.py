@@ -43,7 +43,7 @@ PLANNER_TOOL_ARGS = """
   is known from the goal or from its dependencies' results: then the arguments as an object, "$s1" standing
   for the result of step s1 (list s1 in `dependencies`). Such a step runs at once, without a model. Keep
   null when the step needs judgement, several calls, or must read a result to choose what to do.
-  Example: {example}"""
+  Example steps: {example}"""
 PLANNER_ROLES = "\n  Other roles available as model_hint: {names}."
 PLANNER_SUBPLAN = (
     '\n  `"subplan"`: for a step too big for one agent (several lookups and a conclusion of its own): it is '
@@ -161,16 +161,26 @@ def _json_type(schema: dict[str, Any]) -> str:
 
 
 def planner_tool_args(tools: Sequence[Tool]) -> str:
-    """When to write ``tool_args``, with an example on one of the session's own tools."""
+    """When to write ``tool_args``, with an example of two steps on one of the session's own tools: an argument
+    from the goal, then one from a dependency's result (an example of the second alone was copied as is by a
+    small model, into a plan with no s1).
+    """
     tool = next((t for t in tools if t.parameters.get("properties")), tools[0])
     properties = tool.parameters.get("properties", {})
     required = [name for name in properties if name in tool.parameters.get("required", ())]
     argument = (required or list(properties) or [None])[0]
-    example = {
+    first = {
+        "id": "s1",
+        "task": f"Call {tool.name} for what the goal names",
+        "tool_hint": tool.name,
+        "tool_args": {argument: "<from the goal>"} if argument else {},
+    }
+    second = {
         "id": "s2",
         "task": f"Call {tool.name} with the result of s1",
         "dependencies": ["s1"],
         "tool_hint": tool.name,
         "tool_args": {argument: "$s1"} if argument else {},
     }
-    return PLANNER_TOOL_ARGS.format(example=json.dumps(example, ensure_ascii=False))
+    example = f"{json.dumps(first, ensure_ascii=False)}, {json.dumps(second, ensure_ascii=False)}"
+    return PLANNER_TOOL_ARGS.format(example=example)

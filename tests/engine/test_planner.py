@@ -583,7 +583,10 @@ def test_the_prompt_lists_each_tools_arguments_and_says_when_to_write_tool_args(
     assert "double(x: number) — Twice a number." in prompt
     rule = prompt[prompt.index("`tool_args`") :]
     assert "ONE call" in rule and '"$s1"' in rule and "judgement" in rule
-    assert '"tool_hint": "double", "tool_args": {"x": "$s1"}' in rule  # the example names a real tool
+    # the example names a real tool, with one step whose argument comes from the goal and one that uses its result
+    # (a one-step example of "$s1" alone was copied as is by a 0.5B model, into a plan without s1)
+    assert '"id": "s1"' in rule and '"tool_hint": "double", "tool_args": {"x": "<from the goal>"}' in rule
+    assert '"dependencies": ["s1"], "tool_hint": "double", "tool_args": {"x": "$s1"}' in rule
     assert "tool_args" not in Harness([GOOD_PLAN]).planner.system_prompt()
     assert "Available tools: add, lookup." in Harness([GOOD_PLAN], tool_names=["lookup", "add"]).planner.system_prompt()
 
@@ -612,28 +615,38 @@ def test_validation_adds_referenced_steps_to_the_dependencies_and_drops_tool_arg
         StepDraft(id="s1", task="a", tool_hint="population", tool_args={"country": "France"}),
         StepDraft(id="s2", task="b", tool_hint="double", tool_args={"x": "$s1"}),
         StepDraft(id="s3", task="c", tool_hint="double", tool_args={"x": "$r1.s4"}),
-        StepDraft(id="s4", task="d", tool_hint="double", tool_args={"x": "$r1.s5 and $s9"}),
+        StepDraft(id="s4", task="d", tool_hint="double", tool_args={"x": "$r1.s5 and $r1.s4"}),
         StepDraft(id="s5", task="e", tool_hint="search", tool_args={"q": "x"}),
         StepDraft(id="s6", task="f", tool_hint=None, tool_args={"q": "x"}),
+        # a small model copies the prompt's example: "$s1" in a plan with no step s1 (and a step naming itself)
+        StepDraft(id="s7", task="g", tool_hint="double", tool_args={"x": "$s9"}),
+        StepDraft(id="s8", task="h", tool_hint="double", tool_args={"x": "$s8"}),
     ]
     found, problem = validate_steps(
-        steps, max_steps=6, earlier=["r1.s4"], warn=warned.append, tools=["population", "double"]
+        steps, max_steps=8, earlier=["r1.s4"], warn=warned.append, tools=["population", "double"]
     )
     assert problem is None
     assert [(s.id, s.dependencies, s.tool_args) for s in found] == [
         ("s1", [], {"country": "France"}),
         ("s2", ["s1"], {"x": "$s1"}),
         ("s3", ["r1.s4"], {"x": "$r1.s4"}),
-        ("s4", [], {"x": "$r1.s5 and $s9"}),  # left in place: the direct call fails and the agent runs
+        # an earlier round's step that did not complete: left in place, the direct call fails and the agent is
+        # told which result is missing
+        ("s4", ["r1.s4"], {"x": "$r1.s5 and $r1.s4"}),
         ("s5", [], None),
         ("s6", [], None),
+        ("s7", [], None),  # no such step at all: the step runs as an agent from the start
+        ("s8", [], None),
     ]
     assert warned == [
         "step s2: added dependency s1 (its tool_args use $s1)",
         "step s3: added dependency r1.s4 (its tool_args use $r1.s4)",
-        "step s4: its tool_args use $r1.s5, $s9, which name no step of the plan and no reusable result",
+        "step s4: added dependency r1.s4 (its tool_args use $r1.s4)",
+        "step s4: its tool_args use $r1.s5, which names no reusable result of an earlier round",
         "step s5: tool_args dropped: search is not a tool of this session (the step runs as an agent)",
         "step s6: tool_args dropped: the step has no tool_hint (the step runs as an agent)",
+        "step s7: tool_args dropped: they use $s9, which names no other step of the plan (the step runs as an agent)",
+        "step s8: tool_args dropped: they use $s8, which names no other step of the plan (the step runs as an agent)",
     ]
 
 
