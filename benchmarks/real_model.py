@@ -117,7 +117,8 @@ def session(max_tokens: int | None = None) -> DagSession:
 
 def tool_steps(state) -> tuple[int, int, int]:
     """(tool steps, called directly, fell back to their agent) over every round: a tool step is a step with
-    ``tool_args``; called directly when its turn-0 call (the executor's own) returned without an error."""
+    ``tool_args``; called directly when its turn-0 call (the executor's own) returned without an error.
+    """
     total = direct = fallback = 0
     for record in state.rounds:
         for step in record.plan.steps:
