@@ -6,8 +6,11 @@ The model is Qwen2.5-Coder-0.5B-Instruct behind llama.cpp's OpenAI-compatible se
 its LLM calls by purpose, the wall time and the answer's first words; nothing is asserted. The model is slow
 and often wrong on purpose: the figures are calls and seconds per goal, not answer quality.
 
-Run: ``python benchmarks/real_model.py`` (minutes per goal on 2 cores; ``--goal N`` runs the N-th goal only).
-Without the server it says so and exits.
+Run: ``python benchmarks/real_model.py`` (minutes per goal on 2 cores; ``--goal N`` runs the N-th goal only;
+``--max-tokens N`` caps every reply at N tokens, passed to the registry as litellm's ``max_tokens``: this model
+sometimes writes until its context is full; ``--save DIR`` writes each run's state to ``DIR/goalN.json``).
+Per goal it also counts the tool steps (a step the planner gave ``tool_args``): how many were called directly
+(no model call) and how many fell back to their agent. Without the server it says so and exits.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import urllib.request
 from collections import Counter
 from datetime import UTC, datetime
 
+import dagmagic
 from dagmagic import DagSession, DagSettings, ModelRegistry, tool
 
 API_BASE = "http://127.0.0.1:8765/v1"
@@ -95,8 +99,9 @@ def server_up() -> bool:
         return False
 
 
-def session() -> DagSession:
-    """One model for every role, the run store off, as in the real-model note."""
+def session(max_tokens: int | None = None) -> DagSession:
+    """One model for every role, the run store off, as in the real-model note (replies capped when asked)."""
+    cap = {"max_tokens": max_tokens} if max_tokens else {}
     registry = ModelRegistry().register(
         "qwen",
         MODEL,
@@ -104,15 +109,38 @@ def session() -> DagSession:
         api_key="none",
         capabilities=("tool_call", "json_mode", "stream"),
         context_window=8192,
+        **cap,
     )
     settings = DagSettings(store="none", llm_timeout=600, max_replan_rounds=2)
     return DagSession(registry, settings, tools=[city_population, population, is_prime])
 
 
-async def run_goal(number: int, goal: str) -> None:
+def tool_steps(state) -> tuple[int, int, int]:
+    """(tool steps, called directly, fell back to their agent) over every round: a tool step is a step with
+    ``tool_args``; called directly when its turn-0 call (the executor's own) returned without an error.
+    """
+    total = direct = fallback = 0
+    for record in state.rounds:
+        for step in record.plan.steps:
+            if getattr(step, "tool_args", None) is None:
+                continue
+            total += 1
+            own = next((call for call in step.tool_calls if call.turn == 0), None)
+            agent_turns = any((call.turn or 0) > 0 for call in step.tool_calls) or any(
+                call.step_id == step.id and call.round == record.index and call.purpose == "step"
+                for call in state.calls
+            )
+            if own is not None and own.error is None and not agent_turns:
+                direct += 1
+            elif own is not None or agent_turns:
+                fallback += 1
+    return total, direct, fallback
+
+
+async def run_goal(number: int, goal: str, max_tokens: int | None, save: str | None) -> None:
     """Run one goal in a fresh session and print its line."""
     start = time.perf_counter()
-    run = await session().run(goal)
+    run = await session(max_tokens).run(goal)
     wall = time.perf_counter() - start
     state = run.state
     purposes = Counter(call.purpose for call in state.calls)
@@ -129,27 +157,40 @@ async def run_goal(number: int, goal: str) -> None:
         f"wall {wall:.0f}s"
     )
     print(f"    call seconds: {by_seconds}; tokens {usage.input_tokens} in, {usage.output_tokens} out")
+    total, direct, fallback = tool_steps(state)
+    steps = sum(len(record.plan.steps) for record in state.rounds)
+    print(
+        f"    steps {steps}: tool steps {total} ({direct} called directly, {fallback} fell back to their agent, "
+        f"{total - direct - fallback} not run)"
+    )
     print(f"    answer: {answer[:160]!r}", flush=True)
+    if save:
+        os.makedirs(save, exist_ok=True)
+        with open(os.path.join(save, f"goal{number}.json"), "w") as out:
+            out.write(state.model_dump_json(indent=1))
 
 
-async def main(only: int | None) -> None:
+async def main(only: int | None, max_tokens: int | None = None, save: str | None = None) -> None:
     """Every goal in turn (or the one asked for)."""
     print(
         f"dagmagic real-model benchmark - {datetime.now(UTC):%Y-%m-%d %H:%M} UTC - Python {sys.version.split()[0]} "
         f"on {platform.system()} {platform.machine()}, {os.cpu_count()} cores, load average "
-        f"{os.getloadavg()[0]:.2f}; model {MODEL} at {API_BASE}",
+        f"{os.getloadavg()[0]:.2f}; model {MODEL} at {API_BASE}; max_tokens {max_tokens or 'none'}; "
+        f"dagmagic from {os.path.dirname(os.path.dirname(dagmagic.__file__))}",
         flush=True,
     )
     total = time.perf_counter()
     for number, goal in enumerate(GOALS, 1):
         if only is None or number == only:
-            await run_goal(number, goal)
+            await run_goal(number, goal, max_tokens, save)
     print(f"Total benchmark time: {time.perf_counter() - total:.0f}s")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--goal", type=int, choices=range(1, len(GOALS) + 1), help="run only this goal (1-based)")
+    parser.add_argument("--max-tokens", type=int, help="cap every reply at N tokens (litellm's max_tokens)")
+    parser.add_argument("--save", metavar="DIR", help="write each run's state to DIR/goalN.json")
     arguments = parser.parse_args()
     if not server_up():
         print(
@@ -157,4 +198,4 @@ if __name__ == "__main__":
             "(see its header), then run this again. Skipped."
         )
         sys.exit(0)
-    asyncio.run(main(arguments.goal))
+    asyncio.run(main(arguments.goal, arguments.max_tokens, arguments.save))
