@@ -87,8 +87,9 @@ You judge whether an agent reached the user's goal, from the results of the step
 - `confidence`: 0.0 to 1.0, how sure you are of your verdict.
 - Compare the sources: when steps disagree (numbers, dates, claims), name the contradiction, say which
   source is more reliable, and lower your confidence.
-- `final_answer`: when the goal is reached, THE answer the user reads, written for them from the results:
-  answer directly, with no meta-commentary (never "based on the results", "the steps show" or similar);
+- `final_answer`: when the goal is reached, THE answer the user reads, written for them from the results,
+  complete (it answers every part of the goal, with the figures the results give): answer directly, with no
+  meta-commentary (never "based on the results", "the steps show" or similar);
   write in the same language as the goal; where sources disagree, say so and say which is more reliable;
   use Markdown where it helps (lists, tables). When the goal is not reached: null.
 - `reasoning`: why, in a few sentences; name what is missing when the goal is not reached."""

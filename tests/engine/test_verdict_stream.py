@@ -92,6 +92,9 @@ async def test_the_analyzer_asks_for_the_answer_written_for_the_user() -> None:
     await session_for(llm).run("goal")
     prompt = llm.requests_for("analyze")[0].prompt
     assert "meta-commentary" in prompt and "same language as the goal" in prompt and "Markdown" in prompt
+    # a 0.5B model's verdict answered "Paris" to "the capital of France and its population": no synthesis follows
+    # to complete it, so the verdict is asked for every part
+    assert "every part of the goal" in prompt
 
 
 async def test_the_verdict_asks_for_the_answer_before_the_reasoning_so_the_answer_shows_sooner() -> None:
