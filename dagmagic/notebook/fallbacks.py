@@ -12,6 +12,7 @@ escapes every text and attribute.
 from __future__ import annotations
 
 import html
+import itertools
 import re
 import textwrap
 
@@ -114,7 +115,7 @@ def run_html(run: DagRun) -> str:
 def _round_html(record: RoundRecord, *, open_: bool) -> str:
     e = html.escape
     steps = record.plan.steps
-    label = f"Round {record.index} · {len(steps)} step{'' if len(steps) == 1 else 's'}"
+    label = f"Round {record.index} · {_steps(len(steps))}"
     if record.rerun_of is not None:
         label += f" · re-run of round {record.rerun_of} ({record.rerun_step})"
     if record.analysis is not None:
@@ -131,6 +132,10 @@ def _round_html(record: RoundRecord, *, open_: bool) -> str:
     if record.decision is not None and record.decision.reason != (record.analysis and record.analysis.reasoning):
         parts.append(f"<p><i>Then:</i> {e(record.decision.reason)}</p>")
     return f"<details{' open' if open_ else ''}>{''.join(parts)}</details>"
+
+
+def _steps(count: int) -> str:
+    return f"{count} step{'' if count == 1 else 's'}"
 
 
 def _step_html(step: PlanStep) -> str:
@@ -194,24 +199,44 @@ def run_mimebundle(run: DagRun) -> dict[str, str]:
 
 
 def svg(plan: ExecutionPlan) -> str:
-    """The plan's DAG as an SVG, coloured by status."""
+    """The plan's DAG as an SVG document, coloured by status: edges curve down around the boxes, each ending in an
+    arrowhead drawn as a shape (no ``<marker>``: a marker's id would be shared by every picture on a page).
+    """
     placed = layout(plan)
     steps = {step.id: step for step in plan.steps}
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{placed.width:g}" height="{placed.height:g}" '
         f'viewBox="0 0 {placed.width:g} {placed.height:g}" font-family="sans-serif" font-size="11">',
-        '<defs><marker id="dagmagic-arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="6" '
-        'markerHeight="6" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#888"/></marker></defs>',
+        # its own background: shown as an image, the picture must read on a dark theme as on a light one
+        f'<rect width="{placed.width:g}" height="{placed.height:g}" rx="6" fill="#ffffff"/>',
     ]
     for edge in placed.edges:
-        parts.append(
-            f'<line x1="{edge.x1:g}" y1="{edge.y1:g}" x2="{edge.x2:g}" y2="{edge.y2:g}" stroke="#888" '
-            'marker-end="url(#dagmagic-arrow)"/>'
-        )
+        parts.append(f'<path class="edge" d="{_edge_path(edge.points)}" fill="none" stroke="{_EDGE_COLOR}"/>')
+        x, y = edge.points[-1]
+        head = f"M{x - 4:g},{y - 8:g} L{x + 4:g},{y - 8:g} L{x:g},{y:g} Z"
+        parts.append(f'<path class="arrowhead" d="{head}" fill="{_EDGE_COLOR}"/>')
     for node in placed.nodes:
         parts.append(_svg_node(steps[node.id], node.x, node.y, node.w, node.h))
     parts.append("</svg>")
     return "".join(parts)
+
+
+_EDGE_COLOR = "#888888"
+
+
+def _edge_path(points: tuple[tuple[float, float], ...]) -> str:
+    """Straight down through a slot; between layers a curve whose control points stay between its ends, so it
+    stays in the gap between the two layers, and leaves and arrives vertically (the arrowhead points down).
+    """
+    x, y = points[0]
+    path = [f"M{x:g},{y:g}"]
+    for (x0, y0), (x1, y1) in itertools.pairwise(points):
+        if x0 == x1:
+            path.append(f"L{x1:g},{y1:g}")
+        else:
+            middle = (y0 + y1) / 2
+            path.append(f"C{x0:g},{middle:g} {x1:g},{middle:g} {x1:g},{y1:g}")
+    return " ".join(path)
 
 
 def _svg_node(step: PlanStep, x: float, y: float, w: float, h: float) -> str:

@@ -1,6 +1,12 @@
 from __future__ import annotations
 
+import base64
 import itertools
+import random
+import re
+from xml.etree import ElementTree
+
+import pytest
 
 from dagmagic.engine.run import DagRun
 from dagmagic.models import AnalysisResult, ExecutionPlan, PlanStep, RoundRecord, RunState
@@ -33,7 +39,8 @@ def test_no_two_nodes_overlap_and_edges_point_down() -> None:
     layers = {n.id: n.layer for n in placed.nodes}
     assert len(placed.edges) == 5  # the earlier-round reference r1.s2 is not drawn
     for edge in placed.edges:
-        assert layers[edge.source] < layers[edge.target] and edge.y1 < edge.y2
+        ys = [y for _, y in edge.points]
+        assert layers[edge.source] < layers[edge.target] and ys == sorted(ys) and ys[0] < ys[-1]
     assert all(n.x >= 0 and n.x + n.w <= placed.width and n.y + n.h <= placed.height for n in placed.nodes)
 
 
@@ -104,7 +111,7 @@ def test_every_round_is_in_the_static_view() -> None:
 def test_svg_colours_nodes_by_status_and_escapes_tasks() -> None:
     drawing = svg(finished_run().plan)  # type: ignore[arg-type]
     assert drawing.count("<g data-step-id=") == 2 and "#e53935" in drawing and "look | up" in drawing
-    assert drawing.count("<line") == 1
+    assert drawing.count('class="edge"') == 1
 
 
 def test_the_static_bundle_is_consistent() -> None:
@@ -157,3 +164,126 @@ def test_a_tool_step_that_has_not_run_shows_its_planned_call() -> None:
     step.status, step.result, step.tool_calls, step.started_at = "pending", None, [], None
     assert "<p><i>Tool call</i> (planned): <code>add(a=$s1, b=12)</code></p>" in run_html(run)
     assert "| s2 | pending | Add the two figures · add(a=\\$s1, b=12) | tool call |  |  |" in run_markdown(run)
+
+
+# Static pictures: edges routed around the boxes, arrowheads drawn without ids (issue 23, point 6).
+
+SKIP = plan(("a", []), ("b", ["a"]), ("c", ["a", "b"]))
+"""a -> c skips b's layer: a straight line from a to c would go through b."""
+
+
+def random_plans(count: int) -> list[ExecutionPlan]:
+    """Plans of 3 to 16 steps, each depending on some earlier ones: long edges, fans in and out."""
+    plans = []
+    for seed in range(count):
+        rng = random.Random(seed)
+        size = rng.randint(3, 16)
+        steps = [(f"s{i}", [f"s{j}" for j in range(1, i) if rng.random() < 0.3]) for i in range(1, size + 1)]
+        plans.append(plan(*steps))
+    return plans
+
+
+LONG_EDGES = [SKIP, WIDE, *random_plans(40)]
+
+
+def boxes_of(drawing: str) -> dict[str, tuple[float, float, float, float]]:
+    """Each step's box in a picture: left, top, right, bottom."""
+    root = ElementTree.fromstring(drawing)
+    boxes = {}
+    for group in root.iter(f"{SVG}g"):
+        if group.get("data-step-id") is not None:
+            rect = group.find(f"{SVG}rect")
+            assert rect is not None
+            x, y, w, h = (float(rect.get(name, "0")) for name in ("x", "y", "width", "height"))
+            boxes[str(group.get("data-step-id"))] = (x, y, x + w, y + h)
+    return boxes
+
+
+SVG = "{http://www.w3.org/2000/svg}"
+NUMBER = re.compile(r"-?[0-9.]+")
+
+
+def edge_pieces(drawing: str) -> list[list[tuple[float, float]]]:
+    """Each piece of each edge line as the points that bound it: a straight segment's two ends, or a cubic curve's
+    start, control points and end (the curve stays inside their convex hull, so inside their bounding box).
+    """
+    root = ElementTree.fromstring(drawing)
+    pieces = []
+    for line in root.iter(f"{SVG}line"):
+        x1, y1, x2, y2 = (float(line.get(name, "0")) for name in ("x1", "y1", "x2", "y2"))
+        pieces.append([(x1, y1), (x2, y2)])
+    for path in root.iter(f"{SVG}path"):
+        if path.get("class") != "edge":
+            continue
+        current = (0.0, 0.0)
+        for command, numbers in re.findall(r"([MLC])([^MLC]*)", str(path.get("d"))):
+            values = [float(n) for n in NUMBER.findall(numbers)]
+            points = list(zip(values[::2], values[1::2], strict=True))
+            if command != "M":
+                pieces.append([current, *points])
+            current = points[-1]
+    return pieces
+
+
+def enters(piece: list[tuple[float, float]], box: tuple[float, float, float, float]) -> bool:
+    """Whether the piece's bounding box overlaps the box's inside (touching its border is not entering)."""
+    xs, ys = [x for x, _ in piece], [y for _, y in piece]
+    left, top, right, bottom = box
+    margin = 0.5
+    return min(xs) < right - margin and max(xs) > left + margin and min(ys) < bottom - margin and max(ys) > top + margin
+
+
+@pytest.mark.parametrize("steps", LONG_EDGES, ids=["skip", "wide", *(f"random{i}" for i in range(40))])
+def test_no_edge_goes_through_a_box(steps: ExecutionPlan) -> None:
+    drawing = svg(steps)
+    boxes = boxes_of(drawing)
+    pieces = edge_pieces(drawing)
+    assert pieces, "every one of these plans has an edge"
+    for piece in pieces:
+        for step_id, box in boxes.items():
+            assert not enters(piece, box), (piece, step_id, box)
+
+
+def test_an_edge_that_skips_a_layer_bends_around_the_box_in_its_way() -> None:
+    placed = layout(SKIP)
+    route = next(edge for edge in placed.edges if (edge.source, edge.target) == ("a", "c"))
+    b = next(node for node in placed.nodes if node.id == "b")
+    passing = [x for x, y in route.points if b.y <= y <= b.y + b.h]
+    assert passing and all(x < b.x or x > b.x + b.w for x in passing)  # beside b, in the gap
+    assert len({x for x, _ in route.points}) > 1  # it bends
+
+
+def test_every_edge_ends_in_an_arrowhead_at_its_target_without_marker_ids() -> None:
+    for steps in (SKIP, WIDE):
+        drawing = svg(steps)
+        assert "marker" not in drawing and "url(#" not in drawing
+        root = ElementTree.fromstring(drawing)
+        heads = [path for path in root.iter(f"{SVG}path") if path.get("class") == "arrowhead"]
+        placed = layout(steps)
+        assert len(heads) == len(placed.edges)
+        tips = set()
+        for head in heads:
+            values = [float(n) for n in NUMBER.findall(str(head.get("d")))]
+            corners = list(zip(values[::2], values[1::2], strict=True))
+            tips.add(max(corners, key=lambda point: point[1]))  # it points down, at the target's top
+        assert tips == {edge.points[-1] for edge in placed.edges}
+        tops = {(node.x, node.x + node.w, node.y) for node in placed.nodes}
+        assert all(any(left < x < right and y == top for left, right, top in tops) for x, y in tips)
+
+
+def pictures(page: str) -> list[str]:
+    """The SVG documents of a page's pictures, decoded from their data URIs."""
+    return [base64.b64decode(data).decode() for data in re.findall(r'src="data:image/svg\+xml;base64,([^"]+)"', page)]
+
+
+def two_round_run() -> DagRun:
+    run = finished_run()
+    run.rounds.append(RoundRecord(index=2, plan=SKIP, rerun_of=1, rerun_step="s1"))
+    return run
+
+
+def test_ids_are_unique_across_the_pictures_of_a_page() -> None:
+    page = run_html(two_round_run())
+    documents = [page, *pictures(page)]
+    ids = [found for document in documents for found in re.findall(r'\bid="([^"]*)"', document)]
+    assert len(ids) == len(set(ids)), ids
