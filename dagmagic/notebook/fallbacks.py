@@ -1,5 +1,6 @@
-"""Static views of a run for nbconvert, GitHub, Colab and terminals: Markdown, HTML with a step table, and an
-SVG of the DAG laid out by layout.py. Everything the LLM wrote is escaped.
+"""Static views of a run for nbconvert, GitHub, Colab and terminals: Markdown, and HTML with every round's steps
+and a picture of its DAG (an SVG laid out by layout.py, shown as an image: sanitizers keep it). Everything the
+LLM wrote is escaped.
 
 A model's output is untrusted (a prompt-injected model writes payloads), and front ends render these views:
 JupyterLab renders ``text/markdown`` and would fetch a remote image from it. So in the Markdown view every string
@@ -11,6 +12,7 @@ escapes every text and attribute.
 
 from __future__ import annotations
 
+import base64
 import html
 import itertools
 import re
@@ -28,6 +30,7 @@ __all__ = [
     "STATUS_COLORS",
     "inert_markdown",
     "markdown_html",
+    "picture",
     "run_html",
     "run_markdown",
     "run_mimebundle",
@@ -125,7 +128,7 @@ def _round_html(record: RoundRecord, *, open_: bool) -> str:
     if record.error:
         parts.append(f"<p>{e(record.error)}</p>")
     if steps:
-        parts.append(svg(record.plan))
+        parts.append(f"<p>{picture(record.plan, f'The plan of round {record.index}: {_steps(len(steps))}')}</p>")
         parts += [_step_html(step) for step in steps]
     if record.analysis is not None and record.analysis.reasoning:
         parts.append(f"<p><i>Verdict:</i> {e(record.analysis.reasoning)}</p>")
@@ -237,6 +240,19 @@ def _edge_path(points: tuple[tuple[float, float], ...]) -> str:
             middle = (y0 + y1) / 2
             path.append(f"C{x0:g},{middle:g} {x1:g},{middle:g} {x1:g},{y1:g}")
     return " ".join(path)
+
+
+def picture(plan: ExecutionPlan, caption: str) -> str:
+    """The plan's DAG as an ``<img>`` holding the SVG as a data URI: JupyterLab's sanitizer (an untrusted
+    notebook) strips an inline ``<svg>`` to its bare text but keeps this, and GitHub shows it. A browser shows an
+    SVG image as a picture only: no script in it runs, nothing it names is fetched.
+    """
+    placed = layout(plan)
+    data = base64.b64encode(svg(plan).encode()).decode("ascii")
+    return (
+        f'<img src="data:image/svg+xml;base64,{data}" alt="{html.escape(caption)}" width="{placed.width:g}" '
+        f'height="{placed.height:g}" style="max-width: 100%; height: auto">'
+    )
 
 
 def _svg_node(step: PlanStep, x: float, y: float, w: float, h: float) -> str:

@@ -6,8 +6,9 @@ every request it receives. They are in everything a model writes: the plan's ste
 tool's observation, a step's error, the verdict, the streamed answer, and (a second run) the run's error. The
 planner keeps a model-written id as written (``<img src=x onerror=...>`` included): the widget shows it through
 ``textContent`` and attributes, the static views escape it. After every place they appear has been opened, the
-page must have fired no dialog, set no ``window.__pwned``, loaded no ``<img>``, and the server must have seen
-nothing; a control request from the page proves it would have.
+page must have fired no dialog, set no ``window.__pwned``, loaded no ``<img>`` but the DAG's pictures (SVG
+documents inside the page), and the server must have seen nothing; a control request from the page proves it
+would have.
 """
 
 from __future__ import annotations
@@ -196,8 +197,10 @@ def test_hostile_text_is_shown_and_never_runs_or_fetches(notebook: NotebookPage,
         notebook.screenshot(name, focus=shown)
 
     for where in (".dagmagic", ".jp-OutputArea-output"):
-        for element in ("img", "iframe", "video", "audio", "object", "embed", "form", "picture", "script", "style"):
+        for element in ("iframe", "video", "audio", "object", "embed", "form", "picture", "script", "style"):
             expect(page.locator(f"{where} {element}")).to_have_count(0)
+        # the DAG's pictures only: SVG documents inside the page (an image's SVG runs and fetches nothing)
+        expect(page.locator(f"{where} img:not([src^='data:image/svg+xml;base64,'])")).to_have_count(0)
     # the widget's own fields (follow-up, re-run) are its only inputs
     expect(page.locator(".jp-OutputArea-output input:not([class^='dagmagic-']), input[type=image]")).to_have_count(0)
     expect(page.locator(".jp-OutputArea-output [style*='url(']")).to_have_count(0)

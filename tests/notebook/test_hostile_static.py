@@ -7,6 +7,7 @@ reuses; js/test/hostile.test.js holds the same list for the widget's sanitizer.
 
 from __future__ import annotations
 
+import base64
 from html.parser import HTMLParser
 from typing import Any
 
@@ -71,21 +72,23 @@ HOSTILE = hostile()
 HOSTILE_ID = '<img src=x onerror="window.__pwned=5">'
 PAYLOAD = "<script>window.__pwned=1</script>"
 
-# What the static views may contain: plain tags, the SVG of the DAG, and their own attributes.
+# What the static views may contain: plain tags, the DAG's pictures (an <img> of an SVG document given whole in
+# its data URI) and the SVG's shapes, and their own attributes.
 ALLOWED_TAGS = {
     "a", "b", "blockquote", "br", "code", "del", "details", "div", "em", "h1", "h2", "h3", "h4", "h5", "h6", "hr",
-    "i", "li", "ol", "p", "pre", "s", "strong", "summary", "table", "tbody", "td", "th", "thead", "tr", "ul",
-    "svg", "defs", "marker", "path", "line", "g", "rect", "text",
+    "i", "li", "ol", "p", "pre", "s", "strong", "summary", "table", "tbody", "td", "th", "thead", "tr", "ul", "img",
+    "svg", "path", "g", "rect", "text",
 }  # fmt: skip
 ALLOWED_ATTRIBUTES = {
-    "href", "rel", "title", "align", "class", "open", "start",
+    "href", "rel", "title", "align", "class", "open", "start", "src", "alt",
     # the SVG's own geometry
-    "xmlns", "width", "height", "viewbox", "font-family", "font-size", "id", "refx", "refy", "markerwidth",
-    "markerheight", "orient", "d", "fill", "x1", "y1", "x2", "y2", "stroke", "marker-end", "data-step-id", "x", "y",
-    "rx", "fill-opacity", "font-weight",
+    "xmlns", "width", "height", "viewbox", "font-family", "font-size", "d", "fill", "stroke", "data-step-id", "x",
+    "y", "rx", "fill-opacity", "font-weight",
 }  # fmt: skip
-OUR_STYLE = ("pre", "white-space: pre-wrap")
-"""The one style attribute in the HTML view: ours, on a result's <pre>; none comes from the model."""
+OUR_STYLES = {("pre", "white-space: pre-wrap"), ("img", "max-width: 100%; height: auto")}
+"""The style attributes in the HTML view: ours, on a result's <pre> and a picture; none comes from the model."""
+PICTURE = "data:image/svg+xml;base64,"
+"""The only source an <img> may have: an SVG document in the page itself, checked as inert in its turn."""
 
 
 class Elements(HTMLParser):
@@ -95,6 +98,8 @@ class Elements(HTMLParser):
         super().__init__(convert_charrefs=True)
         self.elements: list[tuple[str, dict[str, str | None]]] = []
         self.text: list[str] = []
+        self.pictures: list[Elements] = []
+        """The SVG documents of the page's pictures, parsed."""
         self.feed(text)
         self.close()
 
@@ -113,9 +118,15 @@ def assert_inert_html(page: str) -> Elements:
     for tag, attrs in parsed.elements:
         for name, value in attrs.items():
             if name == "style":
-                assert (tag, value) == OUR_STYLE, (tag, value)
+                assert (tag, value) in OUR_STYLES, (tag, value)
                 continue
             assert name in ALLOWED_ATTRIBUTES, (tag, name, value)
+        if tag == "img":
+            source = str(attrs.get("src"))
+            assert source.startswith(PICTURE), source[:100]
+            document = base64.b64decode(source.removeprefix(PICTURE), validate=True).decode()
+            assert "<img" not in document
+            parsed.pictures.append(assert_inert_html(document))
         href = attrs.get("href")
         if href is not None:
             assert tag == "a" and href.startswith(("http://", "https://", "mailto:")), (tag, href)
@@ -193,6 +204,9 @@ def test_the_html_view_has_only_plain_tags_and_shows_the_payloads_as_text() -> N
     assert "<script>window.__pwned=1</script>" in shown  # the task, result, errors, verdict: as text
     assert HOSTILE_ID in shown  # the model-written id
     assert "<script" not in page
+    (drawing,) = parsed.pictures  # the round's DAG: its boxes name the model-written ids as text
+    assert [attrs["data-step-id"] for tag, attrs in drawing.elements if tag == "g"] == [HOSTILE_ID, "s2", "s3"]
+    assert HOSTILE_ID in "".join(drawing.text)
 
 
 def test_the_svg_escapes_ids_and_tasks() -> None:

@@ -79,7 +79,7 @@ def test_html_escapes_everything_the_model_wrote() -> None:
     assert "<script>" not in page and "&lt;script&gt;" in page
     assert "found &lt;b&gt;it&lt;/b&gt;" in page
     assert "<details open><summary>Round 1 · 2 steps · achieved, confidence 80%</summary>" in page
-    assert "<svg" in page and "Compare &lt;x&gt;" in page
+    assert '<img src="data:image/svg+xml;base64,' in page and "Compare &lt;x&gt;" in page
     assert "<details><summary><b>s2</b> · failed · compare</summary><p><i>Error:</i> RuntimeError: boom" in page
 
 
@@ -149,7 +149,7 @@ def test_a_tool_step_shows_its_call_and_substituted_values_in_the_static_views()
     )
     assert fallback in page
     assert f"<p><i>Note:</i> {FALLBACK_WARNING}</p>" in page
-    assert ">s2 · completed · tool</text>" in page  # the DAG's box says it too
+    assert ">s2 · completed · tool</text>" in pictures(page)[0]  # the DAG's box says it too
 
     text = run_markdown(run)  # `$` escaped: JupyterLab would typeset "$s1 … $s2" as math
     assert "| s2 | completed | Add the two figures · add(a=\\$s1 → 68.4, b=12) | direct call | 0.2 | 80.4 |" in text
@@ -166,7 +166,8 @@ def test_a_tool_step_that_has_not_run_shows_its_planned_call() -> None:
     assert "| s2 | pending | Add the two figures · add(a=\\$s1, b=12) | tool call |  |  |" in run_markdown(run)
 
 
-# Static pictures: edges routed around the boxes, arrowheads drawn without ids (issue 23, point 6).
+# Static pictures: edges routed around the boxes, arrowheads drawn without ids, each picture an image a
+# sanitizer keeps (issue 23, points 2 and 6).
 
 SKIP = plan(("a", []), ("b", ["a"]), ("c", ["a", "b"]))
 """a -> c skips b's layer: a straight line from a to c would go through b."""
@@ -287,3 +288,17 @@ def test_ids_are_unique_across_the_pictures_of_a_page() -> None:
     documents = [page, *pictures(page)]
     ids = [found for document in documents for found in re.findall(r'\bid="([^"]*)"', document)]
     assert len(ids) == len(set(ids)), ids
+
+
+def test_each_rounds_picture_is_an_image_that_an_untrusted_notebook_keeps() -> None:
+    """JupyterLab's sanitizer (untrusted notebooks) strips inline <svg> to its text, but keeps an <img> whose src
+    is a data URI; an SVG shown as an image runs nothing and loads nothing.
+    """
+    run = two_round_run()
+    page = run_html(run)
+    assert "<svg" not in page
+    assert pictures(page) == [svg(record.plan) for record in run.rounds]
+    assert re.findall(r'<img src="data:[^"]+" alt="([^"]*)" width="[0-9.]+" height="[0-9.]+"', page) == [
+        "The plan of round 1: 2 steps",
+        "The plan of round 2: 3 steps",
+    ]
