@@ -128,13 +128,21 @@ def _round_html(record: RoundRecord, *, open_: bool) -> str:
     if record.error:
         parts.append(f"<p>{e(record.error)}</p>")
     if steps:
-        parts.append(f"<p>{picture(record.plan, f'The plan of round {record.index}: {_steps(len(steps))}')}</p>")
+        parts.append(f"<p>{picture(record.plan, _caption(record))}</p>")
         parts += [_step_html(step) for step in steps]
     if record.analysis is not None and record.analysis.reasoning:
         parts.append(f"<p><i>Verdict:</i> {e(record.analysis.reasoning)}</p>")
     if record.decision is not None and record.decision.reason != (record.analysis and record.analysis.reasoning):
         parts.append(f"<p><i>Then:</i> {e(record.decision.reason)}</p>")
     return f"<details{' open' if open_ else ''}>{''.join(parts)}</details>"
+
+
+def _caption(record: RoundRecord) -> str:
+    """The picture in words (its alt text: read aloud, or shown where the picture is not): what runs after what."""
+    first = [step.id for step in record.plan.steps if not step.dependencies]
+    parts = [f"{', '.join(first)} first"] if first else []
+    parts += [f"{step.id} after {', '.join(step.dependencies)}" for step in record.plan.steps if step.dependencies]
+    return _cap(f"The plan of round {record.index}: {'; '.join(parts)}", 1000)
 
 
 def _steps(count: int) -> str:

@@ -205,6 +205,8 @@ def test_the_html_view_has_only_plain_tags_and_shows_the_payloads_as_text() -> N
     assert HOSTILE_ID in shown  # the model-written id
     assert "<script" not in page
     (drawing,) = parsed.pictures  # the round's DAG: its boxes name the model-written ids as text
+    (alt,) = [attrs["alt"] for tag, attrs in parsed.elements if tag == "img"]
+    assert alt is not None and f"s2 after {HOSTILE_ID}" in alt  # the picture in words: an attribute's text
     assert [attrs["data-step-id"] for tag, attrs in drawing.elements if tag == "g"] == [HOSTILE_ID, "s2", "s3"]
     assert HOSTILE_ID in "".join(drawing.text)
 

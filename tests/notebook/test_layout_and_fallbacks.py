@@ -299,6 +299,6 @@ def test_each_rounds_picture_is_an_image_that_an_untrusted_notebook_keeps() -> N
     assert "<svg" not in page
     assert pictures(page) == [svg(record.plan) for record in run.rounds]
     assert re.findall(r'<img src="data:[^"]+" alt="([^"]*)" width="[0-9.]+" height="[0-9.]+"', page) == [
-        "The plan of round 1: 2 steps",
-        "The plan of round 2: 3 steps",
+        "The plan of round 1: s1 first; s2 after s1",
+        "The plan of round 2: a first; b after a; c after a, b",
     ]
