@@ -316,7 +316,7 @@ def widget_state(run: DagRun) -> dict[str, Any]:
             for index, call in enumerate(run.calls[-TRACE_CALLS:], start=max(len(run.calls) - TRACE_CALLS, 0))
         ],
         "phase_since": _phase_since(run),
-        "stopped_by_user": any(event.type == "user_action" and event.action == "stop" for event in run.events),
+        "stopped_by_user": run.stopped_by_user,
         "now": time.time(),
         "started_at": run.state.started_at,
     }
