@@ -242,6 +242,9 @@ class RunFinished(_Event):
     achieved: bool = False
     confidence: float = 0.0
     error: str | None = None
+    stopped_by_user: bool = False
+    """The user's Stop ended it: its last word was a Stop (a later follow-up or re-run overrides one). Its
+    status is ``done``; the views say "stopped by you"."""
 
 
 class LLMCallRecorded(_Event):

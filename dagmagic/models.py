@@ -299,10 +299,12 @@ class ExecutionPlan(BaseModel):
 
     def _repr_html_(self) -> str:
         e = html.escape
-        head = "<tr><th>step</th><th>status</th><th>task</th><th>needs</th><th>result</th></tr>"
+        # text reads from the left; JupyterLab right-aligns the cells of an HTML output's tables
+        th, td = "<th style='text-align:left'>", "<td style='text-align:left'>"
+        head = "<tr>" + "".join(f"{th}{name}</th>" for name in ("step", "status", "task", "needs", "result")) + "</tr>"
         rows = "".join(
-            f"<tr><td>{e(s.id)}</td><td>{e(s.status)}</td><td>{e(_cut(s.task, 80))}</td>"
-            f"<td>{e(', '.join(s.dependencies))}</td><td>{e(_cut(s.result or s.error, 80))}</td></tr>"
+            f"<tr>{td}{e(s.id)}</td>{td}{e(s.status)}</td>{td}{e(_cut(s.task, 80))}</td>"
+            f"{td}{e(', '.join(s.dependencies))}</td>{td}{e(_cut(s.result or s.error, 80))}</td></tr>"
             for s in self.steps
         )
         return f"<b>Round {self.round}</b><table>{head}{rows}</table>"

@@ -14,7 +14,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from dagmagic.engine.context import dependency_context
-from dagmagic.engine.executor import DagExecutor
+from dagmagic.engine.executor import FOLLOWED_UP_REASON, STOPPED_REASON, DagExecutor
 from dagmagic.engine.retries import RetryPolicy
 from dagmagic.engine.steps import StepRequest, step_messages
 from dagmagic.engine.subrun import SUBPLAN, run_subrun
@@ -60,7 +60,13 @@ class Execution:
             transient=(TransientProviderError,),
             retries=RetryPolicy(settings.step_immediate_retries, tuple(settings.step_retry_delays)),
             before_step=self._before_step,
+            stop_reason=self._stop_reason,
         )
+
+    def _stop_reason(self) -> str:
+        """Why the steps the round's stop skips were skipped: the user's Stop, or a follow-up that changes the goal."""
+        stopped_by = self.pursuit.run.inbox.round_stopped_by
+        return FOLLOWED_UP_REASON if stopped_by == "follow_up" else STOPPED_REASON
 
     async def run(self) -> None:
         """Run every step that can run, until each has a final state."""

@@ -29,9 +29,18 @@ from dagmagic.events import Event, StepCompleted, StepQueued, StepRetrying, Step
 from dagmagic.llm.secrets import mask_secrets
 from dagmagic.models import ExecutionPlan, PlanStep, StepStatus
 
-__all__ = ["SKIPPED_BY_USER", "STOPPED_REASON", "BeforeStep", "DagExecutor", "RunStep", "StepFailure"]
+__all__ = [
+    "FOLLOWED_UP_REASON",
+    "SKIPPED_BY_USER",
+    "STOPPED_REASON",
+    "BeforeStep",
+    "DagExecutor",
+    "RunStep",
+    "StepFailure",
+]
 
-STOPPED_REASON: Final = "Skipped — user changed requirements"
+STOPPED_REASON: Final = "Skipped — you stopped the run"
+FOLLOWED_UP_REASON: Final = "Skipped — your follow-up changed the goal"
 
 RunStep = Callable[[PlanStep, dict[str, PlanStep]], Awaitable[str]]
 """Runs one step given its completed dependencies (by reference: ``s1`` or ``r1.s2``); returns its result."""
@@ -70,16 +79,19 @@ class DagExecutor:
         transient: tuple[type[BaseException], ...] = (),
         retries: RetryPolicy | None = None,
         before_step: BeforeStep | None = None,
+        stop_reason: Callable[[], str] | None = None,
     ) -> None:
         """``open_ended``: the plan is still arriving; ``add()`` its steps, ``close()`` when it is whole.
         ``fatal``: exception types that end the whole plan when a step raises one; ``transient``: those that
-        get the step tried again as ``retries`` says (no retries without a policy).
+        get the step tried again as ``retries`` says (no retries without a policy). ``stop_reason``: why the
+        steps ``stop`` skips were skipped (a Stop's reason, or a follow-up's), asked when it skips them.
         """
         self.plan = plan
         self.run_step = run_step
         self.step_timeout = step_timeout
         self.emit = emit or (lambda event: None)
         self.stop = stop or asyncio.Event()
+        self._stop_reason = stop_reason or (lambda: STOPPED_REASON)
         self.earlier = dict(earlier or {})
         self._slots = asyncio.Semaphore(max_concurrency)
         self._steps = {step.id: step for step in plan.steps}  # plan order: the order ready steps start in
@@ -166,7 +178,7 @@ class DagExecutor:
         elif self._fatal is not None:
             self._finish(step, "cancelled", "Cancelled before it started")
         elif self.stop.is_set():
-            self._finish(step, "skipped", STOPPED_REASON)
+            self._finish(step, "skipped", self._stop_reason())
         elif waiting == 0:
             self._dispatch(step)
 
@@ -369,7 +381,7 @@ class DagExecutor:
             if child.status != "pending":
                 continue
             if self.stop.is_set():
-                self._finish(child, "skipped", STOPPED_REASON)
+                self._finish(child, "skipped", self._stop_reason())
             elif status != "completed":
                 self._finish(child, "skipped", f"Skipped — dependency {step.id} {status}")
             else:
@@ -402,7 +414,7 @@ class DagExecutor:
     def _skip_unstarted(self) -> None:
         for step in self._steps.values():
             if step.status in _UNSTARTED:
-                self._finish(step, "skipped", STOPPED_REASON)
+                self._finish(step, "skipped", self._stop_reason())
 
     async def _cancel_all(self) -> None:
         self._cancelling = True

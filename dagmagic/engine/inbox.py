@@ -204,6 +204,8 @@ class Inbox:
         self.word = Word(step_through=step_through)
         self.round_stop = asyncio.Event()
         """Set when the current round's steps not started must be skipped."""
+        self.round_stopped_by: ActionKind | None = None
+        """The message that set ``round_stop`` last: ``stop`` or ``follow_up`` (what the skipped steps say)."""
         self._phase: Phase = _Idle(state.phase)
         self._work: asyncio.Task[Any] | None = None
         self._on_interrupt: Callable[[], object] | None = None
@@ -229,6 +231,7 @@ class Inbox:
 
     def _apply(self, effect: Effect, message: Message) -> None:
         if effect in ("skip", "interrupt"):
+            self.round_stopped_by = message.type
             self.round_stop.set()
         if effect == "interrupt" and self._work is not None and not self._work.done():
             self._interrupted = True
@@ -327,6 +330,7 @@ class Inbox:
     def new_round(self) -> None:
         """A fresh stop for the next round's steps; skips named the last round's steps."""
         self.round_stop = asyncio.Event()
+        self.round_stopped_by = None
         self.word.skips.clear()
 
     @property

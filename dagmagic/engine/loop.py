@@ -118,7 +118,11 @@ class GoalLoop:
             run.inbox.finish()
             run.emit(
                 RunFinished(
-                    status=run.state.status, achieved=run.achieved, confidence=run.confidence, error=run.state.error
+                    status=run.state.status,
+                    achieved=run.achieved,
+                    confidence=run.confidence,
+                    error=run.state.error,
+                    stopped_by_user=run.state.status == "done" and run.inbox.stopped,
                 )
             )
 

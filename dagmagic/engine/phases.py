@@ -49,6 +49,10 @@ if TYPE_CHECKING:
 __all__ = ["FINISHED", "Analyzing", "AwaitingApproval", "Executing", "Phase", "Starting", "Synthesizing"]
 
 
+STOPPED_BEFORE_APPROVAL = "Skipped — you stopped the run before approving the plan"
+DROPPED_FOR_FOLLOW_UP = "Skipped — the plan was dropped for your follow-up before it ran"
+
+
 class Phase:
     """A phase of the goal loop."""
 
@@ -114,8 +118,8 @@ class AwaitingApproval(Phase):
         verdict = await run.inbox.interruptible(_awaited(self._verdict), name=f"dagmagic:approval:{record.index}")
         if isinstance(verdict, Interrupted):
             record.approval = None
-            _skip_all(plan, "Skipped — the plan was dropped before it ran")
-            return pursuit.plan_interrupted(record)
+            _skip_all(plan, STOPPED_BEFORE_APPROVAL if run.inbox.stopped else DROPPED_FOR_FOLLOW_UP)
+            return pursuit.plan_interrupted(record, awaiting_approval=True)
         word, detail = verdict
         if word == "reject":
             record.approval = "rejected"

@@ -22,7 +22,6 @@ from dagmagic.engine.rounds import (
     NOT_REACHED,
     RERUN,
     STOPPED_BEFORE_ROUND,
-    STOPPED_WHILE_PLANNING,
     completed,
     planned_again,
     reusable,
@@ -254,11 +253,13 @@ class Pursuit:
         self.budget.next_free = True
         return self.next_round()
 
-    def plan_interrupted(self, record: RoundRecord) -> Phase:
-        """What follows a round whose plan a Stop or a follow-up dropped (no verdict, no budget used)."""
+    def plan_interrupted(self, record: RoundRecord, *, awaiting_approval: bool = False) -> Phase:
+        """What follows a round whose plan a Stop or a follow-up dropped (no verdict, no budget used), while it
+        was made or while it waited for approval.
+        """
         if self.run.inbox.stopped:
-            record.decision = stopped_while_planning()
-            return self.answer_now(STOPPED_WHILE_PLANNING)
+            record.decision = stopped_while_planning(awaiting_approval=awaiting_approval)
+            return self.answer_now(record.decision.reason)
         return self.users_round(FOLLOW_UP_WHILE_PLANNING)
 
     def answered_by_verdict(self, record: RoundRecord, decision: Decision) -> bool:

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import importlib
 import re
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from dagmagic.errors import DagError
+from dagmagic.events import Event, RunFinished
 from dagmagic.models import (
     AnalysisResult,
     ExecutionPlan,
@@ -23,13 +24,17 @@ from dagmagic.models import (
     Usage,
 )
 
-__all__ = ["RunQueries"]
+__all__ = ["STOPPED_BY_YOU", "RunQueries"]
+
+STOPPED_BY_YOU: Final = "stopped by you"
+"""How every view names the status of a run the user's Stop ended (its ``status`` stays ``done``)."""
 
 
 class RunQueries:
     """Read-only queries over ``state``, a run's state."""
 
     state: RunState
+    events: list[Event]
 
     def diff(self, a: int, b: int) -> RoundDiff:
         """What changed between rounds ``a`` and ``b`` (1-based): steps added, removed, or with another task,
@@ -55,6 +60,22 @@ class RunQueries:
     def status(self) -> RunStatus:
         """``running``, ``done``, ``failed`` or ``cancelled``."""
         return self.state.status
+
+    @property
+    def stopped_by_user(self) -> bool:
+        """Whether the user's Stop ended the run: it is ``done`` and its last word was a Stop (a follow-up or a
+        re-run after it overrides it).
+        """
+        if self.state.status != "done":
+            return False
+        finished = (e for e in reversed(self.events) if isinstance(e, RunFinished) and not e.depth)
+        last = next(finished, None)
+        return last is not None and last.stopped_by_user
+
+    @property
+    def status_words(self) -> str:
+        """The status as the views say it: ``stopped by you`` for a run the user's Stop ended, else ``status``."""
+        return STOPPED_BY_YOU if self.stopped_by_user else self.status
 
     @property
     def phase(self) -> RunPhase:
@@ -214,7 +235,8 @@ class RunQueries:
         goal = self.goal if len(self.goal) <= 60 else f"{self.goal[:57]}..."
         steps = self.steps.values()
         completed = sum(step.status == "completed" for step in steps)
+        status = f"{self.status} ({STOPPED_BY_YOU})" if self.stopped_by_user else self.status
         return (
-            f"<DagRun {self.status}: {goal!r} rounds={len(self.rounds)} "
+            f"<DagRun {status}: {goal!r} rounds={len(self.rounds)} "
             f"steps={completed}/{len(steps)} completed achieved={self.achieved} confidence={self.confidence:.2f}>"
         )

@@ -20,6 +20,8 @@ __all__ = [
     "INTERRUPTED_WHILE_PLANNING",
     "NOT_REACHED",
     "RERUN",
+    "STOPPED",
+    "STOPPED_AWAITING_APPROVAL",
     "STOPPED_BEFORE_ROUND",
     "STOPPED_WHILE_PLANNING",
     "UNANSWERED",
@@ -35,8 +37,11 @@ __all__ = [
     "visible_results",
 ]
 
-STOPPED_WHILE_PLANNING = "Stopped by the user before the round's plan was ready."
-STOPPED_BEFORE_ROUND = "Stopped by the user before the round began."
+# A Stop's words, one vocabulary everywhere: the user stopped the run ("stopped by you" in the views)
+STOPPED = "You stopped the run: answering from what completed."
+STOPPED_WHILE_PLANNING = "You stopped the run before this round's plan was ready."
+STOPPED_AWAITING_APPROVAL = "You stopped the run before approving this round's plan: it did not run."
+STOPPED_BEFORE_ROUND = "You stopped the run before the next round began."
 FOLLOW_UP_WHILE_PLANNING = "A follow-up arrived while planning: this plan was dropped for one that includes it."
 FOLLOW_UP_WHILE_ANSWERING = "A follow-up arrived while the answer was being written: it gets its own round."
 FOLLOW_UP_WHILE_JUDGING = "A follow-up arrived while the round was judged: it is judged again with the follow-up."
@@ -64,7 +69,7 @@ def decide(
     if analysis.achieved:
         return Decision(action="synthesize", reason="The goal was achieved.")
     if stopped:  # a follow-up after the Stop would have cleared it: the Stop is the latest word
-        return Decision(action="synthesize", reason="Stopped by the user: answering from what completed.", partial=True)
+        return Decision(action="synthesize", reason=STOPPED, partial=True)
     if unanswered:
         names = ", ".join(repr(name) for name in unanswered)
         reason = UNANSWERED.format(models=f"Model {names}" if len(unanswered) == 1 else f"Models {names}")
@@ -92,9 +97,12 @@ def rejected(feedback: str) -> Decision:
     return users_round(REJECTED.format(feedback=feedback))
 
 
-def stopped_while_planning() -> Decision:
-    """A Stop dropped the round's plan: answer from what earlier rounds completed."""
-    return Decision(action="synthesize", reason=STOPPED_WHILE_PLANNING, partial=True)
+def stopped_while_planning(*, awaiting_approval: bool = False) -> Decision:
+    """A Stop dropped the round's plan (being made, or made and waiting for approval): answer from what earlier
+    rounds completed.
+    """
+    reason = STOPPED_AWAITING_APPROVAL if awaiting_approval else STOPPED_WHILE_PLANNING
+    return Decision(action="synthesize", reason=reason, partial=True)
 
 
 def planned_again(free: bool) -> Decision:

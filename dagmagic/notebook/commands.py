@@ -65,7 +65,7 @@ def models(notebook: NotebookSession, _: str) -> None:
         try:
             registry = default_registry()
         except UsageError:
-            print(f"No model is configured.\n{NO_MODEL_HELP}")
+            print(NO_MODEL_HELP)
             return
         for role in ROLES:
             fallback = "" if registry.has_role(role) else "   (falls back)"
@@ -109,6 +109,8 @@ def config(notebook: NotebookSession, rest: str) -> None:
 
 def history(notebook: NotebookSession, _: str) -> None:
     """``%dag history``: the stored runs (or, without a store, this kernel's)."""
+    from dagmagic.engine.queries import STOPPED_BY_YOU
+
     store = notebook.store()
     numbers = {run_id: number for number, run_id in enumerate(notebook.numbers, 1)}
     if store is None:
@@ -116,14 +118,16 @@ def history(notebook: NotebookSession, _: str) -> None:
             print("No runs yet.")
         for run in notebook.runs:
             print(
-                _history_line(numbers.get(run.run_id), run.run_id, run.status, run.state.started_at, run.cost, run.goal)
+                _history_line(
+                    numbers.get(run.run_id), run.run_id, run.status_words, run.state.started_at, run.cost, run.goal
+                )
             )
         return
     summaries = store.runs(limit=_HISTORY_ROWS)
     if not summaries:
         print(f"No runs yet in {store.path}.")
     for summary in summaries:
-        status = "interrupted" if summary.interrupted else summary.status
+        status = "interrupted" if summary.interrupted else STOPPED_BY_YOU if summary.stopped_by_user else summary.status
         number = numbers.get(summary.run_id)
         print(_history_line(number, summary.run_id, status, summary.started_at, summary.cost, summary.goal))
     if any(summary.interrupted for summary in summaries):
@@ -351,4 +355,4 @@ def _history_line(
     number: int | None, run_id: str, status: str, started: float | None, cost: float | None, goal: str
 ) -> str:
     price = f"${cost:.4f}" if cost is not None else "-"
-    return f"{number or '':>3}  {run_id}  {status:11}  {when(started)}  {price:>9}  {goal[:60]!r}"
+    return f"{number or '':>3}  {run_id}  {status:14}  {when(started)}  {price:>9}  {goal[:60]!r}"

@@ -276,7 +276,7 @@ def _svg_node(step: PlanStep, x: float, y: float, w: float, h: float) -> str:
 
 
 def _summary(run: DagRun) -> str:
-    parts = [f"status: {run.status}", f"rounds: {len(run.rounds)}"]
+    parts = [f"status: {run.status_words}", f"rounds: {len(run.rounds)}"]
     if run.analysis is not None:
         parts += [f"achieved: {'yes' if run.achieved else 'no'}", f"confidence: {run.confidence:.2f}"]
     if run.error:

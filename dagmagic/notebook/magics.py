@@ -124,7 +124,7 @@ class DagMagics(Magics):
 
     # --- the magic ---------------------------------------------------------------------------------
 
-    @magic_arguments()
+    @magic_arguments("%dag")  # IPython writes "%" before the name: the usage line reads "%%dag [-o NAME] ..."
     @argument("-o", "--output", metavar="NAME", help="Also bind the DagRun to this variable.")
     @argument("--bg", action="store_true", help="Run in the background: return the DagRun at once.")
     @argument("--smart", metavar="M", help="Model for planning, analysis and the answer (litellm string or variable).")

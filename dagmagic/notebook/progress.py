@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dagmagic.engine.queries import STOPPED_BY_YOU
 from dagmagic.engine.run import DagRun
 from dagmagic.events import (
     AnswerCleared,
@@ -52,7 +53,8 @@ def _own(event: Event) -> str | None:
         where = f"[round {event.round}] " if event.round is not None else ""
         return f"{where}warning: {event.message}"
     if isinstance(event, RunFinished):
-        return f"[{event.status}] achieved={event.achieved} confidence={event.confidence:.2f}"
+        status = STOPPED_BY_YOU if event.stopped_by_user else event.status
+        return f"[{status}] achieved={event.achieved} confidence={event.confidence:.2f}"
     return None
 
 

@@ -56,6 +56,9 @@ ANSWER_CHARS = 100_000
 """A paused step's messages are shown whole up to this (the dependency context can be long)."""
 TRACE_CALLS = 400
 WARNINGS = 20
+NOTE_CHARS = 2000
+"""A round's or a step's note (it may quote a provider's error) is sent up to this: the view shows its start and
+opens it in place."""
 
 
 class DagWidget(anywidget.AnyWidget):
@@ -316,7 +319,7 @@ def widget_state(run: DagRun) -> dict[str, Any]:
             for index, call in enumerate(run.calls[-TRACE_CALLS:], start=max(len(run.calls) - TRACE_CALLS, 0))
         ],
         "phase_since": _phase_since(run),
-        "stopped_by_user": any(event.type == "user_action" and event.action == "stop" for event in run.events),
+        "stopped_by_user": run.stopped_by_user,
         "now": time.time(),
         "started_at": run.state.started_at,
     }
@@ -348,7 +351,7 @@ def _round_state(record: RoundRecord, run: DagRun) -> dict[str, Any]:
         "diff_base": _diff_base(run, record),
         "diff": _diff_state(run, record),
         "error": record.error,
-        "warnings": [_cap(warning, 300) for warning in record.warnings[-WARNINGS:]],
+        "warnings": [_cap(warning, NOTE_CHARS) for warning in record.warnings[-WARNINGS:]],
         "nodes": [
             {**_step_state(step), **_paused_state(run, step, latest), **_subrun_state(step)}
             for step in _ordered(record.plan)
@@ -428,7 +431,7 @@ def _step_state(step: PlanStep) -> dict[str, Any]:
         "input_tokens": step.usage.input_tokens,
         "output_tokens": step.usage.output_tokens,
         "cost": step.usage.cost,
-        "warnings": [_cap(warning, 300) for warning in step.warnings[-WARNINGS:]],
+        "warnings": [_cap(warning, NOTE_CHARS) for warning in step.warnings[-WARNINGS:]],
         "tool_calls": [
             {
                 "name": call.name,

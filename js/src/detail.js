@@ -7,6 +7,7 @@ import { formatCost, formatDuration, formatInt, num, prettyJson } from "./format
 import { STATUS_GLYPH } from "./graph.js";
 import { markdownFragment } from "./markdown.js";
 import { messageBox } from "./message.js";
+import { expandable } from "./more.js";
 import { stepTimes } from "./state.js";
 import { renderSubrun } from "./subrun.js";
 import { fellBack, isToolStep, renderCall } from "./toolstep.js";
@@ -130,7 +131,11 @@ export function renderDetail(node, round, rounds, now, actions = NO_ACTIONS) {
     node.warnings.length > 0 &&
       field(
         "Note",
-        node.warnings.map((w) => h("div", { class: "dagmagic-detail-warning" }, [w])),
+        node.warnings.map((w, i) =>
+          h("div", { class: "dagmagic-detail-warning" }, [
+            expandable(w, JSON.stringify(["note", round.index, node.id, i]), actions.messageOpen),
+          ]),
+        ),
       ),
     field("Model", node.model ?? (toolStep && !fellBack(node) ? "none (a direct tool call)" : "—")),
     (node.model_hint || node.tool_hint) &&
@@ -177,7 +182,7 @@ export function renderDetail(node, round, rounds, now, actions = NO_ACTIONS) {
       ]),
       result
         ? h("div", { class: "dagmagic-detail-result dagmagic-markdown" }, [markdownFragment(result)])
-        : h("div", { class: "dagmagic-muted" }, [node.status === "completed" ? "(empty)" : "No result yet."]),
+        : h("div", { class: "dagmagic-muted dagmagic-detail-no-result" }, [noResult(node)]),
       expandButton(result, "result", null, resultKey, actions),
     ]),
   ]);
@@ -314,6 +319,44 @@ function rerunSection(node, round, actions) {
 
 /** @param {unknown} n */
 const tokens = (n) => formatInt(num(n) ?? 0);
+
+/** Why a step that has not ended has no result yet, by its status. */
+const NOT_YET = /** @type {Record<string, string>} */ ({
+  pending: "the step has not run.",
+  queued: "the step waits for a free slot.",
+  paused: "the step is paused before it runs.",
+  running: "the step is running.",
+  retrying: "the step waits to be tried again.",
+});
+
+/** What happened to a step that ended without a result. */
+const ENDED = /** @type {Record<string, string>} */ ({
+  failed: "failed",
+  skipped: "was skipped",
+  cancelled: "was cancelled",
+});
+
+/** The longest reason the Result section repeats (the whole error is in its field above). */
+const REASON_CHARS = 200;
+
+/**
+ * Why a step shows no result: its error, why it was skipped or cancelled, or that it has not run (yet).
+ * @param {DagNode} node
+ */
+export function noResult(node) {
+  if (node.status === "completed") return "(empty)";
+  const ended = ENDED[node.status];
+  if (!ended) return `No result yet: ${NOT_YET[node.status] ?? "the step has not finished."}`;
+  const line = String(node.error ?? "")
+    .split("\n")[0]
+    .trim();
+  // the engine's reasons begin "Skipped — …" or "Cancelled before…": said once, not "was skipped — Skipped — …"
+  const reason = line.replace(/^(?:skipped|cancelled)\b\s*(?:[—–:-]\s*)?/i, "");
+  if (!reason) return `No result: the step ${ended}.`;
+  const short = reason.length > REASON_CHARS ? `${reason.slice(0, REASON_CHARS - 1)}…` : reason;
+  const joined = reason !== line && /^(by|before|after|because)\b/.test(short) ? ` ${short}` : ` — ${short}`;
+  return `No result: the step ${ended}${joined}${node.status === "failed" || /[.!?…]$/.test(short) ? "" : "."}`;
+}
 
 /**
  * @param {string} label

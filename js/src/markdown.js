@@ -52,6 +52,8 @@ const PURIFY = {
   ], // prettier-ignore
   ALLOWED_ATTR: ["href", "title", "align", "class", "start"],
   ALLOWED_URI_REGEXP: SAFE_URL,
+  // attributes that hold no address: DOMPurify would test their values against ALLOWED_URI_REGEXP and drop them
+  ADD_URI_SAFE_ATTR: ["align", "start"],
   ALLOW_DATA_ATTR: false,
   ALLOW_ARIA_ATTR: false,
 };
@@ -66,6 +68,10 @@ function addLinkHook() {
   hooked = true;
   // Links open outside the notebook, cannot reach back into it, and tell nobody where they came from.
   DOMPurify.addHook("afterSanitizeAttributes", (node) => {
+    if (node.tagName === "TH" || node.tagName === "TD") {
+      keepAlignment(node);
+      return;
+    }
     if (node.tagName !== "A") return;
     const href = node.getAttribute("href");
     if (href === null || !SAFE_URL.test(href)) {
@@ -75,6 +81,21 @@ function addLinkHook() {
     node.setAttribute("target", "_blank");
     node.setAttribute("rel", "noopener noreferrer nofollow");
   });
+}
+
+/** The column alignments a Markdown table can ask for (`:--`, `:-:`, `--:`). */
+const ALIGNMENTS = new Set(["left", "center", "right"]);
+
+/**
+ * A table cell's Markdown alignment as a class of ours: the `align` attribute marked writes loses to any CSS
+ * `text-align` (JupyterLab right-aligns the cells of HTML outputs), and no style attribute is let through.
+ * @param {Element} cell
+ */
+function keepAlignment(cell) {
+  const align = cell.getAttribute("align")?.toLowerCase() ?? "";
+  cell.removeAttribute("align");
+  if (ALIGNMENTS.has(align)) cell.setAttribute("class", `dagmagic-align-${align}`);
+  else cell.removeAttribute("class");
 }
 
 /**

@@ -31,7 +31,7 @@ export function renderRound(round, state, expanded, selected, isLatest, actions)
         ])
       : h("div", { class: "dagmagic-round-body" }, [
           renderFollowUps(round),
-          ...roundNotes(round),
+          ...roundNotes(round, actions.messageOpen),
           round.nodes.length
             ? graphView(round, state.now, selected, { zoomKey: JSON.stringify([round.index]) })
             : h("div", { class: "dagmagic-muted" }, ["No steps."]),

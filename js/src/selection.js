@@ -99,7 +99,8 @@ export function createSelection(memory) {
   }
 
   /**
-   * Forgets drafts and open messages of steps no longer paused (or re-runnable), and sub-runs gone.
+   * Forgets drafts and open messages of steps no longer paused (or re-runnable), and sub-runs gone (long notes
+   * opened in place are kept).
    * @param {Traits} state
    */
   function prune(state) {
@@ -121,6 +122,7 @@ export function createSelection(memory) {
     for (const key of dismissed) if (!paused.has(key)) dismissed.delete(key);
     for (const key of open.keys()) {
       const [round, step] = JSON.parse(key);
+      if (typeof round === "string") continue; // a long note opened in place (more.js): it stays as the user left it
       if (!paused.has(stepKey(round, step))) open.delete(key);
     }
     const present = subrunKeys(state.rounds);

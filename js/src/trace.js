@@ -6,7 +6,7 @@
 // messages survive the syncs.
 
 import { h } from "./dom.js";
-import { formatCost, formatDuration, formatInt, num, shorten } from "./format.js";
+import { formatCost, formatDuration, formatInt, num, prettyJson, shorten } from "./format.js";
 
 /** @typedef {import("./types.js").Traits} Traits */
 /** @typedef {import("./types.js").CallRecord} CallRecord */
@@ -386,13 +386,45 @@ function renderDetail(detail, call) {
     detail.tool_calls.length
       ? h("div", { class: "dagmagic-trace-tool-calls" }, [
           h("div", { class: "dagmagic-label" }, ["tool calls"]),
-          ...detail.tool_calls.map((text) => h("pre", { class: "dagmagic-trace-tool-call" }, [text])),
+          ...detail.tool_calls.map(toolCall),
         ])
       : null,
     error
       ? h("div", { class: "dagmagic-trace-error" }, [h("span", { class: "dagmagic-label" }, ["error "]), error])
       : null,
   ];
+}
+
+/**
+ * A tool call a model asked for: its name, then its arguments pretty-printed as the step detail shows them. Python
+ * sends the call as JSON whose `arguments` is the JSON text the model wrote; a text that is not that (cut, or not
+ * JSON) is shown as it is.
+ * @param {string} text
+ */
+function toolCall(text) {
+  const call = parsed(text);
+  if (call === undefined || call === null || typeof call !== "object" || Array.isArray(call)) {
+    return h("pre", { class: "dagmagic-trace-tool-call" }, [text]);
+  }
+  const { name, arguments: args } = /** @type {{name?: unknown, arguments?: unknown}} */ (call);
+  const value = typeof args === "string" ? (parsed(args) ?? args) : (args ?? {});
+  return h("div", { class: "dagmagic-trace-tool-call" }, [
+    h("div", { class: "dagmagic-toolcall-name" }, [String(name ?? "?")]),
+    h("pre", { class: "dagmagic-toolcall-args" }, [typeof value === "string" ? value : prettyJson(value)]),
+  ]);
+}
+
+/**
+ * JSON text's value; undefined when it is not JSON.
+ * @param {string} text
+ * @returns {unknown}
+ */
+function parsed(text) {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
 }
 
 /** @param {number} n */

@@ -4,6 +4,7 @@
 import { h } from "./dom.js";
 import { formatPercent } from "./format.js";
 import { STATUS_GLYPH } from "./graph.js";
+import { expandable } from "./more.js";
 import { isLive } from "./state.js";
 
 /** @typedef {import("./types.js").Round} Round */
@@ -99,18 +100,22 @@ function sameText(a, b) {
 }
 
 /**
- * What went wrong in a round, and what was fixed on the way (both as text).
+ * What went wrong in a round, and what was fixed on the way (both as text; a long one opens in place).
  * @param {Round} round
+ * @param {(key: string) => boolean | undefined} [isOpen]  which long notes the user left open
  * @returns {Child[]}
  */
-export function roundNotes(round) {
+export function roundNotes(round, isOpen) {
   return [
-    round.error && h("div", { class: "dagmagic-round-error", role: "alert" }, [round.error]),
+    round.error &&
+      h("div", { class: "dagmagic-round-error", role: "alert" }, [
+        expandable(round.error, JSON.stringify(["round-error", round.index]), isOpen),
+      ]),
     round.warnings.length
       ? h(
           "ul",
           { class: "dagmagic-round-warnings", "aria-label": "Fixed on the way" },
-          round.warnings.map((w) => h("li", {}, [w])),
+          round.warnings.map((w, i) => h("li", {}, [expandable(w, JSON.stringify(["note", round.index, i]), isOpen)])),
         )
       : null,
   ];

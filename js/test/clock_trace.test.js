@@ -243,7 +243,10 @@ const DETAIL = {
     { role: "user", content: 'Task: compare\n\n<img src=x onerror="alert(1)">' },
   ],
   reply: "**not** <b>markup</b>",
-  tool_calls: ['{"name": "web_search", "arguments": {"query": "<script>x</script>"}}'],
+  // as Python sends them: a model's tool call, its arguments the JSON text the model wrote
+  tool_calls: [
+    '{"id": "call_0", "name": "web_search", "arguments": "{\\"query\\": \\"<script>x</script>\\", \\"n\\": 3}"}',
+  ],
   error: "timeout <i>after</i> 5s",
 };
 
@@ -299,7 +302,9 @@ describe("trace", () => {
     expect(messages.map((m) => m.querySelector("summary")?.textContent?.split(" · ")[0])).toEqual(["system", "user"]);
     expect(messages[1].querySelector("pre")?.textContent).toBe(DETAIL.messages[1].content);
     expect(text(detail, ".dagmagic-trace-reply pre")).toBe("**not** <b>markup</b>");
-    expect(text(detail, ".dagmagic-trace-tool-call")).toBe(DETAIL.tool_calls[0]);
+    // the call's name, then its arguments pretty-printed as the step detail shows them (not escaped JSON)
+    expect(text(detail, ".dagmagic-trace-tool-call .dagmagic-toolcall-name")).toBe("web_search");
+    expect(text(detail, ".dagmagic-trace-tool-call pre")).toBe('{\n  "query": "<script>x</script>",\n  "n": 3\n}');
     expect(text(detail, ".dagmagic-trace-error")).toBe("error timeout <i>after</i> 5s");
     expect(detail.querySelector("img, b, i, script")).toBeNull();
   });

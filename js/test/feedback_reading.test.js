@@ -94,6 +94,26 @@ describe("why a step did not run", () => {
   });
 });
 
+describe("why a step has no result", () => {
+  it("says it in the Result section: the error, why it was skipped or cancelled, or that it has not run", async () => {
+    const state = sampleState();
+    const [a, , c, d, e] = state.rounds[1].nodes;
+    Object.assign(e, { status: "skipped", error: "Skipped — you stopped the run", result: null });
+    Object.assign(d, { status: "cancelled", error: "Cancelled before it started", result: null });
+    Object.assign(c, { status: "failed", error: "TimeoutError: timed out after 600s\nat line 3", result: null });
+    Object.assign(a, { status: "pending", error: null, result: null, tool_calls: [] });
+    const { el } = mount(state);
+    /** @param {string} id */
+    const none = async (id) => one(await open(el, id), ".dagmagic-detail-no-result").textContent;
+
+    expect(await none("e")).toBe("No result: the step was skipped — you stopped the run.");
+    expect(await none("d")).toBe("No result: the step was cancelled before it started.");
+    expect(await none("c")).toBe("No result: the step failed — TimeoutError: timed out after 600s");
+    expect(await none("a")).toBe("No result yet: the step has not run.");
+    expect(el.textContent).not.toContain("No result yet.");
+  });
+});
+
 describe("planning", () => {
   /** A running run planning its round `index`, whose record has no steps yet. */
   function planningState(index = 3) {
@@ -184,6 +204,41 @@ describe("controls once the run ended", () => {
     model.set("status", "cancelled");
     await nextRedraw();
     expect(note.textContent).toBe("Cancelled: 1 of 5 steps had completed; its result is kept.");
+  });
+});
+
+describe("long notes of a round and of a step", () => {
+  const long = `The verdict could not be read: litellm.APIConnectionError: ${"connection refused; ".repeat(24)}the end.`;
+
+  it("show their start, and open in place to the whole text, still open after the round is drawn again", async () => {
+    const state = sampleState();
+    state.rounds[1].warnings = [long, "s9 depended on nothing known: dropped"];
+    state.rounds[1].nodes[0].warnings = [long];
+    const { el, model } = mount(state);
+    await nextRedraw();
+    const notes = () => [...el.querySelectorAll('.dagmagic-round[data-round="2"] .dagmagic-round-warnings > li')];
+    const [first, second] = notes();
+    expect(second.textContent).toBe("s9 depended on nothing known: dropped"); // short: as it is
+    expect(second.querySelector("details")).toBeNull();
+    let more = /** @type {HTMLDetailsElement} */ (one(first, "details.dagmagic-more"));
+    expect(more.open).toBe(false);
+    const shown = one(more, ".dagmagic-more-preview").textContent ?? "";
+    expect(long.startsWith(shown.replace(/…$/, ""))).toBe(true);
+    expect(shown.length).toBeLessThan(long.length);
+    expect(one(more, "summary").textContent).toContain(`Show all (${long.length - shown.length + 1} more characters)`);
+    expect(one(more, ".dagmagic-more-whole").textContent).toBe(long);
+    more.open = true;
+    more.dispatchEvent(new Event("toggle"));
+
+    state.rounds[1].analysis = { achieved: false, confidence: 0.5, reasoning: "Judged again." };
+    model.set("rounds", structuredClone(state.rounds));
+    await nextRedraw();
+    more = /** @type {HTMLDetailsElement} */ (one(notes()[0], "details.dagmagic-more"));
+    expect(more.open).toBe(true); // the round was drawn anew: what the user opened stays open
+
+    const detail = await open(el, "a");
+    const note = one(detail, ".dagmagic-detail-warning details.dagmagic-more");
+    expect(one(note, ".dagmagic-more-whole").textContent).toBe(long);
   });
 });
 

@@ -68,6 +68,18 @@ function expectInert(root) {
 afterEach(unmountAll);
 
 describe("the sanitizer, given every payload", () => {
+  it("keeps a table's column alignment as classes (no style attribute)", () => {
+    const root = document.createElement("div");
+    root.append(markdownFragment("| a | b | c | d |\n|:--|:-:|--:|---|\n| x | y | z | w |"));
+    const classes = (/** @type {string} */ tag) => [...root.querySelectorAll(tag)].map((cell) => cell.className);
+    const aligned = ["dagmagic-align-left", "dagmagic-align-center", "dagmagic-align-right", ""];
+    expect(classes("th")).toEqual(aligned);
+    expect(classes("td")).toEqual(aligned);
+    expect(root.querySelector("[style]")).toBeNull();
+    root.replaceChildren(markdownFragment("3. three\n4. four"));
+    expect(root.querySelector("ol")?.getAttribute("start")).toBe("3"); // a list that starts at 3 keeps its numbers
+  });
+
   it("keeps nothing that runs or fetches", () => {
     const root = document.createElement("div");
     root.append(markdownFragment(PAYLOADS));

@@ -169,7 +169,7 @@ def test_stop_skips_the_steps_not_started_and_answers_from_what_completed(notebo
 
     node(widget, "s3").click()
     detail = widget.locator('.dagmagic-detail[data-step-id="s3"]')
-    expect(detail).to_contain_text("Skipped — user changed requirements")
+    expect(detail).to_contain_text("Skipped — you stopped the run")
     notebook.screenshot("stop", focus=widget.locator(".dagmagic-answer"))
     assert notebook.errors == []
 
@@ -610,7 +610,7 @@ def test_after_a_stop_the_view_says_so_plainly_and_long_results_open_in_place(no
 
     node(widget, "s3").click()
     reason = widget.locator('.dagmagic-detail[data-step-id="s3"] .dagmagic-detail-reason')
-    expect(reason).to_have_text("Skipped — user changed requirements")  # neutral, not a red "Error"
+    expect(reason).to_have_text("Skipped — you stopped the run")  # neutral, not a red "Error"
     expect(widget.locator('.dagmagic-detail[data-step-id="s3"] .dagmagic-detail-error')).to_have_count(0)
 
     node(widget, "s2").click()
@@ -688,4 +688,129 @@ def test_what_to_know_about_the_whole_run_is_listed_under_its_header(notebook: N
     expect(warnings.locator("li")).to_contain_text("This run is not saved")
     expect(warnings.locator("li")).to_contain_text("cannot be written")
     notebook.screenshot("run-warning", focus=widget.locator(".dagmagic-header"))
+    assert notebook.errors == []
+
+
+WORDS_MODELS = textwrap.dedent(
+    """
+    from dagmagic.testing import ScriptedLLM, ToolCall
+
+    def lookup(city: str, year: int) -> str:
+        \"\"\"The population of a city in a year.\"\"\"
+        return "2,102,650"
+
+    HINT = "a-model-" + "that-no-registry-knows-" * 18  # the planner's mistake, quoted in a long note
+    PLAN = {"steps": [
+        {"id": "s1", "task": "Look up the population of Paris"},
+        {"id": "s2", "task": "Ask the city archive", "model_hint": HINT},
+        {"id": "s3", "task": "Compare both", "dependencies": ["s1", "s2"]},
+    ]}
+    TABLE = ("| City | Population | Source |\\n|:--|--:|---|\\n"
+             "| Paris | 2,102,650 | INSEE |\\n| Lyon | 522,250 | INSEE |")
+
+    def step(request):
+        if request.step_id == "s1":
+            asked = any(message.get("role") == "tool" for message in request.messages)
+            return "Paris: 2,102,650" if asked else ToolCall("lookup", {"city": "Paris", "year": 2024})
+        return RuntimeError("the archive answered 503: try again later")
+
+    llm = ScriptedLLM({
+        "plan": [PLAN],
+        "step": step,
+        "analyze": [{"achieved": True, "confidence": 0.9, "reasoning": "The table is there.", "final_answer": TABLE}],
+    })
+    """
+)
+
+
+def test_the_view_says_why_a_step_has_no_result_opens_long_notes_and_keeps_table_alignment(
+    jupyterlab: NotebookPage,
+) -> None:
+    notebook = jupyterlab
+    cell = "%%dag --models llm --tools lookup\nCompare two cities"
+    notebook.open("words", ["%load_ext dagmagic", WORDS_MODELS, cell])
+    notebook.run_all()
+    widget = notebook.widget()
+    expect(widget.locator(".dagmagic-status")).to_have_attribute("data-status", "done")
+    notebook.wait_until_done()
+    widget = notebook.widgets().last
+
+    # a failed step and the step it kept from running say why they have no result (not "No result yet.")
+    node(widget, "s2").click()
+    detail = widget.locator('.dagmagic-detail[data-step-id="s2"]')
+    expect(detail.locator(".dagmagic-detail-no-result")).to_have_text(
+        "No result: the step failed — RuntimeError: the archive answered 503: try again later"
+    )
+    node(widget, "s3").click()
+    detail = widget.locator('.dagmagic-detail[data-step-id="s3"]')
+    expect(detail.locator(".dagmagic-detail-no-result")).to_have_text(
+        "No result: the step was skipped — dependency s2 failed."
+    )
+    notebook.screenshot("no-result-why", focus=detail)
+    expect(widget).not_to_contain_text("No result yet.")
+
+    # a long note of the round shows its start and opens in place to the whole of it
+    note = widget.locator(".dagmagic-round-warnings li details.dagmagic-more").first
+    expect(note.locator(".dagmagic-more-preview")).to_be_visible()
+    expect(note.locator(".dagmagic-more-whole")).to_be_hidden()
+    expect(note.locator("summary")).to_contain_text("Show all (")
+    note.locator("summary").click()
+    expect(note.locator(".dagmagic-more-whole")).to_be_visible()
+    expect(note.locator(".dagmagic-more-whole")).to_contain_text("that-no-registry-knows-" * 18)
+    expect(note.locator(".dagmagic-more-preview")).to_be_hidden()
+    notebook.screenshot("long-note-open", focus=note)
+
+    # the answer's table keeps the columns' Markdown alignment: left, right, and left by default
+    table = widget.locator(".dagmagic-answer-body table")
+    expect(table).to_be_visible()
+    aligns = (
+        table.locator("tbody tr")
+        .first.locator("td")
+        .evaluate_all("(cells) => cells.map((cell) => getComputedStyle(cell).textAlign)")
+    )
+    assert aligns == ["left", "right", "left"], aligns
+    notebook.screenshot("answer-table", focus=table)
+
+    # the trace shows the tool call s1 asked for with its arguments pretty-printed, as the step detail does
+    trace = widget.locator(".dagmagic-trace")
+    trace.locator("summary").first.click()
+    trace.locator(".dagmagic-trace-row", has_text="s1").first.click()
+    call = trace.locator(".dagmagic-trace-tool-call")
+    expect(call.locator(".dagmagic-toolcall-name")).to_have_text("lookup")
+    expect(call.locator("pre")).to_have_text('{\n  "city": "Paris",\n  "year": 2024\n}')
+    notebook.screenshot("trace-tool-call", focus=call)
+    assert notebook.errors == []
+
+
+def test_a_stop_while_the_plan_waits_for_approval_says_the_plan_did_not_run(jupyterlab: NotebookPage) -> None:
+    notebook = jupyterlab
+    gate = Gate(notebook, "stop_approval")
+    gate.open()
+    notebook.open("stop_approval", cells(gate, "scripted()", "Stop me before I approve", "--approve"))
+    notebook.run_all()
+    widget = notebook.widget()
+    expect(widget.locator(".dagmagic-approval")).to_be_visible()
+    widget.locator(".dagmagic-stop").click()
+    expect(widget.locator(".dagmagic-status")).to_have_attribute("data-status", "done")
+    notebook.wait_until_done()
+    widget = notebook.widgets().last
+    expect(widget.locator(".dagmagic-status")).to_have_text("stopped by you")
+    expect(widget.locator(".dagmagic-decision")).to_contain_text(
+        "You stopped the run before approving this round's plan: it did not run."
+    )
+    expect(widget).not_to_contain_text("plan was ready")
+    node(widget, "s1").click()
+    detail = widget.locator('.dagmagic-detail[data-step-id="s1"]')
+    reason = "you stopped the run before approving the plan"
+    expect(detail.locator(".dagmagic-detail-reason")).to_have_text(f"Skipped — {reason}")
+    expect(detail.locator(".dagmagic-detail-no-result")).to_have_text(f"No result: the step was skipped — {reason}.")
+    notebook.screenshot("stopped-before-approval", focus=widget)
+    # the same words where a reader without the widget looks: the history and the saved (static) view
+    said = notebook.kernel_print(
+        "from dagmagic.notebook.fallbacks import run_markdown\n"
+        "r = dagmagic.last_run()\nprint(r.status)\nprint(run_markdown(r))\n"
+        "get_ipython().run_line_magic('dag', 'history')"
+    )
+    assert said.startswith("done\n") and "status: stopped by you" in said, said
+    assert [line for line in said.splitlines() if "stopped by you" in line and "Stop me before" in line], said
     assert notebook.errors == []

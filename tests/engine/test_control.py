@@ -18,7 +18,7 @@ from dagmagic.engine.executor import STOPPED_REASON
 from dagmagic.engine.inbox import EFFECTS, INTERRUPTED, Inbox
 from dagmagic.engine.loop import FOLLOW_UP_WHILE_ANSWERING, FOLLOW_UP_WHILE_PLANNING
 from dagmagic.engine.synthesis import NOT_ACHIEVED
-from dagmagic.events import AnswerCleared, AnswerDelta, AnswerReady, PhaseChanged, Replanning
+from dagmagic.events import AnswerCleared, AnswerDelta, AnswerReady, PhaseChanged, Replanning, RunFinished
 from dagmagic.messages import FollowUp, Stop
 from dagmagic.models import RunPhase, RunState
 from dagmagic.testing import ScriptedLLM, ScriptedRequest
@@ -336,7 +336,9 @@ async def test_stop_while_planning_the_first_round_answers_at_once() -> None:
     await run
     assert call_statuses(run, "plan") == ["cancelled"]
     assert llm.requests_for("step") == [] and llm.requests_for("analyze") == [] and llm.requests_for("synthesize") == []
-    assert run.answer.startswith(NOT_ACHIEVED) and "Stopped by the user" in run.answer
+    assert run.answer.startswith(NOT_ACHIEVED) and "You stopped the run before this round's plan was ready" in (
+        run.answer
+    )
     assert run.partial and run.status == "done"
 
 
@@ -389,6 +391,34 @@ async def test_stop_after_the_end_does_nothing() -> None:
     assert run.status == "done" and not run.partial
 
 
+# --- Stop's words: the same everywhere ---------------------------------------------------------------------
+
+
+async def test_a_step_a_stop_skipped_says_the_user_stopped_the_run_and_the_run_says_it_was_stopped() -> None:
+    step = Moment(lambda r: f"result of {r.step_id}", hold=0.2)
+    llm = ScriptedLLM(script(step=step, analyze=[verdict(False, 0.4, "s2 is missing")]))
+    run = session_for(llm, streaming_planner=False).start("goal")
+    await step.arrived.wait()
+    run.stop()
+    await run
+    assert run.steps["s2"].error == "Skipped — you stopped the run"
+    assert run.rounds[0].decision is not None
+    assert run.rounds[0].decision.reason == "You stopped the run: answering from what completed."
+    assert run.status == "done" and run.stopped_by_user  # the status keeps its contract; the views say why
+    assert [e.stopped_by_user for e in run.events if isinstance(e, RunFinished)] == [True]
+
+
+async def test_a_step_a_follow_up_skipped_says_the_follow_up_changed_the_goal() -> None:
+    step = Moment(lambda r: f"result of {r.step_id} in round {r.round}", hold=0.2)
+    llm = ScriptedLLM(script(step=step, analyze=[verdict(True, 0.9, "all found", "The answer.")]))
+    run = session_for(llm, streaming_planner=False).start("goal")
+    await step.arrived.wait()
+    run.follow_up(FOLLOW_UP)
+    await run
+    assert run.rounds[0].plan.step("s2").error == "Skipped — your follow-up changed the goal"
+    assert run.status == "done" and not run.stopped_by_user
+
+
 # --- Stop and follow-up together: the latest word wins ---------------------------------------------------------
 
 
@@ -402,6 +432,7 @@ async def test_a_follow_up_after_stop_gets_its_round() -> None:
     await run
     assert len(run.rounds) == 2 and MARK in llm.requests_for("plan")[1].prompt
     assert not run.partial and run.answer == "The answer." and run.follow_ups == [FOLLOW_UP]
+    assert not run.stopped_by_user  # the follow-up was the latest word
 
 
 async def test_a_follow_up_while_the_partial_answer_is_written_wins_over_the_stop() -> None:
@@ -436,7 +467,7 @@ async def test_stop_after_a_follow_up_answers_now_and_the_answer_sees_the_follow
     await run
     assert len(run.rounds) == 1 and len(llm.requests_for("plan")) == 1
     assert MARK in llm.requests_for("analyze")[0].prompt
-    assert MARK in llm.requests_for("synthesize")[0].prompt and run.partial
+    assert MARK in llm.requests_for("synthesize")[0].prompt and run.partial and run.stopped_by_user
     assert run.follow_ups == [FOLLOW_UP] and run.pending_follow_ups == []
 
 

@@ -187,6 +187,12 @@ async def test_a_run_waiting_for_approval_can_be_stopped_or_cancelled() -> None:
     run.stop()
     await run
     assert run.status == "done" and run.partial and llm.requests_for("step") == []
+    # the plan was ready: it was not approved, so it did not run (not "before the plan was ready")
+    assert run.rounds[0].decision is not None
+    assert run.rounds[0].decision.reason == "You stopped the run before approving this round's plan: it did not run."
+    assert {s.error for s in run.plan.steps} == {"Skipped — you stopped the run before approving the plan"}
+    assert "plan was ready" not in run.answer and "before approving this round's plan" in run.answer
+    assert run.stopped_by_user
     with pytest.raises(DagError, match="no plan of this run is waiting for approval \\(the run is done\\)"):
         run.approve()
 

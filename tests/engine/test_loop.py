@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 from dagmagic import errors
-from dagmagic.engine.executor import STOPPED_REASON
+from dagmagic.engine.executor import FOLLOWED_UP_REASON
 from dagmagic.engine.loop import decide, replan_context
 from dagmagic.engine.synthesis import NOT_ACHIEVED
 from dagmagic.errors import AuthenticationError
@@ -149,7 +149,7 @@ async def test_a_follow_up_mid_round_replans_without_using_budget() -> None:
     await run
     first = run.rounds[0]
     assert first.plan.step("s1").status == "completed"
-    assert (first.plan.step("s2").status, first.plan.step("s2").error) == ("skipped", STOPPED_REASON)
+    assert (first.plan.step("s2").status, first.plan.step("s2").error) == ("skipped", FOLLOWED_UP_REASON)
     assert first.decision is not None
     assert (first.decision.action, first.decision.counts_against_budget) == ("replan", False)
     # round 2 came from the follow-up: rounds 1, 3 and 4 are the three autonomous ones

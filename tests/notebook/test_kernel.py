@@ -32,7 +32,7 @@ Message = dict[str, Any]
 MIN_IPYKERNEL = (7, 4)
 """Comm messages (the widget's Stop) reach an async cell while it runs only from ipykernel 7.4 on."""
 
-STOPPED_REASON = "Skipped — user changed requirements"
+STOPPED_REASON = "Skipped — you stopped the run"
 
 SETUP = textwrap.dedent(
     """
@@ -398,7 +398,9 @@ def test_the_widgets_stop_message_skips_pending_steps_mid_run(kernel: Kernel) ->
     kernel.request(comm_id, "stop")
     cell = kernel.collect(msg_id, submitted, timeout=30)
     assert cell.status == "ok", cell.error
-    assert cell.result["text/plain"].startswith("<DagRun done: 'a goal stopped half-way' rounds=1 steps=2/3")
+    assert cell.result["text/plain"].startswith(
+        "<DagRun done (stopped by you): 'a goal stopped half-way' rounds=1 steps=2/3"
+    )
 
     steps = json.loads(kernel.execute("print(json.dumps(steps_of(dagmagic.last_run())))").stdout)
     assert steps == {"s1": ["completed", None], "s2": ["completed", None], "s3": ["skipped", STOPPED_REASON]}

@@ -132,6 +132,23 @@ def test_a_partial_answer_says_so_in_every_static_view() -> None:
     assert "<b>Answer</b> (partial: the run was stopped before it finished)" in run_html(run)
 
 
+def test_a_run_the_user_stopped_reads_stopped_by_you_in_every_static_view() -> None:
+    from dagmagic.events import RunFinished
+
+    run = finished_run()
+    assert "status: done" in run_markdown(run) and "stopped by you" not in run_html(run)
+    stopped = DagRun(run.state, events=[RunFinished(status="done", stopped_by_user=True)])
+    assert stopped.status == "done"  # the contract's value; the views say what happened
+    for view in (run_markdown(stopped), run_html(stopped), repr(stopped)):
+        assert "stopped by you" in view and "status: done" not in view
+
+
+def test_a_plans_table_aligns_its_text_to_the_left() -> None:
+    page = WIDE._repr_html_()
+    cells = re.findall(r"<t[hd][^>]*>", page)
+    assert cells and all("text-align:left" in cell for cell in cells), cells  # JupyterLab right-aligns by default
+
+
 def test_layers_put_s2_before_s10() -> None:
     steps = plan(*((f"s{i}", []) for i in (10, 2, 1)))
     assert steps.layers() == [["s1", "s2", "s10"]]

@@ -243,6 +243,39 @@ def test_cell_help_shows_the_options(ip: InteractiveShell, capsys: pytest.Captur
     ip.run_cell("%%dag?")
     shown = capsys.readouterr().out
     assert "--max-rounds" in shown and "%dag followup TEXT" in shown
+    assert re.search(r"^\s*%%dag \[-o NAME\]", shown, re.MULTILINE), shown[:400]  # the cell magic's options
+
+
+@pytest.mark.parametrize("store", ["none", "runs.sqlite"])
+def test_history_says_a_run_the_user_stopped_was_stopped_by_you(
+    ip: InteractiveShell, capsys: pytest.CaptureFixture[str], tmp_path: Path, store: str
+) -> None:
+    if store != "none":
+        run_cell(ip, f"%dag config store={tmp_path / store}")
+    ip.user_ns["llm"] = scripted(analyze=[{"achieved": False, "confidence": 0.4, "reasoning": "s2 missing"}])
+    ip.user_ns["llm"].latency = {"step": 0.3}
+    stopped = run_cell(ip, "%%dag --models llm --bg --no-widget -o run\nstop me")
+    assert isinstance(stopped, DagRun)
+    wait_then_stop = "import asyncio\nfor _ in range(500):\n    if run.steps: break\n    await asyncio.sleep(0.01)\n"
+    run_cell(ip, wait_then_stop + "run.stop()\nawait run")
+    ip.user_ns["llm"] = scripted()
+    finished = run_cell(ip, "%%dag --models llm --no-widget\nlet me finish")
+    assert isinstance(finished, DagRun) and stopped.status == finished.status == "done"
+    capsys.readouterr()
+    run_cell(ip, "%dag history")
+    lines = capsys.readouterr().out.splitlines()
+    assert [line for line in lines if stopped.run_id in line and "stopped by you" in line], lines
+    assert [line for line in lines if finished.run_id in line and " done " in line], lines
+
+
+def test_the_terminals_last_line_says_a_run_the_user_stopped_was_stopped_by_you() -> None:
+    from dagmagic.events import RunFinished
+    from dagmagic.notebook.progress import progress_line
+
+    assert progress_line(RunFinished(status="done", stopped_by_user=True)) == (
+        "[stopped by you] achieved=False confidence=0.00"
+    )
+    assert progress_line(RunFinished(status="done")) == "[done] achieved=False confidence=0.00"
 
 
 def test_terminal_lines_say_when_an_answer_is_dropped_or_partial() -> None:
@@ -475,7 +508,8 @@ def test_models_and_config_with_nothing_set_say_so(
     )
     run_cell(ip, "%dag models")
     out = capsys.readouterr().out
-    assert out.startswith("No model is configured.\n") and "(falls back)" not in out
+    assert out.startswith("No model is configured") and "(falls back)" not in out
+    assert out.count("No model is configured") == 1, out
 
 
 def test_a_model_given_with_models_is_named_after_its_variable(ip: InteractiveShell) -> None:

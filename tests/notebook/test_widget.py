@@ -428,3 +428,13 @@ def test_long_tool_arguments_are_capped_in_the_saved_state() -> None:
     arguments = node["tool_calls"][0]["arguments"]
     for text in (node["tool_args"]["text"], arguments["text"], arguments["pages"][0], arguments["more"]["z"]):
         assert len(text) < 5000 and text.endswith("more characters)")
+
+
+def test_a_long_note_of_a_round_or_a_step_reaches_the_view_whole_to_open_in_place() -> None:
+    run = asyncio.run(session().run("goal"))
+    note = "The verdict could not be read: litellm.APIConnectionError: " + "connection refused; " * 40
+    run.rounds[0].warnings.append(note)
+    run.rounds[0].plan.steps[0].warnings.append(note)
+    (sent,) = widget_state(run)["rounds"]
+    assert sent["warnings"][-1] == note and "more characters" not in sent["warnings"][-1]
+    assert sent["nodes"][0]["warnings"][-1] == note

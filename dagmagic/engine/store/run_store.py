@@ -87,6 +87,8 @@ class RunSummary:
     continues it."""
     driver: str | None = None
     """Who drives it now (``pid 123 on host, since ...``), None when no one does."""
+    stopped_by_user: bool = False
+    """The user's Stop ended it (its status is ``done``; ``%dag history`` says "stopped by you")."""
 
 
 @dataclass
@@ -388,6 +390,10 @@ class RunStore:
             .execute(
                 f"""SELECT r.run_id, r.goal, r.status, r.started_at, r.finished_at, r.updated_at, r.host, r.pid,
                       (SELECT SUM(cost) FROM calls c WHERE c.run_id = r.run_id),
+                      (SELECT json_extract(e.data, '$.stopped_by_user') FROM events e
+                       WHERE e.run_id = r.run_id AND e.type = 'run_finished'
+                         AND COALESCE(json_extract(e.data, '$.depth'), 0) = 0
+                       ORDER BY e.seq DESC LIMIT 1),
                       l.token, l.host, l.pid, l.since, l.heartbeat, l.expires
                FROM runs r LEFT JOIN leases l ON l.run_id = r.run_id
                WHERE {where} ORDER BY r.started_at DESC LIMIT ?""",
@@ -397,7 +403,7 @@ class RunStore:
         )
         now = time.time()
         summaries = []
-        for run_id, goal, status, started, finished, updated, host, pid, cost, *held in found:
+        for run_id, goal, status, started, finished, updated, host, pid, cost, stopped, *held in found:
             if held[0] is not None:
                 driver: lease.Lease | None = lease.Lease(run_id, *held)
             elif status == "running":  # a row of schema 2, or one whose lease was just given back
@@ -415,6 +421,7 @@ class RunStore:
                     cost=cost,
                     interrupted=status == "cancelled" or (status == "running" and not live),
                     driver=driver.owner() if driver is not None and live else None,
+                    stopped_by_user=status == "done" and bool(stopped),
                 )
             )
         return summaries
