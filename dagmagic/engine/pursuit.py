@@ -300,9 +300,9 @@ class Pursuit:
         if decision.action == "stop" and not self.completed():  # nothing to write an answer from
             self.answer(self.run, fallback_answer(analysis, ()), fallback=True)
             return FINISHED
-        if decision.action == "stop":  # no more rounds: the answer is written from what completed, not reached
-            return Synthesizing(analysis, record.index, unreached=True)
-        return Synthesizing(analysis, record.index, partial=decision.partial)
+        # no more rounds (or a re-run round) short of the goal: the answer says what is missing
+        unreached = record.analysis is not None and not record.analysis.achieved
+        return Synthesizing(analysis, record.index, partial=decision.partial, unreached=unreached)
 
     def answer_now(self, reason: str) -> Phase:
         """After a Stop with no new verdict to go on: an answer written from whatever completed, if anything

@@ -214,6 +214,7 @@ async def test_a_rerun_not_achieved_is_answered_by_a_synthesis_and_an_achieved_o
     run = await session_for(llm).run("goal")
     await run.rerun("s2")
     assert run.answer == "Re-run answer." and len(llm.requests_for("synthesize")) == 1
+    assert "not fully reached and what is missing" in llm.requests_for("synthesize")[0].prompt  # it says so
     await run.rerun("s2")
     assert run.answer == "Third answer." and len(llm.requests_for("synthesize")) == 1
 
