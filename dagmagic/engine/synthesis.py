@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dagmagic.engine import prompts
 from dagmagic.engine.context import format_results, result_blocks, truncate
 from dagmagic.engine.guard import ContextGuard
-from dagmagic.errors import RUN_ENDING
+from dagmagic.errors import RUN_ENDING, TransientProviderError
 from dagmagic.events import RunWarning
 from dagmagic.llm import ChatModel
 from dagmagic.models import AnalysisResult, PlanStep
@@ -145,20 +145,27 @@ async def synthesize(
 async def _written(
     model: ChatModel, messages: list[dict[str, str]], *, round: int, on_delta: Callable[[str], object]
 ) -> str:
-    """The answer, streamed when the model can. A stream that gave no text at all is asked for again without
-    streaming: some servers' streaming is broken (llama.cpp's sent one role chunk, then the end).
+    """The answer, streamed when the model can. A stream that gave no text at all, empty or broken before its
+    first piece, is asked for again without streaming: some servers' streaming is broken (llama.cpp's sent one
+    role chunk, then the end). One that breaks after some text raises (that text was shown already).
     """
     if model.entry.capabilities.stream:
         pieces: list[str] = []
-        async for chunk in model.stream(messages, purpose="synthesize", round=round):
-            if chunk.text:
-                pieces.append(chunk.text)
-                on_delta(chunk.text)
-        if "".join(pieces).strip():
-            return "".join(pieces)
+        try:
+            async for chunk in model.stream(messages, purpose="synthesize", round=round):
+                if chunk.text:
+                    pieces.append(chunk.text)
+                    on_delta(chunk.text)
+        except TransientProviderError as broken:
+            if "".join(pieces).strip():
+                raise
+            why = f"The answer's stream broke before any text ({broken.kind})"
+        else:
+            if "".join(pieces).strip():
+                return "".join(pieces)
+            why = "The answer's stream was empty"
         if model.emit is not None:
-            message = "The answer's stream was empty: it is asked for again without streaming."
-            model.emit(RunWarning(message=message, round=round))
+            model.emit(RunWarning(message=f"{why}: it is asked for again without streaming.", round=round))
     reply = await model.chat(messages, purpose="synthesize", round=round)
     on_delta(reply.content)
     return reply.content

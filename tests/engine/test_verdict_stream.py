@@ -362,3 +362,18 @@ async def test_a_streamed_verdict_that_contradicts_itself_clears_its_answer_and_
     assert run.answer == ANSWER and run.achieved and len(run.rounds) == 1
     (cleared,) = kinds(run, AnswerCleared)
     assert "contradicts itself" in cleared.reason
+
+
+async def test_an_answer_stream_that_breaks_before_any_text_is_asked_for_again_without_streaming() -> None:
+    """litellm may report such a server's stream as broken (no finish reason) rather than as empty."""
+    broken = [ServerError("stream ended early", model="scripted")]
+    llm = ScriptedLLM(
+        script(
+            analyze=[verdict(True, 0.9, "found", None)],
+            synthesize=lambda r: broken if r.stream else "Whole answer.",
+        )
+    )
+    run = await session_for(llm, llm_retries=0).run("goal")
+    assert [request.stream for request in llm.requests_for("synthesize")] == [True, False]
+    assert run.answer == "Whole answer." and [e.fallback for e in kinds(run, AnswerReady)] == [False]
+    assert any("stream broke before any text" in event.message for event in kinds(run, RunWarning))
