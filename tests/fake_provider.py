@@ -4,8 +4,10 @@
 request gets: ``ok`` (a reply, streamed when asked), ``429``, ``500`` and ``401`` (an error whose message
 echoes the key it was sent, as some providers do), ``reset`` (the connection reset without a reply),
 ``broken`` (a stream reset after its first piece; a JSON body cut short), ``empty`` (an empty reply or a stream
-with no text), ``huge`` (a 1 MB reply), ``slow`` (the reply after ``slow_seconds``) and ``never`` (accepted,
-no reply until the test ends). ``reply`` is the text an ``ok`` request gets.
+with no text), ``role_only`` (llama.cpp's broken streaming: one chunk with the role, then ``[DONE]``, no finish
+reason; a reply in full when not streamed), ``huge`` (a 1 MB reply), ``slow`` (the reply after
+``slow_seconds``) and ``never`` (accepted, no reply until the test ends). ``reply`` is the text an ``ok``
+request gets.
 """
 
 from __future__ import annotations
@@ -96,6 +98,14 @@ class Provider:
         if mode == "broken":  # the first piece, then the connection is gone
             _piece(handler, sse_chunk("A partial "))
             return _reset(handler)
+        if mode == "role_only":
+            role = {"index": 0, "delta": {"role": "assistant", "content": None}, "finish_reason": None}
+            body = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m", "choices": [role]}
+            _piece(handler, b"data: " + json.dumps(body).encode() + b"\n\n")
+            _piece(handler, b"data: [DONE]\n\n")
+            handler.wfile.write(b"0\r\n\r\n")
+            handler.wfile.flush()
+            return None
         for start in range(0, len(text), 65536):
             _piece(handler, sse_chunk(text[start : start + 65536]))
         _piece(handler, sse_chunk("", "stop"))

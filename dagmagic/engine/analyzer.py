@@ -6,11 +6,13 @@ unreadable reply is asked for again without streaming.
 
 Lenient by design: the verdict's fields are coerced (``"false"`` -> False, confidence clamped to 0..1),
 broken JSON goes through a regex, and total failure is a safe "not achieved, confidence 0" that leads
-to a replan rather than a crash.
+to a replan rather than a crash. A verdict that contradicts itself ("achieved", its reasoning saying the goal
+is not reached) is asked for again once, quoting the contradiction; a second one counts as not achieved.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -28,7 +30,7 @@ from dagmagic.llm.structured import OutputShape
 from dagmagic.models import AnalysisResult, PlanStep, StructuredLevel
 from dagmagic.settings import DagSettings
 
-__all__ = ["SAFE_DEFAULT", "Analyzer", "regex_analysis"]
+__all__ = ["SAFE_DEFAULT", "Analyzer", "contradiction", "regex_analysis"]
 
 
 class Verdict(BaseModel):
@@ -67,6 +69,51 @@ def regex_analysis(text: str) -> dict[str, Any] | None:
         if match:
             found[field] = match.group(1).replace('\\"', '"').replace("\\n", "\n")
     return found
+
+
+_GOAL = r"\b(?:goal|question|request)\b"
+_STATE = r"(?:reached|achieved|met|answered|fulfill?ed|accomplished)"
+_NOT = r"(?:n['’]t|\s+not)"
+_DENIED = re.compile(
+    rf"{_GOAL}[^.;!?\n]*?\b(?:is|was|has|have|are|were){_NOT}(?:\s+(?:yet|been|fully|entirely|completely))*"
+    rf"\s+{_STATE}\b"
+    rf"|\b(?:do|does|did){_NOT}(?:\s+(?:yet|fully|entirely|completely))*\s+(?:answer|reach|meet|achieve|fulfill?)\b"
+    rf"[^.;!?\n]*{_GOAL}",
+    re.IGNORECASE,
+)
+"""A statement that the goal is not reached: "The goal is not reached.", "the question isn't answered yet"."""
+_QUALIFIED = re.compile(
+    r"\b(?:alone|by itself|on its own|but|however|although|though|until|unless|without|except|whereas)\b",
+    re.IGNORECASE,
+)
+"""After such a statement, in the same sentence: it is about part of the results ("not reached by s1 alone,
+but s2 completes it"), not a verdict on the whole."""
+_AFFIRMED = re.compile(
+    rf"(?:{_GOAL}|\bit\b)[^.;!?\n]*?\b(?:is|was|has|have|are|were)(?:\s+(?:now|fully|been|indeed|thus|therefore))*"
+    rf"\s+{_STATE}\b"
+    rf"|\b(?:answers|completes|reaches|meets|fulfill?s)\s+(?:it|the goal|the question)\b",
+    re.IGNORECASE,
+)
+"""A statement that the goal (or "it") is reached."""
+_SENTENCE_END = re.compile(r"(?<=[.;!?])\s+|\n+")
+
+
+def contradiction(verdict: AnalysisResult) -> str | None:
+    """The sentence of an achieved verdict's reasoning that says the goal is not reached, with nothing later
+    saying it is (a small model wrote "achieved, 100%" and "The goal is not reached."); None when there is none.
+    Kept narrow: a statement about part of the results ("not reached by step 1 alone, but s2 completes it") or one
+    a later sentence takes back is no contradiction.
+    """
+    if not verdict.achieved:
+        return None
+    sentences = [part.strip() for part in _SENTENCE_END.split(verdict.reasoning) if part.strip()]
+    for position, sentence in enumerate(sentences):
+        denied = _DENIED.search(sentence)
+        if denied is None or _QUALIFIED.search(sentence, denied.end()):
+            continue
+        if not any(_AFFIRMED.search(later) for later in sentences[position + 1 :]):
+            return sentence
+    return None
 
 
 def _parse_verdict(raw: Any) -> AnalysisResult:
@@ -141,8 +188,41 @@ class Analyzer:
         going to ``on_delta``. When those pieces will not become a verdict (the stream broke, the reply could
         not be read, the call failed), ``on_discard(why)`` is called before the verdict is asked for again
         without streaming (the level that gave an unreadable reply is not asked twice) or the error is raised.
+        An achieved verdict whose reasoning says the goal is not reached (``contradiction``) is dropped the same
+        way and asked for again once, quoting it; a second such verdict counts as not achieved, confidence 0.
         """
         messages = await self.prompt(goal, steps, round=round)
+        verdict = await self._verdict(messages, round=round, on_delta=on_delta, on_discard=on_discard)
+        said = contradiction(verdict)
+        if said is None:
+            return verdict
+        why = f"the verdict contradicts itself (achieved, but its reasoning says {said!r}): it is asked for again"
+        self._discard(on_discard, why)
+        self._warn(f"The verdict contradicted itself (achieved, but its reasoning says {said!r}): asked again.", round)
+        again = [
+            *messages,
+            {"role": "assistant", "content": json.dumps(verdict.model_dump(), ensure_ascii=False)},
+            {"role": "user", "content": prompts.ANALYZER_REASK.format(said=said)},
+        ]
+        verdict = await self._whole(again, round=round, skip=())
+        said = contradiction(verdict)
+        if said is None:
+            return verdict
+        self._warn(f"The verdict contradicted itself again ({said!r}): the round counts as not achieved.", round)
+        reasoning = f"{verdict.reasoning} (The verdict said achieved but contradicted itself: taken as not achieved.)"
+        return AnalysisResult(achieved=False, confidence=0.0, reasoning=reasoning)
+
+    async def _verdict(
+        self,
+        messages: list[dict[str, str]],
+        *,
+        round: int,
+        on_delta: Callable[[str], object] | None,
+        on_discard: Callable[[str], object] | None,
+    ) -> AnalysisResult:
+        """The verdict, streamed when it can be; asked for again without streaming when the stream broke, gave
+        nothing, or could not be read.
+        """
         skip: tuple[StructuredLevel, ...] = ()
         if on_delta is not None and self.streams:
             stream = VerdictStream(self.model, _SHAPE, on_delta)
@@ -151,17 +231,23 @@ class Analyzer:
             except TransientProviderError as broken:
                 why = f"the verdict's stream broke ({broken.kind}): the round is judged again without streaming"
                 self._discard(on_discard, why)
-                if self.emit is not None:
-                    self.emit(RunWarning(message=f"{why[0].upper()}{why[1:]}.", round=round))
+                self._warn(f"{why[0].upper()}{why[1:]}.", round)
             except Exception as exc:
                 self._discard(on_discard, f"the verdict could not be written ({type(exc).__name__})")
                 raise
             else:
                 if streamed is not None:
                     return streamed
-                self._discard(on_discard, "the verdict could not be read: the round is judged again")
-                skip = (stream.level,) if stream.level != "text" else ()
+                if stream.empty:  # the server's streaming is broken, not the level: the same level, whole
+                    self._warn("The verdict's stream was empty: the round is judged again without streaming.", round)
+                else:
+                    self._discard(on_discard, "the verdict could not be read: the round is judged again")
+                    skip = (stream.level,) if stream.level != "text" else ()
         return await self._whole(messages, round=round, skip=skip)
+
+    def _warn(self, message: str, round: int) -> None:
+        if self.emit is not None:
+            self.emit(RunWarning(message=message, round=round))
 
     @staticmethod
     def _discard(on_discard: Callable[[str], object] | None, why: str) -> None:
@@ -188,7 +274,5 @@ class Analyzer:
         if result.failure and any(call.status == "failed" for call in result.calls):
             # the analyzer was not reached (not: it wrote nonsense): say why, on the verdict and as a warning
             verdict.reasoning = f"{verdict.reasoning} ({result.failure})"
-            if self.emit is not None:
-                message = f"The round could not be judged ({result.failure}): it counts as not achieved."
-                self.emit(RunWarning(message=message, round=round))
+            self._warn(f"The round could not be judged ({result.failure}): it counts as not achieved.", round)
         return verdict

@@ -112,7 +112,8 @@ class GoalLoop:
             run.state.error = mask_secrets(f"{type(exc).__name__}: {exc}")
             run.state.status = "failed"
             if not run.state.answer:
-                Pursuit.answer(run, fallback_answer(run.analysis, completed(run.rounds)), fallback=True)
+                why = "The run failed before its answer was written"
+                Pursuit.answer(run, fallback_answer(run.analysis, completed(run.rounds), why), fallback=True)
         finally:
             run.state.finished_at = time.time()
             run.inbox.finish()

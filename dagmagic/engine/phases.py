@@ -13,7 +13,8 @@ user's messages that the inbox's table delivers to it (``dagmagic.engine.inbox``
 
 The verdict and the answer are one call: when the goal is reached, ``Analyzing`` has the answer already,
 streamed while the verdict was written. ``Synthesizing`` writes an answer apart only where the verdict cannot:
-a partial answer, a re-run round not reached, no answer in the verdict, a smart model that cannot stream.
+a partial answer, a run that stops without reaching the goal, a re-run round not reached, no answer in the
+verdict, a smart model that cannot stream.
 
 Planning lives in ``dagmagic.engine.planning``; the transitions several phases share (another round, the
 answer now, a decision carried out) in ``dagmagic.engine.pursuit``.
@@ -290,15 +291,17 @@ class Analyzing(Phase):
 
 class Synthesizing(Phase):
     """An answer written apart from the verdict, streamed as it is written: a partial one (a Stop, models that
-    stopped answering), the answer of a re-run round not reached, one after a Stop with no new verdict, or when
-    the verdict could not write it (a smart model that cannot stream, an achieved verdict with no answer). A
-    follow-up meanwhile drops it for a new round.
+    stopped answering), one for a run that stops without reaching the goal, the answer of a re-run round not
+    reached, one after a Stop with no new verdict, or when the verdict could not write it (a smart model that
+    cannot stream, an achieved verdict with no answer). A follow-up meanwhile drops it for a new round.
     """
 
     name = "synthesizing"
 
-    def __init__(self, analysis: AnalysisResult, round: int, *, partial: bool = False) -> None:
+    def __init__(self, analysis: AnalysisResult, round: int, *, partial: bool = False, unreached: bool = False):
         self.analysis, self.round, self.partial = analysis, round, partial
+        self.unreached = unreached
+        """The run stops without reaching the goal: the answer says what is missing."""
 
     async def run(self, pursuit: Pursuit) -> Phase:  # noqa: D102
         run = pursuit.run
@@ -323,6 +326,7 @@ class Synthesizing(Phase):
                 on_delta=on_delta,
                 guard=pursuit.guard,
                 partial=self.partial,
+                unreached=self.unreached,
             ),
             name=f"dagmagic:synthesize:{self.round}",
             on_interrupt=lambda: pursuit.clear_answer(run),

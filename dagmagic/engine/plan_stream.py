@@ -24,6 +24,7 @@ from dagmagic.engine.planner import (
     Domain,
     Planner,
     StepDraft,
+    names_itself,
     normalize_step,
     plan_schema,
     recover_plan,
@@ -356,9 +357,10 @@ def _draft(item: Any, index: int) -> StepDraft | None:
     if not isinstance(item, dict) or not (item.get("task") or item.get("description")):
         return None
     try:
-        return StepDraft.model_validate(normalize_step(dict(item), index))
+        draft = StepDraft.model_validate(normalize_step(dict(item), index))
     except (ValueError, TypeError, RecursionError):  # as in PlanStream.run: an element that is no step
         return None
+    return None if names_itself(draft.task) else draft
 
 
 def _step(draft: StepDraft, roles: Collection[str], tools: Collection[str]) -> PlanStep:

@@ -10,6 +10,9 @@ A step's ``tool_args`` (a tool step: one call of its tool, made without a model)
 ``tool_hint`` is a tool of the session; every step they reference (``"$s1"``, ``"$r1.s2"``) becomes a
 dependency, with a warning when the model did not list it. A reference to nothing known is left in place:
 the direct call cannot resolve it, and the step's agent runs instead.
+
+Steps whose task is only one of the calls' own tool or schema names (``"submit_plandraft"``, ``"PlanDraft"``:
+a small model copies them from the request) make a plan unusable like a cycle does: re-asked once, then dropped.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Literal, get_args
 
@@ -38,6 +42,7 @@ __all__ = [
     "PlanDraft",
     "Planner",
     "StepDraft",
+    "names_itself",
     "normalize_step",
     "plan_schema",
     "recover_plan",
@@ -212,6 +217,19 @@ def _dependency_ids(deps: Any) -> list[str]:
     return ids
 
 
+_OWN_NAME = re.compile(
+    r"submit_\w+|(?:plan|step)_?drafts?|verdict|analysis_?result|execution_?plan|plan_?step", re.IGNORECASE
+)
+"""The names the plan and verdict calls use for their tools and schemas (``OutputShape.tool_name``)."""
+
+
+def names_itself(task: str) -> bool:
+    """Whether a step's task is only one of the calls' own tool or schema names (``"submit_plandraft"``,
+    ``"PlanDraft"``): a small model copied it from the request, and such a step has nothing to do.
+    """
+    return bool(_OWN_NAME.fullmatch(task.strip().strip("`'\".:()[] ")))
+
+
 def validate_steps(
     drafts: list[StepDraft],
     *,
@@ -225,7 +243,7 @@ def validate_steps(
 
     Fixed with a warning: dependencies on unknown steps are dropped (``earlier`` lists the ``rN.id``
     references that may be used), an unknown ``model_hint`` becomes null. Problems: no steps, too many,
-    duplicate ids, a cycle.
+    duplicate ids, tasks that are the calls' own names, a cycle.
     """
     if not drafts:
         return [], "the plan has no steps; a plan needs at least one step"
@@ -236,6 +254,13 @@ def validate_steps(
     if duplicates:
         counts = ", ".join(f"{i} ({ids.count(i)} times)" for i in duplicates)
         return [], f"step ids must be unique, but these repeat: {counts}"
+    named = [draft for draft in drafts if names_itself(draft.task)]
+    if named:
+        tasks = ", ".join(dict.fromkeys(repr(draft.task.strip()) for draft in named))
+        return [], (
+            f"the tasks of {', '.join(draft.id for draft in named)} are the plan's own tool or schema names "
+            f"({tasks}), not what a step must do: write each step's task for the goal"
+        )
     steps = _plan_steps(drafts, earlier=earlier, roles=roles, warn=warn, tools=tools)
     cycle = _cycle(steps)
     if cycle:
@@ -386,6 +411,10 @@ def repair_steps(
             draft = draft.model_copy(update={"id": new_id})
         seen.add(draft.id)
         unique.append(draft)
+    named = [draft.id for draft in unique if names_itself(draft.task)]
+    if named:
+        warn(f"dropped {', '.join(named)}: their tasks are the plan's own tool or schema names, not tasks")
+        unique = [draft for draft in unique if draft.id not in named]
     steps = _plan_steps(unique, earlier=earlier, roles=roles, warn=warn, tools=tools)
     _break_cycles(steps, warn)
     return steps

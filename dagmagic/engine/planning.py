@@ -53,7 +53,8 @@ class Planning(Phase):
             plan = await pursuit.run.inbox.interruptible(self._whole(pursuit), name=f"dagmagic:plan:{self.index}")
         except PlanningError as exc:
             self.record.error = pursuit.run.state.error = str(exc)
-            pursuit.answer(pursuit.run, fallback_answer(pursuit.run.analysis, pursuit.completed()), fallback=True)
+            why = "No plan could be made, so no answer was written"
+            pursuit.answer(pursuit.run, fallback_answer(pursuit.run.analysis, pursuit.completed(), why), fallback=True)
             return FINISHED
         if isinstance(plan, Interrupted):
             return pursuit.plan_interrupted(self.record)

@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from dagmagic.engine.tools import Tool
 
 __all__ = [
+    "ANALYZER_REASK",
     "ANALYZER_SYSTEM",
     "COMPACTION_SYSTEM",
     "HISTORY_SUMMARY_SYSTEM",
@@ -17,6 +18,7 @@ __all__ = [
     "STEP_SYSTEM",
     "SYNTHESIS_PARTIAL",
     "SYNTHESIS_SYSTEM",
+    "SYNTHESIS_UNREACHED",
 ]
 
 PLANNER_SYSTEM = """\
@@ -124,6 +126,16 @@ SYNTHESIS_PARTIAL = """
 
 The run was stopped before it finished: answer from these results only. Begin with one sentence saying
 that the answer is partial and what is still missing, then give what the results do establish."""
+
+SYNTHESIS_UNREACHED = """
+
+The goal was not reached: the run ended without results that answer all of it. Answer from these results
+only: begin with one sentence saying that the goal was not fully reached and what is missing (the analysis
+above names it), then give what the results do establish."""
+
+ANALYZER_REASK = """\
+That verdict cannot be used: it says the goal was achieved, but its reasoning says '{said}'.
+Judge again from the same results: set `achieved` to what they establish, and make the reasoning agree."""
 
 HISTORY_SUMMARY_SYSTEM = """\
 Summarize this conversation so a planner can continue it: keep every fact, number, name, decision and

@@ -284,8 +284,8 @@ class Pursuit:
             self.clear_answer(self.run, decision.reason if achieved else NOT_REACHED)
 
     def act(self, record: RoundRecord, decision: Decision) -> Phase:
-        """Carry out a round's decision: the answer the verdict wrote, another round, the best answer so far,
-        or an answer written apart.
+        """Carry out a round's decision: the answer the verdict wrote, another round, or an answer written
+        apart (from what completed, saying what is missing, when the run stops without reaching the goal).
         """
         run = self.run
         if self.answered_by_verdict(record, decision):
@@ -297,10 +297,13 @@ class Pursuit:
         if decision.action == "replan":
             self.budget.next_free = not decision.counts_against_budget
             return self.next_round()
-        if decision.action == "stop":
-            self.answer(self.run, fallback_answer(record.analysis, self.completed()), fallback=True)
+        analysis = record.analysis or AnalysisResult()
+        if decision.action == "stop" and not self.completed():  # nothing to write an answer from
+            self.answer(self.run, fallback_answer(analysis, ()), fallback=True)
             return FINISHED
-        return Synthesizing(record.analysis or AnalysisResult(), record.index, partial=decision.partial)
+        # no more rounds (or a re-run round) short of the goal: the answer says what is missing
+        unreached = record.analysis is not None and not record.analysis.achieved
+        return Synthesizing(analysis, record.index, partial=decision.partial, unreached=unreached)
 
     def answer_now(self, reason: str) -> Phase:
         """After a Stop with no new verdict to go on: an answer written from whatever completed, if anything

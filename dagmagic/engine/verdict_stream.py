@@ -7,7 +7,7 @@ so far (the first tool call's arguments when there are any, else the text from i
 partial JSON (``pydantic_core.from_json`` with trailing strings allowed: an escape cut in two is left out until
 its other half arrives); a verdict that already says the goal was not achieved hands nothing over. The whole
 reply is then parsed as the non-streamed call parses it. ``None`` when it holds no verdict: the caller asks
-again without streaming.
+again without streaming (at the same level when the stream gave nothing at all: the stream was at fault).
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ class VerdictStream:
             "tool_call" if capabilities.tool_call else "json_mode" if capabilities.json_mode else "text"
         )
         """The level asked at: the first the non-streamed call would try."""
+        self.empty = False
+        """Whether the stream gave nothing at all (a server whose streaming is broken), not a reply at the level."""
 
     async def run(self, messages: list[dict[str, Any]], *, round: int) -> AnalysisResult | None:
         """The verdict; None when the reply holds none. A stream that breaks raises ``TransientProviderError``,
@@ -69,6 +71,7 @@ class VerdictStream:
                 raise
             return verdict
         answer.read(reply, whole=True)
+        self.empty = reply.empty
         return self._parsed(reply)
 
     def _parsed(self, reply: _Reply) -> AnalysisResult | None:
@@ -108,6 +111,11 @@ class _Reply:
             self._sizes[0] += len(chunk.text)
             grew = grew or not self._arguments
         return grew
+
+    @property
+    def empty(self) -> bool:
+        """Whether nothing but blanks came: no text, no tool call's arguments."""
+        return not self.text().strip() and not self.arguments().strip()
 
     @property
     def size(self) -> int:

@@ -28,6 +28,7 @@ from dagmagic.notebook.tool_steps import call_text, direct_call, fell_back, is_t
 
 __all__ = [
     "STATUS_COLORS",
+    "answer_unreached",
     "inert_markdown",
     "markdown_html",
     "picture",
@@ -53,6 +54,30 @@ STATUS_COLORS = {
 _PREVIEW = 160
 
 PARTIAL_NOTE = "partial: the run was stopped before it finished"
+UNREACHED_NOTE = "goal not reached: written from what completed, it says what is missing"
+
+
+def answer_unreached(run: DagRun) -> bool:
+    """Whether the answer is one for a goal not reached: the last verdict says not achieved and its round ended
+    in an answer (not a partial one: that note says more), e.g. once the rounds were spent.
+    """
+    record = run.rounds[-1] if run.rounds else None
+    return bool(
+        run.answer
+        and record is not None
+        and record.analysis is not None
+        and not record.analysis.achieved
+        and record.decision is not None
+        and record.decision.action != "replan"
+        and not record.decision.partial
+    )
+
+
+def _answer_note(run: DagRun) -> str:
+    """What the answer's title adds: partial, or a goal not reached ("" for neither)."""
+    if run.partial:
+        return PARTIAL_NOTE
+    return UNREACHED_NOTE if answer_unreached(run) else ""
 
 
 def step_rows(plan: ExecutionPlan | None) -> list[tuple[str, str, str, str, str, str]]:
@@ -93,7 +118,8 @@ def run_markdown(run: DagRun) -> str:
         lines += ["| " + " | ".join(_md(cell) for cell in row) + " |" for row in rows]
         lines.append("")
     if run.answer:
-        title = f"**Answer** ({PARTIAL_NOTE})" if run.partial else "**Answer**"
+        note = _answer_note(run)
+        title = f"**Answer** ({note})" if note else "**Answer**"
         lines += [title, "", inert_markdown(_static_answer(run.answer))]
     return "\n".join(lines)
 
@@ -106,7 +132,8 @@ def run_html(run: DagRun) -> str:
     e = html.escape
     latest = run.rounds[-1].index if run.rounds else 0
     rounds = "".join(_round_html(record, open_=record.index == latest) for record in run.rounds)
-    title = f"<b>Answer</b> ({PARTIAL_NOTE})" if run.partial else "<b>Answer</b>"
+    note = _answer_note(run)
+    title = f"<b>Answer</b> ({html.escape(note)})" if note else "<b>Answer</b>"
     answer = f"<div>{title}{markdown_html(_images_as_links(_static_answer(run.answer)))}</div>" if run.answer else ""
     warnings = "".join(f"<li>{e(_cap(warning, 1000))}</li>" for warning in run.warnings)
     return (

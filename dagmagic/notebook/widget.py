@@ -36,6 +36,7 @@ from dagmagic.engine.run import DagRun
 from dagmagic.errors import DagError
 from dagmagic.events import Event, RunFinished
 from dagmagic.models import ExecutionPlan, LLMCall, PlanStep, RoundRecord, natural_key
+from dagmagic.notebook.fallbacks import answer_unreached
 
 __all__ = ["DagWidget", "widget_state"]
 
@@ -76,6 +77,7 @@ class DagWidget(anywidget.AnyWidget):
     answer = traitlets.Unicode("").tag(sync=True)
     answer_fallback = traitlets.Bool(False).tag(sync=True)
     answer_partial = traitlets.Bool(False).tag(sync=True)
+    answer_unreached = traitlets.Bool(False).tag(sync=True)
     resumable = traitlets.Bool(False).tag(sync=True)
     can_rerun = traitlets.Bool(False).tag(sync=True)
     usage = traitlets.Dict().tag(sync=True)
@@ -305,6 +307,7 @@ def widget_state(run: DagRun) -> dict[str, Any]:
         "answer": _capped_answer(run.answer),
         "answer_fallback": _answer_is_fallback(run),
         "answer_partial": run.partial and bool(run.answer),
+        "answer_unreached": answer_unreached(run),
         "resumable": False,
         "can_rerun": run.can_rerun,
         "usage": {

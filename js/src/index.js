@@ -34,6 +34,7 @@ const FEEDS = /** @type {Record<(typeof TRAITS)[number], Part[]>} */ ({
   answer: ["answer", "header"],
   answer_fallback: ["answer"],
   answer_partial: ["answer"],
+  answer_unreached: ["answer"],
   resumable: ["controls"],
   can_rerun: ["rounds"],
   usage: ["header"],

@@ -20,6 +20,7 @@ export const TRAITS = /** @type {const} */ ([
   "answer",
   "answer_fallback",
   "answer_partial",
+  "answer_unreached",
   "resumable",
   "can_rerun",
   "usage",
@@ -81,6 +82,7 @@ export function readState(model) {
     answer: String(get(model, "answer") ?? ""),
     answer_fallback: Boolean(get(model, "answer_fallback")),
     answer_partial: Boolean(get(model, "answer_partial")),
+    answer_unreached: Boolean(get(model, "answer_unreached")),
     resumable: Boolean(get(model, "resumable")),
     can_rerun: Boolean(get(model, "can_rerun")),
     usage: {

@@ -128,6 +128,7 @@
  * @property {string} answer  Markdown, grows while streaming
  * @property {boolean} answer_fallback
  * @property {boolean} answer_partial  the user stopped the run: the answer covers what completed
+ * @property {boolean} answer_unreached  the run ended without reaching the goal: the answer says what is missing
  * @property {boolean} resumable  the run did not end (its kernel died, it was cancelled): it can be resumed
  * @property {boolean} can_rerun  the run ended and a step of its latest round can be re-run here
  * @property {Usage} usage

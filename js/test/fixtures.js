@@ -217,6 +217,7 @@ export function sampleState() {
     answer: "",
     answer_fallback: false,
     answer_partial: false,
+    answer_unreached: false,
     resumable: false,
     usage: { input_tokens: 2220, output_tokens: 430, requests: 6, cost: 0.0123 },
     rounds: [round1, round2],

@@ -279,6 +279,19 @@ describe("sanitizing", () => {
     expect(/** @type {HTMLElement} */ (el.querySelector(".dagmagic-answer-fallback")).hidden).toBe(false);
   });
 
+  it("marks an answer for a goal not reached, and not as a fallback", async () => {
+    const { el, model } = mount();
+    model.set("answer", "Not reached: the 2024 figure is missing. 2023: 2.1 million.");
+    await nextRedraw();
+    const unreached = /** @type {HTMLElement} */ (el.querySelector(".dagmagic-answer-unreached"));
+    expect(unreached.hidden).toBe(true);
+    model.set("answer_unreached", true);
+    await nextRedraw();
+    expect(unreached.hidden).toBe(false);
+    expect(unreached.textContent).toContain("Goal not reached");
+    expect(/** @type {HTMLElement} */ (el.querySelector(".dagmagic-answer-fallback")).hidden).toBe(true);
+  });
+
   it("says what a running run is doing, and marks a partial answer", async () => {
     const { el, model } = mount();
     const status = /** @type {HTMLElement} */ (el.querySelector(".dagmagic-status"));

@@ -813,4 +813,28 @@ def test_a_stop_while_the_plan_waits_for_approval_says_the_plan_did_not_run(jupy
     )
     assert said.startswith("done\n") and "status: stopped by you" in said, said
     assert [line for line in said.splitlines() if "stopped by you" in line and "Stop me before" in line], said
+
+
+def test_a_run_that_spends_its_rounds_shows_an_answer_saying_what_is_missing(notebook: NotebookPage) -> None:
+    gate = Gate(notebook, "spent")
+    gate.open()
+    written = "Not fully reached: the 2024 figure is still missing. The halves are six and seven (2023)."
+    model = (
+        'scripted(analyze=[{"achieved": False, "confidence": 0.3, "reasoning": "The 2024 figure is still missing."}],'
+        f" synthesize=[[word + ' ' for word in {written!r}.split(' ')]])"
+    )
+    notebook.open("spent", cells(gate, model, "Multiply the 2024 halves"))
+    notebook.run_all()
+    widget = notebook.widget()
+    expect(widget.locator(".dagmagic-status")).to_have_attribute("data-status", "done")
+    notebook.wait_until_done()
+    widget = notebook.widgets().last
+    expect(widget.locator(".dagmagic-round")).to_have_count(3)  # every round spent, none reached the goal
+    answer = widget.locator(".dagmagic-answer")
+    expect(answer.locator(".dagmagic-answer-body")).to_have_text(written)  # written, not a listing of 9 results
+    expect(answer.locator(".dagmagic-answer-unreached")).to_be_visible()
+    expect(answer.locator(".dagmagic-answer-unreached")).to_contain_text("Goal not reached")
+    expect(answer.locator(".dagmagic-answer-fallback")).to_be_hidden()
+    expect(answer.locator(".dagmagic-answer-partial")).to_be_hidden()
+    notebook.screenshot("spent-rounds-answer", focus=answer)
     assert notebook.errors == []

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from dagmagic.engine.analyzer import SAFE_DEFAULT, Analyzer, Verdict, regex_analysis
-from dagmagic.events import LLMCallRecorded
+from dagmagic.engine.analyzer import SAFE_DEFAULT, Analyzer, Verdict, contradiction, regex_analysis
+from dagmagic.events import LLMCallRecorded, RunWarning
 from dagmagic.llm import ChatModel, ModelRegistry
 from dagmagic.models import AnalysisResult, PlanStep
 from dagmagic.settings import DagSettings
@@ -231,3 +231,61 @@ def test_regex_analysis_reads_the_final_answer_and_needs_achieved() -> None:
     assert (found["reasoning"], found["final_answer"]) == ("ok", "Paris")
     assert regex_analysis('{"confidence": 0.8, "reasoning": "ok"}') is None
     assert regex_analysis("nothing here was achieved") is None
+
+
+# --- a verdict that contradicts itself ------------------------------------------------------------------------
+
+NOT_REACHED = "The goal is not reached."
+"""What a 0.5B model wrote as the reasoning of "achieved, 100%" (issue 23)."""
+
+
+@pytest.mark.parametrize(
+    "reasoning",
+    [
+        NOT_REACHED,
+        "Both sources agree on 2.1 million. However, the goal has not been achieved.",
+        "The goal was not fully met: the 2024 figure is missing",
+        "the question isn't answered yet.",
+        "The results do not answer the goal.",
+    ],
+)
+def test_an_achieved_verdict_whose_reasoning_says_the_goal_is_not_reached_contradicts_itself(reasoning: str) -> None:
+    said = contradiction(AnalysisResult(achieved=True, confidence=1.0, reasoning=reasoning))
+    assert said is not None and said in reasoning
+
+
+@pytest.mark.parametrize(
+    ("achieved", "reasoning"),
+    [
+        (True, "The goal is not reached by step 1 alone, but s2 completes it."),
+        (True, "Step 1 did not reach the source. Step 2 did: the goal is reached."),
+        (True, "The goal was not reached in round 1; now it is reached with r1.s1 and s2."),
+        (True, "The goal is not reached without s2's figure, which it gives: 2.1 million."),
+        (True, "The goal is not met by s1 on its own; together with s2 it is."),
+        (True, "Both sources agree on 2.1 million (INSEE 2024)."),
+        (True, ""),
+        (False, NOT_REACHED),
+    ],
+)
+def test_honest_reasoning_is_no_contradiction(achieved: bool, reasoning: str) -> None:
+    assert contradiction(AnalysisResult(achieved=achieved, confidence=0.9, reasoning=reasoning)) is None
+
+
+async def test_a_verdict_that_contradicts_itself_is_asked_for_again_quoting_why() -> None:
+    corrected = verdict(achieved=False, confidence=0.4, reasoning="The 2024 figure is missing.")
+    harness = Harness([verdict(confidence=1.0, reasoning=NOT_REACHED, final_answer="2.1 million"), corrected])
+    result = await harness.analyze()
+    assert (result.achieved, result.confidence, result.reasoning) == (False, 0.4, "The 2024 figure is missing.")
+    assert len(harness.requests) == 2
+    asked = str(harness.requests[1].messages[-1]["content"])
+    assert "achieved" in asked and f"'{NOT_REACHED}'" in asked
+
+
+async def test_a_verdict_that_contradicts_itself_twice_counts_as_not_achieved_with_a_warning() -> None:
+    events: list[Any] = []
+    llm = ScriptedLLM({"analyze": [verdict(confidence=1.0, reasoning=NOT_REACHED, final_answer="2.1 million")]})
+    model = ChatModel(ModelRegistry().register("m", llm).get("m"), settings=SETTINGS, emit=events.append)
+    result = await Analyzer(model, SETTINGS, emit=events.append).analyze(GOAL, [done("s1", "2.1 million")], round=1)
+    assert (result.achieved, result.confidence, result.final_answer) == (False, 0.0, None)
+    assert NOT_REACHED in result.reasoning and len(llm.requests_for("analyze")) == 2
+    assert any("contradicted itself" in event.message for event in events if isinstance(event, RunWarning))

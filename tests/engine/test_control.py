@@ -324,7 +324,9 @@ async def test_stop_falls_back_to_the_listing_when_the_partial_answer_cannot_be_
     await step.arrived.wait()
     run.stop()
     await run
-    assert run.answer == "s2 is missing\n\n---\n\n**s1**: result of s1" and run.partial
+    lead = "*The answer could not be written (RuntimeError: stream broke): here are the results of the steps that"
+    assert run.answer.startswith(lead) and run.partial
+    assert run.answer.endswith(" completed.*\n\nThe goal was not reached: s2 is missing\n\n---\n\n**s1**: result of s1")
 
 
 async def test_stop_while_planning_the_first_round_answers_at_once() -> None:

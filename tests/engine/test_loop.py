@@ -6,6 +6,7 @@ from typing import Any
 import pytest
 
 from dagmagic import errors
+from dagmagic.engine import prompts
 from dagmagic.engine.executor import FOLLOWED_UP_REASON
 from dagmagic.engine.loop import decide, replan_context
 from dagmagic.engine.synthesis import NOT_ACHIEVED
@@ -103,9 +104,58 @@ async def test_low_confidence_three_times_is_exactly_three_rounds() -> None:
     assert [r.decision.action for r in run.rounds if r.decision] == ["replan", "replan", "stop"]
     assert [e.reason for e in run.events if isinstance(e, Replanning)] == ["still missing", "still missing"]
     assert run.status == "done" and not run.achieved
-    assert run.answer.startswith("still missing\n\n---\n\n**r1.s1**: result of s1 in round 1")
-    assert "**s2**: result of s2 in round 3" in run.answer
-    assert llm.requests_for("synthesize") == []
+    # the rounds are spent: the answer is written from what completed, told it is not reached
+    (written,) = llm.requests_for("synthesize")
+    assert "What the analysis concluded: still missing" in written.prompt
+    assert "[s2] (completed) do s2\nResult: result of s2 in round 3" in written.prompt
+    assert run.answer == "The answer." and [e.fallback for e in run.events if isinstance(e, AnswerReady)] == [False]
+
+
+def reworded_each_round(request: ScriptedRequest) -> dict[str, Any]:
+    """The same two steps every round, each round wording their tasks anew (so no round supersedes another's)."""
+    n = request.round
+    return plan_reply(("s1", [], f"look up the figure, try {n}"), ("s2", ["s1"], f"check the figure, try {n}"))
+
+
+async def test_a_run_that_spends_its_rounds_gets_an_answer_written_from_what_completed() -> None:
+    llm = ScriptedLLM(
+        script(
+            plan=reworded_each_round,
+            step=lambda r: f"the same result of {r.step_id}",
+            analyze=[verdict(False, 0.3, "The 2024 figure is still missing.")],
+            synthesize=[["Not reached: ", "the 2024 figure is missing. 2023: 2.1 million."]],
+        )
+    )
+    run = await session_for(llm).run("goal")
+    assert len(run.rounds) == 3 and not run.achieved and run.status == "done"
+    assert [r.decision.action for r in run.rounds if r.decision] == ["replan", "replan", "stop"]
+    (written,) = llm.requests_for("synthesize")
+    assert "The 2024 figure is still missing." in written.prompt  # the last verdict says what is missing
+    assert prompts.SYNTHESIS_UNREACHED.strip() in written.prompt
+    # six results of three rounds, two distinct texts: each given once, under every reference that had it
+    assert written.prompt.count("the same result of s1") == 1 and written.prompt.count("the same result of s2") == 1
+    assert "r1.s1, r2.s1, s1" in written.prompt
+    assert run.answer == "Not reached: the 2024 figure is missing. 2023: 2.1 million."
+    (ready,) = [e for e in run.events if isinstance(e, AnswerReady)]
+    assert (ready.fallback, ready.partial) == (False, False)
+
+
+async def test_when_no_answer_can_be_written_the_listing_says_why_and_gives_each_result_once() -> None:
+    llm = ScriptedLLM(
+        script(
+            plan=reworded_each_round,
+            step=lambda r: f"the same result of {r.step_id}",
+            analyze=[verdict(False, 0.3, "The 2024 figure is still missing.")],
+            synthesize=[RuntimeError("the model is down")],
+        )
+    )
+    run = await session_for(llm).run("goal")
+    assert len(run.rounds) == 3 and not run.achieved
+    lead, *rest = run.answer.split("\n\n---\n\n")
+    assert "could not be written (RuntimeError: the model is down)" in lead
+    assert "goal was not reached" in lead and "The 2024 figure is still missing." in lead
+    assert rest == ["**r1.s1, r2.s1, s1**: the same result of s1", "**r1.s2, r2.s2, s2**: the same result of s2"]
+    assert [e.fallback for e in run.events if isinstance(e, AnswerReady)] == [True]
 
 
 async def test_max_replan_rounds_one_means_one_round() -> None:
@@ -114,15 +164,14 @@ async def test_max_replan_rounds_one_means_one_round() -> None:
     assert len(run.rounds) == 1
 
 
-async def test_confident_but_not_achieved_stops_after_one_round_with_the_fallback_answer() -> None:
+async def test_confident_but_not_achieved_stops_after_one_round_with_an_answer_saying_what_is_missing() -> None:
     llm = ScriptedLLM(script(analyze=[verdict(False, 0.85, "partly answered")]))
     run = await session_for(llm).run("goal")
     assert len(run.rounds) == 1 and run.rounds[0].decision is not None
     assert run.rounds[0].decision.action == "stop" and "Confident enough" in run.rounds[0].decision.reason
-    assert (
-        run.answer
-        == "partly answered\n\n---\n\n**s1**: result of s1 in round 1\n\n---\n\n**s2**: result of s2 in round 1"
-    )
+    (written,) = llm.requests_for("synthesize")
+    assert "partly answered" in written.prompt and "not fully reached and what is missing" in written.prompt
+    assert run.answer == "The answer." and not run.partial
 
 
 async def test_the_replan_context_reaches_the_planner() -> None:
@@ -211,7 +260,12 @@ async def test_a_failing_synthesis_falls_back_to_the_analyzers_final_answer() ->
 async def test_a_stream_failing_mid_way_falls_back_and_drops_what_it_wrote() -> None:
     llm = ScriptedLLM(script(analyze=[verdict(True, 0.9, "all found")], synthesize=[["Partial ", RuntimeError("x")]]))
     run = await session_for(llm).run("goal")
-    assert run.answer.startswith("all found\n\n---\n\n**s1**")
+    lead, listing = run.answer.split("\n\n---\n\n", 1)
+    assert (
+        lead == "*The answer could not be written (RuntimeError: x): here are the results of the steps that "
+        "completed.*\n\nall found"
+    )
+    assert listing.startswith("**s1**")
     assert [e.fallback for e in run.events if isinstance(e, AnswerReady)] == [True]
 
 
@@ -224,7 +278,8 @@ async def test_an_empty_answer_falls_back_to_the_analyzers_final_answer() -> Non
 async def test_without_a_final_answer_the_fallback_lists_the_steps() -> None:
     llm = ScriptedLLM(script(synthesize=[""], analyze=[verdict(True, 0.9, "done", None)]))
     run = await session_for(llm).run("goal")
-    assert run.answer.startswith("done\n\n---\n\n**s1**: result of s1")
+    assert run.answer.startswith("*The answer could not be written (the reply was empty): here are the results")
+    assert "\n\ndone\n\n---\n\n**s1**: result of s1" in run.answer
 
 
 async def test_a_model_without_streaming_answers_in_one_call() -> None:

@@ -419,3 +419,9 @@ async def test_the_work_per_piece_is_bounded_each_step_parsed_once(monkeypatch: 
     assert structure.scanned + string.scanned <= len(text)
     assert len(parsed) == 800 and sum(len(candidate) for candidate in parsed) < len(text)
     assert whole == [{"steps": steps}]  # the whole reply, parsed once (then checked for a schema echo)
+
+
+async def test_a_streamed_step_whose_task_is_the_plans_own_name_does_not_start() -> None:
+    text = '{"steps": [{"id": "s1", "task": "submit_plandraft"}, {"id": "s2", "task": "Find the population"}]}'
+    streamed, handed_over = await stream_text(text)
+    assert handed_over == ["s2"] and [draft.id for draft in streamed.drafts] == ["s1", "s2"]

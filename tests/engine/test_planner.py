@@ -390,6 +390,23 @@ BAD_PLANS: dict[str, tuple[dict[str, Any], list[str], list[str]]] = {
     "duplicate ids": (steps(("s1", []), ("s1", []), ("s2", [])), ["unique", "s1 (2 times)"], ["s2"]),
     "empty plan": ({"steps": []}, ["no steps"], []),
     "oversize plan": (steps(*[(f"s{i}", []) for i in range(1, 8)]), ["7 steps", "at most 6"], []),
+    # a small model writes the call's own tool and schema names as tasks (issue 23, a 0.5B model)
+    "own names": (
+        {
+            "steps": [
+                {"id": "s1", "task": "submit_plandraft"},
+                {"id": "s2", "task": "PlanDraft", "dependencies": ["s1"]},
+                {"id": "s3", "task": "do s3"},
+            ]
+        },
+        ["s1, s2", "'submit_plandraft'", "not what a step must do"],
+        ["s3"],
+    ),
+    "only own names": (
+        {"steps": [{"id": "s1", "task": "`submit_plandraft`"}, {"id": "s2", "task": "StepDraft."}]},
+        ["s1, s2", "the plan's own tool or schema names"],
+        [],
+    ),
 }
 
 
@@ -429,6 +446,8 @@ REPAIRED: dict[str, tuple[list[tuple[str, list[str]]], list[str]]] = {
     ),
     "empty plan": ([("s1", [])], ["no usable plan", "the goal is planned as one step"]),
     "oversize plan": ([(f"s{i}", []) for i in range(1, 7)], ["kept the first 6, dropped s7"]),
+    "own names": ([("s3", [])], ["dropped s1, s2: their tasks are the plan's own tool or schema names"]),
+    "only own names": ([("s1", [])], ["no usable plan", "the goal is planned as one step"]),
 }
 
 
@@ -443,7 +462,7 @@ async def test_a_plan_unusable_twice_is_repaired_with_warnings_not_refused(case:
     warnings = " | ".join(harness.warnings)
     for text in said:
         assert text in warnings
-    if case != "empty plan":
+    if case not in ("empty plan", "only own names"):
         assert quoted[0] in warnings  # the first warning names the problem that was repaired
     else:
         assert plan.steps[0].task == "the goal"
@@ -663,3 +682,25 @@ async def test_a_dependency_added_for_a_reference_can_close_a_cycle_and_is_then_
     # the repair drops the dependency on the later step: s1's call cannot resolve $s2, and its agent runs instead
     assert [(s.id, s.dependencies) for s in plan.steps] == [("s1", []), ("s2", ["s1"])]
     plan.layers()
+
+
+@pytest.mark.parametrize(
+    "task",
+    [
+        "Submit the plan draft to the committee",  # words, not the name
+        "Call submit_report with the totals",  # a task that mentions a tool among other words
+        "Verdict of the 2019 court case on the merger",
+        "Find the population of Paris",
+    ],
+)
+def test_a_task_that_only_mentions_such_a_name_is_a_task(task: str) -> None:
+    steps_, problem = validate_steps([StepDraft(id="s1", task=task)], max_steps=6)
+    assert problem is None and steps_[0].task == task
+
+
+@pytest.mark.parametrize(
+    "task", ["submit_plandraft", "PlanDraft", "submit_analysis", " `submit_verdict()` ", "Verdict"]
+)
+def test_a_task_that_is_only_such_a_name_is_a_problem(task: str) -> None:
+    _, problem = validate_steps([StepDraft(id="s1", task=task), StepDraft(id="s2", task="do s2")], max_steps=6)
+    assert problem is not None and "s1" in problem and "s2" not in problem

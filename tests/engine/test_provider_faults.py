@@ -354,3 +354,25 @@ async def test_steps_waiting_to_retry_on_a_model_that_went_silent_do_not_wait_ou
     assert all("'worker' did not answer" in (step.error or "") for step in run.plan.steps)
     assert wall_time(run) < 30 * 0.5  # not one of them waited out its delay
     assert run.status == "done" and run.answer == "Nothing could be looked up." and run.partial
+
+
+async def test_a_server_whose_streaming_is_broken_still_gets_the_answer_written(warm_provider: Provider) -> None:
+    """llama.cpp's server here: a streamed request gets one chunk with the role, then ``[DONE]``."""
+    from dagmagic.engine.synthesis import synthesize
+    from dagmagic.models import AnalysisResult, PlanStep
+
+    provider = warm_provider
+    provider.mode, provider.requests, provider.reply = "role_only", 0, "Paris has 2.1 million people."
+    registry = ModelRegistry().register("gpt", MODEL, api_base=provider.base, api_key=CANARY)
+    settings = DagSettings(store="none", llm_retries=0, llm_timeout=30)
+    events: list[Any] = []
+    model = ChatModel(registry.get("gpt"), settings=settings, emit=events.append)
+    assert model.entry.capabilities.stream
+    shown: list[str] = []
+    step = PlanStep(id="s1", task="look it up", status="completed", result="2.1 million")
+    answer, fallback = await synthesize(
+        model, "goal", [("s1", step)], AnalysisResult(achieved=True), settings, round=1, on_delta=shown.append
+    )
+    assert (answer, fallback) == ("Paris has 2.1 million people.", False) and "".join(shown) == answer
+    assert provider.requests == 2  # streamed (nothing came), then asked once without streaming
+    assert any("stream" in e.message and "without streaming" in e.message for e in events if isinstance(e, RunWarning))

@@ -145,15 +145,23 @@ async def test_a_verdict_that_says_not_achieved_first_streams_nothing() -> None:
     assert deltas(run) == ANSWER and kinds(run, AnswerCleared) == []
 
 
-async def test_a_confidence_stop_drops_the_streamed_answer_for_the_fallback() -> None:
+async def test_a_confidence_stop_drops_the_streamed_answer_for_one_saying_what_is_missing() -> None:
     undecided = text_pieces(
         '{"final_answer": "a guess', '", "achieved": false, "confidence": 0.9, "reasoning": "partly"}'
     )
-    llm = ScriptedLLM(script(analyze=[undecided]))
+    llm = ScriptedLLM(script(analyze=[undecided], synthesize=[["Not reached: ", "s2 is missing."]]))
     run = await session_for(llm).run("goal")
     assert run.rounds[0].decision is not None and run.rounds[0].decision.action == "stop"
-    assert run.answer.startswith("partly\n\n---\n\n**s1**") and len(kinds(run, AnswerCleared)) == 1
-    assert [e.fallback for e in kinds(run, AnswerReady)] == [True] and llm.requests_for("synthesize") == []
+    assert run.answer == "Not reached: s2 is missing." and len(kinds(run, AnswerCleared)) == 1
+    assert [e.fallback for e in kinds(run, AnswerReady)] == [False] and len(llm.requests_for("synthesize")) == 1
+
+
+async def test_a_stop_whose_answer_cannot_be_written_lists_the_results_not_the_verdicts_guess() -> None:
+    no = verdict(False, 0.9, "partly", "a guess")
+    llm = ScriptedLLM(script(analyze=[no], synthesize=[RuntimeError("down")]))
+    run = await session_for(llm).run("goal")
+    assert "a guess" not in run.answer and "The goal was not reached: partly" in run.answer
+    assert "**s1**: result of s1 in round 1" in run.answer and [e.fallback for e in kinds(run, AnswerReady)] == [True]
 
 
 # --- where a separate synthesis still runs -----------------------------------------------------------------------
@@ -206,6 +214,7 @@ async def test_a_rerun_not_achieved_is_answered_by_a_synthesis_and_an_achieved_o
     run = await session_for(llm).run("goal")
     await run.rerun("s2")
     assert run.answer == "Re-run answer." and len(llm.requests_for("synthesize")) == 1
+    assert "not fully reached and what is missing" in llm.requests_for("synthesize")[0].prompt  # it says so
     await run.rerun("s2")
     assert run.answer == "Third answer." and len(llm.requests_for("synthesize")) == 1
 
@@ -304,3 +313,67 @@ async def test_a_run_interrupted_while_its_verdict_streams_is_judged_again_on_re
     assert len(again.requests_for("analyze")) == 1 and again.requests_for("synthesize") == []
     assert deltas(resumed) == ANSWER  # the draft is not kept: the resumed run starts its answer afresh
     assert RunStore.open(path).load(run.run_id).state.answer == ANSWER
+
+
+# --- a server whose streaming is broken: one role chunk, then [DONE] ----------------------------------------------
+
+EMPTY_STREAM = [StreamChunk(text="")]
+"""What llama.cpp's server streamed here: a chunk with the role and no text, then the end."""
+
+
+async def test_an_empty_verdict_stream_is_judged_again_whole_at_the_same_level() -> None:
+    whole = verdict(True, 0.9, "ok", ANSWER)
+    llm = ScriptedLLM(script(analyze=lambda r: EMPTY_STREAM if r.stream else whole))
+    run = await session_for(llm).run("goal")
+    levels = [(request.level, request.stream) for request in llm.requests_for("analyze")]
+    assert levels == [("tool_call", True), ("tool_call", False)]  # the level was not at fault: the stream was
+    assert run.answer == ANSWER and [e.fallback for e in kinds(run, AnswerReady)] == [False]
+    assert any("stream was empty" in event.message for event in kinds(run, RunWarning))
+
+
+async def test_an_empty_answer_stream_is_asked_for_again_without_streaming() -> None:
+    llm = ScriptedLLM(
+        script(
+            analyze=[verdict(True, 0.9, "found", None)],  # no answer in the verdict: a synthesis writes it
+            synthesize=lambda r: EMPTY_STREAM if r.stream else "Whole answer.",
+        )
+    )
+    run = await session_for(llm).run("goal")
+    assert [request.stream for request in llm.requests_for("synthesize")] == [True, False]
+    assert run.answer == "Whole answer." and [e.fallback for e in kinds(run, AnswerReady)] == [False]
+    assert deltas(run) == "Whole answer."
+    assert any("stream was empty" in event.message for event in kinds(run, RunWarning))
+
+
+async def test_an_answer_empty_streamed_and_whole_falls_back_and_says_why() -> None:
+    llm = ScriptedLLM(
+        script(analyze=[verdict(True, 0.9, "found", None)], synthesize=lambda r: EMPTY_STREAM if r.stream else "")
+    )
+    run = await session_for(llm).run("goal")
+    assert [request.stream for request in llm.requests_for("synthesize")] == [True, False]
+    assert "the reply was empty" in run.answer and [e.fallback for e in kinds(run, AnswerReady)] == [True]
+
+
+async def test_a_streamed_verdict_that_contradicts_itself_clears_its_answer_and_is_asked_again() -> None:
+    contradicting = verdict(True, 1.0, "The goal is not reached.", "A guess.")
+    llm = ScriptedLLM(script(analyze=[contradicting, verdict(True, 0.9, "found", ANSWER)]))
+    run = await session_for(llm).run("goal")
+    assert [request.stream for request in llm.requests_for("analyze")] == [True, False]
+    assert run.answer == ANSWER and run.achieved and len(run.rounds) == 1
+    (cleared,) = kinds(run, AnswerCleared)
+    assert "contradicts itself" in cleared.reason
+
+
+async def test_an_answer_stream_that_breaks_before_any_text_is_asked_for_again_without_streaming() -> None:
+    """litellm may report such a server's stream as broken (no finish reason) rather than as empty."""
+    broken = [ServerError("stream ended early", model="scripted")]
+    llm = ScriptedLLM(
+        script(
+            analyze=[verdict(True, 0.9, "found", None)],
+            synthesize=lambda r: broken if r.stream else "Whole answer.",
+        )
+    )
+    run = await session_for(llm, llm_retries=0).run("goal")
+    assert [request.stream for request in llm.requests_for("synthesize")] == [True, False]
+    assert run.answer == "Whole answer." and [e.fallback for e in kinds(run, AnswerReady)] == [False]
+    assert any("stream broke before any text" in event.message for event in kinds(run, RunWarning))

@@ -149,6 +149,20 @@ def test_a_plans_table_aligns_its_text_to_the_left() -> None:
     assert cells and all("text-align:left" in cell for cell in cells), cells  # JupyterLab right-aligns by default
 
 
+def test_an_answer_for_a_goal_not_reached_says_so_in_every_static_view() -> None:
+    from dagmagic.models import Decision
+
+    run = finished_run()
+    assert "not reached" not in run_markdown(run) and "not reached" not in run_html(run)
+    run.rounds[-1].analysis = AnalysisResult(achieved=False, confidence=0.3, reasoning="The 2024 figure is missing.")
+    run.rounds[-1].decision = Decision(action="stop", reason="No rounds left (3 of 3).")
+    note = "goal not reached: written from what completed, it says what is missing"
+    assert f"**Answer** ({note})" in run_markdown(run) and f"<b>Answer</b> ({note})" in run_html(run)
+    run.rounds[-1].decision = Decision(action="synthesize", reason="Stopped by the user.", partial=True)
+    assert "(partial: the run was stopped before it finished)" in run_markdown(run)  # the partial note says more
+    assert note not in run_markdown(run)
+
+
 def test_layers_put_s2_before_s10() -> None:
     steps = plan(*((f"s{i}", []) for i in (10, 2, 1)))
     assert steps.layers() == [["s1", "s2", "s10"]]

@@ -67,10 +67,19 @@ async def test_state_describes_the_run_in_plain_json() -> None:
     assert "messages" not in state["calls"][0]  # the trace stays small
 
 
+async def test_an_answer_for_a_goal_not_reached_is_marked_so_and_is_no_fallback() -> None:
+    not_reached = {"achieved": False, "confidence": 0.3, "reasoning": "The 2024 figure is missing."}
+    run = await session(analyze=[not_reached]).run("goal")
+    state = widget_state(run)
+    assert len(run.rounds) == 3 and state["answer"] == "The answer is 42."  # written from what completed
+    assert (state["answer_unreached"], state["answer_fallback"], state["answer_partial"]) == (True, False, False)
+    assert widget_state(await session().run("goal"))["answer_unreached"] is False
+
+
 async def test_an_answer_being_written_again_is_not_marked_as_the_earlier_fallback() -> None:
     confident_but_short = {"achieved": False, "confidence": 0.9, "reasoning": "partly"}
     reached = {"achieved": True, "confidence": 0.9, "reasoning": "ok", "final_answer": "The re-run's answer, whole."}
-    run = await session(analyze=[confident_but_short, reached]).run("goal")
+    run = await session(analyze=[confident_but_short, reached], synthesize=[RuntimeError("down")]).run("goal")
     assert widget_state(run)["answer_fallback"] is True  # the listing of the steps' results
     while_written: list[tuple[str, bool]] = []
 
