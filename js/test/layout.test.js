@@ -310,7 +310,8 @@ describe("fit and zoom", () => {
     expect([x, y]).toEqual([0, 0]);
     expect(svg.getAttribute("width")).toBe(String(w));
     expect(svg.getAttribute("height")).toBe(String(h));
-    expect(svg.hasAttribute("style")).toBe(false);
+    // and no smaller than 9/11 of it: its 11 px task text stays 9 px high (a wider graph scrolls)
+    expect(svg.getAttribute("style")).toBe(`--dm-graph-min-width: ${Math.round(w * (9 / 11) * 100) / 100}px;`);
   });
 
   it("offers +, − and fit above 8 steps, not at 8 or fewer", () => {

@@ -315,6 +315,12 @@ def notebook(request: pytest.FixtureRequest, browser: Any) -> Iterator[NotebookP
 
 
 @pytest.fixture
+def jupyterlab(request: pytest.FixtureRequest, browser: Any, lab: Lab) -> Iterator[NotebookPage]:
+    """A tab on JupyterLab only: for what only its layout (the file browser beside the notebook) shows."""
+    yield from _tab(request, browser, lab)
+
+
+@pytest.fixture
 def notebook7(request: pytest.FixtureRequest, browser: Any, notebook7_server: Lab) -> Iterator[NotebookPage]:
     """A tab on Notebook 7."""
     yield from _tab(request, browser, notebook7_server)

@@ -13,7 +13,7 @@ import textwrap
 import pytest
 from playwright.sync_api import Locator, expect
 
-from ..notebook.samples import FALLBACK_ERROR, tool_step_run
+from ..notebook.samples import FALLBACK_ERROR, tool_step_run, wide_run
 from .conftest import CHROMIUM, WAIT_MS, NotebookPage
 
 pytestmark = [
@@ -689,3 +689,91 @@ def test_what_to_know_about_the_whole_run_is_listed_under_its_header(notebook: N
     expect(warnings.locator("li")).to_contain_text("cannot be written")
     notebook.screenshot("run-warning", focus=widget.locator(".dagmagic-header"))
     assert notebook.errors == []
+
+
+SPLIT_WORDS = """(root) => {
+    // every word of the view's text on one line: a word (up to 20 letters) whose letters sit on two lines
+    // was broken inside ("Depend" / "encies")
+    const split = [];
+    const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+        const parent = node.parentElement;
+        if (!parent || parent.closest("pre, code, svg, [hidden], details:not([open]) > :not(summary)")) continue;
+        if (!parent.getClientRects().length) continue;
+        for (const match of node.textContent.matchAll(/[\\p{L}\\p{N}]{2,20}/gu)) {
+            const range = document.createRange();
+            range.setStart(node, match.index);
+            range.setEnd(node, match.index + match[0].length);
+            const tops = new Set([...range.getClientRects()].filter((r) => r.width > 0).map((r) => Math.round(r.top)));
+            if (tops.size > 1) split.push(match[0]);
+        }
+    }
+    return split;
+}"""
+
+
+def test_a_wide_plan_reads_in_plan_order_at_a_readable_size_in_a_narrow_window(jupyterlab: NotebookPage) -> None:
+    """A 14-step run at ~700 px with the file browser open: siblings left to right in plan order, text no smaller
+    than 9 px (the graph scrolls instead), no word broken inside, a wide tool badge beside the step's cost, and a
+    timeline that uses the width, with labels clear of its 0 s line and tooltips that say the whole task.
+    """
+    tab = jupyterlab
+    tab.page.set_viewport_size({"width": 700, "height": 900})
+    show = "from dagmagic.engine.run import DagRun\nfrom dagmagic.models import RunState\n"
+    show += f"DagRun(RunState.model_validate_json({wide_run().state.model_dump_json()!r}), read_only=True)"
+    tab.open("wide", ["%load_ext dagmagic", show])
+    tab.page.evaluate("() => window.jupyterapp.commands.execute('filebrowser:activate')")
+    tab.page.wait_for_function("() => document.querySelector('.jp-FileBrowser')?.getClientRects().length > 0")
+    tab.run_all()
+    tab.wait_until_done()
+    widget = tab.widget()
+    expect(widget.locator(".dagmagic-node")).to_have_count(14)
+
+    # 8: siblings left to right in plan order
+    xs = [node(widget, f"s{i}").locator(".dagmagic-node-box").bounding_box() for i in range(2, 12)]
+    lefts = [box["x"] for box in xs if box]
+    assert len(lefts) == 10 and lefts == sorted(lefts), lefts
+    ends = [node(widget, step).locator(".dagmagic-node-box").bounding_box() for step in ("s13", "s14")]
+    assert ends[0] and ends[1] and ends[0]["x"] < ends[1]["x"]
+
+    # 18: a readable size, the graph scrolls; the task's text at least 9 px high on the screen
+    graph = widget.locator("svg.dagmagic-graph").first
+    scale = graph.evaluate("(svg) => svg.getBoundingClientRect().width / svg.viewBox.baseVal.width")
+    assert round(11 * scale, 1) >= 9, (
+        f"the graph is drawn at {scale:.2f} of its size: 11 px text shows at {11 * scale:.1f} px"
+    )
+    wrap = widget.locator(".dagmagic-graph-pan").first
+    assert wrap.evaluate("(el) => el.scrollWidth > el.clientWidth")  # wider than the window: it scrolls
+
+    # 18: the wide tool badge and the cost, both visible, apart
+    s5 = node(widget, "s5")
+    s5.scroll_into_view_if_needed()
+    badge = s5.locator(".dagmagic-badge-tool").bounding_box()
+    cost = s5.locator(".dagmagic-node-cost").bounding_box()
+    assert badge and cost, (badge, cost)
+    assert badge["x"] + badge["width"] <= cost["x"] + 0.5, (badge, cost)
+    tab.screenshot("wide-plan-narrow", focus=s5)
+
+    # 18: no word broken inside a line, the detail open
+    node(widget, "s3").click()
+    expect(widget.locator('.dagmagic-detail[data-step-id="s3"]')).to_be_visible()
+    timeline = widget.locator(".dagmagic-timeline")
+    timeline.locator("summary").click()
+    split = widget.evaluate(SPLIT_WORDS)
+    tab.screenshot("wide-plan-detail", focus=widget.locator(".dagmagic-detail"))
+    assert split == [], f"words broken across lines: {split}"
+
+    # 18: the timeline uses the width; labels end before its 0 s line; a bar's tooltip says the whole task
+    svg = timeline.locator("svg.dagmagic-timeline-svg")
+    used = svg.evaluate("(el) => el.getBoundingClientRect().width / el.parentElement.getBoundingClientRect().width")
+    assert used > 0.95, f"the timeline uses {used:.0%} of its width"
+    zero = timeline.locator(".dagmagic-timeline-tick").first.bounding_box()
+    assert zero
+    for label in timeline.locator(".dagmagic-timeline-label").all():
+        box = label.bounding_box()
+        assert box and box["x"] + box["width"] <= zero["x"], (label.text_content(), box, zero)
+    task = "Find the population of Kraków in 2023 from its national statistics office"
+    titles = timeline.locator(".dagmagic-timeline-bar title").all_text_contents()
+    assert any(task in title for title in titles), titles[:4]
+    tab.screenshot("wide-plan-timeline", focus=timeline)
+    assert tab.errors == []
