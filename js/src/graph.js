@@ -144,7 +144,7 @@ function renderGhost(ghost, edges) {
 /**
  * A step's box: id, status glyph, duration and tokens; the task on two lines (a tool step's on one, its call on
  * the next); model and tool badges (a tool step's "tool" badge instead of a model, unless an agent took over),
- * and a composite step's sub-DAG badge at the right.
+ * and a composite step's sub-DAG badge at the right; a "reused" badge first on a step a re-run carried over.
  * @param {DagNode} node
  * @param {Box & {layer: number}} box
  * @param {number} now
@@ -163,7 +163,9 @@ function renderNode(node, box, now, selected, interactive) {
   const call = toolStep ? callText(node, 24) : "";
 
   const subrun = node.subrun ?? null;
-  const described = subrun ? `${node.status}, sub-DAG ${subrun.status}` : node.status;
+  const reused = node.reused_from ?? null; // carried over by a re-run: its result is round `reused`'s
+  const status = subrun ? `${node.status}, sub-DAG ${subrun.status}` : node.status;
+  const described = reused === null ? status : `${status}, reused from round ${reused}`;
   const callNote = toolStep ? `, a direct call of ${toolName(node)}` : "";
 
   // two lines when the box has room for them above its badges (one for a tool step, its call under it)
@@ -202,6 +204,7 @@ function renderNode(node, box, now, selected, interactive) {
   if (h >= 44) {
     let left = x + 8;
     for (const [kind, label] of /** @type {const} */ ([
+      ["reused", reused === null ? "" : "reused"],
       ["direct", toolStep ? "tool" : ""],
       ["model", model],
       ["tool", tool],
@@ -237,6 +240,7 @@ function renderNode(node, box, now, selected, interactive) {
   }
   const classes = ["dagmagic-node", `dagmagic-node--${node.status}`];
   if (selected) classes.push("dagmagic-node--selected");
+  if (reused !== null) classes.push("dagmagic-node--reused");
   return s(
     "g",
     {
@@ -244,6 +248,7 @@ function renderNode(node, box, now, selected, interactive) {
       "data-step-id": node.id,
       "data-status": node.status,
       "data-layer": box.layer,
+      "data-reused-from": reused,
       tabindex: interactive ? 0 : null,
       role: interactive ? "button" : "img",
       "aria-pressed": interactive ? (selected ? "true" : "false") : null,

@@ -777,3 +777,58 @@ def test_a_wide_plan_reads_in_plan_order_at_a_readable_size_in_a_narrow_window(j
     assert any(task in title for title in titles), titles[:4]
     tab.screenshot("wide-plan-timeline", focus=timeline)
     assert tab.errors == []
+
+
+def seconds(text: str) -> float:
+    """The header's elapsed time ("4.2s", "17s", "1m 05s") in seconds."""
+    match = re.fullmatch(r"(?:(\d+)m )?([\d.]+)s", text.strip())
+    assert match, text
+    return int(match.group(1) or 0) * 60 + float(match.group(2))
+
+
+def test_a_rerun_shows_its_new_round_what_it_reused_and_counts_only_running_time(notebook: NotebookPage) -> None:
+    """A re-run clicked a while after the run ended: the detail follows the step into the new round, scrolled
+    into view; the step carried over says it was reused; the elapsed time leaves out the wait before the click.
+    """
+    notebook.page.set_viewport_size({"width": 1000, "height": 700})
+    gate = Gate(notebook, "rerun_feedback")
+    gate.open()
+    notebook.open("rerun_feedback", cells(gate, "scripted()", "Re-run me and watch"))
+    notebook.run_all()
+    widget = notebook.widget()
+    expect(widget.locator(".dagmagic-status")).to_have_attribute("data-status", "done")
+    notebook.wait_until_done()
+    widget = notebook.widgets().last
+    elapsed = widget.locator(".dagmagic-total-elapsed .dagmagic-total-value")
+    before = seconds(elapsed.inner_text())
+
+    notebook.page.wait_for_timeout(4_000)  # the run stands ended a while before the user re-runs a step
+    node(widget, "s2", 1).click()
+    detail = widget.locator('.dagmagic-detail[data-step-id="s2"]')
+    detail.locator(".dagmagic-rerun").click()
+    second = widget.locator('.dagmagic-round[data-round="2"]')
+    moved = second.locator('.dagmagic-detail[data-step-id="s2"]')
+    expect(moved).to_be_visible()  # the detail shows the step's new run...
+    expect(widget.locator('.dagmagic-round[data-round="1"] .dagmagic-detail')).to_have_count(0)  # ...not the old
+    expect(second.locator(".dagmagic-round-toggle")).to_be_in_viewport()  # the new round, scrolled to
+    reused = node(widget, "s1", 2)
+    expect(reused).to_have_attribute("data-reused-from", "1")
+    expect(reused.locator(".dagmagic-badge-reused")).to_have_text("reused")
+    for step in ("s2", "s3"):  # run again: no mark
+        expect(node(widget, step, 2)).not_to_have_attribute("data-reused-from", re.compile(".*"))
+    expect(widget.locator(".dagmagic-status")).to_have_attribute("data-status", "done")
+    notebook.screenshot("rerun-feedback", focus=second.locator(".dagmagic-round-toggle"))
+
+    after = seconds(elapsed.inner_text())
+    timing = notebook.kernel_print(
+        "r = dagmagic.last_run()\n"
+        "ended = next(e.at for e in r.events if e.type == 'run_finished')\n"
+        "again = next(e.at for e in r.events if e.type == 'user_action' and e.action == 'rerun')\n"
+        "print(again - ended, r.state.finished_at - again)"
+    )
+    idle, rerun = (float(v) for v in timing.split())
+    assert idle > 3.5, timing
+    # the elapsed time grew by the re-run's running time (as shown: tenths below 10 s, whole seconds above), not
+    # by the wait before it
+    assert after == pytest.approx(before + rerun, abs=0.25 if after < 10 else 1.05), (before, after, timing)
+    assert notebook.errors == []
