@@ -2,7 +2,8 @@
 // earlier round; the task on two lines; zoom and pan past 8 steps.
 
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { computeLayout, fallbackLayout, wrapLabel } from "../src/layout.js";
+import { renderGraph } from "../src/graph.js";
+import { computeLayout, fallbackLayout, textWidth, wrapLabel } from "../src/layout.js";
 import { mount, nextRedraw, sampleState, unmountAll } from "./fixtures.js";
 
 afterEach(() => {
@@ -472,5 +473,21 @@ describe("plan order", () => {
       const xs = layout.nodes.filter((n) => n.id !== "join").map((n) => n.x);
       expect(xs).toEqual([...xs].sort((a, b) => a - b));
     }
+  });
+});
+
+describe("badges", () => {
+  it("keeps a step's cost beside a wide tool badge: the badge is shortened, the cost is drawn whole", () => {
+    const template = sampleState().rounds[1].nodes[0];
+    const node = { ...structuredClone(template), tool_hint: "search_statistics_office_database", tool_calls: [] };
+    node.cost = 0.0123;
+    const svg = renderGraph(/** @type {any} */ ({ index: 1, nodes: [node] }), 0, null);
+    const badge = /** @type {Element} */ (svg.querySelector(".dagmagic-badge-tool rect"));
+    const cost = /** @type {Element} */ (svg.querySelector(".dagmagic-node-cost"));
+    expect(cost.textContent).toBe("$0.0123");
+    expect(svg.querySelector(".dagmagic-badge-tool text")?.textContent).toMatch(/^search_.+…$/);
+    const badgeEnd = Number(badge.getAttribute("x")) + Number(badge.getAttribute("width"));
+    const costStart = Number(cost.getAttribute("x")) - textWidth("$0.0123", 10); // anchored at its end
+    expect(badgeEnd).toBeLessThan(costStart);
   });
 });
