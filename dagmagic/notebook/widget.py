@@ -318,11 +318,21 @@ def widget_state(run: DagRun) -> dict[str, Any]:
         ],
         "phase_since": _phase_since(run),
         "stopped_by_user": any(event.type == "user_action" and event.action == "stop" for event in run.events),
-        # an ended run's clock stands at its end: shown again later, its elapsed time is what it ran
-        "now": run.state.finished_at if run.status != "running" and run.state.finished_at else time.time(),
+        "now": _now(run),
         "started_at": run.state.started_at,
         "idle": _idle(run),
     }
+
+
+def _now(run: DagRun) -> float:
+    """The run's clock: the time now while it runs here; an ended run's stands at its end, and one read back
+    that never ended (its kernel died) at its last event, so shown again later its elapsed time is what it ran.
+    """
+    if run.status != "running" and run.state.finished_at:
+        return run.state.finished_at
+    if run.read_only:
+        return max((event.at for event in run.events if not event.depth), default=run.state.started_at)
+    return time.time()
 
 
 def _idle(run: DagRun) -> float:

@@ -454,3 +454,18 @@ async def test_a_rerun_marks_the_results_it_reused_and_its_clock_counts_running_
     await run.rerun("s2")  # s1 carried over twice: from the round where it ran
     third = widget_state(run)["rounds"][2]
     assert [(n["id"], n["reused_from"]) for n in third["nodes"]] == [("s1", 1), ("s2", None)]
+
+
+def test_a_run_that_did_not_end_shows_the_time_it_ran_until_its_last_event() -> None:
+    """Read back after its kernel died, a run that never finished stands at its last event, not at the moment it
+    is shown again (days later, its elapsed time would count the days).
+    """
+    from dagmagic.events import RoundStarted, RunStarted
+    from dagmagic.models import RunState
+
+    start = 1_700_000_000.0
+    events = [RunStarted(run_id="gone", goal="goal", at=start), RoundStarted(round=1, at=start + 7.5)]
+    run = DagRun(
+        RunState(run_id="gone", goal="goal", status="running", started_at=start), events=events, read_only=True
+    )
+    assert widget_state(run)["now"] == start + 7.5
