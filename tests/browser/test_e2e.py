@@ -759,6 +759,8 @@ def test_a_wide_plan_reads_in_plan_order_at_a_readable_size_in_a_narrow_window(j
     expect(widget.locator('.dagmagic-detail[data-step-id="s3"]')).to_be_visible()
     timeline = widget.locator(".dagmagic-timeline")
     timeline.locator("summary").click()
+    widget.locator(".dagmagic-trace > summary").click()
+    expect(widget.locator(".dagmagic-trace-row").first).to_be_visible()
     split = widget.evaluate(SPLIT_WORDS)
     tab.screenshot("wide-plan-detail", focus=widget.locator(".dagmagic-detail"))
     assert split == [], f"words broken across lines: {split}"
