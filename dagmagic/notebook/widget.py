@@ -87,6 +87,7 @@ class DagWidget(anywidget.AnyWidget):
     started_at = traitlets.Float(0.0).tag(sync=True)
     phase_since = traitlets.Float(0.0).tag(sync=True)
     stopped_by_user = traitlets.Bool(False).tag(sync=True)
+    idle = traitlets.Float(0.0).tag(sync=True)
 
     def __init__(self, run: DagRun, *, max_rate: float = 15.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -323,9 +324,38 @@ def widget_state(run: DagRun) -> dict[str, Any]:
         ],
         "phase_since": _phase_since(run),
         "stopped_by_user": run.stopped_by_user,
-        "now": time.time(),
+        "now": _now(run),
         "started_at": run.state.started_at,
+        "idle": _idle(run),
     }
+
+
+def _now(run: DagRun) -> float:
+    """The run's clock: the time now while it runs here; an ended run's stands at its end, and one read back
+    that never ended (its kernel died) at its last event, so shown again later its elapsed time is what it ran.
+    """
+    if run.status != "running" and run.state.finished_at:
+        return run.state.finished_at
+    if run.read_only:
+        return max((event.at for event in run.events if not event.depth), default=run.state.started_at)
+    return time.time()
+
+
+def _idle(run: DagRun) -> float:
+    """Seconds the run stood ended before it went on (a step re-run, a follow-up after its end): the elapsed
+    time the front end shows leaves them out.
+    """
+    idle = 0.0
+    ended: float | None = None
+    for event in run.events:
+        if event.depth:  # a composite step's own run
+            continue
+        if event.type == "run_finished":
+            ended = event.at
+        elif ended is not None:
+            idle += max(event.at - ended, 0.0)
+            ended = None
+    return idle
 
 
 def _answer_is_fallback(run: DagRun) -> bool:
@@ -345,6 +375,7 @@ def _round_state(record: RoundRecord, run: DagRun) -> dict[str, Any]:
     dependencies), the verdict and what changed since the round it is compared with.
     """
     latest = bool(run.rounds) and record is run.rounds[-1]
+    reused = _reused(run, record)
     return {
         "index": record.index,
         "rerun_of": record.rerun_of,
@@ -356,7 +387,12 @@ def _round_state(record: RoundRecord, run: DagRun) -> dict[str, Any]:
         "error": record.error,
         "warnings": [_cap(warning, NOTE_CHARS) for warning in record.warnings[-WARNINGS:]],
         "nodes": [
-            {**_step_state(step), **_paused_state(run, step, latest), **_subrun_state(step)}
+            {
+                **_step_state(step),
+                "reused_from": reused.get(step.id),
+                **_paused_state(run, step, latest),
+                **_subrun_state(step),
+            }
             for step in _ordered(record.plan)
         ],
         "analysis": record.analysis.model_dump(include={"achieved", "confidence", "reasoning"})
@@ -364,6 +400,25 @@ def _round_state(record: RoundRecord, run: DagRun) -> dict[str, Any]:
         else None,
         "decision": record.decision.model_dump(include={"action", "reason"}) if record.decision else None,
     }
+
+
+def _reused(run: DagRun, record: RoundRecord) -> dict[str, int]:
+    """The steps a re-run round carried over instead of running them again (all but the step re-run and what
+    depends on it), each with the round where it ran.
+    """
+    if record.rerun_of is None or record.rerun_step is None:
+        return {}
+    again = {record.rerun_step}
+    grew = True
+    while grew:  # the step re-run, and every step that needs it, directly or not
+        grew = False
+        for step in record.plan.steps:
+            if step.id not in again and again.intersection(step.dependencies):
+                again.add(step.id)
+                grew = True
+    base = next((r for r in run.rounds if r.index == record.rerun_of), None)
+    earlier = _reused(run, base) if base is not None and base is not record else {}
+    return {step.id: earlier.get(step.id, record.rerun_of) for step in record.plan.steps if step.id not in again}
 
 
 def _diff_base(run: DagRun, record: RoundRecord) -> int | None:

@@ -1,11 +1,12 @@
 // One round's DAG as inline SVG: boxes and edges where layout.js puts them (dagre, in the browser), each box
 // with its status, id, stats, its task on two lines and its badges; an earlier round's step a step uses is a
 // small dashed ghost box. No ids, no random values, no clock: the same round gives byte-identical markup.
-// The SVG scales down to the widget's width, never up past its natural size (zoom.js zooms big graphs).
+// The SVG scales down to the widget's width, never up past its natural size, and never below MIN_SCALE of it:
+// a wider graph scrolls sideways instead of shrinking its text out of reach (zoom.js zooms big graphs).
 
 import { s } from "./dom.js";
 import { coord, formatCompact, formatCost, formatDuration, num, shorten, shortModel } from "./format.js";
-import { ARROW, layoutRound, wrapLabel } from "./layout.js";
+import { ARROW, layoutRound, textWidth, wrapLabel } from "./layout.js";
 import { stepTimes } from "./state.js";
 import { callText, fellBack, isToolStep, toolName } from "./toolstep.js";
 
@@ -31,9 +32,12 @@ export const STATUS_GLYPH = /** @type {const} */ ({
 const CHAR = 6.2; // rough width of a character at the node font size (no layout engine to measure in tests)
 const BADGE_CHAR = 5.4;
 const TASK_FONT = 11; // px, the task's font size (widget.css)
+const COST_FONT = 10; // px, the cost's font size, as the stats' (widget.css)
 const SUBRUN_LABEL = "sub-DAG";
 const CALL_CHAR = 6; // a character of a tool step's call (monospace, smaller than the task)
 const TITLE_VALUE = 200; // a tool step's argument values in its box's title
+/** The smallest a graph is drawn at to fit the widget's width: its task text (11 px) stays 9 px high. */
+export const MIN_SCALE = 9 / TASK_FONT;
 
 /**
  * @param {Round} round
@@ -48,9 +52,9 @@ export function renderGraph(round, now, selected, { interactive = true } = {}) {
   const width = coord(layout.width);
   const height = coord(layout.height);
   const status = new Map(round.nodes.map((n) => [n.id, n.status]));
-  // its width and height are its natural size: CSS scales it down to the widget's width (never up), keeping
-  // its proportions (viewBox)
-  return s(
+  // its width and height are its natural size: CSS scales it down to the widget's width (never up, nor below
+  // the minimum width set here), keeping its proportions (viewBox)
+  const svg = s(
     "svg",
     {
       class: "dagmagic-graph",
@@ -80,6 +84,9 @@ export function renderGraph(round, now, selected, { interactive = true } = {}) {
       ),
     ],
   );
+  // a CSS property set through the CSSOM: no style attribute in the markup (a strict CSP refuses those)
+  svg.style.setProperty("--dm-graph-min-width", `${coord(layout.width * MIN_SCALE)}px`);
+  return svg;
 }
 
 /**
@@ -137,7 +144,7 @@ function renderGhost(ghost, edges) {
 /**
  * A step's box: id, status glyph, duration and tokens; the task on two lines (a tool step's on one, its call on
  * the next); model and tool badges (a tool step's "tool" badge instead of a model, unless an agent took over),
- * and a composite step's sub-DAG badge at the right.
+ * and a composite step's sub-DAG badge at the right; a "reused" badge first on a step a re-run carried over.
  * @param {DagNode} node
  * @param {Box & {layer: number}} box
  * @param {number} now
@@ -156,7 +163,9 @@ function renderNode(node, box, now, selected, interactive) {
   const call = toolStep ? callText(node, 24) : "";
 
   const subrun = node.subrun ?? null;
-  const described = subrun ? `${node.status}, sub-DAG ${subrun.status}` : node.status;
+  const reused = node.reused_from ?? null; // carried over by a re-run: its result is round `reused`'s
+  const status = subrun ? `${node.status}, sub-DAG ${subrun.status}` : node.status;
+  const described = reused === null ? status : `${status}, reused from round ${reused}`;
   const callNote = toolStep ? `, a direct call of ${toolName(node)}` : "";
 
   // two lines when the box has room for them above its badges (one for a tool step, its call under it)
@@ -185,12 +194,17 @@ function renderNode(node, box, now, selected, interactive) {
       ]),
   ];
   const top = y + h - 16;
-  // a composite step's badge is always drawn, at the right: the model and tool badges make room for it
+  // a composite step's badge is always drawn, at the right, and so is the cost of other steps: the model and
+  // tool badges make room for them (shortened, or left out)
   const subrunWidth = SUBRUN_LABEL.length * BADGE_CHAR + 8;
-  const room = x + w - 8 - (subrun ? subrunWidth + 4 : 0);
+  const cost = num(node.cost);
+  const price = cost === null || subrun ? "" : formatCost(cost);
+  const priceWidth = price ? textWidth(price, COST_FONT) + 4 : 0;
+  const room = x + w - 8 - (subrun ? subrunWidth + 4 : priceWidth);
   if (h >= 44) {
     let left = x + 8;
     for (const [kind, label] of /** @type {const} */ ([
+      ["reused", reused === null ? "" : "reused"],
       ["direct", toolStep ? "tool" : ""],
       ["model", model],
       ["tool", tool],
@@ -207,9 +221,7 @@ function renderNode(node, box, now, selected, interactive) {
       );
       left += bw + 4;
     }
-    const cost = num(node.cost);
-    const price = cost === null ? "" : formatCost(cost);
-    if (price && !subrun && left + price.length * BADGE_CHAR <= room) {
+    if (price) {
       children.push(
         s("text", { class: "dagmagic-node-cost", x: coord(x + w - 8), y: coord(top + 9), "text-anchor": "end" }, [
           price,
@@ -228,6 +240,7 @@ function renderNode(node, box, now, selected, interactive) {
   }
   const classes = ["dagmagic-node", `dagmagic-node--${node.status}`];
   if (selected) classes.push("dagmagic-node--selected");
+  if (reused !== null) classes.push("dagmagic-node--reused");
   return s(
     "g",
     {
@@ -235,6 +248,7 @@ function renderNode(node, box, now, selected, interactive) {
       "data-step-id": node.id,
       "data-status": node.status,
       "data-layer": box.layer,
+      "data-reused-from": reused,
       tabindex: interactive ? 0 : null,
       role: interactive ? "button" : "img",
       "aria-pressed": interactive ? (selected ? "true" : "false") : null,

@@ -44,6 +44,7 @@ const FEEDS = /** @type {Record<(typeof TRAITS)[number], Part[]>} */ ({
   started_at: ["header", "trace", "timeline"],
   phase_since: ["header"],
   stopped_by_user: ["header"],
+  idle: ["header"],
 });
 
 const ALL_PARTS = /** @type {Part[]} */ (["header", "approval", "rounds", "answer", "controls", "timeline", "trace"]);

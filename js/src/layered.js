@@ -1,6 +1,7 @@
 // The layers of a round's steps, and a plain layered layout of them: what layout.js draws should dagre throw.
 // A step's layer is its depth (the longest chain of its dependencies in the round); each layer is a row, its
 // steps ordered by the mean position of their dependencies in the rows above (ties in plan order), rows centred.
+// That order is the static view's, and dagre is held to it (layout.js).
 // Deterministic, and every step gets a box of its own (even two steps that share an id).
 
 /** @typedef {import("./types.js").Round} Round */
@@ -33,6 +34,30 @@ export function layers(round) {
 }
 
 /**
+ * The steps of each layer, left to right: by the mean position of their dependencies in the rows above, ties in
+ * plan order (the static view's order, and what layout.js asks dagre for).
+ * @param {Round} round
+ * @returns {number[][]} positions in `round.nodes`, per layer
+ */
+export function orderedRows(round) {
+  const depth = layers(round);
+  /** @type {number[][]} */
+  const rows = [];
+  round.nodes.forEach((n, i) => (rows[depth.get(n.id) ?? 0] ??= []).push(i));
+  /** @type {Map<string, number>} where each step sits in its row (the first of an id, should two share it) */
+  const place = new Map();
+  return Array.from(rows, (row = []) => {
+    const key = (/** @type {number} */ i) => {
+      const placed = round.nodes[i].dependencies.map((d) => place.get(d)).filter((p) => p !== undefined);
+      return placed.length ? placed.reduce((a, b) => a + b, 0) / placed.length : Infinity;
+    };
+    const sorted = [...row].sort((a, b) => key(a) - key(b) || a - b);
+    sorted.forEach((i, at) => place.has(round.nodes[i].id) || place.set(round.nodes[i].id, at));
+    return sorted;
+  });
+}
+
+/**
  * @typedef {object} Spacing
  * @property {number} w  a box's width
  * @property {number} h  its height
@@ -48,21 +73,7 @@ export function layers(round) {
  * @returns {{nodes: Array<{id: string, layer: number, x: number, y: number, w: number, h: number}>, width: number, height: number}}
  */
 export function layeredBoxes(round, { w, h, gapX, gapY, margin }) {
-  const depth = layers(round);
-  /** @type {number[][]} positions in `round.nodes`, per layer */
-  const rows = [];
-  round.nodes.forEach((n, i) => (rows[depth.get(n.id) ?? 0] ??= []).push(i));
-  /** @type {Map<string, number>} where each step sits in its row (the first of an id, should two share it) */
-  const place = new Map();
-  const ordered = rows.map((row = []) => {
-    const key = (/** @type {number} */ i) => {
-      const placed = round.nodes[i].dependencies.map((d) => place.get(d)).filter((p) => p !== undefined);
-      return placed.length ? placed.reduce((a, b) => a + b, 0) / placed.length : Infinity;
-    };
-    const sorted = [...row].sort((a, b) => key(a) - key(b) || a - b);
-    sorted.forEach((i, at) => place.has(round.nodes[i].id) || place.set(round.nodes[i].id, at));
-    return sorted;
-  });
+  const ordered = orderedRows(round);
   const widest = Math.max(0, ...ordered.map((row) => row.length));
   const width = margin * 2 + widest * w + Math.max(widest - 1, 0) * gapX;
   const height = margin * 2 + ordered.length * h + Math.max(ordered.length - 1, 0) * gapY;

@@ -38,7 +38,7 @@ THE SOFTWARE.
 import { graphlib, layout as dagreLayout } from "@dagrejs/dagre";
 import { log } from "./dom.js";
 import { num } from "./format.js";
-import { layeredBoxes, layers } from "./layered.js";
+import { layeredBoxes, layers, orderedRows } from "./layered.js";
 
 /** @typedef {import("./types.js").Round} Round */
 
@@ -171,8 +171,7 @@ export function computeLayout(round) {
     const minlen = link.ghost ? 1 : Math.max((depth.get(link.target) ?? 0) - (depth.get(link.source) ?? 0), 1);
     g.setEdge(name(link.source, link.ghost), `n:${link.target}`, { minlen });
   }
-  dagreLayout(g);
-  mirrorToPlanOrder(g, round, depth);
+  dagreLayout(g, { constraints: planOrder(round, refs, links) });
 
   /** @param {string} key @returns {Box} */
   const boxOf = (key) => {
@@ -497,23 +496,34 @@ function takeWords(text, fits) {
 }
 
 /**
- * Dagre may lay a row out right to left; the top row then reads against the plan (s2 before s1). Mirroring
- * the whole layout puts it back in plan order and changes no crossing.
- * @param {any} g  the laid-out graph
- * @param {import("./types.js").Round} round
- * @param {Map<string, number>} depth
+ * What holds dagre to the plan's order: left of right, for every two neighbours of a row as layered.js orders
+ * it (its order for ties is the plan's, where dagre's own may mirror a row: s5, s4, s3, s2), and for the
+ * earlier rounds' steps, by the steps that use them, then by round and id (r1.s2 before r1.s10). dagre merges
+ * what a constraint would put the wrong way round, so the order is kept whatever its crossing reduction finds.
+ * @param {Round} round
+ * @param {string[]} refs  the ghosts
+ * @param {Array<{source: string, target: string, ghost: boolean}>} links
+ * @returns {Array<{left: string, right: string}>}
  */
-function mirrorToPlanOrder(g, round, depth) {
-  const top = round.nodes.filter((n) => (depth.get(n.id) ?? 0) === 0).map((n) => Number(g.node(`n:${n.id}`).x));
-  if (top.length < 2 || top[0] <= top[top.length - 1]) return;
-  const width = Number(g.graph().width);
-  for (const key of g.nodes()) {
-    const label = g.node(key);
-    label.x = width - Number(label.x);
+function planOrder(round, refs, links) {
+  /** @type {Array<{left: string, right: string}>} */
+  const constraints = [];
+  /** @type {Map<string, number>} */
+  const place = new Map();
+  for (const row of orderedRows(round)) {
+    row.forEach((i, at) => place.set(round.nodes[i].id, at));
+    for (let at = 1; at < row.length; at++) {
+      constraints.push({ left: `n:${round.nodes[row[at - 1]].id}`, right: `n:${round.nodes[row[at]].id}` });
+    }
   }
-  for (const e of g.edges()) {
-    const label = g.edge(e);
-    if (Array.isArray(label.points))
-      label.points = label.points.map((/** @type {any} */ p) => ({ x: width - p.x, y: p.y }));
-  }
+  const users = (/** @type {string} */ ref) => {
+    const at = links.filter((l) => l.ghost && l.source === ref).map((l) => place.get(l.target) ?? 0);
+    return at.reduce((a, b) => a + b, 0) / Math.max(at.length, 1);
+  };
+  const ghosts = [...refs].sort((a, b) => users(a) - users(b) || a.localeCompare(b, "en", { numeric: true }));
+  // every pair: ghosts of one rank need not be neighbours in this list
+  ghosts.forEach((left, i) =>
+    ghosts.slice(i + 1).forEach((right) => constraints.push({ left: `g:${left}`, right: `g:${right}` })),
+  );
+  return constraints;
 }

@@ -44,13 +44,25 @@ export function createRounds({ signal, redraw, requests, memory }) {
   signal.addEventListener("abort", memory.subscribe(redrawRound));
   const steps = createStepActions({ requests, memory, state: () => last, redrawRound });
 
+  /**
+   * A step's action; a re-run's round, once it comes, shows the step (selection.js), unless Python refuses it.
+   * @param {number} round
+   * @param {HTMLButtonElement} button
+   */
+  function act(round, button) {
+    const sent = steps.act(round, button);
+    if (!sent?.rerun) return;
+    selection.expectRerun(round, sent.step);
+    void sent.taken.then((taken) => taken || selection.cancelRerun());
+  }
+
   /** @type {Array<[string, (target: Element, round: number) => void]>} what a click on each kind of element does */
   const clicks = [
     [".dagmagic-round-toggle", (_, round) => selection.toggleRound(round)],
     [".dagmagic-copy", (target, round) => steps.copy(round, /** @type {HTMLButtonElement} */ (target))],
     [".dagmagic-expand", (target, round) => steps.askWhole(round, /** @type {HTMLButtonElement} */ (target))],
     [".dagmagic-retry-now", (target, round) => steps.retryNow(round, /** @type {HTMLButtonElement} */ (target))],
-    [ACTIONS, (target, round) => steps.act(round, /** @type {HTMLButtonElement} */ (target))],
+    [ACTIONS, (target, round) => act(round, /** @type {HTMLButtonElement} */ (target))],
     [".dagmagic-detail .dagmagic-message-close", (target, round) => steps.dismiss(round, target)],
     [".dagmagic-detail-close", () => selection.closeDetail()],
     [
@@ -205,6 +217,11 @@ export function createRounds({ signal, redraw, requests, memory }) {
     }
     zoom.apply(); // graphs drawn anew: zoomed and panned as the user left them
     restoreFocus();
+    const followed = selection.takeScroll(); // a re-run's new round, with the step's new run open
+    if (followed !== null) {
+      const section = [...el.children].find((c) => c.getAttribute("data-round") === String(followed));
+      section?.scrollIntoView?.({ block: "nearest", behavior: "smooth" });
+    }
   }
 
   return { el, update };

@@ -1,7 +1,9 @@
 // What the user opened in the rounds, kept across redraws: the step whose detail shows (their choice, else a
 // paused step opened for them until they close it), which rounds are expanded, the tasks they typed and did not
 // send, which of a paused step's messages and which sub-runs they opened. The step and the rounds are remembered
-// for the widget's other views (shared.js): a newer view of the run opens with them.
+// for the widget's other views (shared.js): a newer view of the run opens with them. A step the user re-runs is
+// followed into the round that re-runs it: its detail shows there, the round it came from folds, and the new
+// round is to be scrolled into view (once).
 
 import { draftKey } from "./detail.js";
 import { subrunKeys } from "./subrun.js";
@@ -35,6 +37,10 @@ export function createSelection(memory) {
   const subruns = new Map();
   let latest = -1;
   let synced = false;
+  /** @type {StepRef | null} a step whose re-run the user asked for: followed into the round that re-runs it */
+  let rerunning = null;
+  /** @type {number | null} a round to scroll into view, once */
+  let scrollTo = null;
   /** whether the user opened or closed something here (then another view's choices are not taken over) */
   let touched = false;
 
@@ -78,6 +84,27 @@ export function createSelection(memory) {
     changed();
   }
 
+  /**
+   * The user asked to re-run a step: the next round that re-runs it gets its detail.
+   * @param {number} round
+   * @param {string} step
+   */
+  function expectRerun(round, step) {
+    rerunning = { round, step };
+  }
+
+  /** Python refused the re-run: nothing to follow. */
+  function cancelRerun() {
+    rerunning = null;
+  }
+
+  /** The round to scroll into view, once (null when none). */
+  function takeScroll() {
+    const round = scrollTo;
+    scrollTo = null;
+    return round;
+  }
+
   /** @param {number} round */
   function toggleRound(round) {
     expanded.set(round, !isExpanded(round));
@@ -94,8 +121,27 @@ export function createSelection(memory) {
     if (recalled) ({ selected, expanded } = recalled);
     synced = true;
     latest = state.rounds.length ? state.rounds[state.rounds.length - 1].index : -1;
+    followRerun(state);
     prune(state);
     auto = selected ? null : pausedStep(state, dismissed);
+  }
+
+  /**
+   * The round re-running the step the user asked for arrived: its run of the step shows, the round it came from
+   * folds (the user's own choice for it is dropped), and the new round is to be scrolled to.
+   * @param {Traits} state
+   */
+  function followRerun(state) {
+    const asked = rerunning;
+    if (!asked) return;
+    const round = state.rounds.find(
+      (r) => r.index > asked.round && r.rerun_of === asked.round && r.rerun_step === asked.step,
+    );
+    if (!round) return;
+    rerunning = null;
+    expanded.delete(asked.round);
+    goTo(round.index, asked.step);
+    scrollTo = round.index;
   }
 
   /**
@@ -140,6 +186,9 @@ export function createSelection(memory) {
     toggleStep,
     goTo,
     toggleRound,
+    expectRerun,
+    cancelRerun,
+    takeScroll,
     sync,
   };
 }

@@ -30,6 +30,7 @@ export const TRAITS = /** @type {const} */ ([
   "started_at",
   "phase_since",
   "stopped_by_user",
+  "idle",
 ]);
 
 /**
@@ -97,6 +98,7 @@ export function readState(model) {
     started_at: num(get(model, "started_at")),
     phase_since: num(get(model, "phase_since")),
     stopped_by_user: Boolean(get(model, "stopped_by_user")),
+    idle: Math.max(num(get(model, "idle")) ?? 0, 0),
   };
 }
 
@@ -171,6 +173,7 @@ function normalizeNode(node) {
       : null,
     paused_tools: list(n.paused_tools).map(String),
     subrun: normalizeSubrun(n.subrun),
+    reused_from: num(n.reused_from),
   };
 }
 
@@ -213,7 +216,8 @@ export function stepTimes(node, now) {
 }
 
 /**
- * Wall time of the run so far: from `started_at` (or the earliest step) to `now`.
+ * Running time of the run so far: from `started_at` (or the earliest step) to `now`, less the time it stood
+ * ended before it went on (a step re-run later).
  * @param {Traits} state
  * @returns {number | null}
  */
@@ -228,7 +232,7 @@ export function runElapsed(state) {
     }
   }
   if (start === null || !state.now) return null;
-  return Math.max(state.now - start, 0);
+  return Math.max(state.now - start - (state.idle ?? 0), 0);
 }
 
 /**

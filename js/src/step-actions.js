@@ -51,38 +51,51 @@ export function createStepActions({ requests, memory, state, redrawRound }) {
    * @param {StepError["where"]} where
    * @param {string} name
    * @param {Record<string, unknown>} msg
+   * @returns {Promise<boolean>} whether Python took it
    */
   function send(round, step, where, name, msg) {
     const sent = actionState(state(), round, step);
     const key = stepKey(round, step);
     errors.delete(key);
-    requests
+    const taken = requests
       .request(name, msg, {
         key: `${where === "status" ? "retry" : "step"}:${key}`,
         until: () => actionState(state(), round, step) !== sent,
       })
-      .catch((/** @type {Error} */ error) => errors.set(key, { where, text: error.message }))
+      .then(
+        () => true,
+        (/** @type {Error} */ error) => {
+          errors.set(key, { where, text: error.message });
+          return false;
+        },
+      )
       .finally(() => redrawRound(round));
     redrawRound(round); // drawn without the busy buttons
+    return taken;
   }
 
   /**
    * A step's action (re-run; continue, step or skip a paused step), with its task when the user edited it.
    * @param {number} round
    * @param {HTMLButtonElement} button
+   * @returns {{step: string, rerun: boolean, taken: Promise<boolean>} | null}  what was sent (null: nothing)
    */
   function act(round, button) {
     const { step, node } = stepOf(round, button);
     const box = button.closest(".dagmagic-rerun-box, .dagmagic-paused");
-    if (!node || !box || button.disabled) return;
+    if (!node || !box || button.disabled) return null;
     const typed = box.querySelector("textarea")?.value.trim() ?? "";
     const task = !typed || typed === node.task.trim() ? null : typed;
     const cls = button.classList;
     const where = cls.contains("dagmagic-rerun") ? "rerun" : "paused";
-    if (where === "rerun") send(round, step, where, "rerun", { step, task });
-    else if (cls.contains("dagmagic-skip")) send(round, step, where, "skip", { step });
-    else send(round, step, where, cls.contains("dagmagic-step") ? "step" : "continue", { step, task });
+    const taken =
+      where === "rerun"
+        ? send(round, step, where, "rerun", { step, task })
+        : cls.contains("dagmagic-skip")
+          ? send(round, step, where, "skip", { step })
+          : send(round, step, where, cls.contains("dagmagic-step") ? "step" : "continue", { step, task });
     for (const b of box.querySelectorAll(ACTIONS)) /** @type {HTMLButtonElement} */ (b).disabled = true;
+    return { step, rerun: where === "rerun", taken };
   }
 
   /**

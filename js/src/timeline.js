@@ -2,19 +2,41 @@
 // and the stragglers show. A step's row has its wait for a slot (queued, pale) and its run (its status colour);
 // a step tried more than once says so. LLM calls outside steps (routing, planning, judging, the answer) get a
 // row per purpose. Collapsed by default; drawn as inline SVG from the synced state only (no clock of its own:
-// a running bar ends at the state's `now`).
+// a running bar ends at the state's `now`), as wide as the widget (one unit a pixel: its text keeps its size),
+// each row's label cut to end before the time axis starts, the whole of it in its bars' tooltips.
 
 import { h, s } from "./dom.js";
-import { formatDuration, num, shorten } from "./format.js";
+import { formatDuration, num } from "./format.js";
+import { textWidth } from "./layout.js";
 
 /** @typedef {import("./types.js").Traits} Traits */
 /** @typedef {import("./types.js").DagNode} DagNode */
 /** @typedef {import("./types.js").CallRecord} CallRecord */
 
 const ROW = 18;
-const LABEL = 150;
-const WIDTH = 720;
+const WIDTH = 720; // px, when the widget's width is unknown (not on the page yet)
+const MIN_WIDTH = 320;
 const AXIS = 18;
+const FONT = 10; // px, the labels' font size (widget.css)
+const TITLE_CHARS = 500;
+
+/**
+ * The width of the labels' column: a quarter of the drawing, between 150 and 280 px.
+ * @param {number} width
+ */
+const labelWidth = (width) => Math.round(Math.min(Math.max(width * 0.25, 150), 280));
+
+/**
+ * `text` cut (with an ellipsis) to `width` px at the labels' font size.
+ * @param {string} text
+ * @param {number} width
+ */
+function fitLabel(text, width) {
+  if (textWidth(text, FONT) <= width) return text;
+  const chars = [...text];
+  while (chars.length > 1 && textWidth(`${chars.join("").trimEnd()}…`, FONT) > width) chars.pop();
+  return `${chars.join("").trimEnd()}…`;
+}
 
 /**
  * One bar: from `start` to `end` (epoch seconds) in a row, with a class and a tooltip.
@@ -22,7 +44,7 @@ const AXIS = 18;
  */
 
 /**
- * The rows and bars of a run, in the order they started.
+ * The rows and bars of a run, in the order they started; each row's label whole (the drawing cuts it).
  * @param {Traits} state
  * @returns {{labels: string[], bars: Bar[], start: number, end: number}}
  */
@@ -49,7 +71,7 @@ export function timelineOf(state) {
       if (queued === null && started === null) continue;
       const row = labels.length;
       const attempts = node.attempts > 1 ? ` (${node.attempts} tries)` : "";
-      labels.push(`${prefix}${node.id}${attempts} · ${shorten(node.task, 28)}`);
+      labels.push(`${prefix}${node.id}${attempts} · ${node.task.replace(/\s+/g, " ").trim()}`);
       const finished = num(node.completed_at) ?? (node.status === "running" ? now : null);
       if (queued !== null && (started ?? finished ?? now) > queued) {
         bars.push({ row, start: queued, end: started ?? finished ?? now, kind: "queued", title: "waiting for a slot" });
@@ -96,15 +118,29 @@ export function createTimeline() {
   const el = h("details", { class: "dagmagic-timeline" }, [summary, body]);
   /** @type {string | null} */
   let drawn = null;
+  /** @type {Traits | null} */
+  let last = null;
+  // drawn again when the widget's width changes (a side panel opened, the window resized)
+  if (typeof ResizeObserver === "function") {
+    let seen = 0;
+    new ResizeObserver(() => {
+      if (last && el.clientWidth !== seen && el.clientWidth > 0) {
+        seen = el.clientWidth;
+        update(last);
+      }
+    }).observe(el);
+  }
 
   /** @param {Traits} state */
   function update(state) {
+    last = state;
     const { labels, bars, start, end } = timelineOf(state);
     const span = end - start;
     summary.textContent = labels.length
       ? `Timeline · ${formatDuration(span)} · ${labels.length} row${labels.length === 1 ? "" : "s"}`
       : "Timeline";
-    const key = JSON.stringify([labels, bars.map((b) => [b.row, b.start, b.end, b.kind]), start, end]);
+    const width = el.clientWidth > 0 ? Math.max(el.clientWidth, MIN_WIDTH) : WIDTH;
+    const key = JSON.stringify([labels, bars.map((b) => [b.row, b.start, b.end, b.kind]), start, end, width]);
     if (key === drawn) return;
     drawn = key;
     if (!labels.length) {
@@ -112,8 +148,9 @@ export function createTimeline() {
       return;
     }
     const height = AXIS + labels.length * ROW + 4;
+    const column = labelWidth(width);
     /** @param {number} t */
-    const x = (t) => LABEL + ((t - start) / span) * (WIDTH - LABEL - 8);
+    const x = (t) => column + ((t - start) / span) * (width - column - 8);
     const ticks = [];
     for (let i = 0; i <= 4; i++) {
       const t = start + (span * i) / 4;
@@ -124,8 +161,11 @@ export function createTimeline() {
         ]),
       );
     }
+    // the label ends 8 px before the 0 s line (and its tick label, centred on it)
     const rows = labels.map((label, row) =>
-      s("text", { class: "dagmagic-timeline-label", x: 4, y: AXIS + row * ROW + 12 }, [label]),
+      s("text", { class: "dagmagic-timeline-label", x: 4, y: AXIS + row * ROW + 12 }, [
+        fitLabel(label, column - 12 - textWidth(formatDuration(0), FONT) / 2),
+      ]),
     );
     const drawnBars = bars.map((bar) =>
       s(
@@ -139,7 +179,7 @@ export function createTimeline() {
           rx: 2,
           "data-row": bar.row,
         },
-        [s("title", {}, [`${labels[bar.row]}: ${bar.title}, ${formatDuration(bar.end - bar.start)}`])],
+        [s("title", {}, [`${cut(labels[bar.row])}: ${bar.title}, ${formatDuration(bar.end - bar.start)}`])],
       ),
     );
     body.replaceChildren(
@@ -147,8 +187,9 @@ export function createTimeline() {
         "svg",
         {
           class: "dagmagic-timeline-svg",
-          viewBox: `0 0 ${WIDTH} ${height}`,
-          width: "100%",
+          viewBox: `0 0 ${width} ${height}`,
+          width,
+          height,
           role: "img",
           "aria-label": `Timeline of ${labels.length} steps and calls over ${formatDuration(span)}`,
         },
@@ -158,4 +199,12 @@ export function createTimeline() {
   }
 
   return { el, update };
+}
+
+/**
+ * A tooltip's text, up to TITLE_CHARS characters.
+ * @param {string} text
+ */
+function cut(text) {
+  return text.length > TITLE_CHARS ? `${text.slice(0, TITLE_CHARS)}…` : text;
 }

@@ -46,6 +46,8 @@
  * @property {string[]} paused_tools  while paused: the names of the tools it will be offered
  * @property {SubRun | null} subrun  a composite step, planned and run as a nested DAG (null for a plain step;
  *   missing in older states)
+ * @property {number | null} reused_from  a re-run round carried this step over, not running it again: the round
+ *   where it ran (null otherwise, and in older states)
  */
 
 /**
@@ -139,6 +141,7 @@
  * @property {number | null} phase_since  epoch seconds when the run entered its current phase (null from older
  *   kernels)
  * @property {boolean} stopped_by_user  the user pressed Stop: the ended run says so
+ * @property {number} idle  seconds the run stood ended before it went on (a re-run): not part of its elapsed time
  */
 
 /** @typedef {import("@anywidget/types").AnyModel<Traits>} Model */

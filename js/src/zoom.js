@@ -5,7 +5,7 @@
 
 import { h } from "./dom.js";
 import { coord } from "./format.js";
-import { renderGraph } from "./graph.js";
+import { MIN_SCALE, renderGraph } from "./graph.js";
 
 /** @typedef {import("./types.js").Round} Round */
 
@@ -47,7 +47,8 @@ export function graphView(round, now, selected, { interactive = true, zoomKey = 
 
 /**
  * @typedef {object} ZoomState
- * @property {number} scale  1: the graph fits the width (or has its natural size, if smaller)
+ * @property {number} scale  1: the graph fits the width (or has its natural size, if smaller; or its minimum
+ *   size, if larger: it scrolls)
  * @property {number} left  the viewport's scroll position
  * @property {number} top
  */
@@ -91,13 +92,14 @@ export function createZoom(root, signal) {
     if (!svg || !(pan instanceof HTMLElement)) return;
     const [, , natural, tall] = String(svg.getAttribute("viewBox")).split(" ").map(Number);
     if (!(natural > 0 && tall > 0)) return;
-    const fitted = pan.clientWidth > 0 ? Math.min(pan.clientWidth, natural) : natural;
+    // fitted: as drawn at scale 1 (the viewport's width, between the graph's minimum and natural widths)
+    const fitted = pan.clientWidth > 0 ? Math.max(Math.min(pan.clientWidth, natural), natural * MIN_SCALE) : natural;
     const width = scale === 1 ? natural : fitted * scale;
     svg.setAttribute("width", coord(width));
     svg.setAttribute("height", coord((width * tall) / natural));
     wrap.setAttribute("data-zoom", String(Math.round(scale * 1000) / 1000));
-    if (scale > 1) wrap.setAttribute("data-zoomed", "");
-    else wrap.removeAttribute("data-zoomed");
+    wrap.toggleAttribute("data-zoomed", scale > 1);
+    wrap.toggleAttribute("data-zoomed-out", scale < 1);
     for (const b of wrap.querySelectorAll(".dagmagic-zoom-button")) {
       const action = b.getAttribute("data-zoom-action");
       /** @type {HTMLButtonElement} */ (b).disabled =

@@ -2,7 +2,8 @@
 // earlier round; the task on two lines; zoom and pan past 8 steps.
 
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { computeLayout, fallbackLayout, wrapLabel } from "../src/layout.js";
+import { renderGraph } from "../src/graph.js";
+import { computeLayout, fallbackLayout, textWidth, wrapLabel } from "../src/layout.js";
 import { mount, nextRedraw, sampleState, unmountAll } from "./fixtures.js";
 
 afterEach(() => {
@@ -310,7 +311,8 @@ describe("fit and zoom", () => {
     expect([x, y]).toEqual([0, 0]);
     expect(svg.getAttribute("width")).toBe(String(w));
     expect(svg.getAttribute("height")).toBe(String(h));
-    expect(svg.hasAttribute("style")).toBe(false);
+    // and no smaller than 9/11 of it: its 11 px task text stays 9 px high (a wider graph scrolls)
+    expect(svg.getAttribute("style")).toBe(`--dm-graph-min-width: ${Math.round(w * (9 / 11) * 100) / 100}px;`);
   });
 
   it("offers +, − and fit above 8 steps, not at 8 or fewer", () => {
@@ -406,6 +408,63 @@ describe("fit and zoom", () => {
 });
 
 describe("plan order", () => {
+  /** @param {string} id @param {string[]} [dependencies] */
+  const step = (id, dependencies = []) => ({ id, dependencies });
+  const SHAPES = /** @type {Record<string, Array<{id: string, dependencies: string[]}>>} */ ({
+    // one step fans out to four siblings that a last step joins (drawn s5, s4, s3, s2 before)
+    "fan out": [
+      step("s1"),
+      ...["s2", "s3", "s4", "s5"].map((id) => step(id, ["s1"])),
+      step("s6", ["s2", "s3", "s4", "s5"]),
+    ],
+    "fan out below a chain": [
+      step("s1"),
+      step("s2", ["s1"]),
+      ...["s3", "s4", "s5", "s6"].map((id) => step(id, ["s2"])),
+    ],
+    "two roots, four siblings": [
+      step("s1"),
+      step("s2"),
+      ...["s3", "s4", "s5", "s6"].map((id) => step(id, ["s1", "s2"])),
+      step("s7", ["s3", "s4", "s5", "s6"]),
+    ],
+    "two families": [
+      step("s1"),
+      step("s2"),
+      step("s3", ["s1"]),
+      step("s4", ["s1"]),
+      step("s5", ["s2"]),
+      step("s6", ["s2"]),
+      step("s7", ["s3", "s4", "s5", "s6"]),
+    ],
+    "ten siblings": [
+      ...Array.from({ length: 10 }, (_, i) => step(`s${i + 1}`)),
+      step("s11", ["s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10"]),
+    ],
+  });
+
+  for (const [name, nodes] of Object.entries(SHAPES)) {
+    it(`draws siblings left to right in plan order, as the static view and the fallback do: ${name}`, () => {
+      const round = /** @type {any} */ ({ index: 1, nodes });
+      for (const laid of [computeLayout(round), fallbackLayout(round)]) {
+        /** @type {Map<number, Array<{id: string, x: number}>>} */
+        const rows = new Map();
+        for (const n of laid.nodes) rows.set(n.layer, [...(rows.get(n.layer) ?? []), { id: n.id, x: n.x }]);
+        for (const row of rows.values()) {
+          const drawn = [...row].sort((a, b) => a.x - b.x).map((n) => n.id);
+          expect(drawn, `${laid.fallback ? "fallback" : "dagre"}: ${name}`).toEqual(row.map((n) => n.id));
+        }
+      }
+    });
+  }
+
+  it("draws the earlier rounds' steps one step uses left to right in their order (r1.s2 before r1.s10)", () => {
+    const nodes = [step("s1", ["r1.s10", "r1.s3", "r1.s2", "r1.s1"]), step("s2", ["s1"])];
+    const laid = computeLayout(/** @type {any} */ ({ index: 2, nodes }));
+    const drawn = [...laid.ghosts].sort((a, b) => a.x - b.x).map((g) => g.id);
+    expect(drawn).toEqual(["r1.s1", "r1.s2", "r1.s3", "r1.s10"]);
+  });
+
   it("lays a small top row out in the plan's order, left to right (dagre may lay it mirrored)", () => {
     for (const count of [2, 3]) {
       const nodes = Array.from({ length: count }, (_, i) => ({ id: `s${i + 1}`, dependencies: [] }));
@@ -414,5 +473,21 @@ describe("plan order", () => {
       const xs = layout.nodes.filter((n) => n.id !== "join").map((n) => n.x);
       expect(xs).toEqual([...xs].sort((a, b) => a - b));
     }
+  });
+});
+
+describe("badges", () => {
+  it("keeps a step's cost beside a wide tool badge: the badge is shortened, the cost is drawn whole", () => {
+    const template = sampleState().rounds[1].nodes[0];
+    const node = { ...structuredClone(template), tool_hint: "search_statistics_office_database", tool_calls: [] };
+    node.cost = 0.0123;
+    const svg = renderGraph(/** @type {any} */ ({ index: 1, nodes: [node] }), 0, null);
+    const badge = /** @type {Element} */ (svg.querySelector(".dagmagic-badge-tool rect"));
+    const cost = /** @type {Element} */ (svg.querySelector(".dagmagic-node-cost"));
+    expect(cost.textContent).toBe("$0.0123");
+    expect(svg.querySelector(".dagmagic-badge-tool text")?.textContent).toMatch(/^search_.+…$/);
+    const badgeEnd = Number(badge.getAttribute("x")) + Number(badge.getAttribute("width"));
+    const costStart = Number(cost.getAttribute("x")) - textWidth("$0.0123", 10); // anchored at its end
+    expect(badgeEnd).toBeLessThan(costStart);
   });
 });

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 
+import { textWidth } from "../src/layout.js";
 import { createTimeline, timelineOf } from "../src/timeline.js";
 import { sampleState } from "./fixtures.js";
 
@@ -58,5 +59,44 @@ describe("timeline", () => {
     const timeline = createTimeline();
     timeline.update(state);
     expect(timeline.el.textContent).toContain("Nothing has run yet.");
+  });
+
+  it("says a step's whole task in its bars' tooltips, and keeps its label clear of the 0 s line", () => {
+    const state = sampleState();
+    const task = "Find the population of Reykjavík in 2023 from the national statistics office of Iceland";
+    const node = state.rounds[0].nodes[0];
+    node.task = task;
+    node.attempts = 3;
+    const timeline = createTimeline();
+    timeline.update(state);
+    const svg = /** @type {SVGSVGElement} */ (timeline.el.querySelector("svg"));
+    const zero = Number(svg.querySelector(".dagmagic-timeline-tick")?.getAttribute("x1"));
+    const labels = [...svg.querySelectorAll(".dagmagic-timeline-label")];
+    expect(labels.length).toBeGreaterThan(2);
+    for (const label of labels) {
+      const x = Number(label.getAttribute("x"));
+      expect(x + textWidth(String(label.textContent), 10), String(label.textContent)).toBeLessThan(zero);
+    }
+    const row = labels.findIndex((l) => l.textContent?.startsWith(`r1.${node.id} (3 tries)`));
+    expect(row).toBeGreaterThanOrEqual(0);
+    const titles = [...svg.querySelectorAll(`.dagmagic-timeline-bar[data-row="${row}"] title`)].map(
+      (t) => t.textContent,
+    );
+    expect(titles.length).toBeGreaterThan(0);
+    for (const title of titles) expect(title).toContain(`r1.${node.id} (3 tries) · ${task}`);
+  });
+
+  it("is as wide as the space it has, its text at its own size", () => {
+    const state = sampleState();
+    const timeline = createTimeline();
+    Object.defineProperty(timeline.el, "clientWidth", { configurable: true, get: () => 1100 });
+    timeline.update(state);
+    const svg = /** @type {SVGSVGElement} */ (timeline.el.querySelector("svg"));
+    expect(svg.getAttribute("width")).toBe("1100");
+    expect(svg.getAttribute("viewBox")?.split(" ")[2]).toBe("1100"); // one unit a pixel: 10 px text stays 10 px
+    const ends = [...svg.querySelectorAll(".dagmagic-timeline-bar")].map(
+      (b) => Number(b.getAttribute("x")) + Number(b.getAttribute("width")),
+    );
+    expect(Math.max(...ends)).toBeGreaterThan(1100 * 0.95); // the last bar ends at the right edge
   });
 });

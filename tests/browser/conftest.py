@@ -316,7 +316,8 @@ def notebook(request: pytest.FixtureRequest, browser: Any) -> Iterator[NotebookP
 
 @pytest.fixture
 def jupyterlab(request: pytest.FixtureRequest, browser: Any, lab: Lab) -> Iterator[NotebookPage]:
-    """A tab on JupyterLab 4 only: for what the widget shows alike in both front ends."""
+    """A tab on JupyterLab 4 only: for what the widget shows alike in both front ends, or what only its layout
+    (the file browser beside the notebook) shows."""
     yield from _tab(request, browser, lab)
 
 

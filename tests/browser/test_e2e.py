@@ -13,7 +13,7 @@ import textwrap
 import pytest
 from playwright.sync_api import Locator, expect
 
-from ..notebook.samples import FALLBACK_ERROR, tool_step_run
+from ..notebook.samples import FALLBACK_ERROR, tool_step_run, wide_run
 from .conftest import CHROMIUM, WAIT_MS, NotebookPage
 
 pytestmark = [
@@ -837,4 +837,149 @@ def test_a_run_that_spends_its_rounds_shows_an_answer_saying_what_is_missing(not
     expect(answer.locator(".dagmagic-answer-fallback")).to_be_hidden()
     expect(answer.locator(".dagmagic-answer-partial")).to_be_hidden()
     notebook.screenshot("spent-rounds-answer", focus=answer)
+    assert notebook.errors == []
+
+
+SPLIT_WORDS = """(root) => {
+    // every word of the view's text on one line: a word (up to 20 letters) whose letters sit on two lines
+    // was broken inside ("Depend" / "encies")
+    const split = [];
+    const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+        const parent = node.parentElement;
+        if (!parent || parent.closest("pre, code, svg, [hidden], details:not([open]) > :not(summary)")) continue;
+        if (!parent.getClientRects().length) continue;
+        for (const match of node.textContent.matchAll(/[\\p{L}\\p{N}]{2,20}/gu)) {
+            const range = document.createRange();
+            range.setStart(node, match.index);
+            range.setEnd(node, match.index + match[0].length);
+            const tops = new Set([...range.getClientRects()].filter((r) => r.width > 0).map((r) => Math.round(r.top)));
+            if (tops.size > 1) split.push(match[0]);
+        }
+    }
+    return split;
+}"""
+
+
+def test_a_wide_plan_reads_in_plan_order_at_a_readable_size_in_a_narrow_window(jupyterlab: NotebookPage) -> None:
+    """A 14-step run at ~700 px with the file browser open: siblings left to right in plan order, text no smaller
+    than 9 px (the graph scrolls instead), no word broken inside, a wide tool badge beside the step's cost, and a
+    timeline that uses the width, with labels clear of its 0 s line and tooltips that say the whole task.
+    """
+    tab = jupyterlab
+    tab.page.set_viewport_size({"width": 700, "height": 900})
+    show = "from dagmagic.engine.run import DagRun\nfrom dagmagic.models import RunState\n"
+    show += f"DagRun(RunState.model_validate_json({wide_run().state.model_dump_json()!r}), read_only=True)"
+    tab.open("wide", ["%load_ext dagmagic", show])
+    tab.page.evaluate("() => window.jupyterapp.commands.execute('filebrowser:activate')")
+    tab.page.wait_for_function("() => document.querySelector('.jp-FileBrowser')?.getClientRects().length > 0")
+    tab.run_all()
+    tab.wait_until_done()
+    widget = tab.widget()
+    expect(widget.locator(".dagmagic-node")).to_have_count(14)
+
+    # 8: siblings left to right in plan order
+    xs = [node(widget, f"s{i}").locator(".dagmagic-node-box").bounding_box() for i in range(2, 12)]
+    lefts = [box["x"] for box in xs if box]
+    assert len(lefts) == 10 and lefts == sorted(lefts), lefts
+    ends = [node(widget, step).locator(".dagmagic-node-box").bounding_box() for step in ("s13", "s14")]
+    assert ends[0] and ends[1] and ends[0]["x"] < ends[1]["x"]
+
+    # 18: a readable size, the graph scrolls; the task's text at least 9 px high on the screen
+    graph = widget.locator("svg.dagmagic-graph").first
+    scale = graph.evaluate("(svg) => svg.getBoundingClientRect().width / svg.viewBox.baseVal.width")
+    assert round(11 * scale, 1) >= 9, (
+        f"the graph is drawn at {scale:.2f} of its size: 11 px text shows at {11 * scale:.1f} px"
+    )
+    wrap = widget.locator(".dagmagic-graph-pan").first
+    assert wrap.evaluate("(el) => el.scrollWidth > el.clientWidth")  # wider than the window: it scrolls
+
+    # 18: the wide tool badge and the cost, both visible, apart
+    s5 = node(widget, "s5")
+    s5.scroll_into_view_if_needed()
+    badge = s5.locator(".dagmagic-badge-tool").bounding_box()
+    cost = s5.locator(".dagmagic-node-cost").bounding_box()
+    assert badge and cost, (badge, cost)
+    assert badge["x"] + badge["width"] <= cost["x"] + 0.5, (badge, cost)
+    tab.screenshot("wide-plan-narrow", focus=s5)
+
+    # 18: no word broken inside a line, the detail open
+    node(widget, "s3").click()
+    expect(widget.locator('.dagmagic-detail[data-step-id="s3"]')).to_be_visible()
+    timeline = widget.locator(".dagmagic-timeline")
+    timeline.locator("summary").click()
+    widget.locator(".dagmagic-trace > summary").click()
+    expect(widget.locator(".dagmagic-trace-row").first).to_be_visible()
+    split = widget.evaluate(SPLIT_WORDS)
+    tab.screenshot("wide-plan-detail", focus=widget.locator(".dagmagic-detail"))
+    assert split == [], f"words broken across lines: {split}"
+
+    # 18: the timeline uses the width; labels end before its 0 s line; a bar's tooltip says the whole task
+    svg = timeline.locator("svg.dagmagic-timeline-svg")
+    used = svg.evaluate("(el) => el.getBoundingClientRect().width / el.parentElement.getBoundingClientRect().width")
+    assert used > 0.95, f"the timeline uses {used:.0%} of its width"
+    zero = timeline.locator(".dagmagic-timeline-tick").first.bounding_box()
+    assert zero
+    for label in timeline.locator(".dagmagic-timeline-label").all():
+        box = label.bounding_box()
+        assert box and box["x"] + box["width"] <= zero["x"], (label.text_content(), box, zero)
+    task = "Find the population of Kraków in 2023 from its national statistics office"
+    titles = timeline.locator(".dagmagic-timeline-bar title").all_text_contents()
+    assert any(task in title for title in titles), titles[:4]
+    tab.screenshot("wide-plan-timeline", focus=timeline)
+    assert tab.errors == []
+
+
+def seconds(text: str) -> float:
+    """The header's elapsed time ("4.2s", "17s", "1m 05s") in seconds."""
+    match = re.fullmatch(r"(?:(\d+)m )?([\d.]+)s", text.strip())
+    assert match, text
+    return int(match.group(1) or 0) * 60 + float(match.group(2))
+
+
+def test_a_rerun_shows_its_new_round_what_it_reused_and_counts_only_running_time(notebook: NotebookPage) -> None:
+    """A re-run clicked a while after the run ended: the detail follows the step into the new round, scrolled
+    into view; the step carried over says it was reused; the elapsed time leaves out the wait before the click.
+    """
+    notebook.page.set_viewport_size({"width": 1000, "height": 700})
+    gate = Gate(notebook, "rerun_feedback")
+    gate.open()
+    notebook.open("rerun_feedback", cells(gate, "scripted()", "Re-run me and watch"))
+    notebook.run_all()
+    widget = notebook.widget()
+    expect(widget.locator(".dagmagic-status")).to_have_attribute("data-status", "done")
+    notebook.wait_until_done()
+    widget = notebook.widgets().last
+    elapsed = widget.locator(".dagmagic-total-elapsed .dagmagic-total-value")
+    before = seconds(elapsed.inner_text())
+
+    notebook.page.wait_for_timeout(4_000)  # the run stands ended a while before the user re-runs a step
+    node(widget, "s2", 1).click()
+    detail = widget.locator('.dagmagic-detail[data-step-id="s2"]')
+    detail.locator(".dagmagic-rerun").click()
+    second = widget.locator('.dagmagic-round[data-round="2"]')
+    moved = second.locator('.dagmagic-detail[data-step-id="s2"]')
+    expect(moved).to_be_visible()  # the detail shows the step's new run...
+    expect(widget.locator('.dagmagic-round[data-round="1"] .dagmagic-detail')).to_have_count(0)  # ...not the old
+    expect(second.locator(".dagmagic-round-toggle")).to_be_in_viewport()  # the new round, scrolled to
+    reused = node(widget, "s1", 2)
+    expect(reused).to_have_attribute("data-reused-from", "1")
+    expect(reused.locator(".dagmagic-badge-reused")).to_have_text("reused")
+    for step in ("s2", "s3"):  # run again: no mark
+        expect(node(widget, step, 2)).not_to_have_attribute("data-reused-from", re.compile(".*"))
+    expect(widget.locator(".dagmagic-status")).to_have_attribute("data-status", "done")
+    notebook.screenshot("rerun-feedback", focus=second.locator(".dagmagic-round-toggle"))
+
+    after = seconds(elapsed.inner_text())
+    timing = notebook.kernel_print(
+        "r = dagmagic.last_run()\n"
+        "ended = next(e.at for e in r.events if e.type == 'run_finished')\n"
+        "again = next(e.at for e in r.events if e.type == 'user_action' and e.action == 'rerun')\n"
+        "print(again - ended, r.state.finished_at - again)"
+    )
+    idle, rerun = (float(v) for v in timing.split())
+    assert idle > 3.5, timing
+    # the elapsed time grew by the re-run's running time (as shown: tenths below 10 s, whole seconds above), not
+    # by the wait before it
+    assert after == pytest.approx(before + rerun, abs=0.25 if after < 10 else 1.05), (before, after, timing)
     assert notebook.errors == []

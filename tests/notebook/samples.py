@@ -127,3 +127,98 @@ def tool_step_run() -> DagRun:
         finished_at=T0 + 7,
     )
     return DagRun(state, read_only=True)
+
+
+CITIES = ["Paris", "Berlin", "Zürich", "Kraków", "São Paulo", "Reykjavík", "Łódź", "Malmö", "Genève", "Köln"]
+WIDE_TOOL = "search_statistics_office_database"
+
+
+def wide_run() -> DagRun:
+    """A finished run of 14 steps: s1 lists the cities, s2–s11 (ten siblings) look one up each, s5 with a tool
+    whose name is wide, s12 ranks them, s13 and s14 (siblings again) write it up. Every step cost something.
+    """
+    lookups = [
+        PlanStep(
+            id=f"s{i + 2}",
+            task=f"Find the population of {city} in 2023 from its national statistics office",
+            dependencies=["s1"],
+            tool_hint=WIDE_TOOL if i == 3 else None,
+            status="completed",
+            result=f"{city}: about a million",
+            model="m",
+            attempts=1,
+            queued_at=T0 + 2,
+            started_at=T0 + 2 + i * 0.2,
+            completed_at=T0 + 4 + i * 0.3,
+            usage=Usage(input_tokens=1200, output_tokens=80, requests=1, cost=0.0123),
+        )
+        for i, city in enumerate(CITIES)
+    ]
+    first = PlanStep(
+        id="s1",
+        task="List the ten cities to compare, with the country each belongs to",
+        status="completed",
+        result=", ".join(CITIES),
+        model="m",
+        attempts=1,
+        queued_at=T0,
+        started_at=T0,
+        completed_at=T0 + 2,
+        usage=Usage(input_tokens=300, output_tokens=40, requests=1, cost=0.002),
+    )
+    rank = PlanStep(
+        id="s12",
+        task="Rank the ten cities by population, largest first",
+        dependencies=[step.id for step in lookups],
+        status="completed",
+        result="Paris first",
+        model="m",
+        attempts=1,
+        queued_at=T0 + 7,
+        started_at=T0 + 7,
+        completed_at=T0 + 9,
+        usage=Usage(input_tokens=900, output_tokens=90, requests=1, cost=0.004),
+    )
+    ends = [
+        PlanStep(
+            id=step_id,
+            task=task,
+            dependencies=["s12"],
+            status="completed",
+            result="done",
+            model="m",
+            attempts=1,
+            queued_at=T0 + 9,
+            started_at=T0 + 9,
+            completed_at=T0 + 10,
+            usage=Usage(input_tokens=500, output_tokens=200, requests=1, cost=0.003),
+        )
+        for step_id, task in (("s13", "Write the ranking as a table"), ("s14", "Explain what the ranking shows"))
+    ]
+    steps = [first, *lookups, rank, *ends]
+    calls = [LLMCall(purpose="plan", model="m", round=1, started_at=T0 - 2, latency=2.0, usage=Usage(requests=1))]
+    calls += [
+        LLMCall(
+            purpose="step", model="m", round=1, step_id=step.id, started_at=step.started_at, usage=Usage(requests=1)
+        )
+        for step in steps
+    ]
+    calls.append(
+        LLMCall(purpose="analyze", model="m", round=1, started_at=T0 + 10, latency=1.5, usage=Usage(requests=1))
+    )
+    record = RoundRecord(
+        index=1,
+        plan=ExecutionPlan(goal="Rank ten cities", steps=steps),
+        analysis=AnalysisResult(achieved=True, confidence=0.9, reasoning="Every city was found."),
+    )
+    state = RunState(
+        run_id="wide",
+        goal="Rank ten cities by population",
+        status="done",
+        rounds=[record],
+        calls=calls,
+        answer="Paris first.",
+        started_at=T0 - 3,
+        finished_at=T0 + 12,
+    )
+    return DagRun(state, read_only=True)

@@ -447,3 +447,44 @@ def test_a_long_note_of_a_round_or_a_step_reaches_the_view_whole_to_open_in_plac
     (sent,) = widget_state(run)["rounds"]
     assert sent["warnings"][-1] == note and "more characters" not in sent["warnings"][-1]
     assert sent["nodes"][0]["warnings"][-1] == note
+
+
+async def test_a_rerun_marks_the_results_it_reused_and_its_clock_counts_running_time_only() -> None:
+    """An ended run's clock stands at its end, however much later it is shown; a re-run started after a while
+    counts only the time the run ran (not the wait before the click); its round marks the steps it carried over.
+    """
+    run = await session().run("goal")
+    state = widget_state(run)
+    assert run.state.finished_at is not None
+    assert state["now"] == run.state.finished_at  # not the moment it is shown: the elapsed time would grow
+    assert state["idle"] == 0.0
+    await asyncio.sleep(0.3)  # the run stands ended a while before the user re-runs a step
+    await run.rerun("s2")
+    state = widget_state(run)
+    assert state["now"] == run.state.finished_at
+    ended = next(e.at for e in run.events if e.type == "run_finished")
+    relaunched = next(e.at for e in run.events if e.type == "user_action" and e.action == "rerun")
+    assert state["idle"] == pytest.approx(relaunched - ended)
+    assert state["idle"] >= 0.3
+    assert state["now"] - state["started_at"] - state["idle"] < run.state.finished_at - run.state.started_at - 0.29
+    second = state["rounds"][1]
+    assert [(n["id"], n["reused_from"]) for n in second["nodes"]] == [("s1", 1), ("s2", None)]
+    assert [n["reused_from"] for n in state["rounds"][0]["nodes"]] == [None, None]
+    await run.rerun("s2")  # s1 carried over twice: from the round where it ran
+    third = widget_state(run)["rounds"][2]
+    assert [(n["id"], n["reused_from"]) for n in third["nodes"]] == [("s1", 1), ("s2", None)]
+
+
+def test_a_run_that_did_not_end_shows_the_time_it_ran_until_its_last_event() -> None:
+    """Read back after its kernel died, a run that never finished stands at its last event, not at the moment it
+    is shown again (days later, its elapsed time would count the days).
+    """
+    from dagmagic.events import RoundStarted, RunStarted
+    from dagmagic.models import RunState
+
+    start = 1_700_000_000.0
+    events = [RunStarted(run_id="gone", goal="goal", at=start), RoundStarted(round=1, at=start + 7.5)]
+    run = DagRun(
+        RunState(run_id="gone", goal="goal", status="running", started_at=start), events=events, read_only=True
+    )
+    assert widget_state(run)["now"] == start + 7.5
