@@ -16,6 +16,7 @@ from dagmagic.models import (
     Decision,
     ExecutionPlan,
     LLMCall,
+    PlanCut,
     PlanStep,
     RunPhase,
     RunStatus,
@@ -269,6 +270,8 @@ class RunWarning(_Event):
     message: str
     round: int | None = None
     step_id: str | None = None
+    plan_cut: PlanCut | None = None
+    """The round's plan was cut to ``plan_max_steps``: the views say so where the user looks, not as a note."""
 
     @field_validator("message")
     @classmethod

@@ -147,7 +147,11 @@ class DagRun(RunQueries):
             self._pauses[(event.round, event.step_id)] = event
         elif isinstance(event, RunWarning) and event.round is not None:
             for record in self.state.rounds:
-                if record.index == event.round:
+                if record.index != event.round:
+                    continue
+                if event.plan_cut is not None:
+                    record.plan_cut = event.plan_cut
+                else:
                     record.warnings.append(event.message)
         elif _about_the_whole_run(event):
             self.warnings.append(event.message)

@@ -19,7 +19,7 @@ import nh3
 from markdown_it import MarkdownIt
 
 from dagmagic.engine.run import DagRun
-from dagmagic.models import ExecutionPlan, PlanStep, RoundRecord
+from dagmagic.models import ExecutionPlan, PlanCut, PlanStep, RoundRecord
 from dagmagic.notebook.layout import layout
 from dagmagic.notebook.tool_steps import call_text, direct_call, fell_back, is_tool_step
 
@@ -88,6 +88,8 @@ def run_markdown(run: DagRun) -> str:
         lines += ["| step | status | task | model | s | result |", "|---|---|---|---|---|---|"]
         lines += ["| " + " | ".join(_md(cell) for cell in row) + " |" for row in rows]
         lines.append("")
+    # our own words and numbers only: no escaping needed (and none wanted inside the code span)
+    lines += [f"**⚠ {cut.describe()}** To allow more: `{cut_hint(cut)}`\n" for cut in _cuts(run)]
     if run.answer:
         title = f"**Answer** ({PARTIAL_NOTE})" if run.partial else "**Answer**"
         lines += [title, "", inert_markdown(_static_answer(run.answer))]
@@ -103,7 +105,9 @@ def run_html(run: DagRun) -> str:
     latest = run.rounds[-1].index if run.rounds else 0
     rounds = "".join(_round_html(record, open_=record.index == latest) for record in run.rounds)
     title = f"<b>Answer</b> ({PARTIAL_NOTE})" if run.partial else "<b>Answer</b>"
-    answer = f"<div>{title}{markdown_html(_images_as_links(_static_answer(run.answer)))}</div>" if run.answer else ""
+    cuts = "".join(_cut_html(cut) for cut in _cuts(run))
+    answer_html = markdown_html(_images_as_links(_static_answer(run.answer)))
+    answer = f"<div>{title}{cuts}{answer_html}</div>" if run.answer else ""
     warnings = "".join(f"<li>{e(_cap(warning, 1000))}</li>" for warning in run.warnings)
     return (
         f'<div class="dagmagic-static"><p><b>dagmagic</b> · {e(run.goal)}</p>'
@@ -123,6 +127,9 @@ def _round_html(record: RoundRecord, *, open_: bool) -> str:
     parts = [f"<summary>{e(label)}</summary>"]
     if record.error:
         parts.append(f"<p>{e(record.error)}</p>")
+    if record.plan_cut is not None:
+        dropped = "; ".join(_short(task) for task in record.plan_cut.dropped[:20])
+        parts.append(_cut_html(record.plan_cut, f"Dropped: {dropped}" if dropped else ""))
     if steps:
         parts.append(svg(record.plan))
         parts += [_step_html(step) for step in steps]
@@ -131,6 +138,22 @@ def _round_html(record: RoundRecord, *, open_: bool) -> str:
     if record.decision is not None and record.decision.reason != (record.analysis and record.analysis.reasoning):
         parts.append(f"<p><i>Then:</i> {e(record.decision.reason)}</p>")
     return f"<details{' open' if open_ else ''}>{''.join(parts)}</details>"
+
+
+def cut_hint(cut: PlanCut) -> str:
+    """The command that lets a plan of this many steps run whole."""
+    return f"%dag config plan_max_steps={cut.planned}"
+
+
+def _cuts(run: DagRun) -> list[PlanCut]:
+    """The cuts of the plans the answer comes from (every round's: a later round reuses earlier results)."""
+    return [record.plan_cut for record in run.rounds if record.plan_cut is not None]
+
+
+def _cut_html(cut: PlanCut, more: str = "") -> str:
+    e = html.escape
+    extra = f"<br>{e(more)}" if more else ""
+    return f"<p><b>⚠ {e(cut.describe())}</b> To allow more: <code>{e(cut_hint(cut))}</code>{extra}</p>"
 
 
 def _step_html(step: PlanStep) -> str:

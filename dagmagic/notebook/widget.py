@@ -349,6 +349,7 @@ def _round_state(record: RoundRecord, run: DagRun) -> dict[str, Any]:
         "diff": _diff_state(run, record),
         "error": record.error,
         "warnings": [_cap(warning, 300) for warning in record.warnings[-WARNINGS:]],
+        "plan_cut": _plan_cut_state(record),
         "nodes": [
             {**_step_state(step), **_paused_state(run, step, latest), **_subrun_state(step)}
             for step in _ordered(record.plan)
@@ -358,6 +359,15 @@ def _round_state(record: RoundRecord, run: DagRun) -> dict[str, Any]:
         else None,
         "decision": record.decision.model_dump(include={"action", "reason"}) if record.decision else None,
     }
+
+
+def _plan_cut_state(record: RoundRecord) -> dict[str, Any] | None:
+    """How much of the round's plan was cut (``plan_max_steps``), the dropped tasks shortened."""
+    cut = record.plan_cut
+    if cut is None:
+        return None
+    dropped = [_cap(task, 200) for task in cut.dropped[:WARNINGS]]
+    return {"planned": cut.planned, "kept": cut.kept, "dropped": dropped}
 
 
 def _diff_base(run: DagRun, record: RoundRecord) -> int | None:
@@ -375,7 +385,10 @@ def _diff_state(run: DagRun, record: RoundRecord) -> list[dict[str, Any]] | None
     if base is None:
         return None
     diff = run.diff(base, record.index)
-    return [{"id": change.id, "change": change.change, "fields": change.fields} for change in diff.changes]
+    return [
+        {"id": change.id, "change": change.change, "fields": change.fields, "round": change.round, "was": change.was}
+        for change in diff.changes
+    ]
 
 
 def _paused_state(run: DagRun, step: PlanStep, latest: bool) -> dict[str, Any]:

@@ -157,3 +157,17 @@ def test_a_tool_step_that_has_not_run_shows_its_planned_call() -> None:
     step.status, step.result, step.tool_calls, step.started_at = "pending", None, [], None
     assert "<p><i>Tool call</i> (planned): <code>add(a=$s1, b=12)</code></p>" in run_html(run)
     assert "| s2 | pending | Add the two figures · add(a=\\$s1, b=12) | tool call |  |  |" in run_markdown(run)
+
+
+def test_a_plan_cut_is_said_in_the_round_and_with_the_answer_with_how_to_allow_more() -> None:
+    from dagmagic.models import PlanCut
+
+    run = finished_run("Forty-two.")
+    run.rounds[0].plan_cut = PlanCut(planned=14, kept=6, dropped=["check <b>twice</b>"])
+    note = "The plan had 14 steps: only the first 6 ran (plan_max_steps)."
+    hint = "%dag config plan_max_steps=14"
+    page, text = run_html(run), run_markdown(run)
+    assert page.count(note) == 2 and page.count(hint) == 2  # in its round and beside the answer
+    assert page.index(note, page.index("<summary>Round 1")) < page.index("<b>Answer</b>") < page.rindex(note)
+    assert "check &lt;b&gt;twice&lt;/b&gt;" in page and "<b>twice</b>" not in page  # the model's text, escaped
+    assert note in text and f"`{hint}`" in text and text.index(note) < text.index("Forty-two.")

@@ -310,7 +310,9 @@ async def test_debugging_messages_from_the_front_end_drive_the_run() -> None:
     widget.sync()
     second = widget.rounds[1]
     assert (second["rerun_of"], second["rerun_step"]) == (1, "s2")
-    assert second["diff"] == [{"id": "s2", "change": "changed", "fields": ["task", "status", "result"]}]
+    assert second["diff"] == [
+        {"id": "s2", "change": "changed", "fields": ["task", "status", "result"], "round": 2, "was": None}
+    ]
     # nothing waits: an answer, not a crash
     assert "no plan of this run is waiting" in front.refused("reject", feedback="no")
     assert "no plan of this run is waiting" in front.refused("approve", plan=None)
