@@ -78,6 +78,8 @@ class DagWidget(anywidget.AnyWidget):
     usage = traitlets.Dict().tag(sync=True)
     rounds: traitlets.List[dict[str, Any]] = traitlets.List().tag(sync=True)
     calls: traitlets.List[dict[str, Any]] = traitlets.List().tag(sync=True)
+    live_calls: traitlets.List[dict[str, Any]] = traitlets.List().tag(sync=True)
+    """LLM calls under way (sent, not ended): how much of each reply has arrived."""
     now = traitlets.Float(0.0).tag(sync=True)
     started_at = traitlets.Float(0.0).tag(sync=True)
     phase_since = traitlets.Float(0.0).tag(sync=True)
@@ -315,6 +317,7 @@ def widget_state(run: DagRun) -> dict[str, Any]:
             _call_state(call, index)
             for index, call in enumerate(run.calls[-TRACE_CALLS:], start=max(len(run.calls) - TRACE_CALLS, 0))
         ],
+        "live_calls": _live_calls(run),
         "phase_since": _phase_since(run),
         "stopped_by_user": any(event.type == "user_action" and event.action == "stop" for event in run.events),
         "now": time.time(),
@@ -462,6 +465,23 @@ def _phase_since(run: DagRun) -> float:
         if event.type == "phase_changed" and not event.depth:
             return event.at
     return run.state.started_at
+
+
+def _live_calls(run: DagRun) -> list[dict[str, Any]]:
+    """The run's calls under way, oldest first, while it runs (a call cut off by a dead kernel never ends)."""
+    if run.status != "running":
+        return []
+    return [
+        {
+            "purpose": progress.purpose,
+            "model": progress.model,
+            "round": progress.round,
+            "step_id": progress.step_id,
+            "started_at": progress.started_at,
+            "tokens": progress.pieces,
+        }
+        for progress in sorted(run.calls_under_way.values(), key=lambda p: p.started_at)
+    ]
 
 
 def _call_state(call: LLMCall, index: int) -> dict[str, Any]:

@@ -430,3 +430,24 @@ def test_long_tool_arguments_are_capped_in_the_saved_state() -> None:
     arguments = node["tool_calls"][0]["arguments"]
     for text in (node["tool_args"]["text"], arguments["text"], arguments["pages"][0], arguments["more"]["z"]):
         assert len(text) < 5000 and text.endswith("more characters)")
+
+
+async def test_a_long_plan_call_shows_what_has_arrived_while_it_streams() -> None:
+    plan = {"steps": [{"id": f"s{i}", "task": f"step number {i}"} for i in range(1, 5)]}
+    llm = scripted(plan=[plan])
+    llm.chunk_delay = 0.05
+    run = DagSession(ModelRegistry().register("m", llm), DagSettings(store="none")).start("goal")
+    seen: list[dict[str, Any]] = []
+    while run.status == "running":
+        state = widget_state(run)
+        seen += [call for call in state["live_calls"] if call["purpose"] == "plan"]
+        await asyncio.sleep(0.01)
+    await run
+    assert (
+        seen
+        and {call["round"] for call in seen} == {1}
+        and seen[0]["started_at"] == next(c for c in run.calls if c.purpose == "plan").started_at
+    )
+    tokens = [call["tokens"] for call in seen]
+    assert tokens == sorted(tokens) and tokens[-1] > tokens[0]  # it grows while the plan is written
+    assert widget_state(run)["live_calls"] == []  # a finished call is in the trace instead

@@ -21,6 +21,7 @@ from dagmagic.events import (
     AnswerCleared,
     AnswerDelta,
     AnswerReady,
+    CallProgress,
     Event,
     LLMCallRecorded,
     PhaseChanged,
@@ -76,7 +77,7 @@ def put_whole(db: Statements, run: DagRun, history: list[Exchange]) -> None:
         put_call(db, run_id, sequence, call)
     recorded = 0
     for event in run.events:
-        if isinstance(event, AnswerDelta):
+        if isinstance(event, AnswerDelta | CallProgress):
             continue
         reference = None
         if isinstance(event, LLMCallRecorded):  # the run keeps its calls in the order of these events
