@@ -4,7 +4,7 @@
 import { h } from "./dom.js";
 import { formatPercent } from "./format.js";
 import { STATUS_GLYPH } from "./graph.js";
-import { isLive } from "./state.js";
+import { tokenCount } from "./state.js";
 
 /** @typedef {import("./types.js").Round} Round */
 /** @typedef {import("./dom.js").Child} Child */
@@ -17,7 +17,12 @@ export function roundSummary(round) {
   /** @type {Record<string, number>} */
   const counts = {};
   for (const n of round.nodes) counts[n.status] = (counts[n.status] ?? 0) + 1;
-  const parts = [`${round.nodes.length} step${round.nodes.length === 1 ? "" : "s"}`];
+  const cut = round.plan_cut;
+  const parts = [
+    cut
+      ? `${round.nodes.length} of ${cut.planned} planned steps`
+      : `${round.nodes.length} step${round.nodes.length === 1 ? "" : "s"}`,
+  ];
   for (const status of /** @type {const} */ ([
     "completed",
     "running",
@@ -38,13 +43,15 @@ export function roundSummary(round) {
 /**
  * The analyzer's verdict and what the loop decided next (why it replanned, above all).
  * @param {Round} round
- * @param {boolean} pending  the latest round of a running run: a verdict may still come
+ * @param {boolean} judging  the run judges this round now (its phase says so, as the header does)
+ * @param {number | null} [tokens]  how much of the verdict has arrived (null: nothing known)
  */
-export function renderVerdict(round, pending) {
+export function renderVerdict(round, judging, tokens = null) {
   const { analysis, decision } = round;
   if (!analysis && !decision) {
-    const busy = round.nodes.some((n) => isLive(n) || n.status === "pending" || n.status === "paused");
-    return pending && !busy ? h("div", { class: "dagmagic-verdict dagmagic-muted" }, ["Judging the round…"]) : null;
+    if (!judging) return null;
+    const arrived = tokens ? ` ${tokenCount(tokens)} so far` : "";
+    return h("div", { class: "dagmagic-verdict dagmagic-muted" }, [`Judging the round…${arrived}`]);
   }
   return h(
     "div",
