@@ -45,7 +45,7 @@ export function renderRound(round, state, expanded, selected, isLatest, actions)
             : h("div", { class: "dagmagic-muted" }, ["No steps."]),
           renderDiff(round, state.rounds),
           selectedDetail(round, state, selected, actions),
-          renderVerdict(round, phase === "analyzing", call?.tokens ?? null),
+          renderVerdict(round, phase === "analyzing", call?.tokens ?? null, Boolean(state.answer)),
         ]);
   return h(
     "section",

@@ -45,13 +45,15 @@ export function roundSummary(round) {
  * @param {Round} round
  * @param {boolean} judging  the run judges this round now (its phase says so, as the header does)
  * @param {number | null} [tokens]  how much of the verdict has arrived (null: nothing known)
+ * @param {boolean} [writing]  the verdict writes the answer already (what the header says too)
  */
-export function renderVerdict(round, judging, tokens = null) {
+export function renderVerdict(round, judging, tokens = null, writing = false) {
   const { analysis, decision } = round;
   if (!analysis && !decision) {
     if (!judging) return null;
     const arrived = tokens ? ` ${tokenCount(tokens)} so far` : "";
-    return h("div", { class: "dagmagic-verdict dagmagic-muted" }, [`Judging the round…${arrived}`]);
+    const doing = writing ? "Writing the answer…" : "Judging the round…";
+    return h("div", { class: "dagmagic-verdict dagmagic-muted" }, [doing + arrived]);
   }
   return h(
     "div",

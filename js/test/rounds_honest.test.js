@@ -135,6 +135,19 @@ describe("a long model call", () => {
     expect(one(el, ".dagmagic-status").textContent).toMatch(/^judging… \d+s · 12 tokens$/);
   });
 
+  it("says the answer is being written once the verdict writes it, as the header does", async () => {
+    const state = sampleState();
+    for (const n of state.rounds[1].nodes) Object.assign(n, { status: "completed", retry_at: null });
+    Object.assign(state, { phase: "analyzing", phase_since: state.now - 2, answer: "France has" });
+    state.live_calls = [
+      { purpose: "analyze", model: "m", round: 2, step_id: null, started_at: state.now - 2, tokens: 40 },
+    ];
+    const { el } = mount(state);
+    await nextRedraw();
+    expect(one(el, ".dagmagic-verdict").textContent).toBe("Writing the answer… 40 tokens so far");
+    expect(one(el, ".dagmagic-status").textContent).toMatch(/^writing the answer… \d+s · 40 tokens$/);
+  });
+
   it("is drawn on the timeline up to now", () => {
     const state = /** @type {any} */ (sampleState());
     state.live_calls = [{ purpose: "plan", model: "m", round: 3, step_id: null, started_at: state.now - 3, tokens: 9 }];
