@@ -119,6 +119,8 @@ def _round_html(record: RoundRecord, *, open_: bool) -> str:
     e = html.escape
     steps = record.plan.steps
     label = f"Round {record.index} · {len(steps)} step{'' if len(steps) == 1 else 's'}"
+    if record.plan_cut is not None:
+        label = f"Round {record.index} · {len(steps)} of {record.plan_cut.planned} planned steps"
     if record.rerun_of is not None:
         label += f" · re-run of round {record.rerun_of} ({record.rerun_step})"
     if record.analysis is not None:

@@ -168,6 +168,7 @@ def test_a_plan_cut_is_said_in_the_round_and_with_the_answer_with_how_to_allow_m
     hint = "%dag config plan_max_steps=14"
     page, text = run_html(run), run_markdown(run)
     assert page.count(note) == 2 and page.count(hint) == 2  # in its round and beside the answer
+    assert "<summary>Round 1 · 2 of 14 planned steps" in page
     assert page.index(note, page.index("<summary>Round 1")) < page.index("<b>Answer</b>") < page.rindex(note)
     assert "check &lt;b&gt;twice&lt;/b&gt;" in page and "<b>twice</b>" not in page  # the model's text, escaped
     assert note in text and f"`{hint}`" in text and text.index(note) < text.index("Forty-two.")
