@@ -269,6 +269,8 @@ class CallProgress(_Event):
     """When the call was sent: its ``LLMCall.started_at`` once it ends."""
     pieces: int = 0
     """Pieces of the reply so far (a provider streams about one token a piece)."""
+    stream: bool = False
+    """Whether pieces will come: a call that is not streamed only ends."""
 
 
 class UserAction(_Event):

@@ -138,7 +138,7 @@ class ChatModel:
             self.emit(RunWarning(message=message, round=request.round, step_id=request.step_id))
         return breaker.refusal() if breaker.open and isinstance(error, NO_ANSWER) else error
 
-    def _progress(self, request: ChatRequest, started: float, pieces: int) -> None:
+    def _progress(self, request: ChatRequest, started: float, pieces: int, *, stream: bool = False) -> None:
         if self.emit is not None:
             self.emit(
                 CallProgress(
@@ -148,6 +148,7 @@ class ChatModel:
                     step_id=request.step_id,
                     started_at=started,
                     pieces=pieces,
+                    stream=stream,
                 )
             )
 
@@ -161,7 +162,7 @@ class ChatModel:
             nonlocal last
             if time.monotonic() - last >= PROGRESS_SECONDS:
                 last = time.monotonic()
-                self._progress(request, started, pieces)
+                self._progress(request, started, pieces, stream=True)
 
         return tell
 

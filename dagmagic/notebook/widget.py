@@ -479,6 +479,7 @@ def _live_calls(run: DagRun) -> list[dict[str, Any]]:
             "step_id": progress.step_id,
             "started_at": progress.started_at,
             "tokens": progress.pieces,
+            "stream": progress.stream,
         }
         for progress in sorted(run.calls_under_way.values(), key=lambda p: p.started_at)
     ]

@@ -73,6 +73,7 @@ export function renderRound(round, state, expanded, selected, isLatest, actions)
  */
 function arrived(call) {
   if (!call) return "";
+  if (!call.stream) return "waiting for the model's whole reply";
   return call.tokens ? `${tokenCount(call.tokens)} so far` : "waiting for the model's first token";
 }
 

@@ -148,6 +148,7 @@ function normalizeLiveCall(call) {
     step_id: optionalText(c.step_id),
     started_at: num(c.started_at) ?? 0,
     tokens: num(c.tokens) ?? 0,
+    stream: c.stream !== false,
   };
 }
 

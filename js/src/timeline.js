@@ -92,7 +92,11 @@ export function timelineOf(state) {
       purposeRows.set(call.purpose, row);
       labels.push(call.purpose);
     }
-    const arrived = call.tokens ? ` · ${call.tokens} tokens so far` : " · waiting for the first token";
+    const arrived = call.tokens
+      ? ` · ${call.tokens} tokens so far`
+      : call.stream
+        ? " · waiting for the first token"
+        : "";
     bars.push({
       row,
       start: call.started_at,

@@ -130,6 +130,7 @@
  * @property {string | null} step_id
  * @property {number} started_at  epoch seconds when it was sent
  * @property {number} tokens  pieces of its reply so far (about a token each); 0 before the first
+ * @property {boolean} stream  whether pieces will come (a call not streamed only ends)
  */
 
 /**

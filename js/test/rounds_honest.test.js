@@ -95,7 +95,7 @@ describe("a long model call", () => {
     round.nodes = round.nodes.slice(0, 2);
     Object.assign(state, { phase: "planning", phase_since: state.now - 4 });
     state.live_calls = [
-      { purpose: "plan", model: "m", round: 2, step_id: null, started_at: state.now - 4, tokens: 57 },
+      { purpose: "plan", model: "m", round: 2, step_id: null, started_at: state.now - 4, tokens: 57, stream: true },
     ];
     return state;
   }
@@ -120,6 +120,9 @@ describe("a long model call", () => {
     model.set("live_calls", [{ ...state.live_calls[0], tokens: 212 }]);
     await nextRedraw();
     expect(one(el, ".dagmagic-planning").textContent).toBe("Planning round 2… 212 tokens so far");
+    model.set("live_calls", [{ ...state.live_calls[0], tokens: 0, stream: false }]); // a plan asked for whole
+    await nextRedraw();
+    expect(one(el, ".dagmagic-planning").textContent).toBe("Planning round 2… waiting for the model's whole reply");
   });
 
   it("judges only while the run judges, counting the verdict's tokens", async () => {

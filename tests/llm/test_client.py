@@ -299,7 +299,7 @@ async def test_a_call_under_way_tells_what_has_arrived_so_far_at_a_bounded_rate(
     assert all(gap >= PROGRESS_SECONDS * 0.9 for gap in gaps)
     first = progress[0]
     assert isinstance(first, CallProgress) and first.started_at == recorded.call.started_at  # the same call
-    assert (first.purpose, first.round, first.step_id, first.model) == ("plan", 1, None, "scripted")
+    assert (first.purpose, first.round, first.step_id, first.model, first.stream) == ("plan", 1, None, "scripted", True)
 
 
 async def test_a_call_the_run_waits_on_is_told_when_sent_a_steps_call_is_not() -> None:
@@ -310,3 +310,4 @@ async def test_a_call_the_run_waits_on_is_told_when_sent_a_steps_call_is_not() -
     await model.chat(HELLO, purpose="analyze", round=1)
     await model.chat(HELLO, purpose="step", round=1, step_id="s1")
     assert [type(e) for e in events] == [CallProgress, LLMCallRecorded, LLMCallRecorded]
+    assert isinstance(events[0], CallProgress) and not events[0].stream  # no pieces will come: the reply is whole

@@ -446,6 +446,7 @@ async def test_a_long_plan_call_shows_what_has_arrived_while_it_streams() -> Non
     assert (
         seen
         and {call["round"] for call in seen} == {1}
+        and all(call["stream"] for call in seen)
         and seen[0]["started_at"] == next(c for c in run.calls if c.purpose == "plan").started_at
     )
     tokens = [call["tokens"] for call in seen]
