@@ -16,7 +16,9 @@ from dagmagic.models import (
     Decision,
     ExecutionPlan,
     LLMCall,
+    PlanCut,
     PlanStep,
+    Purpose,
     RunPhase,
     RunStatus,
     StepStatus,
@@ -29,6 +31,7 @@ __all__ = [
     "AnswerDelta",
     "AnswerReady",
     "ApprovalRequested",
+    "CallProgress",
     "Event",
     "LLMCallRecorded",
     "PhaseChanged",
@@ -254,6 +257,25 @@ class LLMCallRecorded(_Event):
     call: LLMCall
 
 
+class CallProgress(_Event):
+    """An LLM call under way: sent, and how much of its reply has arrived (a stream's pieces, told at most every
+    ``dagmagic.llm.client.PROGRESS_SECONDS``), so a long call reads as work, not a hang. Not saved: the call's
+    record (``llm_call``) follows it.
+    """
+
+    type: Literal["call_progress"] = "call_progress"
+    purpose: Purpose
+    model: str
+    round: int | None = None
+    step_id: str | None = None
+    started_at: float
+    """When the call was sent: its ``LLMCall.started_at`` once it ends."""
+    pieces: int = 0
+    """Pieces of the reply so far (a provider streams about one token a piece)."""
+    stream: bool = False
+    """Whether pieces will come: a call that is not streamed only ends."""
+
+
 class UserAction(_Event):
     """The run took one of the user's messages (``dagmagic.messages``): recorded once, by its inbox."""
 
@@ -272,6 +294,8 @@ class RunWarning(_Event):
     message: str
     round: int | None = None
     step_id: str | None = None
+    plan_cut: PlanCut | None = None
+    """The round's plan was cut to ``plan_max_steps``: the views say so where the user looks, not as a note."""
 
     @field_validator("message")
     @classmethod
@@ -303,6 +327,7 @@ Event = Annotated[
     | AnswerReady
     | RunFinished
     | LLMCallRecorded
+    | CallProgress
     | UserAction
     | RunWarning,
     Field(discriminator="type"),

@@ -489,6 +489,21 @@ class LLMCall(BaseModel):
         return _html_table(rows)
 
 
+class PlanCut(BaseModel):
+    """A plan longer than ``plan_max_steps``, even when asked again: only its first steps ran."""
+
+    planned: int
+    """How many steps the planner wrote."""
+    kept: int
+    """How many ran: the first ``plan_max_steps``."""
+    dropped: list[str] = Field(default_factory=list)
+    """The tasks of the steps that were dropped, in plan order."""
+
+    def describe(self) -> str:
+        """The cut in one sentence."""
+        return f"The plan had {self.planned} steps: only the first {self.kept} ran (plan_max_steps)."
+
+
 class RoundRecord(BaseModel):
     """One plan-execute-analyze round."""
 
@@ -514,13 +529,22 @@ class RoundRecord(BaseModel):
     """Where the plan stands when plans wait for the user's approval (None when they do not)."""
     follow_ups: list[str] = Field(default_factory=list)
     """The user's follow-ups this round's plan was the first to see."""
+    plan_cut: PlanCut | None = None
+    """The planner wrote more steps than ``plan_max_steps`` allows, twice: what was cut."""
 
 
 class StepChange(BaseModel):
     """How one step differs between two rounds."""
 
     id: str
-    change: Literal["added", "removed", "changed"]
+    """The step's id in the round it is in (``round``)."""
+    change: Literal["added", "removed", "changed", "reused"]
+    """``reused``: a step of an earlier round whose result the later round uses (``r1.s3``) without running it."""
+    round: int | None = None
+    """The round the step is in: the later one for ``added`` and ``changed``, the earlier one for ``removed``,
+    the round whose result is used for ``reused``."""
+    was: str | None = None
+    """For ``changed``: the step's id in the earlier round, when a replan gave it another."""
     fields: list[str] = Field(default_factory=list)
     """For ``changed``: which of task, dependencies, model, status, result differ."""
     before: dict[str, Any] = Field(default_factory=dict)
@@ -528,64 +552,142 @@ class StepChange(BaseModel):
     after: dict[str, Any] = Field(default_factory=dict)
     """And in the second."""
 
+    @property
+    def ref(self) -> str:
+        """How the later round names the step: its id, or ``rN.id`` for a step of another round."""
+        return f"r{self.round}.{self.id}" if self.change == "reused" else self.id
+
 
 _COMPARED = ("task", "dependencies", "model", "status", "result")
 
 
 class RoundDiff(BaseModel):
     """What changed between two rounds of a run (``run.diff(a, b)``): a re-run against the round it re-ran,
-    or a replan against the round before it. Steps are matched by id.
+    or a replan against the round before it.
+
+    Steps are matched by what they are (task, tool and its arguments), not by id: a replan numbers its steps
+    afresh, so its ``s3`` is often not the earlier ``s3``. Only rounds where ids keep their meaning (a re-run
+    and the round it re-ran) also pair the steps left over by id, so that a re-run with an edited task shows
+    as that step changed. An earlier step the later round depends on (``r1.s3``) is ``reused``, not removed.
     """
 
     a: int
     b: int
     changes: list[StepChange] = Field(default_factory=list)
     unchanged: list[str] = Field(default_factory=list)
+    """Ids (in round ``b``) of the steps that did not change."""
+    renamed: dict[str, str] = Field(default_factory=dict)
+    """Step id in round ``b`` -> its id in round ``a``, for matched steps a replan numbered differently."""
 
     @classmethod
-    def between(cls, first: RoundRecord, second: RoundRecord) -> RoundDiff:
-        """Compare ``first`` with ``second``."""
-        old = {step.id: step for step in first.plan.steps}
-        new = {step.id: step for step in second.plan.steps}
+    def between(cls, first: RoundRecord, second: RoundRecord, *, same_ids: bool | None = None) -> RoundDiff:
+        """Compare ``first`` with ``second``. ``same_ids``: whether an id names the same step in both (default:
+        when ``second`` re-ran ``first``).
+        """
+        if same_ids is None:
+            same_ids = second.rerun_of == first.index
+        pairs = _matched(first.plan.steps, second.plan.steps, same_ids=same_ids)
+        old_ids = {old.id: new.id for old, new in pairs.values()}
+        reused_refs = [d for step in second.plan.steps for d in step.dependencies if split_round_reference(d)]
         changes: list[StepChange] = []
         unchanged: list[str] = []
-        for sid, step in new.items():
-            before = old.get(sid)
-            if before is None:
-                changes.append(StepChange(id=sid, change="added", after=step.model_dump(include=set(_COMPARED))))
+        renamed: dict[str, str] = {}
+        for step in second.plan.steps:
+            pair = pairs.get(step.id)
+            if pair is None:
+                after = step.model_dump(include=set(_COMPARED))
+                changes.append(StepChange(id=step.id, change="added", round=second.index, after=after))
                 continue
-            fields = [name for name in _COMPARED if getattr(before, name) != getattr(step, name)]
+            before = _renumbered(pair[0], old_ids, first.index)
+            fields = [name for name in _COMPARED if _value(before, name) != _value(step, name)]
+            was = pair[0].id if pair[0].id != step.id else None
             if fields:
                 changes.append(
                     StepChange(
-                        id=sid,
+                        id=step.id,
                         change="changed",
+                        round=second.index,
+                        was=was,
                         fields=fields,
-                        before={name: getattr(before, name) for name in fields},
+                        before={name: getattr(pair[0], name) for name in fields},
                         after={name: getattr(step, name) for name in fields},
                     )
                 )
             else:
-                unchanged.append(sid)
+                unchanged.append(step.id)
+                if was is not None:
+                    renamed[step.id] = was
+        for ref in dict.fromkeys(reused_refs):
+            index, sid = split_round_reference(ref) or (0, "")
+            changes.append(StepChange(id=sid, change="reused", round=index))
+        reused = {(c.round, c.id) for c in changes if c.change == "reused"}
         changes += [
-            StepChange(id=sid, change="removed", before=step.model_dump(include=set(_COMPARED)))
-            for sid, step in old.items()
-            if sid not in new
+            StepChange(id=step.id, change="removed", round=first.index, before=step.model_dump(include=set(_COMPARED)))
+            for step in first.plan.steps
+            if step.id not in old_ids and (first.index, step.id) not in reused
         ]
-        return cls(a=first.index, b=second.index, changes=changes, unchanged=unchanged)
+        return cls(a=first.index, b=second.index, changes=changes, unchanged=unchanged, renamed=renamed)
 
     def _repr_markdown_(self) -> str:
         lines = [f"**Round {self.a} → round {self.b}**", "", "| step | change | before | after |", "|---|---|---|---|"]
         for change in self.changes:
             what = change.change if change.change != "changed" else ", ".join(change.fields)
-            lines.append(f"| {change.id} | {what} | {_cell(change.before)} | {_cell(change.after)} |")
+            name = change.ref + (f" (was {change.was})" if change.was else "")
+            lines.append(f"| {name} | {what} | {_cell(change.before)} | {_cell(change.after)} |")
         if self.unchanged:
-            lines += ["", f"Unchanged: {', '.join(self.unchanged)}"]
+            names = [sid + (f" (was {self.renamed[sid]})" if sid in self.renamed else "") for sid in self.unchanged]
+            lines += ["", f"Unchanged: {', '.join(names)}"]
         return "\n".join(lines)
 
     def __str__(self) -> str:
-        parts = [f"{c.id} {c.change}" + (f" ({', '.join(c.fields)})" if c.fields else "") for c in self.changes]
+        parts = [f"{c.ref} {c.change}" + _detail(c) for c in self.changes]
         return f"round {self.a} -> {self.b}: " + ("; ".join(parts) or "no step changed")
+
+
+def _detail(change: StepChange) -> str:
+    """`` (was s3)``, `` (task, result)``: what a change's one line adds to its id and kind."""
+    was = f" (was {change.was})" if change.was else ""
+    return was + (f" ({', '.join(change.fields)})" if change.fields else "")
+
+
+def _identity(step: PlanStep) -> tuple[str, str | None, str]:
+    """What a step is, whatever its id: its task (case and spacing aside), its tool and the tool's arguments."""
+    args = "" if step.tool_args is None else repr(sorted(step.tool_args.items()))
+    return _value(step, "task"), step.tool_hint, args
+
+
+def _value(step: PlanStep, name: str) -> Any:
+    """A compared field's value: a task by its words (a replan that only re-cased it did not change it)."""
+    value = getattr(step, name)
+    return " ".join(value.lower().split()) if name == "task" else value
+
+
+def _matched(old: list[PlanStep], new: list[PlanStep], *, same_ids: bool) -> dict[str, tuple[PlanStep, PlanStep]]:
+    """New step id -> (old step, new step) for the steps that are the same in both: the same identity (the same
+    id preferred among equals), then, when ``same_ids``, what is left with the same id.
+    """
+    pairs: dict[str, tuple[PlanStep, PlanStep]] = {}
+    free = list(old)
+    for step in new:
+        alike = [o for o in free if _identity(o) == _identity(step)]
+        if alike:
+            match = next((o for o in alike if o.id == step.id), alike[0])
+            free.remove(match)
+            pairs[step.id] = (match, step)
+    if same_ids:
+        by_id = {o.id: o for o in free}
+        for step in new:
+            if step.id not in pairs and step.id in by_id:
+                pairs[step.id] = (by_id.pop(step.id), step)
+    return pairs
+
+
+def _renumbered(step: PlanStep, new_ids: dict[str, str], index: int) -> PlanStep:
+    """An earlier round's step with its dependencies named as the later round names them: a matched step by its
+    new id, another one of that round by ``rN.id`` (which is how the later round would reuse it).
+    """
+    dependencies = [new_ids.get(d, d if split_round_reference(d) else f"r{index}.{d}") for d in step.dependencies]
+    return step.model_copy(update={"dependencies": dependencies})
 
 
 def _cell(values: dict[str, Any]) -> str:

@@ -29,6 +29,7 @@ SAMPLES: list[events.Event] = [
     events.AnswerReady(answer="Paris", fallback=True, partial=True),
     events.RunFinished(status="done", achieved=True, confidence=0.9),
     events.LLMCallRecorded(call=LLMCall(purpose="analyze", model="m")),
+    events.CallProgress(purpose="plan", model="m", round=1, started_at=1.5, pieces=40, stream=True),
     events.UserAction(action="follow_up", text="also Spain"),
     events.RunWarning(message="dropped dependency s9"),
 ]

@@ -9,6 +9,7 @@ from dagmagic.models import (
     ExecutionPlan,
     LLMCall,
     PlanStep,
+    RoundDiff,
     RoundRecord,
     RunState,
     ToolCallRecord,
@@ -141,3 +142,59 @@ def test_run_usage_is_the_sum_of_its_calls() -> None:
     usage = RunState(run_id="r", goal="g", calls=calls).usage
     assert (usage.input_tokens, usage.output_tokens, usage.requests) == (12, 3, 2)
     assert usage.cost == pytest.approx(0.3)
+
+
+def _round(index: int, *steps: PlanStep, rerun_of: int | None = None) -> RoundRecord:
+    return RoundRecord(index=index, plan=ExecutionPlan(goal="g", steps=list(steps), round=index), rerun_of=rerun_of)
+
+
+def _done(sid: str, task: str, *dependencies: str, result: str = "r") -> PlanStep:
+    return PlanStep(id=sid, task=task, dependencies=list(dependencies), status="completed", result=result)
+
+
+def test_a_diff_matches_steps_by_what_they_are_not_by_their_ids() -> None:
+    first = _round(
+        1,
+        _done("s1", "Find the population", result="2.1M"),
+        _done("s2", "Find the area", result="105 km2"),
+        PlanStep(id="s3", task="Divide them", dependencies=["s1", "s2"], status="skipped"),
+    )
+    # a follow-up's round: its s1 is round 1's s2 again, its s2 a new step on round 1's s1 (reused, not redone)
+    second = _round(
+        2,
+        _done("s1", "find the  area", result="105 km2"),
+        _done("s2", "Give the density in base 13", "r1.s1", "s1"),
+    )
+    diff = RoundDiff.between(first, second)
+    changes = {(c.round, c.id): (c.change, c.was) for c in diff.changes}
+    assert changes == {
+        (2, "s2"): ("added", None),
+        (1, "s1"): ("reused", None),  # round 2 depends on r1.s1: its result is used, not removed
+        (1, "s3"): ("removed", None),  # really gone
+    }
+    assert diff.unchanged == ["s1"] and diff.renamed == {"s1": "s2"}  # the same step, renumbered
+    assert str(diff) == "round 1 -> 2: s2 added; r1.s1 reused; s3 removed"
+    markdown = diff._repr_markdown_()
+    assert "| r1.s1 | reused |" in markdown and "| s3 | removed |" in markdown and "s1 (was s2)" in markdown
+
+
+def test_a_rerun_with_an_edited_task_is_the_same_step_changed() -> None:
+    first = _round(1, _done("s1", "a"), _done("s2", "double it", "s1"), _done("s3", "report", "s2"))
+    second = _round(
+        2, _done("s1", "a"), _done("s2", "triple it", "s1", result="t"), _done("s3", "report", "s2", result="u"),
+        rerun_of=1,
+    )  # fmt: skip
+    diff = RoundDiff.between(first, second)
+    assert [(c.id, c.change, c.fields) for c in diff.changes] == [
+        ("s2", "changed", ["task", "result"]),
+        ("s3", "changed", ["result"]),
+    ]
+    assert diff.unchanged == ["s1"]
+
+
+def test_a_renumbered_step_whose_dependencies_were_renumbered_too_is_unchanged() -> None:
+    first = _round(1, _done("s1", "x"), _done("s2", "y", "s1"))
+    second = _round(2, _done("s1", "z"), _done("s2", "x"), _done("s3", "y", "s2"))
+    diff = RoundDiff.between(first, second)
+    assert [(c.id, c.change) for c in diff.changes] == [("s1", "added")]
+    assert diff.unchanged == ["s2", "s3"] and diff.renamed == {"s2": "s1", "s3": "s2"}

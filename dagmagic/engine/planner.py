@@ -34,7 +34,7 @@ from dagmagic.errors import PlanningError, StructuredOutputError
 from dagmagic.events import Event, RunWarning
 from dagmagic.llm import ChatModel, extract_json, structured_llm_call
 from dagmagic.llm.registry import STANDARD_ROLES
-from dagmagic.models import ExecutionPlan, PlanStep, split_round_reference
+from dagmagic.models import ExecutionPlan, PlanCut, PlanStep, split_round_reference
 from dagmagic.settings import DagSettings
 
 __all__ = [
@@ -625,6 +625,7 @@ class Planner:
         if problem is None:
             return ExecutionPlan(goal=goal or query, query=query, steps=steps, round=round)
         self._warn(f"the plan was still unusable after one correction ({problem}); repaired it", round)
+        drafts = self._cut(drafts, round)
         steps = repair_steps(
             drafts,
             max_steps=self.settings.plan_max_steps,
@@ -677,3 +678,15 @@ class Planner:
     def _warn(self, message: str, round: int) -> None:
         if self.emit is not None:
             self.emit(RunWarning(message=message, round=round))
+
+    def _cut(self, drafts: list[StepDraft], round: int) -> list[StepDraft]:
+        """The first ``plan_max_steps`` drafts; a cut is told as data (``PlanCut``), for the views to show."""
+        limit = self.settings.plan_max_steps
+        if len(drafts) <= limit:
+            return drafts
+        dropped = ", ".join(draft.id for draft in drafts[limit:])
+        cut = PlanCut(planned=len(drafts), kept=limit, dropped=[draft.task for draft in drafts[limit:]])
+        message = f"the plan had {len(drafts)} steps: kept the first {limit}, dropped {dropped}"
+        if self.emit is not None:
+            self.emit(RunWarning(message=message, round=round, plan_cut=cut))
+        return drafts[:limit]

@@ -30,6 +30,19 @@ STOPPED_BY_YOU: Final = "stopped by you"
 """How every view names the status of a run the user's Stop ended (its ``status`` stays ``done``)."""
 
 
+def _rerun_of(rounds: dict[int, RoundRecord], later: int, earlier: int) -> bool:
+    """Whether round ``later`` comes from round ``earlier`` by re-runs (its steps are copies keeping their ids)."""
+    seen: set[int] = set()
+    index: int | None = later
+    while index is not None and index not in seen:
+        if index == earlier:
+            return True
+        seen.add(index)
+        record = rounds.get(index)
+        index = record.rerun_of if record is not None else None
+    return False
+
+
 class RunQueries:
     """Read-only queries over ``state``, a run's state."""
 
@@ -37,14 +50,14 @@ class RunQueries:
     events: list[Event]
 
     def diff(self, a: int, b: int) -> RoundDiff:
-        """What changed between rounds ``a`` and ``b`` (1-based): steps added, removed, or with another task,
-        dependencies, model, status or result.
+        """What changed between rounds ``a`` and ``b`` (1-based): steps added, removed, reused (``rN.id``), or
+        with another task, dependencies, model, status or result; steps are matched by what they are.
         """
         rounds = {record.index: record for record in self.rounds}
         missing = [index for index in (a, b) if index not in rounds]
         if missing:
             raise DagError(f"no round {missing[0]}; this run has rounds 1 to {len(self.rounds)}")
-        return RoundDiff.between(rounds[a], rounds[b])
+        return RoundDiff.between(rounds[a], rounds[b], same_ids=_rerun_of(rounds, b, a))
 
     @property
     def run_id(self) -> str:

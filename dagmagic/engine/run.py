@@ -16,7 +16,16 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 from dagmagic.engine.inbox import Inbox
 from dagmagic.engine.queries import RunQueries
 from dagmagic.errors import DagError, RunFailedError
-from dagmagic.events import Event, LLMCallRecorded, PlanReady, RunFinished, RunWarning, StepPaused, StepPlanned
+from dagmagic.events import (
+    CallProgress,
+    Event,
+    LLMCallRecorded,
+    PlanReady,
+    RunFinished,
+    RunWarning,
+    StepPaused,
+    StepPlanned,
+)
 from dagmagic.llm.registry import STANDARD_ROLES, ModelRegistry
 from dagmagic.llm.secrets import mask_secrets
 from dagmagic.messages import (
@@ -38,6 +47,7 @@ from dagmagic.models import (
     ExecutionPlan,
     LLMCall,
     PlanStep,
+    RoundRecord,
     RunState,
 )
 
@@ -90,6 +100,9 @@ class DagRun(RunQueries):
         self.warnings: list[str] = [event.message for event in self.events if _about_the_whole_run(event)]
         """What the user should know about the whole run (it is not saved, code runs without a sandbox, a model
         did not answer); a round's and a step's warnings are on the round and the step."""
+        self.calls_under_way: dict[tuple[str, int | None, str | None, float], CallProgress] = {}
+        """The run's own LLM calls sent and not ended yet, by (purpose, round, step, when sent): how much of each
+        reply has arrived."""
         self.exception: BaseException | None = None
         """The unexpected exception that failed the run, if one did (the run's ``error`` describes it)."""
         self.read_only = read_only
@@ -134,8 +147,8 @@ class DagRun(RunQueries):
 
     def _fold(self, event: Event) -> None:
         """What the run keeps from an event besides the event itself."""
-        if isinstance(event, LLMCallRecorded):  # a subrun's calls count here too, under their step path
-            self._record_call(event.call)
+        if isinstance(event, LLMCallRecorded | CallProgress):
+            self._fold_call(event)
         elif event.depth:  # the rest of a subrun's events are its own state's
             return
         elif isinstance(event, PlanReady):
@@ -148,9 +161,18 @@ class DagRun(RunQueries):
         elif isinstance(event, RunWarning) and event.round is not None:
             for record in self.state.rounds:
                 if record.index == event.round:
-                    record.warnings.append(event.message)
+                    _fold_warning(record, event)
         elif _about_the_whole_run(event):
             self.warnings.append(event.message)
+
+    def _fold_call(self, event: LLMCallRecorded | CallProgress) -> None:
+        """A call's record (a subrun's too: it counts here, under its step path), or how far one under way is."""
+        if isinstance(event, LLMCallRecorded):
+            call = event.call
+            self._record_call(call)
+            self.calls_under_way.pop((call.purpose, call.round, call.step_id, call.started_at), None)
+        elif not event.depth:
+            self.calls_under_way[(event.purpose, event.round, event.step_id, event.started_at)] = event
 
     def save_to(self, store: RunStore, history: list[Any]) -> None:
         """Checkpoint this run to ``store`` from now on (``history``: the conversation it is planned in)."""
@@ -399,6 +421,14 @@ def _drafts(plan: ExecutionPlan | Sequence[PlanStep | Mapping[str, Any]] | None)
     if isinstance(items, Mapping):
         raise TypeError("approve() takes the plan's steps (a list), or an ExecutionPlan")
     return [item.model_dump() if isinstance(item, PlanStep) else dict(item) for item in items]
+
+
+def _fold_warning(record: RoundRecord, event: RunWarning) -> None:
+    """A round's warning: a note, or its plan cut to ``plan_max_steps`` (which the views say as such)."""
+    if event.plan_cut is not None:
+        record.plan_cut = event.plan_cut
+    else:
+        record.warnings.append(event.message)
 
 
 def _about_the_whole_run(event: Event) -> TypeGuard[RunWarning]:

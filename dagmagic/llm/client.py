@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from dagmagic import errors
-from dagmagic.events import Event, LLMCallRecorded, RunWarning
+from dagmagic.events import CallProgress, Event, LLMCallRecorded, RunWarning
 from dagmagic.llm._litellm import translate_error
 from dagmagic.llm.backend import ChatBackend, ChatRequest, ChatResponse, StreamChunk
 from dagmagic.llm.breaker import NO_ANSWER, CircuitBreaker
@@ -23,9 +23,14 @@ from dagmagic.llm.secrets import mask_secrets
 from dagmagic.models import LLMCall, Purpose, StructuredLevel, Usage
 from dagmagic.settings import DagSettings
 
-__all__ = ["ChatModel", "ChatResult", "EventSink", "as_chat_model"]
+__all__ = ["PROGRESS_SECONDS", "ChatModel", "ChatResult", "EventSink", "as_chat_model"]
 
 EventSink = Callable[[Event], object]
+PROGRESS_SECONDS = 0.25
+"""How often a stream tells how much of its reply has arrived: often enough for a counter that moves, rarely
+enough that a reply of thousands of pieces costs a few events a second."""
+_PHASE_CALLS = frozenset({"plan", "analyze", "synthesize"})
+"""The calls a phase of the run is: a view shows that one is under way even when it is not streamed."""
 
 
 class ChatResult:
@@ -133,6 +138,34 @@ class ChatModel:
             self.emit(RunWarning(message=message, round=request.round, step_id=request.step_id))
         return breaker.refusal() if breaker.open and isinstance(error, NO_ANSWER) else error
 
+    def _progress(self, request: ChatRequest, started: float, pieces: int, *, stream: bool = False) -> None:
+        if self.emit is not None:
+            self.emit(
+                CallProgress(
+                    purpose=request.purpose,
+                    model=self.name,
+                    round=request.round,
+                    step_id=request.step_id,
+                    started_at=started,
+                    pieces=pieces,
+                    stream=stream,
+                )
+            )
+
+    def _teller(self, request: ChatRequest, started: float) -> Callable[[int], None]:
+        """What tells how many pieces of a stream have arrived: at once the first time, then at most every
+        ``PROGRESS_SECONDS``.
+        """
+        last = float("-inf")
+
+        def tell(pieces: int) -> None:
+            nonlocal last
+            if time.monotonic() - last >= PROGRESS_SECONDS:
+                last = time.monotonic()
+                self._progress(request, started, pieces, stream=True)
+
+        return tell
+
     def _answered(self) -> None:
         if self.breaker is not None:
             self.breaker.answered()
@@ -175,6 +208,8 @@ class ChatModel:
         )
         self._check_breaker()  # refused before any try: no call was made, none is recorded
         started = time.time()
+        if purpose in _PHASE_CALLS:  # the whole run waits on it: said at once (steps show their own state)
+            self._progress(request, started, 0)
         retries = 0
         while True:
             try:
@@ -232,6 +267,8 @@ class ChatModel:
         )
         self._check_breaker()  # refused before any try: no call was made, none is recorded
         started = time.time()
+        tell = self._teller(request, started)
+        tell(0)
         retries = 0
         text: list[str] = []
         final: ChatResponse | None = None
@@ -257,6 +294,7 @@ class ChatModel:
                     final = chunk.final
                 elif chunk.text or chunk.tool_calls:
                     text.append(chunk.text)
+                    tell(len(text))
                     yield chunk
                 chunk = await self._next(pieces)
         except asyncio.CancelledError:

@@ -97,11 +97,15 @@ def config(notebook: NotebookSession, rest: str) -> None:
             raise UsageError(f"%dag config takes key=value pairs, got {pair!r}")
         if key not in DagSettings.model_fields:
             raise UsageError(f"unknown setting {key!r}; see the README's configuration table")
+        before = DagSettings(**notebook.overrides)
         try:
-            DagSettings(**{**notebook.overrides, key: value})
+            after = DagSettings(**{**notebook.overrides, key: value})
         except ConfigurationError as exc:
             raise UsageError(str(exc)) from None
         notebook.overrides[key] = value
+        was, now = getattr(before, key), getattr(after, key)
+        change = f"(was {was!r})" if was != now else "(unchanged)"
+        print(f"{key} = {now!r} {change}: from the next %%dag cell on.")
 
 
 # --- runs: listing, showing, comparing

@@ -22,7 +22,7 @@ import nh3
 from markdown_it import MarkdownIt
 
 from dagmagic.engine.run import DagRun
-from dagmagic.models import ExecutionPlan, PlanStep, RoundRecord
+from dagmagic.models import ExecutionPlan, PlanCut, PlanStep, RoundRecord
 from dagmagic.notebook.layout import layout
 from dagmagic.notebook.tool_steps import call_text, direct_call, fell_back, is_tool_step
 
@@ -117,6 +117,8 @@ def run_markdown(run: DagRun) -> str:
         lines += ["| step | status | task | model | s | result |", "|---|---|---|---|---|---|"]
         lines += ["| " + " | ".join(_md(cell) for cell in row) + " |" for row in rows]
         lines.append("")
+    # our own words and numbers only: no escaping needed (and none wanted inside the code span)
+    lines += [f"**⚠ {cut.describe()}** To allow more: `{cut_hint(cut)}`\n" for cut in _cuts(run)]
     if run.answer:
         note = _answer_note(run)
         title = f"**Answer** ({note})" if note else "**Answer**"
@@ -134,7 +136,9 @@ def run_html(run: DagRun) -> str:
     rounds = "".join(_round_html(record, open_=record.index == latest) for record in run.rounds)
     note = _answer_note(run)
     title = f"<b>Answer</b> ({html.escape(note)})" if note else "<b>Answer</b>"
-    answer = f"<div>{title}{markdown_html(_images_as_links(_static_answer(run.answer)))}</div>" if run.answer else ""
+    cuts = "".join(_cut_html(cut) for cut in _cuts(run))
+    answer_html = markdown_html(_images_as_links(_static_answer(run.answer)))
+    answer = f"<div>{title}{cuts}{answer_html}</div>" if run.answer else ""
     warnings = "".join(f"<li>{e(_cap(warning, 1000))}</li>" for warning in run.warnings)
     return (
         f'<div class="dagmagic-static"><p><b>dagmagic</b> · {e(run.goal)}</p>'
@@ -146,6 +150,8 @@ def _round_html(record: RoundRecord, *, open_: bool) -> str:
     e = html.escape
     steps = record.plan.steps
     label = f"Round {record.index} · {_steps(len(steps))}"
+    if record.plan_cut is not None:
+        label = f"Round {record.index} · {len(steps)} of {record.plan_cut.planned} planned steps"
     if record.rerun_of is not None:
         label += f" · re-run of round {record.rerun_of} ({record.rerun_step})"
     if record.analysis is not None:
@@ -154,6 +160,9 @@ def _round_html(record: RoundRecord, *, open_: bool) -> str:
     parts = [f"<summary>{e(label)}</summary>"]
     if record.error:
         parts.append(f"<p>{e(record.error)}</p>")
+    if record.plan_cut is not None:
+        dropped = "; ".join(_short(task) for task in record.plan_cut.dropped[:20])
+        parts.append(_cut_html(record.plan_cut, f"Dropped: {dropped}" if dropped else ""))
     if steps:
         parts.append(f"<p>{picture(record.plan, _caption(record))}</p>")
         parts += [_step_html(step) for step in steps]
@@ -174,6 +183,22 @@ def _caption(record: RoundRecord) -> str:
 
 def _steps(count: int) -> str:
     return f"{count} step{'' if count == 1 else 's'}"
+
+
+def cut_hint(cut: PlanCut) -> str:
+    """The command that lets a plan of this many steps run whole."""
+    return f"%dag config plan_max_steps={cut.planned}"
+
+
+def _cuts(run: DagRun) -> list[PlanCut]:
+    """The cuts of the plans the answer comes from (every round's: a later round reuses earlier results)."""
+    return [record.plan_cut for record in run.rounds if record.plan_cut is not None]
+
+
+def _cut_html(cut: PlanCut, more: str = "") -> str:
+    e = html.escape
+    extra = f"<br>{e(more)}" if more else ""
+    return f"<p><b>⚠ {e(cut.describe())}</b> To allow more: <code>{e(cut_hint(cut))}</code>{extra}</p>"
 
 
 def _step_html(step: PlanStep) -> str:

@@ -50,12 +50,21 @@ def _own(event: Event) -> str | None:
         note = "(partial answer: the run was stopped before it finished)\n" if event.partial else ""
         return f"\n{note}{event.answer}\n"
     if isinstance(event, RunWarning):
-        where = f"[round {event.round}] " if event.round is not None else ""
-        return f"{where}warning: {event.message}"
+        return _warning_line(event)
     if isinstance(event, RunFinished):
         status = STOPPED_BY_YOU if event.stopped_by_user else event.status
         return f"[{status}] achieved={event.achieved} confidence={event.confidence:.2f}"
     return None
+
+
+def _warning_line(event: RunWarning) -> str:
+    where = f"[round {event.round}] " if event.round is not None else ""
+    line = f"{where}warning: {event.message}"
+    cut = event.plan_cut
+    if cut is None:
+        return line
+    n = cut.planned
+    return f"{line} (to allow more: DAG_PLAN_MAX_STEPS={n}, or %dag config plan_max_steps={n} in a notebook)"
 
 
 def print_progress(event: Event) -> None:

@@ -83,6 +83,8 @@ class DagWidget(anywidget.AnyWidget):
     usage = traitlets.Dict().tag(sync=True)
     rounds: traitlets.List[dict[str, Any]] = traitlets.List().tag(sync=True)
     calls: traitlets.List[dict[str, Any]] = traitlets.List().tag(sync=True)
+    live_calls: traitlets.List[dict[str, Any]] = traitlets.List().tag(sync=True)
+    """LLM calls under way (sent, not ended): how much of each reply has arrived."""
     now = traitlets.Float(0.0).tag(sync=True)
     started_at = traitlets.Float(0.0).tag(sync=True)
     phase_since = traitlets.Float(0.0).tag(sync=True)
@@ -322,6 +324,7 @@ def widget_state(run: DagRun) -> dict[str, Any]:
             _call_state(call, index)
             for index, call in enumerate(run.calls[-TRACE_CALLS:], start=max(len(run.calls) - TRACE_CALLS, 0))
         ],
+        "live_calls": _live_calls(run),
         "phase_since": _phase_since(run),
         "stopped_by_user": run.stopped_by_user,
         "now": _now(run),
@@ -386,6 +389,7 @@ def _round_state(record: RoundRecord, run: DagRun) -> dict[str, Any]:
         "diff": _diff_state(run, record),
         "error": record.error,
         "warnings": [_cap(warning, NOTE_CHARS) for warning in record.warnings[-WARNINGS:]],
+        "plan_cut": _plan_cut_state(record),
         "nodes": [
             {
                 **_step_state(step),
@@ -421,6 +425,15 @@ def _reused(run: DagRun, record: RoundRecord) -> dict[str, int]:
     return {step.id: earlier.get(step.id, record.rerun_of) for step in record.plan.steps if step.id not in again}
 
 
+def _plan_cut_state(record: RoundRecord) -> dict[str, Any] | None:
+    """How much of the round's plan was cut (``plan_max_steps``), the dropped tasks shortened."""
+    cut = record.plan_cut
+    if cut is None:
+        return None
+    dropped = [_cap(task, 200) for task in cut.dropped[:WARNINGS]]
+    return {"planned": cut.planned, "kept": cut.kept, "dropped": dropped}
+
+
 def _diff_base(run: DagRun, record: RoundRecord) -> int | None:
     """The round a round is compared with: the one it re-ran, or for a follow-up's round the round before."""
     if record.rerun_of is not None:
@@ -436,7 +449,10 @@ def _diff_state(run: DagRun, record: RoundRecord) -> list[dict[str, Any]] | None
     if base is None:
         return None
     diff = run.diff(base, record.index)
-    return [{"id": change.id, "change": change.change, "fields": change.fields} for change in diff.changes]
+    return [
+        {"id": change.id, "change": change.change, "fields": change.fields, "round": change.round, "was": change.was}
+        for change in diff.changes
+    ]
 
 
 def _paused_state(run: DagRun, step: PlanStep, latest: bool) -> dict[str, Any]:
@@ -510,6 +526,24 @@ def _phase_since(run: DagRun) -> float:
         if event.type == "phase_changed" and not event.depth:
             return event.at
     return run.state.started_at
+
+
+def _live_calls(run: DagRun) -> list[dict[str, Any]]:
+    """The run's calls under way, oldest first, while it runs (a call cut off by a dead kernel never ends)."""
+    if run.status != "running":
+        return []
+    return [
+        {
+            "purpose": progress.purpose,
+            "model": progress.model,
+            "round": progress.round,
+            "step_id": progress.step_id,
+            "started_at": progress.started_at,
+            "tokens": progress.pieces,
+            "stream": progress.stream,
+        }
+        for progress in sorted(run.calls_under_way.values(), key=lambda p: p.started_at)
+    ]
 
 
 def _call_state(call: LLMCall, index: int) -> dict[str, Any]:

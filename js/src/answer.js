@@ -21,6 +21,8 @@ export function createAnswer({ signal } = {}) {
   const unreached = h("div", { class: "dagmagic-answer-unreached", hidden: true }, [
     "Goal not reached: this answer is written from what the run completed, and says what is missing.",
   ]);
+  // a plan cut to plan_max_steps: the answer comes from part of what was planned, which the user must know here
+  const cut = h("div", { class: "dagmagic-answer-cut", role: "note", hidden: true });
   const body = h("div", { class: "dagmagic-answer-body dagmagic-markdown" });
   const copy = copyButton("the answer (Markdown)");
   const el = h("section", { class: "dagmagic-answer", "aria-label": "Answer", hidden: true }, [
@@ -28,10 +30,12 @@ export function createAnswer({ signal } = {}) {
     partial,
     unreached,
     note,
+    cut,
     body,
   ]);
   /** @type {string | null} */
   let shown = null;
+  let shownCut = "";
 
   copy.addEventListener("click", () => void copyText(copy, shown ?? "", body), { signal });
 
@@ -41,6 +45,13 @@ export function createAnswer({ signal } = {}) {
     note.hidden = !state.answer_fallback;
     partial.hidden = !state.answer_partial;
     unreached.hidden = !state.answer_unreached;
+    const cuts = state.rounds.filter((round) => round.plan_cut);
+    const key = JSON.stringify(cuts.map((round) => [round.index, round.plan_cut]));
+    if (key !== shownCut) {
+      shownCut = key;
+      cut.replaceChildren(...cuts.map(cutLine));
+      cut.hidden = !cuts.length;
+    }
     el.classList.toggle("dagmagic-answer--streaming", state.status === "running" && Boolean(state.answer));
     if (state.answer !== shown) {
       shown = state.answer;
@@ -50,4 +61,17 @@ export function createAnswer({ signal } = {}) {
   }
 
   return { el, update };
+}
+
+/**
+ * "This answer comes from 6 of the 14 steps planned in round 1 (plan_max_steps). To allow more: ..."
+ * @param {import("./types.js").Round} round  one whose plan was cut
+ */
+function cutLine(round) {
+  const { planned, kept } = /** @type {import("./types.js").PlanCut} */ (round.plan_cut);
+  return h("p", {}, [
+    `This answer comes from ${kept} of the ${planned} steps planned in round ${round.index} (plan_max_steps). `,
+    "To allow more: ",
+    h("code", {}, [`%dag config plan_max_steps=${planned}`]),
+  ]);
 }

@@ -4,7 +4,7 @@
 
 import { h } from "./dom.js";
 import { formatCost, formatDuration, formatInt } from "./format.js";
-import { phaseElapsed, runElapsed } from "./state.js";
+import { phaseCall, phaseElapsed, runElapsed, tokenCount } from "./state.js";
 
 /** @typedef {import("./types.js").Traits} Traits */
 
@@ -55,7 +55,10 @@ function statusText(state) {
   const doing = state.status === "running" ? PHASE_LABEL[phase] : undefined;
   if (doing) {
     const seconds = phaseElapsed(state);
-    return { label: doing, time: seconds === null ? "" : formatPhaseTime(seconds), stopped: false };
+    const call = phaseCall(state);
+    // what the model has written so far: a long call counts up rather than sit still
+    const arrived = call && call.tokens ? ` · ${tokenCount(call.tokens)}` : "";
+    return { label: doing, time: seconds === null ? "" : formatPhaseTime(seconds) + arrived, stopped: false };
   }
   const stopped = state.status === "done" && state.stopped_by_user;
   return { label: stopped ? "stopped by you" : (STATUS_LABEL[state.status] ?? state.status), time: "", stopped };

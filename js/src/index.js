@@ -40,7 +40,8 @@ const FEEDS = /** @type {Record<(typeof TRAITS)[number], Part[]>} */ ({
   usage: ["header"],
   rounds: ["rounds", "header", "approval", "timeline"],
   calls: ["trace", "timeline"],
-  now: ["header", "rounds"],
+  live_calls: ["header", "rounds", "timeline"],
+  now: ["header", "rounds", "timeline"],
   started_at: ["header", "trace", "timeline"],
   phase_since: ["header"],
   stopped_by_user: ["header"],
@@ -152,7 +153,7 @@ function render({ model, el }, shared) {
   function tick() {
     if (!alive || !root.isConnected || root.hidden) return;
     clock.tick();
-    schedule(busyIn(rounds.el) ? ["header"] : FEEDS.now);
+    schedule(busyIn(rounds.el) ? ["header", "timeline"] : FEEDS.now);
   }
 
   /**

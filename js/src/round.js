@@ -4,6 +4,7 @@
 
 import { h } from "./dom.js";
 import { renderDetail } from "./detail.js";
+import { phaseCall, tokenCount } from "./state.js";
 import { renderVerdict, roundNotes, roundSummary } from "./verdict.js";
 import { graphView } from "./zoom.js";
 
@@ -20,24 +21,31 @@ import { graphView } from "./zoom.js";
  * @param {DetailActions} actions  for the selected step's detail
  */
 export function renderRound(round, state, expanded, selected, isLatest, actions) {
-  const planning = isLatest && isPlanning(round, state);
+  // the latest round of a running run is in the run's phase: what the header says, this says too
+  const phase = isLatest && state.status === "running" ? state.phase : null;
+  const planning = phase !== null && isPlanning(round, state);
+  const call = phase !== null ? phaseCall(state) : null;
   const body = !expanded
     ? null
     : planning
       ? h("div", { class: "dagmagic-round-body" }, [
           h("div", { class: "dagmagic-muted dagmagic-planning" }, [
-            round.index <= 1 ? "Planning the first steps…" : `Planning round ${round.index}…`,
+            [round.index <= 1 ? "Planning the first steps…" : `Planning round ${round.index}…`, arrived(call)]
+              .filter(Boolean)
+              .join(" "),
           ]),
         ])
       : h("div", { class: "dagmagic-round-body" }, [
           renderFollowUps(round),
+          renderPlanCut(round),
           ...roundNotes(round, actions.messageOpen),
+          phase === "planning" && planProgress(round, call),
           round.nodes.length
             ? graphView(round, state.now, selected, { zoomKey: JSON.stringify([round.index]) })
             : h("div", { class: "dagmagic-muted" }, ["No steps."]),
           renderDiff(round, state.rounds),
           selectedDetail(round, state, selected, actions),
-          renderVerdict(round, isLatest && state.status === "running"),
+          renderVerdict(round, phase === "analyzing", call?.tokens ?? null, Boolean(state.answer)),
         ]);
   return h(
     "section",
@@ -50,11 +58,61 @@ export function renderRound(round, state, expanded, selected, isLatest, actions)
           h("span", { class: "dagmagic-rerun-label" }, [
             `re-run of round ${round.rerun_of}${round.rerun_step ? ` (${round.rerun_step})` : ""}`,
           ]),
-        h("span", { class: "dagmagic-round-summary" }, [planning ? "planning…" : roundSummary(round)]),
+        h("span", { class: "dagmagic-round-summary" }, [
+          planning ? "planning…" : roundSummary(round) + (phase === "planning" ? " · planning…" : ""),
+        ]),
       ]),
       body,
     ],
   );
+}
+
+/**
+ * What has arrived of the call the phase waits on: its tokens so far, or that the model has not begun.
+ * @param {import("./types.js").LiveCall | null} call
+ */
+function arrived(call) {
+  if (!call) return "";
+  if (!call.stream) return "waiting for the model's whole reply";
+  return call.tokens ? `${tokenCount(call.tokens)} so far` : "waiting for the model's first token";
+}
+
+/**
+ * A plan still being written while its first steps run: how far it has come.
+ * @param {Round} round
+ * @param {import("./types.js").LiveCall | null} call
+ */
+function planProgress(round, call) {
+  const steps = `${round.nodes.length} step${round.nodes.length === 1 ? "" : "s"} so far`;
+  const tokens = call && call.tokens ? ` · ${tokenCount(call.tokens)}` : "";
+  return h("div", { class: "dagmagic-muted dagmagic-plan-progress", role: "status" }, [
+    `Writing the plan: ${steps}${tokens}`,
+  ]);
+}
+
+/**
+ * A plan cut to plan_max_steps: said where the round is read, with the dropped steps and the setting that
+ * allows more.
+ * @param {Round} round
+ */
+function renderPlanCut(round) {
+  const cut = round.plan_cut;
+  if (!cut) return null;
+  return h("div", { class: "dagmagic-plan-cut", role: "note" }, [
+    h("strong", {}, [`The plan had ${cut.planned} steps: only the first ${cut.kept} ran.`]),
+    " To allow more: ",
+    h("code", {}, [`%dag config plan_max_steps=${cut.planned}`]),
+    cut.dropped.length
+      ? h("details", { class: "dagmagic-plan-cut-dropped" }, [
+          h("summary", {}, [`${cut.dropped.length} dropped step${cut.dropped.length === 1 ? "" : "s"}`]),
+          h(
+            "ol",
+            { start: cut.kept + 1 },
+            cut.dropped.map((task) => h("li", {}, [task])),
+          ),
+        ])
+      : null,
+  ]);
 }
 
 /**
@@ -93,8 +151,11 @@ function renderDiff(round, rounds) {
   const before = round.rerun_of ?? round.diff_base ?? null;
   if (before === null || round.diff === null) return null;
   const items = round.diff.map((entry) => {
-    const where = entry.change === "removed" ? before : round.index;
+    const where = entry.round ?? (entry.change === "removed" || entry.change === "reused" ? before : round.index);
     const exists = rounds.some((r) => r.index === where && r.nodes.some((n) => n.id === entry.id));
+    // a reused result is named as the round names it, r1.s3; a renumbered step by both its ids
+    const name = entry.change === "reused" ? `r${where}.${entry.id}` : entry.id;
+    const was = entry.was ? ` (was ${entry.was})` : "";
     const what =
       entry.change === "changed" && entry.fields.length ? ` changed: ${entry.fields.join(", ")}` : ` ${entry.change}`;
     return h("li", { "data-step-id": entry.id, "data-change": entry.change }, [
@@ -108,9 +169,10 @@ function renderDiff(round, rounds) {
               "data-goto-step": entry.id,
               title: where === round.index ? `Show step ${entry.id}` : `Show step ${entry.id} of round ${where}`,
             },
-            [entry.id],
+            [name],
           )
-        : entry.id,
+        : name,
+      was,
       what,
     ]);
   });

@@ -7,7 +7,7 @@ import { h } from "./dom.js";
 import { keepFocus } from "./focus.js";
 import { renderRound } from "./round.js";
 import { createSelection } from "./selection.js";
-import { isLive } from "./state.js";
+import { isLive, phaseCall } from "./state.js";
 import { ACTIONS, createStepActions } from "./step-actions.js";
 import { createZoom } from "./zoom.js";
 
@@ -161,6 +161,7 @@ export function createRounds({ signal, redraw, requests, memory }) {
       live ? state.now : 0,
       isLatest && state.status,
       isLatest && state.phase,
+      isLatest && phaseCall(state)?.tokens,
       isLatest && state.can_rerun,
       sent && [sent.busy, sent.retrying, sent.error],
     ]);
@@ -211,7 +212,7 @@ export function createRounds({ signal, redraw, requests, memory }) {
         state.status !== "running"
           ? "No plan."
           : state.phase === "planning"
-            ? "Planning the first steps…"
+            ? `Planning the first steps…${phaseCall(state)?.tokens ? ` ${phaseCall(state)?.tokens} tokens so far` : ""}`
             : "Planning…";
       el.replaceChildren(h("div", { class: "dagmagic-muted dagmagic-planning" }, [text]));
     }

@@ -26,6 +26,7 @@ export const TRAITS = /** @type {const} */ ([
   "usage",
   "rounds",
   "calls",
+  "live_calls",
   "now",
   "started_at",
   "phase_since",
@@ -94,6 +95,7 @@ export function readState(model) {
     },
     rounds: list(get(model, "rounds")).map(normalizeRound),
     calls: list(get(model, "calls")),
+    live_calls: list(get(model, "live_calls")).map(normalizeLiveCall),
     now: num(get(model, "now")) ?? 0,
     started_at: num(get(model, "started_at")),
     phase_since: num(get(model, "phase_since")),
@@ -122,7 +124,56 @@ function normalizeRound(round, position) {
     diff: Array.isArray(r.diff) ? r.diff.map(normalizeDiff) : null,
     diff_base: num(r.diff_base),
     follow_ups: list(r.follow_ups).map(String),
+    plan_cut: normalizePlanCut(r.plan_cut),
   };
+}
+
+/**
+ * @param {any} cut
+ * @returns {import("./types.js").PlanCut | null}
+ */
+function normalizePlanCut(cut) {
+  const planned = num(cut?.planned);
+  const kept = num(cut?.kept);
+  if (planned === null || kept === null) return null;
+  return { planned, kept, dropped: list(cut.dropped).map(String) };
+}
+
+/**
+ * @param {any} call
+ * @returns {import("./types.js").LiveCall}
+ */
+function normalizeLiveCall(call) {
+  const c = call ?? {};
+  return {
+    purpose: String(c.purpose ?? "?"),
+    model: String(c.model ?? ""),
+    round: num(c.round),
+    step_id: optionalText(c.step_id),
+    started_at: num(c.started_at) ?? 0,
+    tokens: num(c.tokens) ?? 0,
+    stream: c.stream !== false,
+  };
+}
+
+/**
+ * The call the run's current phase waits on (the plan being written, the verdict), when one is under way: the
+ * latest call outside the steps.
+ * @param {Traits} state
+ * @returns {import("./types.js").LiveCall | null}
+ */
+export function phaseCall(state) {
+  if (state.status !== "running") return null;
+  const calls = (state.live_calls ?? []).filter((call) => call.step_id === null);
+  return calls.at(-1) ?? null;
+}
+
+/**
+ * "57 tokens", "1 token"
+ * @param {number} tokens
+ */
+export function tokenCount(tokens) {
+  return `${tokens} token${tokens === 1 ? "" : "s"}`;
 }
 
 const APPROVALS = ["pending", "approved", "rejected"];
@@ -137,6 +188,8 @@ function normalizeDiff(entry) {
     id: String(d.id ?? "?"),
     change: d.change ?? "changed",
     fields: /** @type {StepDiff["fields"]} */ (list(d.fields).map(String)),
+    round: num(d.round),
+    was: optionalText(d.was),
   };
 }
 

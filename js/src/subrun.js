@@ -3,6 +3,7 @@
 // A nested step that is composite again gets its own section below its round.
 
 import { h } from "./dom.js";
+import { isLive } from "./state.js";
 import { renderVerdict, roundNotes, roundSummary } from "./verdict.js";
 import { graphView } from "./zoom.js";
 
@@ -105,7 +106,11 @@ function renderSubrunRound(round, path, now, isOpen, pending) {
     round.nodes.length
       ? graphView(round, now, null, { interactive: false, zoomKey: subrunKey([...path, round.index]) })
       : h("div", { class: "dagmagic-muted" }, ["No steps."]),
-    renderVerdict(round, pending),
+    // a sub-run's phase is not synced: it judges once none of its steps is left to run
+    renderVerdict(
+      round,
+      pending && !round.nodes.some((n) => isLive(n) || n.status === "pending" || n.status === "paused"),
+    ),
     ...round.nodes.map(
       (node) =>
         node.subrun && renderSubrun(node.subrun, [...path, round.index, node.id], now, isOpen, `Sub-DAG of ${node.id}`),

@@ -105,6 +105,28 @@ export function timelineOf(state) {
     });
     end = Math.max(end, stop);
   }
+  // calls under way (a plan being written for minutes, say) grow up to now, like a running step
+  for (const call of state.status === "running" ? (state.live_calls ?? []) : []) {
+    if (call.step_id) continue;
+    let row = purposeRows.get(call.purpose);
+    if (row === undefined) {
+      row = labels.length;
+      purposeRows.set(call.purpose, row);
+      labels.push(call.purpose);
+    }
+    const arrived = call.tokens
+      ? ` · ${call.tokens} tokens so far`
+      : call.stream
+        ? " · waiting for the first token"
+        : "";
+    bars.push({
+      row,
+      start: call.started_at,
+      end: now,
+      kind: "call-running",
+      title: `${call.purpose} · ${call.model}${arrived}`,
+    });
+  }
   if (state.status === "running") end = Math.max(end, now);
   return { labels, bars, start, end: Math.max(end, start + 0.001) };
 }

@@ -69,10 +69,19 @@
 /** @typedef {"task" | "result" | "status" | "dependencies" | "model"} DiffField */
 
 /**
- * @typedef {object} StepDiff  how a re-run round's step differs from the round it re-ran
- * @property {string} id
- * @property {"added" | "removed" | "changed"} change
+ * @typedef {object} StepDiff  how a step differs from the round compared with (steps matched by what they are)
+ * @property {string} id  its id in round `round`
+ * @property {"added" | "removed" | "changed" | "reused"} change  reused: an earlier result the round uses (`r1.s3`)
  * @property {DiffField[]} fields  what changed (empty unless `change` is "changed")
+ * @property {number | null} round  the round the step is in (null from older kernels: the compared rounds)
+ * @property {string | null} was  a changed step's id in the earlier round, when the replan renumbered it
+ */
+
+/**
+ * @typedef {object} PlanCut  the planner wrote more steps than plan_max_steps allows: only the first ran
+ * @property {number} planned
+ * @property {number} kept
+ * @property {string[]} dropped  the dropped steps' tasks
  */
 
 /**
@@ -90,6 +99,7 @@
  * @property {number | null} [diff_base]  the round `diff` compares with (the re-run one, or for a follow-up's
  *   round the round before)
  * @property {string[]} [follow_ups]  the user's follow-ups this round's plan was the first to see
+ * @property {PlanCut | null} [plan_cut]  its plan was cut to plan_max_steps
  */
 
 /**
@@ -115,6 +125,17 @@
 /** @typedef {{input_tokens: number, output_tokens: number, requests: number, cost: number | null}} Usage */
 
 /**
+ * @typedef {object} LiveCall  an LLM call sent and not ended yet
+ * @property {string} purpose
+ * @property {string} model
+ * @property {number | null} round
+ * @property {string | null} step_id
+ * @property {number} started_at  epoch seconds when it was sent
+ * @property {number} tokens  pieces of its reply so far (about a token each); 0 before the first
+ * @property {boolean} stream  whether pieces will come (a call not streamed only ends)
+ */
+
+/**
  * @typedef {"starting" | "planning" | "awaiting_approval" | "executing" | "analyzing" | "synthesizing" | "finished"}
  *   RunPhase
  */
@@ -136,6 +157,7 @@
  * @property {Usage} usage
  * @property {Round[]} rounds
  * @property {CallRecord[]} calls
+ * @property {LiveCall[]} [live_calls]  calls under way, oldest first (missing from older kernels)
  * @property {number} now  epoch seconds at the last sync: running durations use it, not the browser clock
  * @property {number | null} [started_at]  optional: when the run started (elapsed falls back to the steps)
  * @property {number | null} phase_since  epoch seconds when the run entered its current phase (null from older

@@ -5,7 +5,7 @@ import { h } from "./dom.js";
 import { formatPercent } from "./format.js";
 import { STATUS_GLYPH } from "./graph.js";
 import { expandable } from "./more.js";
-import { isLive } from "./state.js";
+import { isLive, tokenCount } from "./state.js";
 
 /** @typedef {import("./types.js").Round} Round */
 /** @typedef {import("./dom.js").Child} Child */
@@ -18,7 +18,12 @@ export function roundSummary(round) {
   /** @type {Record<string, number>} */
   const counts = {};
   for (const n of round.nodes) counts[n.status] = (counts[n.status] ?? 0) + 1;
-  const parts = [`${round.nodes.length} step${round.nodes.length === 1 ? "" : "s"}`];
+  const cut = round.plan_cut;
+  const parts = [
+    cut
+      ? `${round.nodes.length} of ${cut.planned} planned steps`
+      : `${round.nodes.length} step${round.nodes.length === 1 ? "" : "s"}`,
+  ];
   for (const status of /** @type {const} */ ([
     "completed",
     "running",
@@ -39,13 +44,17 @@ export function roundSummary(round) {
 /**
  * The analyzer's verdict and what the loop decided next (why it replanned, above all).
  * @param {Round} round
- * @param {boolean} pending  the latest round of a running run: a verdict may still come
+ * @param {boolean} judging  the run judges this round now (its phase says so, as the header does)
+ * @param {number | null} [tokens]  how much of the verdict has arrived (null: nothing known)
+ * @param {boolean} [writing]  the verdict writes the answer already (what the header says too)
  */
-export function renderVerdict(round, pending) {
+export function renderVerdict(round, judging, tokens = null, writing = false) {
   const { analysis, decision } = round;
   if (!analysis && !decision) {
-    const busy = round.nodes.some((n) => isLive(n) || n.status === "pending" || n.status === "paused");
-    return pending && !busy ? h("div", { class: "dagmagic-verdict dagmagic-muted" }, ["Judging the round…"]) : null;
+    if (!judging) return null;
+    const arrived = tokens ? ` ${tokenCount(tokens)} so far` : "";
+    const doing = writing ? "Writing the answer…" : "Judging the round…";
+    return h("div", { class: "dagmagic-verdict dagmagic-muted" }, [doing + arrived]);
   }
   return h(
     "div",

@@ -663,3 +663,24 @@ async def test_a_plan_whose_step_is_named_after_the_planners_function_and_needs_
     warnings = [e.message for e in run.events if isinstance(e, RunWarning)]
     assert any("population" in w and "dropped" in w for w in warnings)
     assert any("'fast' is a role, not a tool" in w for w in warnings)
+
+
+async def test_a_plan_cut_to_plan_max_steps_says_so_on_its_round_as_data(tmp_path: Any) -> None:
+    from dagmagic import DagSession, DagSettings, ModelRegistry, load_run
+    from dagmagic.models import PlanCut
+
+    fourteen = plan_reply(*((f"s{i}", [], f"task number {i}") for i in range(1, 15)))
+    llm = ScriptedLLM(script(plan=[fourteen]))  # asked again, the model writes 14 steps again
+    store = str(tmp_path / "runs.sqlite")
+    session = DagSession(ModelRegistry().register("scripted", llm), DagSettings(store=store, plan_max_steps=6))
+    run = await session.run("goal")
+    record = run.rounds[0]
+    assert len(record.plan.steps) == 6
+    assert record.plan_cut == PlanCut(
+        planned=14, kept=6, dropped=[f"task number {i}" for i in range(7, 15)]
+    )  # what the views say, with how to allow more
+    cut = [e for e in run.events if isinstance(e, RunWarning) and e.plan_cut is not None]
+    assert len(cut) == 1 and "kept the first 6" in cut[0].message  # the terminal's line says it too
+    assert not any("kept the first" in w for w in record.warnings)  # shown once, as the cut, not as a small note
+    assert load_run(run.run_id, store=store).rounds[0].plan_cut == record.plan_cut  # saved with the round
+    session.close()

@@ -55,7 +55,7 @@ def without_deltas(run: DagRun) -> list[str]:
     return [
         f"{event.type} {event.at}" if event.type in ("step_planned", "plan_ready") else event.model_dump_json()
         for event in run.events
-        if event.type != "answer_delta"
+        if event.type not in ("answer_delta", "call_progress")  # what is told on the way, not saved
     ]
 
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import Any
 
 import pytest
@@ -14,6 +15,11 @@ from dagmagic.testing import ScriptedLLM
 
 FAST_RETRY = DagSettings(llm_retry_backoff=0.001)
 HELLO = [{"role": "user", "content": "hello"}]
+
+
+def recorded(events: list[Event]) -> list[Event]:
+    """The calls' records among the events (a call the run waits on is also told when it is sent)."""
+    return [event for event in events if isinstance(event, LLMCallRecorded)]
 
 
 def chat_model(script: dict[str, Any], events: list[Event] | None = None, **kwargs: Any) -> ChatModel:
@@ -59,7 +65,7 @@ async def test_when_retries_run_out_the_error_is_raised_and_the_failed_call_reco
     model = chat_model({"step": [errors.RateLimitError("429 too many")]}, events)
     with pytest.raises(errors.RateLimitError) as caught:
         await model.chat(HELLO, purpose="step")
-    (event,) = events
+    (event,) = recorded(events)
     assert isinstance(event, LLMCallRecorded)
     assert event.call.retries == 2 and event.call.error is not None and "429" in event.call.error
     assert caught.value.call == event.call
@@ -84,7 +90,7 @@ async def test_stream_yields_pieces_and_records_the_whole_reply() -> None:
     model = chat_model({"synthesize": [["The ", "answer ", "is 42."]]}, events)
     pieces = [chunk.text async for chunk in model.stream(HELLO, purpose="synthesize", round=1)]
     assert pieces == ["The ", "answer ", "is 42."]
-    (event,) = events
+    (event,) = recorded(events)
     assert isinstance(event, LLMCallRecorded)
     assert (event.call.reply, event.call.stream, event.call.purpose) == ("The answer is 42.", True, "synthesize")
     assert event.call.usage.output_tokens > 0
@@ -108,7 +114,7 @@ async def test_a_failure_mid_stream_is_raised_and_recorded_with_the_text_so_far(
         async for chunk in model.stream(HELLO, purpose="synthesize"):
             received.append(chunk.text)
     assert received == ["Hello "]
-    (event,) = events
+    (event,) = recorded(events)
     assert isinstance(event, LLMCallRecorded)
     assert event.call.reply == "Hello " and event.call.error is not None
 
@@ -174,7 +180,7 @@ async def test_a_stream_cancelled_mid_way_is_recorded_as_cancelled_with_what_arr
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    (event,) = events
+    (event,) = recorded(events)
     assert isinstance(event, LLMCallRecorded)
     assert (event.call.status, event.call.reply, event.call.stream) == ("cancelled", "one ", True)
 
@@ -273,3 +279,35 @@ async def test_an_answer_that_arrives_late_closes_the_breaker() -> None:
     breaker.answered()  # a call made before it opened still came back
     assert not breaker.open
     breaker.check()
+
+
+async def test_a_call_under_way_tells_what_has_arrived_so_far_at_a_bounded_rate() -> None:
+    from dagmagic.events import CallProgress
+    from dagmagic.llm.client import PROGRESS_SECONDS
+
+    events: list[Event] = []
+    words = [f"w{i} " for i in range(120)]
+    model = chat_model({"plan": [words]}, events, chunk_delay=PROGRESS_SECONDS / 20)
+    async for _ in model.stream(HELLO, purpose="plan", round=1):
+        pass
+    *progress, recorded = events
+    assert isinstance(recorded, LLMCallRecorded) and all(isinstance(e, CallProgress) for e in progress)
+    assert progress[0].pieces == 0  # told when it is sent, before the model's first piece
+    pieces = [e.pieces for e in progress if isinstance(e, CallProgress)]
+    assert pieces == sorted(pieces) and 0 < pieces[-1] <= 120 and 3 <= len(progress) < 120 / 5  # throttled
+    gaps = [b.at - a.at for a, b in itertools.pairwise(progress)]
+    assert all(gap >= PROGRESS_SECONDS * 0.9 for gap in gaps)
+    first = progress[0]
+    assert isinstance(first, CallProgress) and first.started_at == recorded.call.started_at  # the same call
+    assert (first.purpose, first.round, first.step_id, first.model, first.stream) == ("plan", 1, None, "scripted", True)
+
+
+async def test_a_call_the_run_waits_on_is_told_when_sent_a_steps_call_is_not() -> None:
+    from dagmagic.events import CallProgress
+
+    events: list[Event] = []
+    model = chat_model({"analyze": ["judged"], "step": ["done"]}, events)
+    await model.chat(HELLO, purpose="analyze", round=1)
+    await model.chat(HELLO, purpose="step", round=1, step_id="s1")
+    assert [type(e) for e in events] == [CallProgress, LLMCallRecorded, LLMCallRecorded]
+    assert isinstance(events[0], CallProgress) and not events[0].stream  # no pieces will come: the reply is whole

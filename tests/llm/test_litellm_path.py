@@ -77,7 +77,7 @@ async def test_streaming_through_litellm() -> None:
     model = chat_model(events, mock_response="hello streaming world")
     pieces = [chunk.text async for chunk in model.stream(HELLO, purpose="synthesize")]
     assert len(pieces) > 1 and "".join(pieces) == "hello streaming world"
-    (event,) = events
+    (event,) = [e for e in events if e.type != "call_progress"]
     assert isinstance(event, LLMCallRecorded)
     assert event.call.stream and event.call.reply == "hello streaming world"
     assert event.call.usage.output_tokens > 0 and event.call.cost is not None
@@ -91,7 +91,7 @@ async def test_an_authentication_error_from_litellm_is_translated_and_raised_aft
     )
     with pytest.raises(errors.AuthenticationError, match="Incorrect API key") as caught:
         await structured_llm_call(model, HELLO, Capital, purpose="plan")
-    assert len(events) == 1
+    assert len([e for e in events if e.type == "llm_call"]) == 1
     assert "OPENAI_API_KEY" in str(caught.value)
 
 

@@ -333,3 +333,18 @@ def test_each_rounds_picture_is_an_image_that_an_untrusted_notebook_keeps() -> N
         "The plan of round 1: s1 first; s2 after s1",
         "The plan of round 2: a first; b after a; c after a, b",
     ]
+
+
+def test_a_plan_cut_is_said_in_the_round_and_with_the_answer_with_how_to_allow_more() -> None:
+    from dagmagic.models import PlanCut
+
+    run = finished_run("Forty-two.")
+    run.rounds[0].plan_cut = PlanCut(planned=14, kept=6, dropped=["check <b>twice</b>"])
+    note = "The plan had 14 steps: only the first 6 ran (plan_max_steps)."
+    hint = "%dag config plan_max_steps=14"
+    page, text = run_html(run), run_markdown(run)
+    assert page.count(note) == 2 and page.count(hint) == 2  # in its round and beside the answer
+    assert "<summary>Round 1 · 2 of 14 planned steps" in page
+    assert page.index(note, page.index("<summary>Round 1")) < page.index("<b>Answer</b>") < page.rindex(note)
+    assert "check &lt;b&gt;twice&lt;/b&gt;" in page and "<b>twice</b>" not in page  # the model's text, escaped
+    assert note in text and f"`{hint}`" in text and text.index(note) < text.index("Forty-two.")

@@ -554,3 +554,14 @@ def test_a_bad_setting_in_the_environment_is_one_line_for_every_subcommand(
     monkeypatch.setenv("DAG_MAX_CONCURRENCY", "many")
     message = usage_error(ip, command, capsys)
     assert "DAG_MAX_CONCURRENCY='many'" in message
+
+
+def test_dag_config_says_what_it_set(ip: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    run_cell(ip, "%dag config plan_max_steps=14")
+    assert capsys.readouterr().out == "plan_max_steps = 14 (was 6): from the next %%dag cell on.\n"
+    run_cell(ip, "%dag config plan_max_steps=20 max_replan_rounds=2")
+    assert capsys.readouterr().out == (
+        "plan_max_steps = 20 (was 14): from the next %%dag cell on.\n"
+        "max_replan_rounds = 2 (was 3): from the next %%dag cell on.\n"
+    )

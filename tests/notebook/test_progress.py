@@ -18,3 +18,16 @@ def test_the_trace_shows_a_tool_step_as_its_direct_call_among_the_llm_calls() ->
     assert 'search(query="population of $s1 million" → "population of 68.4 million", limit="many")' in s3
     assert s3.endswith(f"· failed: {FALLBACK_ERROR} · an agent ran the step")
     assert f"{'direct call':16}   2 tool calls, no LLM call" in totals.splitlines()
+
+
+def test_a_plan_cut_says_in_the_terminal_how_to_allow_more() -> None:
+    from dagmagic.events import RunWarning
+    from dagmagic.models import PlanCut
+    from dagmagic.notebook.progress import progress_line
+
+    cut = PlanCut(planned=14, kept=6, dropped=["a"] * 8)
+    line = progress_line(RunWarning(message="the plan had 14 steps: kept the first 6", round=1, plan_cut=cut))
+    assert line == (
+        "[round 1] warning: the plan had 14 steps: kept the first 6 "
+        "(to allow more: DAG_PLAN_MAX_STEPS=14, or %dag config plan_max_steps=14 in a notebook)"
+    )

@@ -319,7 +319,9 @@ async def test_debugging_messages_from_the_front_end_drive_the_run() -> None:
     widget.sync()
     second = widget.rounds[1]
     assert (second["rerun_of"], second["rerun_step"]) == (1, "s2")
-    assert second["diff"] == [{"id": "s2", "change": "changed", "fields": ["task", "status", "result"]}]
+    assert second["diff"] == [
+        {"id": "s2", "change": "changed", "fields": ["task", "status", "result"], "round": 2, "was": None}
+    ]
     # nothing waits: an answer, not a crash
     assert "no plan of this run is waiting" in front.refused("reject", feedback="no")
     assert "no plan of this run is waiting" in front.refused("approve", plan=None)
@@ -488,3 +490,25 @@ def test_a_run_that_did_not_end_shows_the_time_it_ran_until_its_last_event() -> 
         RunState(run_id="gone", goal="goal", status="running", started_at=start), events=events, read_only=True
     )
     assert widget_state(run)["now"] == start + 7.5
+
+
+async def test_a_long_plan_call_shows_what_has_arrived_while_it_streams() -> None:
+    plan = {"steps": [{"id": f"s{i}", "task": f"step number {i}"} for i in range(1, 5)]}
+    llm = scripted(plan=[plan])
+    llm.chunk_delay = 0.05
+    run = DagSession(ModelRegistry().register("m", llm), DagSettings(store="none")).start("goal")
+    seen: list[dict[str, Any]] = []
+    while run.status == "running":
+        state = widget_state(run)
+        seen += [call for call in state["live_calls"] if call["purpose"] == "plan"]
+        await asyncio.sleep(0.01)
+    await run
+    assert (
+        seen
+        and {call["round"] for call in seen} == {1}
+        and all(call["stream"] for call in seen)
+        and seen[0]["started_at"] == next(c for c in run.calls if c.purpose == "plan").started_at
+    )
+    tokens = [call["tokens"] for call in seen]
+    assert tokens == sorted(tokens) and tokens[-1] > tokens[0]  # it grows while the plan is written
+    assert widget_state(run)["live_calls"] == []  # a finished call is in the trace instead

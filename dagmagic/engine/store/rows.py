@@ -21,6 +21,7 @@ from dagmagic.events import (
     AnswerCleared,
     AnswerDelta,
     AnswerReady,
+    CallProgress,
     Event,
     LLMCallRecorded,
     PhaseChanged,
@@ -59,7 +60,7 @@ ROUND_EVENTS = frozenset({"plan_ready", "step_planned", "analysis_ready", "repla
 """The events that change a round's row (and, ``plan_ready``, its steps)."""
 RUN_EVENTS = (PhaseChanged, AnswerReady, AnswerCleared, UserAction, RunFinished)
 """The events (besides ``RunStarted``) that change the run's row."""
-_ROUND_EXTRA = {"rerun_of", "rerun_step", "approval", "follow_ups"}
+_ROUND_EXTRA = {"rerun_of", "rerun_step", "approval", "follow_ups", "plan_cut"}
 """RoundRecord fields kept as JSON in ``rounds.extra`` (schema 2)."""
 _RUN_TABLES = ("rounds", "steps", "calls", "events")
 """The tables holding a run's rows besides ``runs``."""
@@ -76,7 +77,7 @@ def put_whole(db: Statements, run: DagRun, history: list[Exchange]) -> None:
         put_call(db, run_id, sequence, call)
     recorded = 0
     for event in run.events:
-        if isinstance(event, AnswerDelta):
+        if isinstance(event, AnswerDelta | CallProgress):
             continue
         reference = None
         if isinstance(event, LLMCallRecorded):  # the run keeps its calls in the order of these events

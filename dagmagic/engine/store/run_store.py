@@ -50,7 +50,16 @@ from dagmagic.engine.store.export import copy_store
 from dagmagic.engine.store.saved_runs import SavedRuns
 from dagmagic.engine.store.writer import Change, OpenFile, Statements, StoreWriter, Withdrawn
 from dagmagic.errors import DagError, StoreUnavailable
-from dagmagic.events import EVENTS, AnswerDelta, Event, LLMCallRecorded, RunFinished, RunStarted, RunWarning
+from dagmagic.events import (
+    EVENTS,
+    AnswerDelta,
+    CallProgress,
+    Event,
+    LLMCallRecorded,
+    RunFinished,
+    RunStarted,
+    RunWarning,
+)
 from dagmagic.models import LLMCall, PlanStep, RunState
 
 if TYPE_CHECKING:
@@ -252,8 +261,8 @@ class RunStore:
         """Queue what ``event`` changed, then the event, as one change (one transaction), written only while the
         run's lease is not another's; its run's end gives the lease back.
         """
-        if isinstance(event, AnswerDelta):
-            return  # the answer is saved whole when it is ready; resuming writes it again anyway
+        if isinstance(event, AnswerDelta | CallProgress):
+            return  # the answer is saved whole when it is ready (resuming writes it again), a call when it ends
         run_id = run.run_id
         own = not event.depth  # a subrun's events are kept; its state is saved with its step
         ends = own and isinstance(event, RunFinished)
