@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from dagmagic import DagSession, DagSettings, ModelRegistry, errors, load_run
-from dagmagic.events import RunWarning
+from dagmagic.events import LLMCallRecorded, RunWarning
 from dagmagic.llm import ChatModel
 from dagmagic.notebook.fallbacks import run_html, run_markdown, run_mimebundle
 from dagmagic.notebook.widget import widget_state
@@ -152,7 +152,7 @@ async def test_each_provider_fault_through_litellm(how: str, fault: str, warm_pr
     else:
         assert len(text) == expected
     assert provider.requests == requests
-    (record,) = [event.call for event in events]  # one record per call, its retries counted
+    (record,) = [event.call for event in events if isinstance(event, LLMCallRecorded)]  # one per call, retries counted
     assert record.retries == requests - 1 and CANARY not in record.model_dump_json()
 
 
