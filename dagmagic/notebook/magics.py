@@ -214,11 +214,16 @@ class DagMagics(Magics):
         self.show(run, args, line, again=again)
         if getattr(args, "bg", False):
             return run
-        return await run.wait(cancel_with_waiter=True)
+        try:
+            return await run.wait(cancel_with_waiter=True)
+        finally:
+            from dagmagic.notebook.display import settle_live_view
+
+            settle_live_view(run)
 
     def show(self, run: DagRun, args: Any, line: str, *, again: bool = False) -> None:
-        """Show the run: live above the cell's value, or in the value itself with ``--bg``; lines of progress
-        in a terminal.
+        """Show the run: live above the cell's value (also with ``--bg`` where a front end draws widgets: the
+        live view stays up to date, the value could not); lines of progress in a terminal.
         """
         output = getattr(args, "output", None)
         if output:
@@ -232,17 +237,19 @@ class DagMagics(Magics):
             from dagmagic.notebook.resume_offer import offer_in_widget
 
             offer_in_widget(self.notebook, run, args, line)
-        if getattr(args, "bg", False):
-            return
+        background = getattr(args, "bg", False)
         if not _in_kernel(self.shell):
-            from dagmagic.notebook.progress import follow_in_terminal
+            if not background:
+                from dagmagic.notebook.progress import follow_in_terminal
 
-            follow_in_terminal(run)
+                follow_in_terminal(run)
         elif live:
-            from dagmagic.notebook.display import show_live
+            from dagmagic.notebook.display import front_end_known, show_live
 
+            if background and not front_end_known():
+                return  # nothing would draw a live view: the cell's value shows the run
             try:
-                show_live(run)
+                show_live(run, settled_later=not background)
             except BaseException:
                 run.cancel()  # a run whose view failed must not go on unseen in the background
                 raise
