@@ -15,6 +15,7 @@ What a saved notebook shows depends on where each view ends up, and a notebook i
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 import weakref
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ __all__ = [
     "render_static",
     "run_bundle",
     "settle_live_view",
+    "settle_live_view_once_seen",
     "show_live",
     "widget_for",
 ]
@@ -36,6 +38,11 @@ __all__ = [
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 _widgets: weakref.WeakKeyDictionary[DagRun, Any] = weakref.WeakKeyDictionary()
 _static_only: weakref.WeakSet[DagRun] = weakref.WeakSet()
+FRONT_END_WAIT = 3.0
+"""Seconds the first live view of a kernel waits for a front end to say it made the widget (a browser answers
+within a fraction of that); a headless execution waits once."""
+_nobody_answered = False
+"""No front end answered the first wait: this kernel runs headless, later cells do not wait."""
 
 
 @dataclass
@@ -71,21 +78,12 @@ def render_static(run: DagRun) -> None:
 
 
 def front_end_known() -> bool:
-    """Whether a front end that draws widgets is connected to this kernel: a dagmagic view told the kernel
-    its front end made it (VS Code, after its first run), or a front end asked for the widgets' state on
-    connecting (JupyterLab and Notebook 7 do it before the first cell runs; nbclient, papermill and nbconvert
-    never do).
+    """Whether a front end that draws widgets is connected to this kernel: one made a dagmagic widget here
+    (its view says so as its model is made). nbclient, papermill and nbconvert never do.
     """
     from dagmagic.notebook.widget import DagWidget
 
-    if DagWidget.front_end_seen:
-        return True
-    try:
-        from ipywidgets import Widget  # type: ignore[import-untyped]
-    except ImportError:  # pragma: no cover - ipywidgets is a dependency
-        return False
-    # ipywidgets keeps the front end's "jupyter.widget.control" comm here once one opened it
-    return getattr(Widget, "_control_comm", None) is not None
+    return DagWidget.front_end_seen
 
 
 def _widget_bundle(run: DagRun) -> dict[str, Any]:
@@ -135,6 +133,22 @@ def settle_live_view(run: DagRun) -> None:
     view.settled = True
     view.keeps_widget = view.keeps_widget or widget.front_end or front_end_known()
     _update(widget, view)
+
+
+async def settle_live_view_once_seen(run: DagRun) -> None:
+    """``settle_live_view``, after giving a front end that has not spoken yet in this kernel a moment to say
+    it made the widget (a run can end, or a ``--bg`` cell return, before its word arrives). Where nothing
+    answered once (a headless execution), later cells do not wait.
+    """
+    global _nobody_answered
+    widget = _widgets.get(run)
+    if widget is not None and not front_end_known() and not _nobody_answered:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + FRONT_END_WAIT
+        while not widget.front_end and loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        _nobody_answered = not widget.front_end
+    settle_live_view(run)
 
 
 def _refresh(widget: Any) -> None:

@@ -195,6 +195,9 @@ class DagMagics(Magics):
         args.bg = True
         run = self.notebook.start(self._goal(args, cell), args, line)
         self.show(run, args, line)
+        from dagmagic.notebook.display import settle_live_view
+
+        settle_live_view(run)  # nothing awaits this cell: its live view is decided now
         return run
 
     async def run_cell(self, line: str, cell: str) -> DagRun:
@@ -211,19 +214,21 @@ class DagMagics(Magics):
 
     async def present(self, run: DagRun, args: Any, line: str = "", *, again: bool = False) -> DagRun:
         """Show the run as a cell's (``again``: a re-run of a run shown before) and, unless ``--bg``, await it."""
-        self.show(run, args, line, again=again)
-        if getattr(args, "bg", False):
-            return run
-        try:
-            return await run.wait(cancel_with_waiter=True)
-        finally:
-            from dagmagic.notebook.display import settle_live_view
+        from dagmagic.notebook.display import settle_live_view, settle_live_view_once_seen
 
-            settle_live_view(run)
+        self.show(run, args, line, again=again)
+        if not getattr(args, "bg", False):
+            try:
+                await run.wait(cancel_with_waiter=True)
+            except BaseException:
+                settle_live_view(run)  # interrupted: no waiting, the view still ends readable
+                raise
+        await settle_live_view_once_seen(run)
+        return run
 
     def show(self, run: DagRun, args: Any, line: str, *, again: bool = False) -> None:
-        """Show the run: live above the cell's value (also with ``--bg`` where a front end draws widgets: the
-        live view stays up to date, the value could not); lines of progress in a terminal.
+        """Show the run: live above the cell's value (also with ``--bg``: the live view stays up to date, the
+        value could not); lines of progress in a terminal. ``present`` settles the live view.
         """
         output = getattr(args, "output", None)
         if output:
@@ -237,19 +242,16 @@ class DagMagics(Magics):
             from dagmagic.notebook.resume_offer import offer_in_widget
 
             offer_in_widget(self.notebook, run, args, line)
-        background = getattr(args, "bg", False)
         if not _in_kernel(self.shell):
-            if not background:
+            if not getattr(args, "bg", False):
                 from dagmagic.notebook.progress import follow_in_terminal
 
                 follow_in_terminal(run)
         elif live:
-            from dagmagic.notebook.display import front_end_known, show_live
+            from dagmagic.notebook.display import show_live
 
-            if background and not front_end_known():
-                return  # nothing would draw a live view: the cell's value shows the run
             try:
-                show_live(run, settled_later=not background)
+                show_live(run, settled_later=True)
             except BaseException:
                 run.cancel()  # a run whose view failed must not go on unseen in the background
                 raise
