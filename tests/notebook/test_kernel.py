@@ -394,6 +394,27 @@ def test_a_run_changed_after_its_cell_updates_the_view_the_notebook_saves(tmp_pa
         assert WIDGET_VIEW in update["content"]["data"]
 
 
+def test_a_front_end_whose_word_comes_after_the_run_ended_still_keeps_the_widget(tmp_path: Path) -> None:
+    """A run can end before the browser's word that it made the widget arrives: the first live view of a
+    kernel waits a moment for it rather than emptying a view someone is looking at.
+    """
+    with started_kernel(tmp_path) as fresh:
+        fresh.execute(SETUP, timeout=60)
+        fresh.execute("quick = scripted()")
+        submitted = time.monotonic()
+        msg_id = fresh.submit("%%dag --models quick\nA goal answered at once")
+        comm_id = fresh.widget_comm_id(msg_id)
+        fresh.wait_for_update(
+            comm_id, lambda m: m["content"]["data"].get("state", {}).get("status") == "done", "the end"
+        )
+        fresh.send_comm_msg(comm_id, {"method": "custom", "content": {"kind": "dagmagic-front-end"}})
+        cell = fresh.collect(msg_id, submitted)
+        assert cell.status == "ok", cell.error
+        kept = cell.of_type("update_display_data")[-1]["content"]["data"]
+        assert WIDGET_VIEW in kept and "text/html" in kept
+        assert WIDGET_VIEW in cell.result and "text/html" not in cell.result
+
+
 def test_interrupt_cancels_the_run_within_two_seconds(kernel: Kernel, record_property: Any) -> None:
     kernel.execute('slow = scripted(latency={"step": 30})')
     submitted = time.monotonic()

@@ -428,3 +428,21 @@ def test_long_tool_arguments_are_capped_in_the_saved_state() -> None:
     arguments = node["tool_calls"][0]["arguments"]
     for text in (node["tool_args"]["text"], arguments["text"], arguments["pages"][0], arguments["more"]["z"]):
         assert len(text) < 5000 and text.endswith("more characters)")
+
+
+async def test_the_front_ends_word_and_each_end_of_the_run_reach_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The front end says it made the widget (no answer: it asks nothing); every end of the run, a re-run's
+    included, calls what keeps the saved view up to date.
+    """
+    monkeypatch.setattr(DagWidget, "front_end_seen", False)
+    run = await session().run("goal")
+    widget = DagWidget(run)
+    front = FrontEnd(widget)
+    ended: list[int] = []
+    widget.on_run_ended.append(lambda: ended.append(len(widget.run.rounds)))
+    widget._handle_custom_msg({"kind": "dagmagic-front-end"}, [])
+    assert widget.front_end and DagWidget.front_end_seen and front.sent == []
+    assert front.ask("rerun", step="s2")["ok"]
+    await run.wait()
+    assert ended == [2]
+    widget.close()
