@@ -101,9 +101,9 @@ def marker(run: DagRun) -> dict[str, Any]:
 
 
 def show_live(run: DagRun, *, settled_later: bool = False) -> None:
-    """Display the run's live view. ``settled_later``: the caller waits for the run in this cell and calls
-    ``settle_live_view`` at its end, which decides what the view keeps; otherwise it is decided now, and
-    without a front end that draws widgets the run shows as its static views alone.
+    """Display the run's live view. ``settled_later``: the caller settles it (``settle_live_view``) before its
+    cell ends, which decides what the view keeps; otherwise it is decided now, and without a front end that
+    draws widgets the run shows as its static views alone.
     """
     from IPython.display import display
 
