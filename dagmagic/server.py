@@ -4,9 +4,10 @@ JupyterLab and Notebook 7 render an output with the richest type they have a ren
 ipywidgets installed that is the widget view whenever the output holds one. Widget state is not saved by
 default, so a notebook reopened without its kernel would show "Error displaying widget: model not found"
 where each run was. The browser keeps the live widget while the kernel lives; only the file on disk changes:
-before a notebook is written, each dagmagic output loses its widget view (the cell's value keeps its HTML,
-Markdown and SVG views; the live view shown while the cell ran, which has nothing else, is dropped). A reader
-without a kernel — JupyterLab, GitHub, nbconvert — sees the static view of the whole run.
+before a notebook is written, each dagmagic output loses its widget view. The live view keeps the run's static
+views (HTML, Markdown, SVG), which the kernel keeps up to date as the run changes; an output left with nothing
+but its one-line repr (the cell's value beside the live view) is dropped. A reader without a kernel —
+JupyterLab, GitHub, nbconvert — sees the static view of the whole run as it was when saved.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ def strip_live_views(model: dict[str, Any], **_: Any) -> None:
             if isinstance(output, dict) and MARKER in (output.get("metadata") or {}):
                 data = output.get("data") or {}
                 data.pop(WIDGET_VIEW, None)
-                if set(data) <= {"text/plain"} and output.get("output_type") == "display_data":
-                    continue  # the live view: the cell's value holds the run's static view
+                if set(data) <= {"text/plain"}:
+                    continue  # a widget's stand-in: the run's static view is in the cell's other output
             kept.append(output)
         cell["outputs"] = kept
 

@@ -28,7 +28,9 @@ SECONDS_ALLOWED = 60.0
 
 
 def strip_widgets(nb: nbformat.NotebookNode) -> None:
-    """Drop widget state and widget views; keep every other output (the static views among them)."""
+    """Drop widget state and widget views, and what stood in for them; keep every other output (the static
+    views among them).
+    """
     nb.metadata.pop("widgets", None)
     for cell in nb.cells:
         cell.metadata.pop("execution", None)  # nbclient's timestamps: noise in every diff
@@ -36,8 +38,11 @@ def strip_widgets(nb: nbformat.NotebookNode) -> None:
         for output in cell.get("outputs", []):
             data = output.get("data", {})
             data.pop(WIDGET_VIEW, None)
-            if output.get("output_type") in ("display_data", "execute_result") and not data:
-                continue
+            ours = "dagmagic" in (output.get("metadata") or {})
+            if output.get("output_type") in ("display_data", "execute_result") and (
+                not data or (ours and set(data) <= {"text/plain"})
+            ):
+                continue  # an emptied live view, or a widget's stand-in: the run's static view is the other output
             outputs.append(output)
         if cell.cell_type == "code":
             cell.outputs = outputs

@@ -195,6 +195,9 @@ class DagMagics(Magics):
         args.bg = True
         run = self.notebook.start(self._goal(args, cell), args, line)
         self.show(run, args, line)
+        from dagmagic.notebook.display import settle_live_view
+
+        settle_live_view(run)  # nothing awaits this cell: its live view is decided now
         return run
 
     async def run_cell(self, line: str, cell: str) -> DagRun:
@@ -211,14 +214,21 @@ class DagMagics(Magics):
 
     async def present(self, run: DagRun, args: Any, line: str = "", *, again: bool = False) -> DagRun:
         """Show the run as a cell's (``again``: a re-run of a run shown before) and, unless ``--bg``, await it."""
+        from dagmagic.notebook.display import settle_live_view, settle_live_view_once_seen
+
         self.show(run, args, line, again=again)
-        if getattr(args, "bg", False):
-            return run
-        return await run.wait(cancel_with_waiter=True)
+        if not getattr(args, "bg", False):
+            try:
+                await run.wait(cancel_with_waiter=True)
+            except BaseException:
+                settle_live_view(run)  # interrupted: no waiting, the view still ends readable
+                raise
+        await settle_live_view_once_seen(run)
+        return run
 
     def show(self, run: DagRun, args: Any, line: str, *, again: bool = False) -> None:
-        """Show the run: live above the cell's value, or in the value itself with ``--bg``; lines of progress
-        in a terminal.
+        """Show the run: live above the cell's value (also with ``--bg``: the live view stays up to date, the
+        value could not); lines of progress in a terminal. ``present`` settles the live view.
         """
         output = getattr(args, "output", None)
         if output:
@@ -232,17 +242,16 @@ class DagMagics(Magics):
             from dagmagic.notebook.resume_offer import offer_in_widget
 
             offer_in_widget(self.notebook, run, args, line)
-        if getattr(args, "bg", False):
-            return
         if not _in_kernel(self.shell):
-            from dagmagic.notebook.progress import follow_in_terminal
+            if not getattr(args, "bg", False):
+                from dagmagic.notebook.progress import follow_in_terminal
 
-            follow_in_terminal(run)
+                follow_in_terminal(run)
         elif live:
             from dagmagic.notebook.display import show_live
 
             try:
-                show_live(run)
+                show_live(run, settled_later=True)
             except BaseException:
                 run.cancel()  # a run whose view failed must not go on unseen in the background
                 raise

@@ -26,7 +26,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import anywidget
 import traitlets
@@ -43,6 +43,8 @@ __all__ = ["DagWidget", "widget_state"]
 _STATIC = Path(__file__).resolve().parent.parent / "static"
 _REQUEST = "anywidget-command"
 _ANSWER = "anywidget-command-response"
+_FRONT_END = "dagmagic-front-end"
+"""What the front end says when it makes the widget's model: a front end that draws widgets holds it."""
 _REFUSALS = (DagError, UsageError, ValueError, TypeError)
 """What a control refuses with: its message is meant for the user as it is (the magics' resume and start over
 raise ``UsageError``)."""
@@ -91,6 +93,10 @@ class DagWidget(anywidget.AnyWidget):
     stopped_by_user = traitlets.Bool(False).tag(sync=True)
     idle = traitlets.Float(0.0).tag(sync=True)
 
+    front_end_seen: ClassVar[bool] = False
+    """A front end made a dagmagic widget in this kernel (it draws widgets, even if it never asks for their
+    state)."""
+
     def __init__(self, run: DagRun, *, max_rate: float = 15.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.run = run
@@ -101,6 +107,10 @@ class DagWidget(anywidget.AnyWidget):
         """What its Start over button calls: a new run of the same goal."""
         self.syncs = 0
         """State syncs sent so far (for tests and the notebook-cost benchmark)."""
+        self.front_end = False
+        """A front end made this widget's model (it will draw its views)."""
+        self.on_run_ended: list[Callable[[], None]] = []
+        """Called each time the run shown ends (again, after a re-run or a follow-up), once its state is sent."""
         self._last_sync = float("-inf")
         self._pending: asyncio.TimerHandle | None = None
         self.on_msg(self._on_message)
@@ -141,6 +151,9 @@ class DagWidget(anywidget.AnyWidget):
     def _on_event(self, event: Event) -> None:
         if isinstance(event, RunFinished):
             self.sync()
+            if not event.depth:
+                for ended in list(self.on_run_ended):
+                    ended()
             return
         if self._pending is not None:
             return
@@ -154,6 +167,9 @@ class DagWidget(anywidget.AnyWidget):
 
     def _on_message(self, _: Any, content: Any, buffers: Any) -> None:
         """A request of the front end, answered with its id (see the module's docstring)."""
+        if isinstance(content, dict) and content.get("kind") == _FRONT_END:
+            self.front_end = DagWidget.front_end_seen = True
+            return
         if not isinstance(content, dict) or content.get("kind") != _REQUEST:
             return
         request_id = content.get("id")

@@ -219,14 +219,18 @@ function render({ model, el }, shared) {
 /**
  * The widget's definition, made once per widget model: `initialize` makes what its views share, `render` draws
  * one view.
- * @returns {{initialize: () => () => void, render: (props: {model: Model, el: HTMLElement}) => () => void}}
+ * @returns {{initialize: (props?: {model?: Model}) => () => void, render: (props: {model: Model, el: HTMLElement}) => () => void}}
  */
 export default function widget() {
   /** @type {Shared | null} */
   let shared = null;
   return {
-    initialize() {
+    /** @param {{model?: Model}} [props] */
+    initialize({ model } = {}) {
       shared = createShared();
+      // Tells the kernel a front end that draws widgets holds this one: a notebook executed headless, where
+      // nothing would, keeps the run's static views instead of a widget no reader could draw.
+      model?.send({ kind: "dagmagic-front-end" });
       return () => {
         shared = null;
       };

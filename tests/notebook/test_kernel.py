@@ -29,6 +29,7 @@ pytestmark = pytest.mark.timeout(120)  # the first test also starts the kernel
 
 Message = dict[str, Any]
 
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 MIN_IPYKERNEL = (7, 4)
 """Comm messages (the widget's Stop) reach an async cell while it runs only from ipykernel 7.4 on."""
 
@@ -334,14 +335,84 @@ def test_a_dag_cell_returns_the_run_with_its_answer(kernel: Kernel) -> None:
     assert cell.result["text/plain"] == (
         "<DagRun done: 'What is six times seven?' rounds=1 steps=3/3 completed achieved=True confidence=0.90>"
     )
-    assert "application/vnd.jupyter.widget-view+json" in cell.result  # the live widget, in a kernel
-    assert "| s3 | completed |" in cell.result["text/markdown"]  # and the static views for everything else
-    (live,) = cell.of_type("display_data")  # the live view shown while the cell ran
-    assert "application/vnd.jupyter.widget-view+json" in live["content"]["data"]
+    assert "| s3 | completed |" in cell.result["text/markdown"]  # the static views, for every reader
     (value,) = cell.of_type("execute_result")
-    run_id = value["content"]["metadata"]["dagmagic"]["run_id"]  # both marked: saving drops their widget views
-    assert live["content"]["metadata"] == {"dagmagic": {"run_id": run_id}}
+    assert value["content"]["metadata"]["dagmagic"]["run_id"]  # marked: saving drops a widget view
     assert kernel.execute("print(dagmagic.last_run().answer)").stdout == "The answer is 42.\n"
+
+
+def test_without_a_front_end_the_cell_keeps_no_widget_view(kernel: Kernel) -> None:
+    """This client draws no widget (as nbclient, papermill and nbconvert): the live view shown while the cell
+    ran is emptied at its end and the value carries no widget view, so the saved file never says "model not
+    found".
+    """
+    kernel.execute("llm = scripted()")
+    cell = kernel.execute("%%dag --models llm\nWhat is six times seven?")
+    (live,) = cell.of_type("display_data")
+    assert set(live["content"]["data"]) == {WIDGET_VIEW}  # while it ran: the widget, for a front end to draw
+    display_id = live["content"]["transient"]["display_id"]
+    (emptied,) = cell.of_type("update_display_data")
+    assert emptied["content"]["transient"]["display_id"] == display_id and emptied["content"]["data"] == {}
+    assert WIDGET_VIEW not in cell.result and "text/html" in cell.result
+
+
+def test_a_run_changed_after_its_cell_updates_the_view_the_notebook_saves(tmp_path: Path) -> None:
+    """With a front end drawing the view, the live view carries the run's static view too (what a saved
+    notebook keeps once the server drops the widget), and a re-run started from the view after the cell ended
+    updates it: the file shows the run as it is now.
+    """
+    with started_kernel(tmp_path) as fresh:
+        fresh.execute(SETUP, timeout=60)
+        fresh.execute(
+            "verdict = dict(achieved=True, confidence=0.9, reasoning='ok')\n"
+            "changing = scripted(analyze=[{**verdict, 'final_answer': 'The first answer.'},"
+            " {**verdict, 'final_answer': 'The second answer.'}])"
+        )
+        submitted = time.monotonic()
+        msg_id = fresh.submit("%%dag --models changing\nA goal re-run later")
+        comm_id = fresh.widget_comm_id(msg_id)
+        fresh.send_comm_msg(comm_id, {"method": "custom", "content": {"kind": "dagmagic-front-end"}})
+        cell = fresh.collect(msg_id, submitted)
+        assert cell.status == "ok", cell.error
+        (live,) = cell.of_type("display_data")
+        display_id = live["content"]["transient"]["display_id"]
+        ended = cell.of_type("update_display_data")[-1]["content"]
+        assert ended["transient"]["display_id"] == display_id
+        assert WIDGET_VIEW in ended["data"] and "The first answer." in ended["data"]["text/markdown"]
+        assert WIDGET_VIEW in cell.result and "text/html" not in cell.result  # the live view holds the static one
+
+        fresh.request(comm_id, "rerun", step="s2")
+        update = fresh.wait_for(
+            lambda m: (
+                m["msg_type"] == "update_display_data"
+                and m["content"]["transient"]["display_id"] == display_id
+                and "The second answer." in m["content"]["data"].get("text/markdown", "")
+            ),
+            "the live view updated with the re-run's answer",
+        )
+        assert "rounds=2" in update["content"]["data"]["text/plain"]
+        assert WIDGET_VIEW in update["content"]["data"]
+
+
+def test_a_front_end_whose_word_comes_after_the_run_ended_still_keeps_the_widget(tmp_path: Path) -> None:
+    """A run can end before the browser's word that it made the widget arrives: the first live view of a
+    kernel waits a moment for it rather than emptying a view someone is looking at.
+    """
+    with started_kernel(tmp_path) as fresh:
+        fresh.execute(SETUP, timeout=60)
+        fresh.execute("quick = scripted()")
+        submitted = time.monotonic()
+        msg_id = fresh.submit("%%dag --models quick\nA goal answered at once")
+        comm_id = fresh.widget_comm_id(msg_id)
+        fresh.wait_for_update(
+            comm_id, lambda m: m["content"]["data"].get("state", {}).get("status") == "done", "the end"
+        )
+        fresh.send_comm_msg(comm_id, {"method": "custom", "content": {"kind": "dagmagic-front-end"}})
+        cell = fresh.collect(msg_id, submitted)
+        assert cell.status == "ok", cell.error
+        kept = cell.of_type("update_display_data")[-1]["content"]["data"]
+        assert WIDGET_VIEW in kept and "text/html" in kept
+        assert WIDGET_VIEW in cell.result and "text/html" not in cell.result
 
 
 def test_interrupt_cancels_the_run_within_two_seconds(kernel: Kernel, record_property: Any) -> None:
@@ -557,7 +628,7 @@ def test_a_run_cut_by_a_kernel_restart_is_resumed_with_dag_resume(kernel: Kernel
 
     cell = kernel.execute("%dag resume --models resumed", timeout=60)
     assert cell.result["text/plain"].startswith("<DagRun done: 'a goal that outlives its kernel' rounds=1 steps=3/3")
-    assert "application/vnd.jupyter.widget-view+json" in cell.result
+    assert "text/html" in cell.result  # shown again (as its static views: this client draws no widget)
     report = json.loads(kernel.execute("r = dagmagic.last_run()\nprint(json.dumps([r.run_id, r.answer]))").stdout)
     assert report == [run_id[1], "Answer from value of s1, value of s2, value of s3"]
     assert Counter(calls.read_text().split()) == {"s1": 1, "s2": 1, "s3": 2}  # completed steps ran once in all

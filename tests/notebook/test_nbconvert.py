@@ -4,6 +4,7 @@ notebook (GitHub, nbconvert, static viewers) see the answer and the step table w
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -60,17 +61,43 @@ def executed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def test_the_executed_notebook_holds_the_run_and_its_static_views(executed: Path) -> None:
+def test_the_executed_notebook_holds_the_run_as_static_views_only(executed: Path) -> None:
+    """No front end drew a widget while nbclient ran the cell: the file holds no widget view (JupyterLab would
+    draw "Error displaying widget: model not found" for it) and no stand-in line, only the run's static views.
+    """
     nb = nbformat.read(executed, as_version=4)
     *_, dag_cell = nb.cells
-    live, result = dag_cell.outputs
-    assert live.output_type == "display_data" and "application/vnd.jupyter.widget-view+json" in live.data
-    assert result.output_type == "execute_result"
+    shown = [output for output in dag_cell.outputs if output.get("data")]
+    assert [output.output_type for output in shown] == ["execute_result"]
+    (result,) = shown
     assert result.data["text/plain"] == (
         f"<DagRun done: '{GOAL}' rounds=1 steps=3/3 completed achieved=True confidence=0.90>"
     )
-    assert {"text/markdown", "text/html", "application/vnd.jupyter.widget-view+json"} <= set(result.data)
+    assert {"text/markdown", "text/html"} <= set(result.data)
     assert "| s3 | completed | Compare &lt;both&gt; cities |" in result.data["text/markdown"]
+    saved = executed.read_text(encoding="utf-8")
+    assert "application/vnd.jupyter.widget-view+json" not in saved
+    assert "dagmagic live view" not in saved
+
+
+def test_refresh_stores_the_static_views_without_a_live_view_line(tmp_path: Path) -> None:
+    """``notebooks/refresh.py`` (how the tutorials are stored) keeps each run's static views and nothing else."""
+    spec = importlib.util.spec_from_file_location("refresh", Path(__file__).parents[2] / "notebooks" / "refresh.py")
+    assert spec is not None and spec.loader is not None
+    refresh = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(refresh)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell(f"%load_ext dagmagic\n{MODEL}"),
+        nbformat.v4.new_code_cell(f"%%dag --models llm\n{GOAL}"),
+    ]
+    path = tmp_path / "tutorial.ipynb"
+    nbformat.write(nb, path)
+    refresh.refresh(path)
+    stored = nbformat.read(path, as_version=4)
+    (result,) = stored.cells[-1].outputs
+    assert result.output_type == "execute_result" and "text/html" in result.data
+    assert "dagmagic live view" not in path.read_text(encoding="utf-8")
 
 
 def test_nbconvert_markdown_shows_the_answer_and_the_step_table(executed: Path) -> None:
@@ -91,4 +118,4 @@ def test_nbconvert_markdown_shows_the_answer_and_the_step_table(executed: Path) 
     assert "<b>Answer</b>" in markdown and "Berlin has more inhabitants than Paris." in markdown
     assert '<img src="data:image/svg+xml;base64,' in markdown  # the DAG drawing for static viewers
     assert f"<DagRun done: '{GOAL}'" not in markdown  # the rich views win over the repr
-    assert re.search(r"dagmagic live view of 'Which city", markdown)  # the live widget's text stand-in
+    assert "dagmagic live view" not in markdown  # no stand-in line for a widget nobody saw

@@ -76,7 +76,8 @@ def test_a_saved_notebook_and_its_store_hold_no_key(provider: Provider, tmp_path
     assert {REGISTERED_KEY, ENVIRONMENT_KEY} <= set(provider.keys_seen)  # both were sent, and echoed back
     text = saved.read_text()
     assert "Provider server error" in text or "Rate limited" in text  # the faults are in the outputs...
-    assert "application/vnd.jupyter.widget-view+json" in text  # ...and the widget's view and state
+    assert "application/vnd.jupyter.widget-state+json" in text  # ...and the widgets' state nbclient kept
+    assert '"goal": "What does a 500 status mean?"' in text  # the run's own state among it
     stored = b"".join(path.read_bytes() for path in tmp_path.iterdir() if path.name.startswith("runs.sqlite"))
     assert len(stored) > 10_000
     for key in (REGISTERED_KEY, ENVIRONMENT_KEY):

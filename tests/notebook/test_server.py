@@ -42,6 +42,18 @@ def test_a_saved_notebook_keeps_the_static_view_and_drops_the_live_widget() -> N
     json.dumps(model)
 
 
+def test_the_live_view_keeps_its_static_view_and_the_value_beside_it_leaves() -> None:
+    """The live view carries the run's static view, kept current by the kernel; the cell's value beside it
+    then carries only the widget and its repr, and nothing of it is saved.
+    """
+    live = {**LIVE, "data": {**WIDGET, **STATIC}}
+    beside = {**WIDGET, "text/plain": "<DagRun done>"}
+    value = {"output_type": "execute_result", "execution_count": 1, "metadata": MARK, "data": beside}
+    model = notebook([copy.deepcopy(live), value])
+    strip_live_views(model)
+    assert model["content"]["cells"][0]["outputs"] == [{**live, "data": STATIC}]
+
+
 def test_a_cell_interrupted_before_its_value_keeps_a_text_line_not_a_broken_widget() -> None:
     error = {"output_type": "error", "ename": "CancelledError", "evalue": "", "traceback": []}
     model = notebook([copy.deepcopy(LIVE), error])

@@ -512,3 +512,21 @@ async def test_a_long_plan_call_shows_what_has_arrived_while_it_streams() -> Non
     tokens = [call["tokens"] for call in seen]
     assert tokens == sorted(tokens) and tokens[-1] > tokens[0]  # it grows while the plan is written
     assert widget_state(run)["live_calls"] == []  # a finished call is in the trace instead
+
+
+async def test_the_front_ends_word_and_each_end_of_the_run_reach_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The front end says it made the widget (no answer: it asks nothing); every end of the run, a re-run's
+    included, calls what keeps the saved view up to date.
+    """
+    monkeypatch.setattr(DagWidget, "front_end_seen", False)
+    run = await session().run("goal")
+    widget = DagWidget(run)
+    front = FrontEnd(widget)
+    ended: list[int] = []
+    widget.on_run_ended.append(lambda: ended.append(len(widget.run.rounds)))
+    widget._handle_custom_msg({"kind": "dagmagic-front-end"}, [])
+    assert widget.front_end and DagWidget.front_end_seen and front.sent == []
+    assert front.ask("rerun", step="s2")["ok"]
+    await run.wait()
+    assert ended == [2]
+    widget.close()
