@@ -41,6 +41,7 @@ else
     fetched_uv="" # a temporary directory, removed when this script ends or execs JupyterLab
     trap '[ -z "$fetched_uv" ] || rm -rf "$fetched_uv"' EXIT
     fetch_uv() { # $1: a Python with pip
+        echo "==> Fetching uv from PyPI into a temporary directory, to install with (seconds where pip takes minutes)"
         fetched_uv="$(mktemp -d "${TMPDIR:-/tmp}/dagmagic-uv.XXXXXX")"
         if PIP_ROOT_USER_ACTION=ignore "$1" -m pip install --quiet --disable-pip-version-check \
             --target "$fetched_uv" uv >/dev/null 2>&1 && [ -x "$fetched_uv/bin/uv" ]; then
