@@ -11,21 +11,6 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
-python=""
-for candidate in python3.13 python3.12 python3.11 python3 python; do
-    if command -v "$candidate" >/dev/null 2>&1 &&
-        "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
-        python="$candidate"
-        break
-    fi
-done
-if [ -z "$python" ]; then
-    echo "dagmagic needs Python 3.11 or newer, and none was found on PATH." >&2
-    echo "Install one (python.org, 'apt install python3.11 python3.11-venv', 'brew install python@3.12'," >&2
-    echo "or 'uv python install 3.12'), then run this again." >&2
-    exit 1
-fi
-
 stamp=.venv/.dagmagic-installed
 # what the install depends on: the dependencies, the environment's Python, and where this clone is (an editable
 # install points here)
@@ -37,6 +22,22 @@ print(hashlib.sha256(open("pyproject.toml", "rb").read()).hexdigest(), sys.versi
 if [ -x .venv/bin/jupyter ] && [ -f "$stamp" ] && [ "$(installed_from 2>/dev/null)" = "$(cat "$stamp")" ]; then
     echo "==> dagmagic and JupyterLab in .venv are up to date with pyproject.toml: nothing to install"
 else
+    # the Python to make .venv with (an up-to-date .venv needs none)
+    python=""
+    for candidate in python3.13 python3.12 python3.11 python3 python; do
+        if command -v "$candidate" >/dev/null 2>&1 &&
+            "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+            python="$candidate"
+            break
+        fi
+    done
+    if [ -z "$python" ]; then
+        echo "dagmagic needs Python 3.11 or newer, and none was found on PATH." >&2
+        echo "Install one (python.org, 'apt install python3.11 python3.11-venv', 'brew install python@3.12'," >&2
+        echo "or 'uv python install 3.12'), then run this again." >&2
+        exit 1
+    fi
+
     uv="$(command -v uv || true)"
     fetched_uv="" # a temporary directory, removed when this script ends or execs JupyterLab
     trap '[ -z "$fetched_uv" ] || rm -rf "$fetched_uv"' EXIT
