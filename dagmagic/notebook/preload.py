@@ -17,6 +17,7 @@ import importlib
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["import_litellm_in_background"]
@@ -75,15 +76,17 @@ def import_litellm_in_background(shell: Any = None) -> threading.Thread:
         if _started is None:
             os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # else the import fetches a price list
             cells = _CellsRunning(shell) if shell is not None else None
-            _started = threading.Thread(target=_import_after, args=(cells,), name=THREAD_NAME, daemon=True)
+            _started = threading.Thread(
+                target=_import_after, args=(cells, _import_quietly), name=THREAD_NAME, daemon=True
+            )
             _started.start()
         return _started
 
 
-def _import_after(cells: _CellsRunning | None) -> None:
+def _import_after(cells: _CellsRunning | None, do_import: Callable[[], None]) -> None:
     if cells is not None:
         cells.wait_for_a_pause(GRACE_SECONDS)
-    _import_quietly()
+    do_import()
 
 
 def _import_quietly() -> None:
