@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from dagmagic.engine.run import DagRun
+    from dagmagic.events import Event
 
 __all__ = ["main"]
 
@@ -33,7 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _demo() -> int:
-    from dagmagic.notebook.demo import DEMO_GOAL
+    from dagmagic.notebook.demo import DEMO_GOAL  # the goal alone: the engine loads after it is on screen
 
     print(f"Goal: {DEMO_GOAL}\n(offline: a scripted model plays every role)\n", flush=True)
     run = asyncio.run(_run_demo())
@@ -42,14 +43,27 @@ def _demo() -> int:
 
 async def _run_demo() -> DagRun:
     from dagmagic.notebook.demo import DEMO_GOAL, demo_session
-    from dagmagic.notebook.progress import print_progress
 
     run = demo_session().start(DEMO_GOAL)
-    unsubscribe = run.subscribe(print_progress)
+    unsubscribe = run.subscribe(_print_demo_progress)
     try:
         return await run.wait(cancel_with_waiter=True)
     finally:
         unsubscribe()
+
+
+def _print_demo_progress(event: Event) -> None:
+    """The progress lines, and one when a model call begins that prints nothing until it ends (planning,
+    judging): a terminal that shows nothing for seconds looks stuck.
+    """
+    from dagmagic.events import PhaseChanged
+    from dagmagic.notebook.progress import print_progress
+
+    if isinstance(event, PhaseChanged) and not event.depth and event.round is not None:
+        doing = {"planning": "planning…", "analyzing": "judging the round…"}.get(event.phase)
+        if doing:
+            print(f"[round {event.round}] {doing}", flush=True)
+    print_progress(event)
 
 
 if __name__ == "__main__":

@@ -67,3 +67,45 @@ def test_the_demo_help_names_the_magic_it_mirrors() -> None:
     done = run_module("demo", "--help")
     assert done.returncode == 0
     assert "Run the scripted demo of `%dag demo` in this terminal" in done.stdout
+
+
+FIRST_SIGNS = """
+import runpy, sys
+
+class Marker:
+    '''Prints a line when one of the heavy imports starts, so its order among the demo's lines shows.'''
+
+    def find_spec(self, name, path=None, target=None):
+        if name in ("litellm", "dagmagic.engine"):
+            print(f"<importing {name}>", flush=True)
+        return None
+
+sys.meta_path.insert(0, Marker())
+sys.argv = ["dagmagic", "demo"]
+runpy.run_module("dagmagic", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_the_demo_shows_the_goal_and_the_planning_before_the_engine_loads_and_never_loads_litellm() -> None:
+    environment = {name: value for name, value in os.environ.items() if not name.startswith("DAG_")}
+    environment["PYTHONIOENCODING"] = "utf-8"
+    done = subprocess.run(
+        [sys.executable, "-c", FIRST_SIGNS],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        cwd=ROOT,
+        env=environment,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stdout.splitlines() if line]
+    # the goal is on screen before the engine's imports (seconds in an environment not compiled yet)
+    assert lines[0].startswith("Goal: Which city"), done.stdout
+    assert lines.index("<importing dagmagic.engine>") > 0, done.stdout
+    # then what the run does while the scripted planner writes (1.2 s): the plan is coming
+    first_event = next(line for line in lines if line.startswith("["))
+    assert first_event == "[round 1] planning…", done.stdout
+    assert lines.index(first_event) < lines.index("[round 1] s1 started (demo-model)")
+    # a scripted model needs no litellm (seconds of CPU to import)
+    assert "<importing litellm>" not in lines, done.stdout

@@ -20,7 +20,7 @@ def load_ipython_extension(shell: Any) -> None:
     transformer.install(shell)
     # by name: the engine (and pydantic) load with the first run, not with the extension
     shell.display_formatter.mimebundle_formatter.for_type_by_name("dagmagic.engine.run", "DagRun", _display_run)
-    preload.import_litellm_in_background()
+    preload.import_litellm_in_background(shell)
 
 
 def _display_run(run: Any, include: Any = None, exclude: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -2,6 +2,9 @@
 
 Two tools, two parallel lookups, one step that fails, a replan that reuses the first round's results,
 and a streamed answer: everything a newcomer should see, without an API key.
+
+Importing this module loads nothing else: ``python -m dagmagic demo`` prints the goal before the engine loads
+(seconds in an environment whose bytecode is not compiled yet).
 """
 
 from __future__ import annotations
@@ -9,13 +12,11 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from dagmagic.engine.run import DagRun
-from dagmagic.engine.session import DagSession
-from dagmagic.llm.registry import ModelRegistry
-from dagmagic.testing import ScriptedLLM, ScriptedRequest, ToolCall
-
 if TYPE_CHECKING:
+    from dagmagic.engine.run import DagRun
+    from dagmagic.engine.session import DagSession
     from dagmagic.notebook.session import NotebookSession
+    from dagmagic.testing import ScriptedLLM, ScriptedRequest
 
 __all__ = ["DEMO_GOAL", "demo_session", "run_demo"]
 
@@ -48,6 +49,8 @@ def city_area(city: str) -> float:
 
 def _step(request: ScriptedRequest) -> Any:
     """Each step asks for its tool once, then answers from what came back."""
+    from dagmagic.testing import ToolCall
+
     observations = [m["content"] for m in request.messages if m.get("role") == "tool"]
     step = (request.round or 0, request.step_id or "")
     calls = {
@@ -73,6 +76,8 @@ def _step(request: ScriptedRequest) -> Any:
 
 def demo_model() -> ScriptedLLM:
     """The scripted model behind the demo."""
+    from dagmagic.testing import ScriptedLLM
+
     round_one = {
         "steps": [
             {"id": "s1", "task": "Find the population of Paris", "tool_hint": "city_population", "model_hint": "fast"},
@@ -121,6 +126,7 @@ def demo_model() -> ScriptedLLM:
 
 def demo_options() -> dict[str, Any]:
     """The demo's models, settings and tools, as ``DagSession`` and ``DagSession.start`` take them."""
+    from dagmagic.llm.registry import ModelRegistry
     from dagmagic.settings import DagSettings
 
     registry = ModelRegistry().register("demo-model", demo_model(), roles=["smart", "general", "fast"])
@@ -130,6 +136,8 @@ def demo_options() -> dict[str, Any]:
 
 def demo_session() -> DagSession:
     """A session over the demo model and its two tools."""
+    from dagmagic.engine.session import DagSession
+
     return DagSession(**demo_options())
 
 
