@@ -22,7 +22,7 @@ import nh3
 from markdown_it import MarkdownIt
 
 from dagmagic.engine.run import DagRun
-from dagmagic.models import ExecutionPlan, PlanCut, PlanStep, RoundRecord
+from dagmagic.models import ExecutionPlan, PlanCut, PlanStep, RoundRecord, split_round_reference
 from dagmagic.notebook.layout import layout
 from dagmagic.notebook.tool_steps import call_text, direct_call, fell_back, is_tool_step
 
@@ -112,7 +112,7 @@ def run_markdown(run: DagRun) -> str:
     """The run as Markdown: header, verdict, step table, answer."""
     lines = [f"**dagmagic** · {_md(run.goal)}", "", _md(_summary(run)), ""]
     lines += [f"- warning: {_md(_cap(warning, 1000))}" for warning in run.warnings] + ([""] if run.warnings else [])
-    rows = step_rows(run.plan)
+    rows = _reused_rows(run) + step_rows(run.plan)
     if rows:
         lines += ["| step | status | task | model | s | result |", "|---|---|---|---|---|---|"]
         lines += ["| " + " | ".join(_md(cell) for cell in row) + " |" for row in rows]
@@ -133,7 +133,7 @@ def run_html(run: DagRun) -> str:
     """
     e = html.escape
     latest = run.rounds[-1].index if run.rounds else 0
-    rounds = "".join(_round_html(record, open_=record.index == latest) for record in run.rounds)
+    rounds = "".join(_round_html(run, record, open_=record.index == latest) for record in run.rounds)
     note = _answer_note(run)
     title = f"<b>Answer</b> ({html.escape(note)})" if note else "<b>Answer</b>"
     cuts = "".join(_cut_html(cut) for cut in _cuts(run))
@@ -146,9 +146,10 @@ def run_html(run: DagRun) -> str:
     )
 
 
-def _round_html(record: RoundRecord, *, open_: bool) -> str:
+def _round_html(run: DagRun, record: RoundRecord, *, open_: bool) -> str:
     e = html.escape
     steps = record.plan.steps
+    reused = reused_steps(run, record)
     label = f"Round {record.index} · {_steps(len(steps))}"
     if record.plan_cut is not None:
         label = f"Round {record.index} · {len(steps)} of {record.plan_cut.planned} planned steps"
@@ -164,13 +165,48 @@ def _round_html(record: RoundRecord, *, open_: bool) -> str:
         dropped = "; ".join(_short(task) for task in record.plan_cut.dropped[:20])
         parts.append(_cut_html(record.plan_cut, f"Dropped: {dropped}" if dropped else ""))
     if steps:
-        parts.append(f"<p>{picture(record.plan, _caption(record))}</p>")
+        drawn = record.plan.model_copy(update={"steps": [*reused, *steps]}) if reused else record.plan
+        parts.append(f"<p>{picture(drawn, _caption(record), reused={step.id for step in reused})}</p>")
+        parts += [_step_html(step, reused=True) for step in reused]
         parts += [_step_html(step) for step in steps]
     if record.analysis is not None and record.analysis.reasoning:
         parts.append(f"<p><i>Verdict:</i> {e(record.analysis.reasoning)}</p>")
     if record.decision is not None and record.decision.reason != (record.analysis and record.analysis.reasoning):
         parts.append(f"<p><i>Then:</i> {e(record.decision.reason)}</p>")
     return f"<details{' open' if open_ else ''}>{''.join(parts)}</details>"
+
+
+def reused_steps(run: DagRun, record: RoundRecord) -> list[PlanStep]:
+    """The earlier rounds' steps this round's plan builds on (a dependency ``r1.s3``), each under that name, in
+    the order first named; a reference to a round or step that is not there is left out.
+    """
+    rounds = {earlier.index: earlier for earlier in run.rounds if earlier.index < record.index}
+    found: dict[str, PlanStep] = {}
+    for step in record.plan.steps:
+        for dependency in step.dependencies:
+            reference = split_round_reference(dependency)
+            if reference is None or dependency in found or reference[0] not in rounds:
+                continue
+            earlier = next((s for s in rounds[reference[0]].plan.steps if s.id == reference[1]), None)
+            if earlier is not None:
+                found[dependency] = earlier.model_copy(update={"id": dependency, "dependencies": []})
+    return list(found.values())
+
+
+def _reused_words(step: PlanStep) -> str:
+    reference = split_round_reference(step.id)
+    return f"reused from round {reference[0]}" if reference else "reused"
+
+
+def _reused_rows(run: DagRun) -> list[tuple[str, str, str, str, str, str]]:
+    """The step table's rows for the earlier results the last round built on."""
+    if not run.rounds:
+        return []
+    reused = reused_steps(run, run.rounds[-1])
+    return [
+        (step.id, _reused_words(step), *row[2:])
+        for step, row in zip(reused, step_rows(ExecutionPlan(goal="", steps=reused)), strict=True)
+    ]
 
 
 def _caption(record: RoundRecord) -> str:
@@ -201,10 +237,11 @@ def _cut_html(cut: PlanCut, more: str = "") -> str:
     return f"<p><b>⚠ {e(cut.describe())}</b> To allow more: <code>{e(cut_hint(cut))}</code>{extra}</p>"
 
 
-def _step_html(step: PlanStep) -> str:
+def _step_html(step: PlanStep, *, reused: bool = False) -> str:
     e = html.escape
     seconds = f" · {step.run_time:.1f}s" if step.run_time is not None else ""
-    head = f"<b>{e(step.id)}</b> · {e(step.status)}{seconds} · {e(_short(step.task))}"
+    status = _reused_words(step) if reused else step.status
+    head = f"<b>{e(step.id)}</b> · {e(status)}{seconds} · {e(_short(step.task))}"
     body = [_tool_call_html(step)] if is_tool_step(step) else []
     body += [f"<p><i>Note:</i> {e(_cap(warning, 1000))}</p>" for warning in step.warnings]
     if step.result:
@@ -261,9 +298,10 @@ def run_mimebundle(run: DagRun) -> dict[str, str]:
     return {"text/plain": repr(run), "text/markdown": run_markdown(run), "text/html": run_html(run)}
 
 
-def svg(plan: ExecutionPlan) -> str:
+def svg(plan: ExecutionPlan, reused: frozenset[str] | set[str] = frozenset()) -> str:
     """The plan's DAG as an SVG document, coloured by status: edges curve down around the boxes, each ending in an
     arrowhead drawn as a shape (no ``<marker>``: a marker's id would be shared by every picture on a page).
+    ``reused``: the ids of earlier rounds' results the plan builds on (``r1.s3``), drawn dashed as reused.
     """
     placed = layout(plan)
     steps = {step.id: step for step in plan.steps}
@@ -279,7 +317,7 @@ def svg(plan: ExecutionPlan) -> str:
         head = f"M{x - 4:g},{y - 8:g} L{x + 4:g},{y - 8:g} L{x:g},{y:g} Z"
         parts.append(f'<path class="arrowhead" d="{head}" fill="{_EDGE_COLOR}"/>')
     for node in placed.nodes:
-        parts.append(_svg_node(steps[node.id], node.x, node.y, node.w, node.h))
+        parts.append(_svg_node(steps[node.id], node.x, node.y, node.w, node.h, reused=node.id in reused))
     parts.append("</svg>")
     return "".join(parts)
 
@@ -302,27 +340,28 @@ def _edge_path(points: tuple[tuple[float, float], ...]) -> str:
     return " ".join(path)
 
 
-def picture(plan: ExecutionPlan, caption: str) -> str:
+def picture(plan: ExecutionPlan, caption: str, reused: frozenset[str] | set[str] = frozenset()) -> str:
     """The plan's DAG as an ``<img>`` holding the SVG as a data URI: JupyterLab's sanitizer (an untrusted
     notebook) strips an inline ``<svg>`` to its bare text but keeps this, and GitHub shows it. A browser shows an
     SVG image as a picture only: no script in it runs, nothing it names is fetched.
     """
     placed = layout(plan)
-    data = base64.b64encode(svg(plan).encode()).decode("ascii")
+    data = base64.b64encode(svg(plan, reused).encode()).decode("ascii")
     return (
         f'<img src="data:image/svg+xml;base64,{data}" alt="{html.escape(caption)}" width="{placed.width:g}" '
         f'height="{placed.height:g}" style="max-width: 100%; height: auto">'
     )
 
 
-def _svg_node(step: PlanStep, x: float, y: float, w: float, h: float) -> str:
+def _svg_node(step: PlanStep, x: float, y: float, w: float, h: float, *, reused: bool = False) -> str:
     color = STATUS_COLORS.get(step.status, "#9e9e9e")
     task = html.escape(textwrap.shorten(step.task, 26, placeholder="…"))
     kind = " · tool" if is_tool_step(step) else ""
+    status, dashes = ("reused", ' stroke-dasharray="4 3"') if reused else (step.status, "")
     return (
         f'<g data-step-id="{html.escape(step.id)}"><rect x="{x:g}" y="{y:g}" width="{w:g}" height="{h:g}" rx="6" '
-        f'fill="{color}" fill-opacity="0.18" stroke="{color}"/>'
-        f'<text x="{x + 8:g}" y="{y + 18:g}" font-weight="bold">{html.escape(step.id)} · {step.status}{kind}</text>'
+        f'fill="{color}" fill-opacity="0.18" stroke="{color}"{dashes}/>'
+        f'<text x="{x + 8:g}" y="{y + 18:g}" font-weight="bold">{html.escape(step.id)} · {status}{kind}</text>'
         f'<text x="{x + 8:g}" y="{y + 36:g}">{task}</text></g>'
     )
 

@@ -348,3 +348,26 @@ def test_a_plan_cut_is_said_in_the_round_and_with_the_answer_with_how_to_allow_m
     assert page.index(note, page.index("<summary>Round 1")) < page.index("<b>Answer</b>") < page.rindex(note)
     assert "check &lt;b&gt;twice&lt;/b&gt;" in page and "<b>twice</b>" not in page  # the model's text, escaped
     assert note in text and f"`{hint}`" in text and text.index(note) < text.index("Forty-two.")
+
+
+def replanned_run() -> DagRun:
+    """Round 2 builds on round 1's completed s1 (``r1.s1``) and plans a new s1 of its own."""
+    run = finished_run()
+    steps = [
+        PlanStep(id="s1", task="look elsewhere", status="completed", result="found again"),
+        PlanStep(id="s2", task="combine", status="completed", result="42", dependencies=["r1.s1", "s1"]),
+    ]
+    run.rounds.append(RoundRecord(index=2, plan=ExecutionPlan(goal="g", steps=steps, round=2)))
+    return run
+
+
+def test_a_round_shows_the_earlier_results_it_reused_in_its_picture_its_steps_and_the_table() -> None:
+    run = replanned_run()
+    page = run_html(run)
+    second = page[page.index("<summary>Round 2") :]
+    (drawing,) = pictures(second)
+    assert set(boxes_of(drawing)) == {"r1.s1", "s1", "s2"}  # the reused result is drawn, its edge to s2 too
+    assert "r1.s1 · reused" in drawing
+    assert "<b>r1.s1</b> · reused from round 1" in second and "found &lt;b&gt;it&lt;/b&gt;" in second
+    text = run_markdown(run)
+    assert "| r1.s1 | reused from round 1 | look \\| up |" in text
