@@ -165,7 +165,7 @@ def _round_html(run: DagRun, record: RoundRecord, *, open_: bool) -> str:
         dropped = "; ".join(_short(task) for task in record.plan_cut.dropped[:20])
         parts.append(_cut_html(record.plan_cut, f"Dropped: {dropped}" if dropped else ""))
     if steps:
-        drawn = record.plan.model_copy(update={"steps": [*reused, *steps]}) if reused else record.plan
+        drawn = drawn_plan(record, reused)
         parts.append(f"<p>{picture(drawn, _caption(record), reused={step.id for step in reused})}</p>")
         parts += [_step_html(step, reused=True) for step in reused]
         parts += [_step_html(step) for step in steps]
@@ -191,6 +191,11 @@ def reused_steps(run: DagRun, record: RoundRecord) -> list[PlanStep]:
             if earlier is not None:
                 found[dependency] = earlier.model_copy(update={"id": dependency, "dependencies": []})
     return list(found.values())
+
+
+def drawn_plan(record: RoundRecord, reused: list[PlanStep]) -> ExecutionPlan:
+    """The round's plan as its picture draws it: the earlier results it builds on first, then its own steps."""
+    return record.plan.model_copy(update={"steps": [*reused, *record.plan.steps]}) if reused else record.plan
 
 
 def _reused_words(step: PlanStep) -> str:

@@ -35,11 +35,12 @@ DEMO_VIEWS = textwrap.dedent(
     """
     import asyncio, json
     from dagmagic.notebook.demo import DEMO_GOAL, demo_session
-    from dagmagic.notebook.fallbacks import run_mimebundle
+    from dagmagic.notebook.fallbacks import drawn_plan, reused_steps, run_mimebundle
     from dagmagic.notebook.layout import layout
 
     run = asyncio.run(demo_session().run(DEMO_GOAL))
-    tips = [[list(edge.points[-1]) for edge in layout(record.plan).edges] for record in run.rounds]
+    drawn = [drawn_plan(record, reused_steps(run, record)) for record in run.rounds]  # with the results reused
+    tips = [[list(edge.points[-1]) for edge in layout(plan).edges] for plan in drawn]
     print(json.dumps({"bundle": run_mimebundle(run), "run_id": run.run_id, "tips": tips}))
     """
 )
