@@ -189,7 +189,24 @@ def run_bundle(run: DagRun, include: Any = None, exclude: Any = None) -> dict[st
     shown_here = [v for v in _live_views.get(widget, []) if v.cell == cell] if widget is not None else []
     if shown_here:
         return {**_widget_bundle(run), "text/plain": static["text/plain"]} if shown_here[-1].keeps_widget else static
-    return {**_widget_bundle(run), **static} if front_end_known() else static
+    return {**_widget_bundle(run), **static} if front_end_known() or _asked_by_a_person() else static
+
+
+def _asked_by_a_person() -> bool:
+    """Whether the cell was run from a front end a person uses, before any widget of this kernel said so: it can
+    answer ``input()``. nbclient (papermill, ``nbconvert --execute``) asks without stdin: nobody there to type,
+    and nothing to draw a widget; nor does a kernel where a live view already waited in vain.
+    """
+    if _nobody_answered:
+        return False
+    from IPython import get_ipython
+
+    kernel = getattr(get_ipython(), "kernel", None)
+    try:
+        request = kernel.get_parent("shell") if kernel is not None else {}
+    except Exception:  # an older ipykernel without get_parent: assume the widget can be drawn, as before
+        return True
+    return bool((request or {}).get("content", {}).get("allow_stdin", False))
 
 
 def _cell_number() -> int | None:

@@ -356,6 +356,25 @@ def test_without_a_front_end_the_cell_keeps_no_widget_view(kernel: Kernel) -> No
     assert WIDGET_VIEW not in cell.result and "text/html" in cell.result
 
 
+def test_a_run_shown_as_a_value_draws_its_widget_for_a_person_and_static_views_headless(tmp_path: Path) -> None:
+    """A run displayed as a cell's value (read back, ``dagmagic.last_run()``) before any widget of the kernel
+    spoke: a front end a person uses (it takes ``input()``) gets the widget; nbclient's request (no stdin) gets
+    the static views alone.
+    """
+    with started_kernel(tmp_path) as fresh:
+        fresh.execute(SETUP, timeout=60)
+        fresh.execute(
+            "from dagmagic import DagSession, DagSettings, ModelRegistry\n"
+            "session = DagSession(ModelRegistry().register('m', scripted()), DagSettings(store='none'))\n"
+            "run = await session.run('g')"
+        )
+        headless = fresh.execute("run")
+        assert WIDGET_VIEW not in headless.result and "text/html" in headless.result
+        submitted = time.monotonic()
+        by_a_person = fresh.collect(str(fresh.client.execute("run", allow_stdin=True)), submitted)
+        assert WIDGET_VIEW in by_a_person.result and "text/html" in by_a_person.result
+
+
 def test_a_run_changed_after_its_cell_updates_the_view_the_notebook_saves(tmp_path: Path) -> None:
     """With a front end drawing the view, the live view carries the run's static view too (what a saved
     notebook keeps once the server drops the widget), and a re-run started from the view after the cell ended
