@@ -465,10 +465,15 @@ def _diff_state(run: DagRun, record: RoundRecord) -> list[dict[str, Any]] | None
     if base is None:
         return None
     diff = run.diff(base, record.index)
-    return [
+    changes = [
         {"id": change.id, "change": change.change, "fields": change.fields, "round": change.round, "was": change.was}
         for change in diff.changes
     ]
+    rerun = record.rerun_step
+    if rerun is not None and record.rerun_of == base and not any(change["id"] == rerun for change in changes):
+        # the step the user re-ran came back the same: say it ran again, not that nothing happened
+        changes.insert(0, {"id": rerun, "change": "re-run", "fields": [], "round": record.index, "was": None})
+    return changes
 
 
 def _paused_state(run: DagRun, step: PlanStep, latest: bool) -> dict[str, Any]:

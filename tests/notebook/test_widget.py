@@ -530,3 +530,10 @@ async def test_the_front_ends_word_and_each_end_of_the_run_reach_the_kernel(monk
     await run.wait()
     assert ended == [2]
     widget.close()
+
+
+async def test_a_rerun_whose_step_comes_back_the_same_says_it_ran_again() -> None:
+    run = await session(step=["the same"]).run("goal")
+    await run.rerun("s2")
+    diff = widget_state(run)["rounds"][1]["diff"]
+    assert diff[0] == {"id": "s2", "change": "re-run", "fields": [], "round": 2, "was": None}, diff
