@@ -129,9 +129,9 @@ that the answer is partial and what is still missing, then give what the results
 
 SYNTHESIS_UNREACHED = """
 
-The goal was not reached: the run ended without results that answer all of it. Answer from these results
-only: begin with one sentence saying that the goal was not fully reached and what is missing (the analysis
-above names it), then give what the results do establish."""
+The goal was not reached: these results do not answer all of it. The reader is already told so, with what is
+missing, just above your answer. Write only what these results do establish toward the goal, with their
+figures; do not repeat these instructions."""
 
 ANALYZER_REASK = """\
 That verdict cannot be used: it says the goal was achieved, but its reasoning says '{said}'.

@@ -39,6 +39,7 @@ __all__ = [
 
 NOT_ACHIEVED = "(goal not achieved)"
 REASONING_CHARS = 4000
+UNREACHED_REASONING_CHARS = 600
 """The analyzer's reasoning as synthesis sees it, in characters."""
 _SEPARATOR = "\n\n---\n\n"
 
@@ -87,6 +88,14 @@ def fallback_answer(
     return _SEPARATOR.join([f"{lead}\n\n{reasoning}" if reasoning else lead, *blocks])
 
 
+def unreached_lead(analysis: AnalysisResult) -> str:
+    """The first lines of an answer to a goal not reached: what is missing, in the verdict's words. Written by us,
+    not asked of the model: a small model asked to say it copies the instruction instead.
+    """
+    reasoning = truncate(analysis.reasoning.strip(), UNREACHED_REASONING_CHARS) or "The verdict gave no reason."
+    return f"**Not fully answered.** {reasoning}\n\n"
+
+
 def synthesis_messages(
     goal: str, reasoning: str, results: str, *, partial: bool = False, unreached: bool = False
 ) -> list[dict[str, str]]:
@@ -124,8 +133,16 @@ async def synthesize(
             blocks, model, room=room, task=f"writing the answer to this goal: {goal}", round=round
         )
     messages = synthesis_messages(goal, analysis.reasoning, format_results(blocks), **kind)
+    lead = unreached_lead(analysis) if unreached and not partial else ""
+    unsent = [lead] if lead else []
+
+    def delta(text: str) -> object:
+        while unsent:  # the shortfall, said by us before the first word the model writes
+            on_delta(unsent.pop())
+        return on_delta(text)
+
     try:
-        answer = await _written(model, messages, round=round, on_delta=on_delta)
+        answer = await _written(model, messages, round=round, on_delta=delta)
     except RUN_ENDING:  # a wrong key or model ends the run (which then answers with the fallback)
         raise
     except Exception as exc:  # any other failure of the call: the fallback below still answers
@@ -133,7 +150,7 @@ async def synthesize(
     else:
         cause = "the reply was empty"
     if answer.strip():
-        return answer, False
+        return lead + answer, False
     verdicts = analysis.final_answer if analysis.final_answer and not unreached else None
     if model.emit is not None:
         instead = "the analyzer's answer" if verdicts else "the completed steps' results"

@@ -108,7 +108,8 @@ async def test_low_confidence_three_times_is_exactly_three_rounds() -> None:
     (written,) = llm.requests_for("synthesize")
     assert "What the analysis concluded: still missing" in written.prompt
     assert "[s2] (completed) do s2\nResult: result of s2 in round 3" in written.prompt
-    assert run.answer == "The answer." and [e.fallback for e in run.events if isinstance(e, AnswerReady)] == [False]
+    assert run.answer.startswith("**Not fully answered.** ") and run.answer.endswith("\n\nThe answer.")
+    assert [e.fallback for e in run.events if isinstance(e, AnswerReady)] == [False]
 
 
 def reworded_each_round(request: ScriptedRequest) -> dict[str, Any]:
@@ -123,7 +124,8 @@ async def test_a_run_that_spends_its_rounds_gets_an_answer_written_from_what_com
             plan=reworded_each_round,
             step=lambda r: f"the same result of {r.step_id}",
             analyze=[verdict(False, 0.3, "The 2024 figure is still missing.")],
-            synthesize=[["Not reached: ", "the 2024 figure is missing. 2023: 2.1 million."]],
+            # a 0.5B model asked to say what was missing copied the instruction: it is no longer asked to
+            synthesize=[["The goal was not fully reached and what is missing. ", "2023: 2.1 million."]],
         )
     )
     run = await session_for(llm).run("goal")
@@ -135,7 +137,11 @@ async def test_a_run_that_spends_its_rounds_gets_an_answer_written_from_what_com
     # six results of three rounds, two distinct texts: each given once, under every reference that had it
     assert written.prompt.count("the same result of s1") == 1 and written.prompt.count("the same result of s2") == 1
     assert "r1.s1, r2.s1, s1" in written.prompt
-    assert run.answer == "Not reached: the 2024 figure is missing. 2023: 2.1 million."
+    assert "do not repeat these instructions" in written.prompt  # the model is not asked to say what is missing
+    lead = "**Not fully answered.** The 2024 figure is still missing.\n\n"  # said by the run, in the verdict's words
+    assert run.answer == lead + "The goal was not fully reached and what is missing. 2023: 2.1 million."
+    deltas = "".join(e.text for e in run.events if isinstance(e, AnswerDelta))
+    assert deltas == run.answer  # streamed as it reads: the lead first
     (ready,) = [e for e in run.events if isinstance(e, AnswerReady)]
     assert (ready.fallback, ready.partial) == (False, False)
 
@@ -170,8 +176,8 @@ async def test_confident_but_not_achieved_stops_after_one_round_with_an_answer_s
     assert len(run.rounds) == 1 and run.rounds[0].decision is not None
     assert run.rounds[0].decision.action == "stop" and "Confident enough" in run.rounds[0].decision.reason
     (written,) = llm.requests_for("synthesize")
-    assert "partly answered" in written.prompt and "not fully reached and what is missing" in written.prompt
-    assert run.answer == "The answer." and not run.partial
+    assert "partly answered" in written.prompt and "Write only what these results do establish" in written.prompt
+    assert run.answer == "**Not fully answered.** partly answered\n\nThe answer." and not run.partial
 
 
 async def test_the_replan_context_reaches_the_planner() -> None:

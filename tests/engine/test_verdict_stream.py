@@ -152,7 +152,8 @@ async def test_a_confidence_stop_drops_the_streamed_answer_for_one_saying_what_i
     llm = ScriptedLLM(script(analyze=[undecided], synthesize=[["Not reached: ", "s2 is missing."]]))
     run = await session_for(llm).run("goal")
     assert run.rounds[0].decision is not None and run.rounds[0].decision.action == "stop"
-    assert run.answer == "Not reached: s2 is missing." and len(kinds(run, AnswerCleared)) == 1
+    assert run.answer.endswith("\n\nNot reached: s2 is missing.") and len(kinds(run, AnswerCleared)) == 1
+    assert run.answer.startswith("**Not fully answered.** ")  # what is missing, said by the run
     assert [e.fallback for e in kinds(run, AnswerReady)] == [False] and len(llm.requests_for("synthesize")) == 1
 
 
@@ -213,8 +214,8 @@ async def test_a_rerun_not_achieved_is_answered_by_a_synthesis_and_an_achieved_o
     )
     run = await session_for(llm).run("goal")
     await run.rerun("s2")
-    assert run.answer == "Re-run answer." and len(llm.requests_for("synthesize")) == 1
-    assert "not fully reached and what is missing" in llm.requests_for("synthesize")[0].prompt  # it says so
+    assert run.answer.endswith("\n\nRe-run answer.") and len(llm.requests_for("synthesize")) == 1
+    assert "Write only what these results do establish" in llm.requests_for("synthesize")[0].prompt  # it says so
     await run.rerun("s2")
     assert run.answer == "Third answer." and len(llm.requests_for("synthesize")) == 1
 
