@@ -48,7 +48,8 @@ class Verdict(BaseModel):
     reasoning: str = Field(description="Why; name contradictions between sources and what is missing.")
 
 
-SAFE_DEFAULT = AnalysisResult(achieved=False, confidence=0.0, reasoning="Could not parse analysis response")
+UNREAD_VERDICT = "The model's verdict could not be read, so whether the goal was reached is not known"
+SAFE_DEFAULT = AnalysisResult(achieved=False, confidence=0.0, reasoning=UNREAD_VERDICT)
 
 _BOOL = r'"?achieved"?\s*[:=]\s*"?(true|false|yes|no|1|0)\b'
 _NUMBER = r'"?confidence"?\s*[:=]\s*"?(-?\d+(?:\.\d+)?(?:[ \t]*%)?)'

@@ -51,7 +51,7 @@ citation_check  | unverified   | silent       | unverified   | silent           
 - ``all-tools``: the step is given every tool instead of a selection (a warning says so);
 - ``step-failed``: that step fails with the error, the others keep their results, the run answers;
 - ``cut``: a text that could not be compacted is cut to fit, head and tail kept (a warning says so);
-- ``not-judged``: the round counts as not achieved ("Could not parse analysis response"), so the loop replans;
+- ``not-judged``: the round counts as not achieved ("The model's verdict could not be read, so whether the goal was reached is not known"), so the loop replans;
 - ``listing``: the answer falls back to the analyzer's reasoning and the completed steps' results (a warning
   says so);
 - ``unverified``: the step keeps its result, marked "citations not verified";
@@ -200,7 +200,9 @@ def check_outcome(outcome: str, purpose: str, run: DagRun, llm: ScriptedLLM) -> 
         assert "Digest" not in llm.requests_for("step", "s2")[0].prompt
     elif outcome == "not-judged":
         first = run.rounds[0]
-        assert first.analysis is not None and first.analysis.reasoning.startswith("Could not parse analysis response")
+        assert first.analysis is not None and first.analysis.reasoning.startswith(
+            "The model's verdict could not be read, so whether the goal was reached is not known"
+        )
         assert first.decision is not None and first.decision.action == "replan" and len(run.rounds) == 2
     elif outcome == "listing":
         assert "The answer could not be written" in said and run.answer.startswith("*The answer could not be written (")

@@ -244,7 +244,10 @@ async def test_analyzer_garbage_gives_the_safe_default_and_a_replan() -> None:
     llm = ScriptedLLM(script(analyze=["total garbage", "total garbage", "total garbage", "x", "y", verdict(True, 1)]))
     run = await session_for(llm).run("goal")
     assert run.rounds[0].analysis is not None
-    assert run.rounds[0].analysis.reasoning == "Could not parse analysis response"
+    assert (
+        run.rounds[0].analysis.reasoning
+        == "The model's verdict could not be read, so whether the goal was reached is not known"
+    )
     assert run.rounds[0].decision is not None and run.rounds[0].decision.action == "replan"
     assert len(run.rounds) == 2 and run.achieved
 
