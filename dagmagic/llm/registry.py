@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from dagmagic.errors import ConfigurationError
@@ -12,6 +12,7 @@ from dagmagic.llm._litellm import import_litellm
 from dagmagic.llm.backend import Capabilities, ChatBackend, LiteLLMBackend, is_router, router_deployments
 from dagmagic.llm.defaults import default_models, ollama_base_url
 from dagmagic.llm.secrets import is_secret_option, remember_secrets
+from dagmagic.llm.wrapping import provider_backend
 
 __all__ = ["ROLE_ENV", "STANDARD_ROLES", "ModelEntry", "ModelRegistry"]
 
@@ -138,6 +139,25 @@ class ModelRegistry:
             self._roles[role] = name
         return self
 
+    def wrapped(self, wrap: Callable[[ModelEntry], ChatBackend]) -> ModelRegistry:
+        """A copy whose entries are answered by ``wrap(entry)`` (a recording, replaying or caching backend around
+        the entry's own): names, targets, roles, options, capabilities and context windows stay the same.
+        """
+        copy = ModelRegistry()
+        copy.chosen_because = self.chosen_because
+        copy._roles = dict(self._roles)
+        for name, entry in self._entries.items():
+            copy._entries[name] = ModelEntry(
+                entry.name,
+                entry.target,
+                wrap(entry),
+                entry.roles,
+                entry.options,
+                entry._capabilities,
+                entry.context_window,
+            )
+        return copy
+
     def get(self, name: str) -> ModelEntry:
         """The entry registered under ``name``."""
         try:
@@ -200,7 +220,7 @@ class ModelRegistry:
         """
         missing: dict[str, list[str]] = {}
         for entry in self._entries.values():
-            backend = entry.backend
+            backend = provider_backend(entry.backend)
             if not isinstance(backend, LiteLLMBackend) or backend.router is not None:
                 continue
             if any(is_secret_option(option) for option in entry.options):
