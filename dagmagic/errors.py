@@ -15,7 +15,8 @@ The tree, by whose mistake it is::
         │   ├── PermissionDeniedError *      the key may not use this model
         │   ├── BadRequestError              the provider rejected the request itself
         │   ├── UnknownModelError *          no such model or provider
-        │   └── ProviderUnavailableError     the model did not answer several tries in a row: not called again
+        │   ├── ProviderUnavailableError     the model did not answer several tries in a row: not called again
+        │   └── ReplayMismatch *             a replayed run asked a call its recording does not hold
         └── TransientProviderError           retried with backoff before giving up
             ├── RateLimitError
             ├── ProviderTimeoutError
@@ -48,6 +49,7 @@ __all__ = [
     "ProviderTimeoutError",
     "ProviderUnavailableError",
     "RateLimitError",
+    "ReplayMismatch",
     "RunFailedError",
     "ServerError",
     "StoreError",
@@ -171,6 +173,38 @@ class ProviderUnavailableError(FatalProviderError):
         return f"{text}\nHint: {self.hint}"
 
 
+class ReplayMismatch(FatalProviderError):
+    """A replay was asked for a call its recording does not hold: the run diverged from the recorded one here.
+
+    It ends the run (every later call would diverge too); the message names the call (``purpose``, ``step_id``)
+    and shows the closest recorded call and what changed.
+    """
+
+    kind = "Replay mismatch"
+    hint = (
+        "the run asked what the recording does not hold (a changed goal, prompt, tool or setting). If the change "
+        "is meant, record again: record=new_episodes records only what is new, record=all everything."
+    )
+
+    def __init__(
+        self,
+        provider_message: str,
+        *,
+        model: str | None = None,
+        hint: str | None = None,
+        purpose: str | None = None,
+        step_id: str | None = None,
+    ) -> None:
+        self.purpose = purpose
+        """The diverging call's purpose (``plan``, ``step``, ``analyze``...)."""
+        self.step_id = step_id
+        """Its step, for a step's call."""
+        super().__init__(provider_message, model=model, hint=hint)
+
+    def _render(self) -> str:
+        return f"{self.kind}: {self.provider_message}\nHint: {self.hint}"
+
+
 class TransientProviderError(ProviderError):
     """Might succeed later: retried with backoff."""
 
@@ -201,5 +235,10 @@ class ProviderConnectionError(TransientProviderError):
     hint = "check the network and the model's api_base."
 
 
-RUN_ENDING: tuple[type[ProviderError], ...] = (AuthenticationError, PermissionDeniedError, UnknownModelError)
+RUN_ENDING: tuple[type[ProviderError], ...] = (
+    AuthenticationError,
+    PermissionDeniedError,
+    UnknownModelError,
+    ReplayMismatch,
+)
 """Errors that end a whole run when a step meets one: every other call would meet it too."""

@@ -16,6 +16,7 @@ from dagmagic.models import (
     Decision,
     ExecutionPlan,
     LLMCall,
+    ModelCard,
     PlanCut,
     PlanStep,
     Purpose,
@@ -34,6 +35,7 @@ __all__ = [
     "CallProgress",
     "Event",
     "LLMCallRecorded",
+    "ModelsReady",
     "PhaseChanged",
     "PlanReady",
     "Replanning",
@@ -70,6 +72,13 @@ class RunStarted(_Event):
     type: Literal["run_started"] = "run_started"
     run_id: str
     goal: str
+
+
+class ModelsReady(_Event):
+    """The run's models are ready for its first call: what each is and supports (a replay answers as they did)."""
+
+    type: Literal["models_ready"] = "models_ready"
+    models: list[ModelCard] = Field(default_factory=list)
 
 
 class RoundStarted(_Event):
@@ -307,6 +316,7 @@ class RunWarning(_Event):
 
 Event = Annotated[
     RunStarted
+    | ModelsReady
     | PhaseChanged
     | RoundStarted
     | PlanReady

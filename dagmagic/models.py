@@ -418,6 +418,23 @@ class Decision(BaseModel):
     answering): the answer is written from what completed, and says so."""
 
 
+class ModelCard(BaseModel):
+    """A model as a run used it: enough to answer its calls again from a recording (``dagmagic.testing.replay``)."""
+
+    name: str
+    """The registry entry's name (what ``LLMCall.model`` says)."""
+    model: str
+    """What its backend was asked for: a litellm model string, a router group, or the name."""
+    roles: list[str] = Field(default_factory=list)
+    """The roles it was registered for."""
+    capabilities: list[str] = Field(default_factory=list)
+    """What it supported (``tool_call``, ``json_mode``, ``stream``): they decide how each call was made."""
+    context_window: int | None = None
+    """Input tokens it accepted (None: the default of the settings)."""
+    counter: Literal["litellm", "approximate"] = "approximate"
+    """How its tokens were counted: litellm's counter for litellm models, else ``approximate_tokens``."""
+
+
 class LLMCall(BaseModel):
     """The record one LLM call leaves in ``run.calls``."""
 
@@ -451,6 +468,11 @@ class LLMCall(BaseModel):
     """``Type: message`` when the call failed for good."""
     status: CallStatus = "ok"
     """``ok``, ``failed``, or ``cancelled`` (the run moved on before the reply; its usage is unknown)."""
+    tools: list[str] = Field(default_factory=list)
+    """The names of the tools the request offered."""
+    request_digest: str | None = None
+    """A digest of what the request asked besides its messages (tool schemas, tool choice, response format,
+    temperature), so that a replay can tell a changed tool from an unchanged one."""
 
     @property
     def cost(self) -> float | None:

@@ -10,7 +10,7 @@ import os
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args, get_origin
 
 import annotated_types
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -286,6 +286,24 @@ class DagSettings(BaseModel):
         ),
         json_schema_extra=_env("DAG_STORE"),
     )
+    cassette: str = Field(
+        "none",
+        min_length=1,
+        description=(
+            "Cassette file (JSON lines) model calls are recorded to or replayed from, as `record` says; `none`: "
+            "every call goes to its model."
+        ),
+        json_schema_extra=_env("DAG_CASSETTE"),
+    )
+    record: Literal["once", "new_episodes", "none", "all"] = Field(
+        "once",
+        description=(
+            "How the cassette is used: `once` replays it when it exists, else records it; `new_episodes` replays "
+            "what matches and records the rest; `none` only replays (a call not recorded ends the run: for CI); "
+            "`all` records it anew."
+        ),
+        json_schema_extra=_env("DAG_RECORD"),
+    )
     runs_in_memory: int = Field(
         10,
         ge=1,
@@ -330,9 +348,17 @@ class DagSettings(BaseModel):
         return self
 
     @property
+    def cassette_path(self) -> Path | None:
+        """The cassette's path, or None when calls are neither recorded nor replayed."""
+        return None if self.cassette.strip().lower() in _OFF else Path(self.cassette)
+
+    @property
     def store_path(self) -> Path | None:
         """The run store's path, or None when the store is disabled with ``none``."""
-        return None if self.store.strip().lower() in {"none", "off", "false", ""} else Path(self.store)
+        return None if self.store.strip().lower() in _OFF else Path(self.store)
+
+
+_OFF = frozenset({"none", "off", "false", ""})
 
 
 _MIN_MAX_FIELDS = ("plan_min_steps", "plan_max_steps")
@@ -395,6 +421,8 @@ def _accepted(field: FieldInfo) -> str:
     annotation = field.annotation
     if annotation in kinds:
         words = kinds[annotation]
+    elif get_origin(annotation) is Literal:
+        words = "one of " + ", ".join(str(choice) for choice in get_args(annotation))
     elif annotation == tuple[float, ...]:
         words = "numbers of seconds separated by commas (e.g. 30,120,600)"
     else:

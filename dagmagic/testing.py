@@ -33,18 +33,33 @@ from typing import Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dagmagic.errors import ConfigurationError, ReplayMismatch
+from dagmagic.events import Event, ModelsReady
 from dagmagic.llm.backend import (
     Capabilities,
     ChatRequest,
     ChatResponse,
     StreamChunk,
     ToolCallData,
-    ToolCallDelta,
 )
+from dagmagic.llm.cassette import Cassette, Interaction
+from dagmagic.llm.registry import ModelRegistry
+from dagmagic.llm.replay import ReplayLLM, replay_registry, split_reply
 from dagmagic.llm.tokens import approximate_tokens
-from dagmagic.models import Purpose
+from dagmagic.models import Purpose, RunState
 
-__all__ = ["Reply", "ScriptError", "ScriptedLLM", "ScriptedRequest", "ToolCall"]
+__all__ = [
+    "Cassette",
+    "ReplayLLM",
+    "ReplayMismatch",
+    "Reply",
+    "ScriptError",
+    "ScriptedLLM",
+    "ScriptedRequest",
+    "ToolCall",
+    "recording_of",
+    "replay",
+]
 
 
 class ToolCall(BaseModel):
@@ -201,7 +216,7 @@ class ScriptedLLM:
         reply, _ = await self._reply(request, stream=True)
         if isinstance(reply, BaseException):
             raise reply
-        pieces: list[Any] = reply if _is_chunk_list(reply) else _split(self._response(request, reply))
+        pieces: list[Any] = reply if _is_chunk_list(reply) else split_reply(self._response(request, reply))
         text: list[str] = []
         for number, piece in enumerate(pieces):
             if number and self.chunk_delay:
@@ -269,13 +284,59 @@ def _is_chunk_list(reply: Any) -> bool:
     )
 
 
-def _split(response: ChatResponse) -> list[StreamChunk]:
-    """A whole reply as stream pieces: its text word by word, its tool calls in argument slices."""
-    words = response.content.split(" ")
-    pieces = [StreamChunk(text=word + (" " if i < len(words) - 1 else "")) for i, word in enumerate(words) if word or i]
-    for index, call in enumerate(response.tool_calls):
-        pieces.append(StreamChunk(tool_calls=[ToolCallDelta(index=index, id=call.id, name=call.name)]))
-        for start in range(0, len(call.arguments), 16):
-            delta = ToolCallDelta(index=index, arguments=call.arguments[start : start + 16])
-            pieces.append(StreamChunk(tool_calls=[delta]))
-    return pieces
+def recording_of(run: Any, *, store: Any = None) -> Cassette:
+    """The calls of a finished run as a cassette (``.save(path)`` writes it): ``run`` is a ``DagRun``, a run
+    read back (``dagmagic.load_run``), a ``RunState``, or a run id read from ``store`` (a ``RunStore`` or a path;
+    default ``DAG_STORE``).
+    """
+    state, events = _state_and_events(run, store)
+    cards = next((e.models for e in reversed(events) if isinstance(e, ModelsReady) and not e.depth), [])
+    return Cassette((Interaction.from_call(call) for call in state.calls), cards)
+
+
+def replay(
+    run: Any,
+    *,
+    store: Any = None,
+    strict: bool = True,
+    fallback: ModelRegistry | None = None,
+    timing: float | None = None,
+) -> ModelRegistry:
+    """A ``ModelRegistry`` answering every call the way the recorded ``run`` was answered: same model names,
+    roles and capabilities, each model a ``ReplayLLM`` over the run's calls (``run``: as for ``recording_of``).
+
+    A request is matched by its purpose, step and normalized messages and tools, in whatever order parallel steps
+    ask. One the run did not make raises ``ReplayMismatch`` (which ends a run that meets it), naming the call and
+    showing the closest recorded one and what changed; with ``strict=False`` it goes to ``fallback``'s model of
+    the same name (else of its role). ``timing``: None replays at once; 1.0 with the recorded delays; 0.1 ten
+    times faster.
+
+    In a test::
+
+        run = await DagSession(models=replay(recorded_run_id, store="runs.sqlite")).run(goal)
+        assert run.answer == expected
+    """
+    return replay_registry(recording_of(run, store=store), strict=strict, fallback=fallback, timing=timing)
+
+
+def _state_and_events(run: Any, store: Any) -> tuple[RunState, list[Event]]:
+    if isinstance(run, RunState):
+        return run, []
+    if isinstance(run, str):
+        from dagmagic.engine.store import RunStore
+        from dagmagic.settings import DagSettings
+
+        if store is None:
+            store = DagSettings().store_path
+            if store is None:
+                raise ConfigurationError("there is no run store to read the run from (DAG_STORE is none): pass store=")
+        opened = store if isinstance(store, RunStore) else RunStore.open(store)
+        try:
+            loaded = opened.load(run)
+        except KeyError:
+            raise ConfigurationError(f"no run {run!r} in the run store {opened.path}") from None
+        return loaded.state, list(loaded.events)
+    state = getattr(run, "state", None)
+    if isinstance(state, RunState):
+        return state, list(getattr(run, "events", []))
+    raise ConfigurationError(f"replay() takes a run, a RunState or a run id, got {type(run).__name__}")

@@ -5,10 +5,11 @@ import typing
 import pytest
 
 from dagmagic import events
-from dagmagic.models import AnalysisResult, Decision, ExecutionPlan, LLMCall, PlanStep
+from dagmagic.models import AnalysisResult, Decision, ExecutionPlan, LLMCall, ModelCard, PlanStep
 
 SAMPLES: list[events.Event] = [
     events.RunStarted(run_id="r1", goal="g"),
+    events.ModelsReady(models=[ModelCard(name="m", model="openai/m", roles=["smart"], capabilities=["stream"])]),
     events.PhaseChanged(phase="planning", round=1),
     events.RoundStarted(round=1),
     events.PlanReady(round=1, plan=ExecutionPlan(goal="g", steps=[PlanStep(id="s1", task="t")])),

@@ -35,9 +35,10 @@ from dagmagic.engine.steps import StepRunner
 from dagmagic.engine.synthesis import fallback_answer
 from dagmagic.engine.tools import Tool
 from dagmagic.errors import ConfigurationError
-from dagmagic.events import RunFinished, RunStarted
+from dagmagic.events import ModelsReady, RunFinished, RunStarted
 from dagmagic.llm import ModelEntry, ModelRegistry
 from dagmagic.llm.breaker import CircuitBreakers
+from dagmagic.llm.replay import model_cards
 from dagmagic.llm.secrets import mask_secrets, scrub_exception
 from dagmagic.messages import Rerun
 from dagmagic.settings import DagSettings
@@ -98,6 +99,8 @@ class GoalLoop:
         try:
             await self.registry.warm_up()  # e.g. litellm's import, seconds of CPU, in a thread: not on the loop
             self._check_credentials()
+            if not self.depth:
+                run.emit(ModelsReady(models=model_cards(self.registry)))
             pursuit = Pursuit(self, run)
             phase = pursuit.first_phase(origin)
             while phase is not FINISHED:

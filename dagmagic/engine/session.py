@@ -24,6 +24,7 @@ from dagmagic.engine.tools import Tool, as_tools
 from dagmagic.errors import DagError
 from dagmagic.events import RunWarning
 from dagmagic.llm import ModelRegistry
+from dagmagic.llm.replay import cassette_registry
 from dagmagic.messages import Rerun
 from dagmagic.models import RunState
 from dagmagic.settings import DagSettings
@@ -208,6 +209,7 @@ class DagSession:
         settings = options.get("settings") or self.settings
         models = options.get("models", self.models)
         models.for_role("smart")
+        models = cassette_registry(models, settings)
         tools = options.get("tools")
         toolset = self._toolset(
             self._tools if tools is None else list(tools), options.get("allow_code", self.allow_code)

@@ -18,6 +18,7 @@ from dagmagic.events import CallProgress, Event, LLMCallRecorded, RunWarning
 from dagmagic.llm._litellm import translate_error
 from dagmagic.llm.backend import ChatBackend, ChatRequest, ChatResponse, StreamChunk
 from dagmagic.llm.breaker import NO_ANSWER, CircuitBreaker
+from dagmagic.llm.cassette import request_digest, tool_names
 from dagmagic.llm.registry import ModelEntry, ModelRegistry
 from dagmagic.llm.secrets import mask_secrets
 from dagmagic.models import LLMCall, Purpose, StructuredLevel, Usage
@@ -107,6 +108,8 @@ class ChatModel:
             latency=time.time() - started,
             error=None if error is None else mask_secrets(f"{type(error).__name__}: {error}"),
             status="cancelled" if cancelled else "failed" if error is not None else "ok",
+            tools=tool_names(request.tools),
+            request_digest=request_digest(request),
         )
         if self.emit is not None:
             self.emit(LLMCallRecorded(call=call))

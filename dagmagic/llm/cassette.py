@@ -1,0 +1,371 @@
+"""Recorded model calls: what a request was (normalized, so a replay can recognize it) and what answered it,
+and cassette files holding them (JSON lines: a header naming the models, then one call per line).
+
+A request is recognized by its purpose, step, model and a digest of its normalized messages and of what else
+it asked (tool schemas, tool choice, response format, temperature). Normalizing drops what differs between two
+runs of the same thing: the date the planner is told, ids and timestamps.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
+from dagmagic.errors import ConfigurationError
+from dagmagic.llm.backend import ChatRequest, ChatResponse, ToolCallDelta
+from dagmagic.llm.secrets import mask_secrets
+from dagmagic.models import LLMCall, ModelCard, Purpose, StructuredLevel
+
+__all__ = [
+    "CASSETTE_VERSION",
+    "Cassette",
+    "Interaction",
+    "RecordedChunk",
+    "RequestKey",
+    "normalized_messages",
+    "request_digest",
+    "request_key",
+    "tool_names",
+]
+
+CASSETTE_VERSION = 1
+
+_VOLATILE = (
+    (re.compile(r"Today is \d{4}-\d{2}-\d{2} \(the year is \d{4}\)"), "Today is <date> (the year is <year>)"),
+    (re.compile(r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?\b"), "<timestamp>"),
+    (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"), "<uuid>"),
+    (re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{12}(?:[0-9a-f]{20})?\b"), "<id>"),
+    (re.compile(r"dagmagic-[A-Za-z0-9_]+-[A-Za-z0-9_]{6,}"), "dagmagic-<tmp>"),
+)
+"""What differs between two runs of the same request: the planner's date, timestamps, uuids, run ids (12 or 32
+hex digits, with a digit and a letter), and the names of temporary directories."""
+
+
+def _normalized_text(text: str) -> str:
+    for pattern, replacement in _VOLATILE:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def _normalized(value: Any) -> Any:
+    if isinstance(value, str):
+        return _normalized_text(value)
+    if isinstance(value, dict):
+        return {key: _normalized(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_normalized(item) for item in value]
+    return value
+
+
+def normalized_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` as a replay compares them: masked (a recording never holds a key) and without what differs
+    between runs of the same request.
+    """
+    masked: list[dict[str, Any]] = json.loads(mask_secrets(json.dumps(list(messages), ensure_ascii=False)))
+    return [_normalized(message) for message in masked]
+
+
+def _digest(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def request_digest(request: ChatRequest) -> str:
+    """A digest of what ``request`` asks besides its messages: tool schemas, tool choice, response format and
+    temperature (``LLMCall.request_digest``).
+    """
+    asked = {
+        "tools": request.tools or [],
+        "tool_choice": request.tool_choice,
+        "response_format": request.response_format,
+        "temperature": request.temperature,
+    }
+    return _digest(_normalized(asked))
+
+
+class RequestKey(BaseModel, frozen=True):
+    """What a replay matches a request by."""
+
+    model: str
+    """The registry entry's name."""
+    purpose: Purpose
+    step_id: str | None
+    messages: str
+    """Digest of the normalized messages."""
+    asked: str
+    """``request_digest``."""
+
+
+def request_key(model: str, request: ChatRequest) -> RequestKey:
+    """The key of ``request`` made to the registry entry named ``model``."""
+    return RequestKey(
+        model=model,
+        purpose=request.purpose,
+        step_id=request.step_id,
+        messages=_digest(normalized_messages(request.messages)),
+        asked=request_digest(request),
+    )
+
+
+class RecordedChunk(BaseModel):
+    """A piece of a streamed reply and when it came (seconds after the request)."""
+
+    at: float = 0.0
+    text: str = ""
+    tool_calls: list[ToolCallDelta] = Field(default_factory=list)
+
+
+class Interaction(BaseModel):
+    """One model call as recorded: the request, and its reply, error or cancellation."""
+
+    model: str
+    """The registry entry's name."""
+    target: str = ""
+    """What the backend was asked for (a litellm model string...)."""
+    purpose: Purpose
+    round: int | None = None
+    step_id: str | None = None
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    tools: list[dict[str, Any]] | None = None
+    """The tool schemas offered (None in a recording read from a run store, which keeps only ``tool_names``)."""
+    tool_names: list[str] = Field(default_factory=list)
+    tool_choice: str | dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None
+    temperature: float | None = None
+    asked: str = ""
+    """``request_digest`` of the request."""
+    structured_level: StructuredLevel | None = None
+    """The structured-output level the call tried (read from a run store: it tells what the model supported)."""
+    stream: bool = False
+    outcome: Literal["ok", "error", "cancelled"] = "ok"
+    response: ChatResponse | None = None
+    chunks: list[RecordedChunk] | None = None
+    """A streamed reply's pieces as they came (None: split from ``response`` on replay)."""
+    error: str | None = None
+    """``Type: message`` of a call that failed."""
+    latency: float = 0.0
+
+    @property
+    def key(self) -> RequestKey:
+        """What a replay matches this by."""
+        return RequestKey(
+            model=self.model,
+            purpose=self.purpose,
+            step_id=self.step_id,
+            messages=_digest(normalized_messages(self.messages)),
+            asked=self.asked,
+        )
+
+    @classmethod
+    def of(
+        cls,
+        model: str,
+        request: ChatRequest,
+        *,
+        stream: bool,
+        latency: float,
+        response: ChatResponse | None = None,
+        chunks: list[RecordedChunk] | None = None,
+        error: BaseException | None = None,
+        cancelled: bool = False,
+    ) -> Interaction:
+        """A call as it happened at a backend, masked."""
+        outcome: Literal["ok", "error", "cancelled"] = "cancelled" if cancelled else "error" if error else "ok"
+        interaction = cls(
+            model=model,
+            target=request.model,
+            purpose=request.purpose,
+            round=request.round,
+            step_id=request.step_id,
+            messages=request.messages,
+            tools=request.tools,
+            tool_names=tool_names(request.tools),
+            tool_choice=request.tool_choice,
+            response_format=request.response_format,
+            temperature=request.temperature,
+            asked=request_digest(request),
+            stream=stream,
+            outcome=outcome,
+            response=response,
+            chunks=chunks,
+            error=None if error is None else f"{type(error).__name__}: {error}",
+            latency=latency,
+        )
+        return interaction.masked()
+
+    @classmethod
+    def from_call(cls, call: LLMCall) -> Interaction:
+        """A call a run recorded (``run.calls``, the run store)."""
+        response = ChatResponse(
+            content=call.reply,
+            tool_calls=call.tool_calls,  # type: ignore[arg-type]  # validated from the recorded dicts
+            input_tokens=call.usage.input_tokens,
+            output_tokens=call.usage.output_tokens,
+            cost=call.usage.cost,
+            finish_reason="tool_calls" if call.tool_calls else "stop",
+        )
+        outcomes: dict[str, Literal["ok", "error", "cancelled"]] = {"failed": "error", "cancelled": "cancelled"}
+        outcome = outcomes.get(call.status, "ok")
+        return cls(
+            model=call.model,
+            purpose=call.purpose,
+            round=call.round,
+            step_id=call.step_id,
+            messages=call.messages,
+            tool_names=call.tools,
+            asked=call.request_digest or "",
+            structured_level=call.structured_level,
+            stream=call.stream,
+            outcome=outcome,
+            response=response if outcome != "error" else None,
+            error=call.error,
+            latency=call.latency,
+        )
+
+    def masked(self) -> Interaction:
+        """A copy with every key masked, in every text it holds."""
+        data = json.loads(mask_secrets(self.model_dump_json()))
+        return Interaction.model_validate(data)
+
+    def describe(self) -> str:
+        """``analyze`` · ``step s2 (round 1)`` · model, for messages."""
+        where: list[str] = [self.purpose]
+        if self.step_id:
+            where.append(f"step {self.step_id}")
+        if self.round:
+            where.append(f"round {self.round}")
+        return " · ".join(where) + f" · model {self.model!r}"
+
+
+def tool_names(tools: Iterable[dict[str, Any]] | None) -> list[str]:
+    """The names of the tools in a request's ``tools`` (OpenAI's function schemas)."""
+    names = []
+    for tool in tools or []:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        name = function.get("name") if isinstance(function, dict) else tool.get("name")
+        if isinstance(name, str):
+            names.append(name)
+    return names
+
+
+class CassetteHeader(BaseModel):
+    """A cassette file's first line."""
+
+    dagmagic_cassette: int
+    """The format's version (required: it is what tells a cassette from other JSON lines)."""
+    models: list[ModelCard] = Field(default_factory=list)
+
+
+class Cassette:
+    """Recorded calls, in a JSON-lines file or only in memory (``path`` None). Appending writes at once, a line
+    per call, so a kernel that dies keeps what it recorded.
+    """
+
+    def __init__(
+        self,
+        interactions: Iterable[Interaction] = (),
+        models: Iterable[ModelCard] = (),
+        *,
+        path: Path | None = None,
+    ) -> None:
+        self.interactions = list(interactions)
+        self.models = {card.name: card for card in models}
+        self.path = path
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self.interactions)
+
+    def __iter__(self) -> Iterator[Interaction]:
+        return iter(list(self.interactions))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Cassette:
+        """The cassette in ``path``; a file that is not one raises ``ConfigurationError`` saying what is wrong."""
+        path = Path(path)
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            raise ConfigurationError(f"no cassette at {path}: record it first (record=once or record=all)") from None
+        except OSError as exc:
+            raise ConfigurationError(f"the cassette {path} cannot be read: {exc}") from None
+        if not lines:
+            return cls(path=path)
+        try:
+            header = CassetteHeader.model_validate_json(lines[0])
+        except ValidationError:
+            raise ConfigurationError(
+                f"{path} is not a dagmagic cassette (its first line is not a cassette header); "
+                "record=all writes a new one there"
+            ) from None
+        if header.dagmagic_cassette > CASSETTE_VERSION:
+            raise ConfigurationError(
+                f"the cassette {path} was written by a newer dagmagic (version {header.dagmagic_cassette}); "
+                "upgrade dagmagic to replay it"
+            )
+        interactions = []
+        for number, line in enumerate(lines[1:], start=2):
+            if not line.strip():
+                continue
+            try:
+                interactions.append(Interaction.model_validate_json(line))
+            except ValidationError as exc:
+                if number == len(lines):  # the last line of a kernel killed while writing it: the rest holds
+                    break
+                problem = exc.errors()[0]["msg"]
+                raise ConfigurationError(f"{path}, line {number}, is not a recorded call: {problem}") from None
+        return cls(interactions, header.models, path=path)
+
+    def save(self, path: str | os.PathLike[str] | None = None) -> Path:
+        """Write the whole cassette to ``path`` (default: its own file), owner-only, and return the path."""
+        target = Path(path) if path is not None else self.path
+        if target is None:
+            raise ConfigurationError("this cassette has no file: pass save(path)")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            lines = [self._header_line(), *(item.masked().model_dump_json() for item in self.interactions)]
+        temporary = target.with_name(target.name + ".tmp")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            file.write("\n".join(lines) + "\n")
+        os.replace(temporary, target)
+        if self.path is None:
+            self.path = target
+        return target
+
+    def _header_line(self) -> str:
+        return mask_secrets(CassetteHeader(dagmagic_cassette=CASSETTE_VERSION, models=list(self.models.values())).model_dump_json())
+
+    def add_models(self, cards: Iterable[ModelCard]) -> None:
+        """Name the models calls are recorded for (in the header); a new one rewrites the header."""
+        new = [card for card in cards if self.models.get(card.name) != card]
+        if not new:
+            return
+        with self._lock:
+            self.models.update({card.name: card for card in new})
+        if self.path is not None and self.path.exists():
+            self.save()
+
+    def append(self, interaction: Interaction) -> None:
+        """Add a call, and write it to the file at once."""
+        interaction = interaction.masked()
+        with self._lock:
+            self.interactions.append(interaction)
+            if self.path is None:
+                return
+            new_file = not self.path.exists()
+            if new_file:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            with os.fdopen(fd, "a", encoding="utf-8") as file:
+                if new_file:
+                    file.write(self._header_line() + "\n")
+                file.write(interaction.model_dump_json() + "\n")
