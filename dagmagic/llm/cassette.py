@@ -342,7 +342,8 @@ class Cassette:
         return target
 
     def _header_line(self) -> str:
-        return mask_secrets(CassetteHeader(dagmagic_cassette=CASSETTE_VERSION, models=list(self.models.values())).model_dump_json())
+        header = CassetteHeader(dagmagic_cassette=CASSETTE_VERSION, models=list(self.models.values()))
+        return mask_secrets(header.model_dump_json())
 
     def add_models(self, cards: Iterable[ModelCard]) -> None:
         """Name the models calls are recorded for (in the header); a new one rewrites the header."""

@@ -556,11 +556,8 @@ def cassette_registry(models: ModelRegistry, settings: DagSettings) -> ModelRegi
     """
     path = settings.cassette_path
     if path is None:
-        if settings.record == "none":
-            raise errors.ConfigurationError(
-                "DAG_RECORD=none replays every call from a cassette, but no cassette is set: set DAG_CASSETTE "
-                "(or `%dag config cassette=PATH`) to the file recorded with record=once"
-            )
+        if settings.record == "none":  # no provider may be called (CI): refused at the call, naming the model
+            return models.wrapped(lambda entry: _Refusing(entry) if _calls_a_provider(entry) else entry.backend)
         return models
     tape = _tape(path, settings.record)
 
@@ -591,3 +588,34 @@ class _Replaying(ReplayLLM, WrappingBackend):
     def context_window(self, model: str) -> int | None:
         window = getattr(self.inner, "context_window", None)
         return window(model) if callable(window) else None
+
+
+def _calls_a_provider(entry: ModelEntry) -> bool:
+    return isinstance(provider_backend(entry.backend), LiteLLMBackend)
+
+
+class _Refusing(WrappingBackend):
+    """A provider's model under ``record=none`` with no cassette: every call is refused, none is made."""
+
+    calls_inner = False
+
+    def __init__(self, entry: ModelEntry) -> None:
+        super().__init__(entry.backend)
+        self.entry = entry
+
+    def _refusal(self, request: ChatRequest) -> errors.ReplayMismatch:
+        return errors.ReplayMismatch(
+            f"{_where(request)} would call the provider of model {self.entry.name!r}, but DAG_RECORD=none allows "
+            "no provider call and no cassette is set to answer it: set DAG_CASSETTE (or `%dag config "
+            "cassette=PATH`) to the file recorded with record=once.",
+            model=self.entry.name,
+            purpose=request.purpose,
+            step_id=request.step_id,
+        )
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        raise self._refusal(request)
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamChunk]:
+        raise self._refusal(request)
+        yield StreamChunk()  # pragma: no cover - makes this an async generator

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +22,13 @@ def provider(latency: float = 0.0) -> ScriptedLLM:
     """A scripted 'provider': two parallel lookups, a join, a tool call, a verdict and a streamed synthesis."""
     return ScriptedLLM(
         {
-            "plan": [plan_reply(("s1", [], "population of Paris"), ("s2", [], "population of Berlin"),
-                                ("s3", ["s1", "s2"], "compare them"))],  # fmt: skip
+            "plan": [
+                plan_reply(
+                    ("s1", [], "population of Paris"),
+                    ("s2", [], "population of Berlin"),
+                    ("s3", ["s1", "s2"], "compare them"),
+                )
+            ],
             "step:s1": [ToolCall("lookup", {"city": "Paris"}), "Paris has 2.1 million people."],
             "step:s2": [ToolCall("lookup", {"city": "Berlin"}), "Berlin has 3.7 million people."],
             "step:s3": ["Berlin is larger, by 1.6 million."],
@@ -179,7 +183,8 @@ async def test_a_recorded_provider_error_is_replayed_and_retried_as_recorded() -
         calls["n"] += 1
         return RateLimitError("slow down", model="scripted") if calls["n"] == 1 else "fine"
 
-    llm = ScriptedLLM({"plan": [plan_reply(("s1", []))], "step": flaky, "analyze": [verdict(True, 0.9, final_answer="fine")]})
+    script = {"plan": [plan_reply(("s1", []))], "step": flaky, "analyze": [verdict(True, 0.9, final_answer="fine")]}
+    llm = ScriptedLLM(script)
     run = await session(ModelRegistry().register("m", llm), llm_retry_backoff=0.0).run("goal")
     assert run.status == "done"
     replayed = await session(replay(run), llm_retry_backoff=0.0).run("goal")
@@ -220,14 +225,11 @@ def test_a_line_cut_short_by_a_dying_kernel_is_dropped(tmp_path: Path) -> None:
 
 
 async def test_the_planner_date_and_ids_do_not_break_a_match() -> None:
-    import datetime as dt
-
     from dagmagic.llm.cassette import normalized_messages
 
-    a = [{"role": "system", "content": "Today is 2026-12-02 (the year is 2026); run 3f2a9c01b7de at 2026-12-02T10:00:01Z"}]
-    b = [{"role": "system", "content": "Today is 2027-01-15 (the year is 2027); run 0a1b2c3d4e5f at 2027-01-15T08:30:00Z"}]
+    a = [{"role": "system", "content": "Today is 2026-12-02 (the year is 2026); run 3f2a9c01b7de, 2026-12-02T10:00:01"}]
+    b = [{"role": "system", "content": "Today is 2027-01-15 (the year is 2027); run 0a1b2c3d4e5f, 2027-01-15T08:30:00"}]
     assert normalized_messages(a) == normalized_messages(b)
-    assert dt.date.today()  # the planner's date comes from the day the run runs: a replay on another day matches
     c = [{"role": "user", "content": "population in 2020"}]
     d = [{"role": "user", "content": "population in 2021"}]
     assert normalized_messages(c) != normalized_messages(d)
@@ -240,6 +242,7 @@ async def test_a_replay_on_another_day_matches() -> None:
     import dagmagic.engine.planner as planner_module
 
     original = planner_module.dt.date
+
     class Tomorrow(original):  # type: ignore[misc,valid-type]
         @classmethod
         def today(cls) -> Any:
@@ -295,8 +298,21 @@ def test_record_none_without_a_cassette_file_says_how_to_record_it(tmp_path: Pat
     forget_cassettes()
     with pytest.raises(ConfigurationError, match="record it first"):
         asyncio.run(run_with("none", tmp_path / "missing.jsonl", provider()))
-    with pytest.raises(ConfigurationError, match="no cassette is set"):
-        asyncio.run(session(scripted_registry(provider()), record="none").run(GOAL))
+    scripted = asyncio.run(session(scripted_registry(provider()), record="none").run(GOAL))
+    assert scripted.status == "done"  # a scripted model is no provider: record=none lets it answer
+
+
+async def test_record_none_without_a_cassette_refuses_every_provider_call() -> None:
+    from tests.fake_provider import Provider
+
+    server = Provider()
+    try:
+        models = ModelRegistry().register("real", "openai/m", roles=["smart"], api_base=server.base, api_key="none")
+        run = await session(models, record="none").run(GOAL)
+    finally:
+        server.close()
+    assert server.requests == 0
+    assert isinstance(run.exception, ReplayMismatch) and "DAG_RECORD=none" in str(run.exception)
 
 
 async def test_record_new_episodes_replays_what_matches_and_records_the_rest(tmp_path: Path) -> None:
