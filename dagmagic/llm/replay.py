@@ -27,6 +27,7 @@ from dagmagic.llm.backend import (
     LiteLLMBackend,
     StreamChunk,
     ToolCallDelta,
+    router_deployments,
 )
 from dagmagic.llm.cassette import (
     Cassette,
@@ -591,7 +592,16 @@ class _Replaying(ReplayLLM, WrappingBackend):
 
 
 def _calls_a_provider(entry: ModelEntry) -> bool:
-    return isinstance(provider_backend(entry.backend), LiteLLMBackend)
+    """Whether a call to ``entry`` may send a request: a litellm model, unless litellm's ``mock_response``
+    answers it (in its options, or in every deployment of its router group), which sends none.
+    """
+    backend = provider_backend(entry.backend)
+    if not isinstance(backend, LiteLLMBackend):
+        return False
+    if backend.router is None:
+        return "mock_response" not in entry.options
+    group = [d for d in router_deployments(backend.router) if d.get("model_name") == entry.target]
+    return not group or any("mock_response" not in d.get("litellm_params", {}) for d in group)
 
 
 class _Refusing(WrappingBackend):

@@ -11,11 +11,14 @@ import pytest
 
 from dagmagic import DagSession, DagSettings, ModelRegistry, tool
 from dagmagic.errors import ConfigurationError, ReplayMismatch
-from dagmagic.llm.replay import forget_cassettes
+from dagmagic.llm.backend import ChatRequest
+from dagmagic.llm.replay import cassette_registry, forget_cassettes
 from dagmagic.testing import Cassette, ReplayLLM, ScriptedLLM, ToolCall, recording_of, replay
 from tests.engine.conftest import plan_reply, verdict
 
 GOAL = "Compare the populations of Paris and Berlin"
+USER = [{"role": "user", "content": "Hello"}]
+"""A request's messages where only the model's answer matters."""
 
 
 def provider(latency: float = 0.0) -> ScriptedLLM:
@@ -313,6 +316,44 @@ async def test_record_none_without_a_cassette_refuses_every_provider_call() -> N
         server.close()
     assert server.requests == 0
     assert isinstance(run.exception, ReplayMismatch) and "DAG_RECORD=none" in str(run.exception)
+
+
+async def test_record_none_without_a_cassette_lets_litellm_mock_responses_answer() -> None:
+    """litellm's ``mock_response`` makes no request (tutorial 05's router pool): nothing to refuse in CI."""
+    from litellm import Router
+
+    pool = Router(model_list=[deployment("sk-a", mock_response="Done."), deployment("sk-b", mock_response="Done.")])
+    models = (
+        scripted_registry(provider())
+        .register("mocked", "openai/m", roles=["fast"], api_key="sk-c", mock_response="Done.")
+        .register("pool", pool, model_group="workers", roles=["reasoning"])
+    )
+    wrapped = cassette_registry(models, DagSettings(store="none", record="none"))
+    for name in ("mocked", "pool"):
+        reply = await ask(wrapped, name)
+        assert reply.content == "Done."
+
+
+async def test_record_none_refuses_a_router_with_one_deployment_that_calls_a_provider() -> None:
+    from litellm import Router
+
+    pool = Router(model_list=[deployment("sk-a", mock_response="Done."), deployment("sk-b")])
+    models = ModelRegistry().register("pool", pool, model_group="workers", roles=["smart"])
+    wrapped = cassette_registry(models, DagSettings(store="none", record="none"))
+    with pytest.raises(ReplayMismatch, match="DAG_RECORD=none"):
+        await ask(wrapped, "pool")
+
+
+def deployment(key: str, **options: Any) -> dict[str, Any]:
+    """A router deployment in the group ``workers``."""
+    return {"model_name": "workers", "litellm_params": {"model": "openai/m", "api_key": key, **options}}
+
+
+async def ask(models: ModelRegistry, name: str) -> Any:
+    """One call to the model ``name`` of ``models``, as the engine makes it."""
+    entry = models.get(name)
+    request = ChatRequest(model=entry.target, messages=USER, purpose="step", options=entry.options)
+    return await entry.backend.complete(request)
 
 
 async def test_record_new_episodes_replays_what_matches_and_records_the_rest(tmp_path: Path) -> None:
