@@ -458,6 +458,9 @@ class LLMCall(BaseModel):
     """Whether the reply was streamed."""
     retries: int = 0
     """Transient failures retried before this call's outcome."""
+    pieces: int = 0
+    """Pieces of a streamed reply that arrived (a stream that fails after its first piece is not retried: a
+    replay breaks off where it did)."""
     usage: Usage = Field(default_factory=Usage)
     """Tokens and cost of this call."""
     started_at: float = 0.0

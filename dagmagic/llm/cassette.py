@@ -148,7 +148,8 @@ class Interaction(BaseModel):
     outcome: Literal["ok", "error", "cancelled"] = "ok"
     response: ChatResponse | None = None
     chunks: list[RecordedChunk] | None = None
-    """A streamed reply's pieces as they came (None: split from ``response`` on replay)."""
+    """A streamed reply's pieces as they came (None: split from ``response`` on replay); a stream that broke
+    off, the pieces before it did (read from a run store: what text came, as one piece)."""
     error: str | None = None
     """``Type: message`` of a call that failed."""
     latency: float = 0.0
@@ -226,6 +227,7 @@ class Interaction(BaseModel):
             stream=call.stream,
             outcome=outcome,
             response=response if outcome != "error" else None,
+            chunks=[RecordedChunk(text=call.reply)] if outcome == "error" and call.pieces else None,
             error=call.error,
             latency=call.latency,
         )

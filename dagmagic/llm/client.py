@@ -85,6 +85,7 @@ class ChatModel:
         error: BaseException | None = None,
         stream: bool = False,
         cancelled: bool = False,
+        pieces: int = 0,
     ) -> LLMCall:
         response = response or ChatResponse()
         call = LLMCall(
@@ -98,6 +99,7 @@ class ChatModel:
             structured_level=level,
             stream=stream,
             retries=retries,
+            pieces=pieces,
             usage=Usage(
                 input_tokens=response.input_tokens,
                 output_tokens=response.output_tokens,
@@ -274,6 +276,7 @@ class ChatModel:
         tell(0)
         retries = 0
         text: list[str] = []
+        received = 0
         final: ChatResponse | None = None
         failure: BaseException | None = None
         cancelled = flowing = False
@@ -295,10 +298,12 @@ class ChatModel:
             while chunk is not None:
                 if chunk.final is not None:
                     final = chunk.final
-                elif chunk.text or chunk.tool_calls:
-                    text.append(chunk.text)
-                    tell(len(text))
-                    yield chunk
+                else:
+                    received += 1
+                    if chunk.text or chunk.tool_calls:
+                        text.append(chunk.text)
+                        tell(len(text))
+                        yield chunk
                 chunk = await self._next(pieces)
         except asyncio.CancelledError:
             cancelled = True
@@ -321,6 +326,7 @@ class ChatModel:
                 error=failure,
                 stream=True,
                 cancelled=cancelled,
+                pieces=received,
             )
 
 

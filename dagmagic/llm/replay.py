@@ -206,19 +206,26 @@ class ReplayLLM:
                 yield chunk
             return
         self.replayed += 1
-        if interaction.outcome == "error":
-            await self._wait(interaction.latency)
+        if interaction.outcome == "error":  # after the pieces that came first, if any: it is not retried then
+            async for chunk in self._pieces(interaction.chunks or []):
+                yield chunk
+            await self._wait(interaction.latency - max((chunk.at for chunk in interaction.chunks or []), default=0))
             raise _recorded_error(interaction, self.model)
         response = _response(interaction)
         chunks = interaction.chunks if interaction.chunks is not None else _spread(response, interaction.latency)
+        async for chunk in self._pieces(chunks):
+            yield chunk
+        if interaction.outcome == "cancelled":
+            await self._await_cancel(interaction, request)
+        yield StreamChunk(final=response)
+
+    async def _pieces(self, chunks: list[RecordedChunk]) -> AsyncIterator[StreamChunk]:
+        """The recorded pieces, each when it came (``timing``)."""
         previous = 0.0
         for recorded in chunks:
             await self._wait(recorded.at - previous)
             previous = recorded.at
             yield StreamChunk(text=recorded.text, tool_calls=recorded.tool_calls)
-        if interaction.outcome == "cancelled":
-            await self._await_cancel(interaction, request)
-        yield StreamChunk(final=response)
 
     async def _wait(self, seconds: float) -> None:
         if self.timing and seconds > 0:
@@ -347,7 +354,8 @@ def _recorded_error(interaction: Interaction, model: str) -> BaseException:
     cls = getattr(errors, kind, None)
     unreplayable = (errors.ReplayMismatch, errors.ProviderUnavailableError, errors.ProviderError)
     if isinstance(cls, type) and issubclass(cls, errors.ProviderError) and cls not in unreplayable:
-        return cls(message, model=model)
+        said = message.removeprefix(f"{cls.kind} for model {interaction.model!r}: ").removeprefix(f"{cls.kind}: ")
+        return cls(said, model=model)  # in the provider's words: the class says its kind and model again
     return errors.ServerError(f"{kind}: {message}", model=model)
 
 

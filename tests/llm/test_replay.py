@@ -194,6 +194,42 @@ async def test_a_recorded_provider_error_is_replayed_and_retried_as_recorded() -
     assert shape(replayed) == shape(run)
 
 
+def cut_stream_script(model: str) -> dict[str, Any]:
+    """A run whose streamed answer breaks off after two pieces (a server that ends a stream early), then is
+    written again.
+    """
+    from dagmagic.errors import ServerError
+
+    cut = ["Berlin ", "is ", ServerError("the stream ended before it finished", model=model)]
+    return {
+        "plan": [plan_reply(("s1", []))],
+        "step": ["Berlin: 3.7 M."],
+        "analyze": [verdict(True, 0.9)],
+        "synthesize": [cut, ["Berlin is larger."]],
+    }
+
+
+async def test_a_stream_that_broke_off_is_replayed_breaking_off_after_its_pieces(tmp_path: Path) -> None:
+    """Not before its first piece: that error would be retried, and the replay would leave the recording."""
+    forget_cassettes()
+    path = tmp_path / "cut.jsonl"
+    recorded = await run_with("all", path, ScriptedLLM(cut_stream_script("scripted")), goal="goal")
+    assert recorded.status == "done" and [c.status for c in recorded.calls].count("failed") == 1
+    forget_cassettes()
+    replayed = await run_with("none", path, ScriptedLLM({}), goal="goal")
+    assert shape(replayed) == shape(recorded)
+
+
+async def test_a_stored_stream_that_broke_off_is_replayed_breaking_off_too() -> None:
+    llm = ScriptedLLM(cut_stream_script("m"))
+    run = await session(ModelRegistry().register("m", llm)).run("goal")
+    assert run.status == "done"
+    (broken,) = [call for call in run.calls if call.status == "failed"]
+    assert broken.pieces == 2
+    replayed = await session(replay(run)).run("goal")
+    assert shape(replayed) == shape(run)
+
+
 def test_a_cassette_round_trips_through_its_file(tmp_path: Path) -> None:
     run, _ = asyncio.run(recorded_run())
     cassette = recording_of(run)
