@@ -48,8 +48,9 @@ __all__ = ["RecordingBackend", "ReplayLLM", "ReplayMismatch", "model_card", "mod
 ReplayMismatch = errors.ReplayMismatch
 
 _CANCEL_GRACE = 5.0
-"""Seconds a replayed call that was cancelled when recorded waits, after its recorded pieces, for the run to
-cancel it again before saying the replay diverged (the run did not move on as it did)."""
+"""Seconds a replayed call that was cancelled when recorded waits, after its recorded pieces and as long as it
+ran when recorded (a step's timeout, say, cancels it again after as long), for the run to cancel it again before
+saying the replay diverged (the run did not move on as it did)."""
 _DIFF_LINES = 40
 
 
@@ -60,21 +61,41 @@ class _Pool:
         self.cassette = cassette
         self._used: set[int] = set()
         self._lock = threading.Lock()
+        self._by_key: dict[RequestKey, list[int]] = {}
+        """Recorded calls by key (without ``asked``), in recorded order: a key is computed once per call."""
+        self._indexed = 0
         self.diverged: errors.ReplayMismatch | None = None
         """The first request no recording answered: every later strict request is refused with it, so that
         whichever call ends the run, it names where the run first left the recording."""
+
+    def _index(self) -> None:
+        calls = self.cassette.interactions
+        for index in range(self._indexed, len(calls)):
+            self._by_key.setdefault(_loose(calls[index].key), []).append(index)
+        self._indexed = len(calls)
 
     def take(self, key: RequestKey) -> Interaction | None:
         """The first unused call recorded under ``key`` (one recorded with no digest of what else was asked
         matches any), marked used.
         """
         with self._lock:
-            for index, interaction in enumerate(self.cassette.interactions):
-                if index in self._used or not _same(interaction.key, key):
+            self._index()
+            calls = self.cassette.interactions
+            for index in self._by_key.get(_loose(key), ()):
+                recorded = calls[index]
+                if index in self._used or (recorded.asked and recorded.asked != key.asked):
                     continue
                 self._used.add(index)
-                return interaction
+                return recorded
         return None
+
+    def recorded(self, key: RequestKey) -> list[Interaction]:
+        """Every call recorded under ``key``, used or not."""
+        with self._lock:
+            self._index()
+            calls = self.cassette.interactions
+            indices = self._by_key.get(_loose(key), ())
+            return [calls[i] for i in indices if not calls[i].asked or calls[i].asked == key.asked]
 
     def record(self, interaction: Interaction) -> None:
         """Append a call just made (``record=new_episodes``), as used."""
@@ -88,10 +109,8 @@ class _Pool:
             return [item for index, item in enumerate(self.cassette.interactions) if index not in self._used]
 
 
-def _same(recorded: RequestKey, asked: RequestKey) -> bool:
-    if recorded.asked and recorded.asked != asked.asked:
-        return False
-    return recorded.model_copy(update={"asked": ""}) == asked.model_copy(update={"asked": ""})
+def _loose(key: RequestKey) -> RequestKey:
+    return key.model_copy(update={"asked": ""})
 
 
 class ReplayLLM:
@@ -224,7 +243,8 @@ class ReplayLLM:
             await asyncio.sleep(seconds * self.timing)
 
     async def _await_cancel(self, interaction: Interaction, request: ChatRequest) -> None:
-        await asyncio.sleep(_CANCEL_GRACE)
+        recorded_time_passed = bool(self.timing)  # replayed with its delays: as long as it ran has passed
+        await asyncio.sleep(_CANCEL_GRACE + (0.0 if recorded_time_passed else interaction.latency))
         raise errors.ReplayMismatch(
             f"{interaction.describe()}: the recorded run moved on before this call's reply came (it was cancelled); "
             "this replay did not, so the recording has no reply for it.",
@@ -241,7 +261,7 @@ class ReplayLLM:
         if closest is None:
             text = f"{where}: the recording has no calls left to answer it."
         else:
-            repeated = [i for i in self._pool.cassette.interactions if _same(i.key, asked)]
+            repeated = self._pool.recorded(asked)
             if repeated:
                 text = f"{where} was asked more often than recorded ({len(repeated)} time(s))."
             else:
