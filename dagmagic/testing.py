@@ -39,7 +39,7 @@ from dagmagic.llm.backend import (
     ChatResponse,
     StreamChunk,
     ToolCallData,
-    ToolCallDelta,
+    response_pieces,
 )
 from dagmagic.llm.tokens import approximate_tokens
 from dagmagic.models import Purpose
@@ -201,7 +201,7 @@ class ScriptedLLM:
         reply, _ = await self._reply(request, stream=True)
         if isinstance(reply, BaseException):
             raise reply
-        pieces: list[Any] = reply if _is_chunk_list(reply) else _split(self._response(request, reply))
+        pieces: list[Any] = reply if _is_chunk_list(reply) else response_pieces(self._response(request, reply))
         text: list[str] = []
         for number, piece in enumerate(pieces):
             if number and self.chunk_delay:
@@ -267,15 +267,3 @@ def _is_chunk_list(reply: Any) -> bool:
         and bool(reply)
         and all(isinstance(piece, str | BaseException | StreamChunk) for piece in reply)
     )
-
-
-def _split(response: ChatResponse) -> list[StreamChunk]:
-    """A whole reply as stream pieces: its text word by word, its tool calls in argument slices."""
-    words = response.content.split(" ")
-    pieces = [StreamChunk(text=word + (" " if i < len(words) - 1 else "")) for i, word in enumerate(words) if word or i]
-    for index, call in enumerate(response.tool_calls):
-        pieces.append(StreamChunk(tool_calls=[ToolCallDelta(index=index, id=call.id, name=call.name)]))
-        for start in range(0, len(call.arguments), 16):
-            delta = ToolCallDelta(index=index, arguments=call.arguments[start : start + 16])
-            pieces.append(StreamChunk(tool_calls=[delta]))
-    return pieces
