@@ -206,3 +206,28 @@ async def test_deleting_the_file_empties_the_cache_for_the_next_run(tmp_path: Pa
         file.unlink()
     result = await cached_model(llm, path).chat(HELLO, purpose="step")
     assert (result.call.cached, len(llm.requests), len(ResponseCache.open(path))) == (False, 2, 1)
+
+
+async def test_a_cached_call_is_marked_in_every_view_and_kept_by_the_run_store(tmp_path: Path) -> None:
+    from dagmagic import load_run
+    from dagmagic.notebook.progress import trace_table
+    from dagmagic.notebook.widget import widget_state
+
+    llm = ScriptedLLM(script(), price=PRICE)
+    await session(llm, tmp_path / "c.sqlite").run("capital of France?")
+    store = tmp_path / "runs.sqlite"
+    settings = DagSettings(cache=tmp_path / "c.sqlite", store=store)
+    run = await DagSession(ModelRegistry().register("scripted", llm), settings).run("capital of France?")
+
+    lines = trace_table(run).splitlines()
+    assert all(line.endswith("  cached") for line in lines[1 : len(run.calls) + 1])
+    assert lines[-1].startswith(f"{'total':16} {len(run.calls):>3} calls") and f"{len(run.calls)} cached" in lines[-1]
+    state = widget_state(run)
+    assert all(call["cached"] for call in state["calls"])
+    assert state["usage"]["cached_requests"] == len(run.calls) and state["usage"]["saved_cost"] > 0
+    loaded = load_run(run.run_id, store=store)
+    assert [call.cached for call in loaded.calls] == [True] * len(run.calls)
+    assert loaded.usage == run.usage
+    pd = pytest.importorskip("pandas")
+    calls = run.to_dataframe("calls")
+    assert isinstance(calls, pd.DataFrame) and calls["cached"].all() and (calls["cost"] == 0).all()
