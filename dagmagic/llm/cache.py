@@ -5,7 +5,9 @@ A request is known by the sha256 of the canonical JSON of what decides its answe
 target), the messages, tools, tool choice, response format and temperature. Not by its ``options`` (the endpoint
 and key it goes to), nor by whether it is streamed (a streamed request and a whole one share an answer), nor by
 its purpose, round or step. Only good answers are kept: not an error, not a stream that failed or was cancelled,
-not an empty reply. The file holds the hash and the reply, masked (``mask_secrets``), never the request.
+not an empty reply. The file holds the hash and the reply, never the request; and a reply that ``mask_secrets``
+would change (it shows a key, or a name shaped like one: ``api_base_url``) is not kept at all, since masked it
+would be another answer (code whose names were masked no longer runs).
 
 ``ResponseCache`` is the file, ``CachingBackend`` the backend that answers from it, ``cached_registry`` what a
 session applies to a run's models.
@@ -99,15 +101,20 @@ class ResponseCache:
             row = self._open(self._reader).execute("SELECT response FROM responses WHERE key = ?", (key,)).fetchone()
         return None if row is None else ChatResponse.model_validate_json(row[0])
 
-    def put(self, key: str, model: str, response: ChatResponse) -> None:
-        """Store ``response`` (masked) under ``key``; a later answer to the same key replaces it."""
+    def put(self, key: str, model: str, response: ChatResponse) -> bool:
+        """Store ``response`` under ``key`` (a later answer to the same key replaces it); False when it shows a key
+        or something shaped like one, which is not stored.
+        """
         stored = response.model_copy(update={"cached": False, "saved_cost": None})
-        text = mask_secrets(stored.model_dump_json())
+        text = stored.model_dump_json()
+        if mask_secrets(text) != text:
+            return False
         with self._writing, self._open(self._writer) as db:
             db.execute(
                 "INSERT OR REPLACE INTO responses (key, model, response, stored_at) VALUES (?, ?, ?, ?)",
                 (key, model, text, time.time()),
             )
+        return True
 
     def __len__(self) -> int:
         with self._reading:

@@ -153,14 +153,24 @@ async def test_no_key_reaches_the_file(tmp_path: Path, monkeypatch: pytest.Monke
     registered = "sk-canary-registered-7f3a9c"
     from_env = "canary-env-value-5d1e8b2a"
     monkeypatch.setenv("CANARY_API_KEY", from_env)
-    llm = ScriptedLLM({"*": [f"keys: {registered} and {from_env}"]})
+    llm = ScriptedLLM(
+        {
+            "step:s1": [f"keys: {registered} and {from_env}"],
+            "step:s2": ["a key_value_store holds it"],  # shaped like a key: masked, the answer would change
+            "step:s3": ["Paris"],
+        }
+    )
     models = ModelRegistry().register("m", llm, api_key=registered)
     model = ChatModel(cached_registry(models, DagSettings(cache=tmp_path / "c.sqlite")).get("m"))
-    await model.chat([{"role": "user", "content": f"say {registered} {from_env}"}], purpose="step")
+    asking = [{"role": "user", "content": f"say {registered} and {from_env}"}]
+    for step in ("s1", "s2", "s2"):
+        await model.chat(asking, purpose="step", step_id=step)
+    assert len(llm.requests) == 3 and len(ResponseCache.open(tmp_path / "c.sqlite")) == 0  # neither reply kept
+    await model.chat(asking, purpose="step", step_id="s3")  # a key in the request: only in its hash
     assert len(ResponseCache.open(tmp_path / "c.sqlite")) == 1
     stored = b"".join(path.read_bytes() for path in tmp_path.iterdir())  # the -wal file too
-    assert b"keys: ***" in stored
-    assert registered.encode() not in stored and from_env.encode() not in stored
+    assert b"Paris" in stored
+    assert registered.encode() not in stored and from_env.encode() not in stored and b"key_value" not in stored
 
 
 async def test_two_processes_share_the_file(tmp_path: Path) -> None:
@@ -231,3 +241,26 @@ async def test_a_cached_call_is_marked_in_every_view_and_kept_by_the_run_store(t
     pd = pytest.importorskip("pandas")
     calls = run.to_dataframe("calls")
     assert isinstance(calls, pd.DataFrame) and calls["cached"].all() and (calls["cost"] == 0).all()
+
+
+async def test_the_litellm_path_is_cached_too_and_a_stream_hit_needs_no_provider(tmp_path: Path) -> None:
+    from tests.fake_provider import Provider
+
+    provider = Provider()
+    provider.reply = "Paris, from the provider"
+    key = "sk-canary-litellm-1b2c3d4e5f"
+    try:
+        models = ModelRegistry().register("gpt", "openai/gpt-4.1-mini", api_base=provider.base, api_key=key)
+        model = ChatModel(cached_registry(models, DagSettings(cache=tmp_path / "c.sqlite")).get("gpt"))
+        first = await model.chat(HELLO, purpose="step")
+        assert (first.content, first.call.cached, provider.requests) == ("Paris, from the provider", False, 1)
+        assert first.call.cost is not None and first.call.cost > 0
+        again = await model.chat(HELLO, purpose="step")
+        streamed = [chunk.text async for chunk in model.stream(HELLO, purpose="step")]
+        assert provider.requests == 1  # neither reached the provider
+        assert (again.content, again.call.cached, again.call.cost) == ("Paris, from the provider", True, 0)
+        assert again.call.usage.saved_cost == pytest.approx(first.call.cost)
+        assert "".join(streamed) == "Paris, from the provider" and len(streamed) == 4
+    finally:
+        provider.close()
+    assert key.encode() not in b"".join(path.read_bytes() for path in tmp_path.iterdir())
