@@ -73,14 +73,13 @@ class ResponseCache:
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> ResponseCache:
         """The cache at ``path``, opened once per process (every run of every session shares it), and again when
-        the file was deleted or replaced meanwhile (the way to empty it).
+        the file was deleted or replaced meanwhile (the way to empty it; a run still going on keeps the one it
+        had).
         """
         where = Path(path).absolute()
         with cls._opening:
             cache = cls._opened.get(where)
-            if cache is not None and not cache.closed and not cache._same_file():
-                cache.close()
-            if cache is None or cache.closed:
+            if cache is None or cache.closed or not cache._same_file():
                 cache = cls._opened[where] = cls(where)
             return cache
 
@@ -96,10 +95,15 @@ class ResponseCache:
         return self._reader is None
 
     def get(self, key: str) -> ChatResponse | None:
-        """The reply stored under ``key``, or None."""
+        """The reply stored under ``key``; None when there is none, or it cannot be read (the call is made)."""
         with self._reading:
-            row = self._open(self._reader).execute("SELECT response FROM responses WHERE key = ?", (key,)).fetchone()
-        return None if row is None else ChatResponse.model_validate_json(row[0])
+            db = self._open(self._reader)
+            try:
+                row = db.execute("SELECT response FROM responses WHERE key = ?", (key,)).fetchone()
+                return None if row is None else ChatResponse.model_validate_json(row[0])
+            except (sqlite3.Error, ValueError) as exc:  # a damaged file or row: a miss, not a failed call
+                log.warning("dagmagic: the response cache %s could not be read (%s)", self.path, exc)
+                return None
 
     def put(self, key: str, model: str, response: ChatResponse) -> bool:
         """Store ``response`` under ``key`` (a later answer to the same key replaces it); False when it shows a key

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from dagmagic import ConfigurationError, DagSession, DagSettings, ModelRegistry
+from dagmagic import ConfigurationError, DagSession, DagSettings, ModelRegistry, errors
 from dagmagic.llm import ChatModel
 from dagmagic.llm.backend import ChatRequest
 from dagmagic.llm.cache import CachingBackend, ResponseCache, cached_registry, request_key
@@ -113,8 +114,6 @@ def test_the_key_ignores_options_stream_and_where_the_call_comes_from() -> None:
 
 
 async def test_errors_and_empty_replies_are_not_cached(tmp_path: Path) -> None:
-    from dagmagic import errors
-
     llm = ScriptedLLM({"*": [errors.BadRequestError("no"), "", "Paris"]})
     model = cached_model(llm, tmp_path / "c.sqlite")
     with pytest.raises(errors.BadRequestError):
@@ -139,8 +138,6 @@ async def test_a_stream_that_fails_midway_is_not_cached(tmp_path: Path) -> None:
 def test_the_file_is_owner_only_and_a_foreign_one_is_refused(tmp_path: Path) -> None:
     cache = ResponseCache.open(tmp_path / "dir" / "c.sqlite")
     assert (cache.path.stat().st_mode & 0o777, cache.path.parent.stat().st_mode & 0o777) == (0o600, 0o700)
-    import sqlite3
-
     foreign = tmp_path / "foreign.sqlite"
     with sqlite3.connect(foreign) as db:
         db.execute("CREATE TABLE t (x)")
@@ -264,3 +261,14 @@ async def test_the_litellm_path_is_cached_too_and_a_stream_hit_needs_no_provider
     finally:
         provider.close()
     assert key.encode() not in b"".join(path.read_bytes() for path in tmp_path.iterdir())
+
+
+async def test_a_reply_that_cannot_be_read_back_is_a_miss_not_a_failure(tmp_path: Path) -> None:
+    llm = ScriptedLLM({"*": ["Paris"]})
+    model = cached_model(llm, tmp_path / "c.sqlite")
+    await model.chat(HELLO, purpose="step")
+    with sqlite3.connect(tmp_path / "c.sqlite") as db:  # another program (or a bad disk) spoils the row
+        db.execute("UPDATE responses SET response = 'not json'")
+    db.close()
+    result = await model.chat(HELLO, purpose="step")
+    assert (result.content, result.call.cached, len(llm.requests)) == ("Paris", False, 2)
