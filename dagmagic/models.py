@@ -85,6 +85,10 @@ class Usage(BaseModel):
     """LLM calls counted (retries of one call count once)."""
     cost: float | None = None
     """USD from litellm's price list; None when no call's price is known, else the sum of the known ones."""
+    cached_requests: int = 0
+    """Of ``requests``, those answered from the response cache (``DAG_CACHE``): no call made, no tokens, cost 0."""
+    saved_cost: float | None = None
+    """USD the cached requests cost when they were first answered; None when none of their prices is known."""
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -93,12 +97,13 @@ class Usage(BaseModel):
         return self.input_tokens + self.output_tokens
 
     def __add__(self, other: Usage) -> Usage:
-        costs = [c for c in (self.cost, other.cost) if c is not None]
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
             requests=self.requests + other.requests,
-            cost=sum(costs) if costs else None,
+            cost=_known_sum(self.cost, other.cost),
+            cached_requests=self.cached_requests + other.cached_requests,
+            saved_cost=_known_sum(self.saved_cost, other.saved_cost),
         )
 
     @classmethod
@@ -110,10 +115,16 @@ class Usage(BaseModel):
         return result
 
     def describe(self) -> str:
-        """``1,234 in · 56 out · 3 requests · $0.0123`` (``cost unknown`` without a price)."""
+        """``1,234 in · 56 out · 3 requests · $0.0123`` (``cost unknown`` without a price); with cached requests
+        ``... · 3 requests (2 cached, saved $0.0123) · $0.0012``.
+        """
         plural = "" if self.requests == 1 else "s"
+        cached = ""
+        if self.cached_requests:
+            saved = "saving unknown: no price" if self.saved_cost is None else f"saved {money(self.saved_cost)}"
+            cached = f" ({self.cached_requests} cached, {saved})"
         return (
-            f"{self.input_tokens:,} in · {self.output_tokens:,} out · {self.requests} request{plural} · "
+            f"{self.input_tokens:,} in · {self.output_tokens:,} out · {self.requests} request{plural}{cached} · "
             f"{money(self.cost)}"
         )
 
@@ -124,6 +135,12 @@ class Usage(BaseModel):
 
     def _repr_html_(self) -> str:
         return f"<code>{html.escape(self.describe())}</code>"
+
+
+def _known_sum(first: float | None, second: float | None) -> float | None:
+    """The sum of the known amounts; None when neither is known."""
+    known = [amount for amount in (first, second) if amount is not None]
+    return sum(known) if known else None
 
 
 def money(cost: float | None) -> str:
@@ -473,6 +490,9 @@ class LLMCall(BaseModel):
     request_digest: str | None = None
     """A digest of what the request asked besides its messages (tool schemas, tool choice, response format,
     temperature), so that a replay can tell a changed tool from an unchanged one."""
+    cached: bool = False
+    """Answered from the response cache (``DAG_CACHE``): no provider was called, so ``usage`` counts the request
+    with no tokens and cost 0, and what the answer first cost as ``saved_cost``."""
 
     @property
     def cost(self) -> float | None:
@@ -487,6 +507,7 @@ class LLMCall(BaseModel):
         )
         usage = f"{self.usage.input_tokens:,} in/{self.usage.output_tokens:,} out"
         outcome = self.status if not self.error else f"{self.status}: {_cut(self.error, 60)}"
+        outcome += " · cached" if self.cached else ""
         return f"LLMCall({self.purpose} · {self.model}{' · ' + where if where else ''} · {usage} · " \
             f"{self.latency:.2f}s · {money(self.cost)} · {outcome})"  # fmt: skip
 
@@ -494,7 +515,8 @@ class LLMCall(BaseModel):
 
     def _repr_html_(self) -> str:
         e = html.escape
-        rows = [("call", f"<b>{e(self.purpose)}</b> · {e(self.model)} · {e(self.status)}")]
+        cached = " · cached" if self.cached else ""
+        rows = [("call", f"<b>{e(self.purpose)}</b> · {e(self.model)} · {e(self.status)}{cached}")]
         if self.step_id:
             rows.append(("step", e(f"round {self.round} · {self.step_id}")))
         rows.append(("usage", e(f"{self.usage.describe()} · {self.latency:.2f}s")))

@@ -179,7 +179,7 @@ class RunQueries:
                 {
                     "purpose": c.purpose, "model": c.model, "round": c.round, "step": c.step_id,
                     "status": c.status, "input_tokens": c.usage.input_tokens, "output_tokens": c.usage.output_tokens,
-                    "cost": c.cost, "latency_s": c.latency, "retries": c.retries, "error": c.error,
+                    "cost": c.cost, "cached": c.cached, "latency_s": c.latency, "retries": c.retries, "error": c.error,
                     "started": pd.to_datetime(c.started_at, unit="s") if c.started_at else None,
                 }
                 for c in self.calls

@@ -24,6 +24,7 @@ from dagmagic.engine.tools import Tool, as_tools
 from dagmagic.errors import DagError
 from dagmagic.events import RunWarning
 from dagmagic.llm import ModelRegistry
+from dagmagic.llm.cache import cached_registry
 from dagmagic.llm.replay import cassette_registry
 from dagmagic.messages import Rerun
 from dagmagic.models import RunState
@@ -207,7 +208,7 @@ class DagSession:
     def _driver(self, history: list[Exchange], options: RunOptions) -> _Driver:
         """What drives one run: the session's goal loop, or one with the run's own options."""
         settings = options.get("settings") or self.settings
-        models = options.get("models", self.models)
+        models = cached_registry(options.get("models", self.models), settings)
         models.for_role("smart")
         models = cassette_registry(models, settings)
         tools = options.get("tools")

@@ -26,7 +26,7 @@ from dagmagic.llm.backend import (
     ChatResponse,
     LiteLLMBackend,
     StreamChunk,
-    ToolCallDelta,
+    response_pieces,
 )
 from dagmagic.llm.cassette import (
     Cassette,
@@ -43,7 +43,7 @@ from dagmagic.llm.wrapping import WrappingBackend, provider_backend
 from dagmagic.models import ModelCard
 from dagmagic.settings import DagSettings
 
-__all__ = ["RecordingBackend", "ReplayLLM", "ReplayMismatch", "model_card", "model_cards", "split_reply"]
+__all__ = ["RecordingBackend", "ReplayLLM", "ReplayMismatch", "model_card", "model_cards"]
 
 ReplayMismatch = errors.ReplayMismatch
 
@@ -337,21 +337,9 @@ def _response(interaction: Interaction) -> ChatResponse:
     return interaction.response or ChatResponse()
 
 
-def split_reply(response: ChatResponse) -> list[StreamChunk]:
-    """A whole reply as stream pieces: its text word by word, its tool calls in argument slices."""
-    words = response.content.split(" ")
-    pieces = [StreamChunk(text=word + (" " if i < len(words) - 1 else "")) for i, word in enumerate(words) if word or i]
-    for index, call in enumerate(response.tool_calls):
-        pieces.append(StreamChunk(tool_calls=[ToolCallDelta(index=index, id=call.id, name=call.name)]))
-        for start in range(0, len(call.arguments), 16):
-            delta = ToolCallDelta(index=index, arguments=call.arguments[start : start + 16])
-            pieces.append(StreamChunk(tool_calls=[delta]))
-    return pieces
-
-
 def _spread(response: ChatResponse, latency: float) -> list[RecordedChunk]:
     """A reply recorded whole, as pieces spread evenly over its latency."""
-    pieces = split_reply(response)
+    pieces = response_pieces(response)
     step = latency / max(len(pieces), 1)
     return [
         RecordedChunk(at=step * (number + 1), text=piece.text, tool_calls=piece.tool_calls)

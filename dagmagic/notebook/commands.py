@@ -21,6 +21,7 @@ from dagmagic.notebook.session import NO_MODEL_HELP, NO_STORE, ROLES, NotebookSe
 
 if TYPE_CHECKING:
     from dagmagic.engine.run import DagRun
+    from dagmagic.settings import DagSettings
 
 __all__ = ["COMMANDS", "dispatch", "rerun", "resume", "settings_told_in_one_line"]
 
@@ -106,6 +107,19 @@ def config(notebook: NotebookSession, rest: str) -> None:
         was, now = getattr(before, key), getattr(after, key)
         change = f"(was {was!r})" if was != now else "(unchanged)"
         print(f"{key} = {now!r} {change}: from the next %%dag cell on.")
+        if key == "cache":
+            print(_cache_words(after))
+
+
+def _cache_words(settings: DagSettings) -> str:
+    """What the ``cache`` setting now means, in words."""
+    path = settings.cache_path
+    if path is None:
+        return "Model calls are not cached: every request goes to its provider."
+    return (
+        f"A request identical to one already answered (same model, messages, tools and parameters) is answered "
+        f"again from {path} with no call and no cost; delete the file to empty it."
+    )
 
 
 # --- runs: listing, showing, comparing

@@ -334,6 +334,8 @@ def widget_state(run: DagRun) -> dict[str, Any]:
             "output_tokens": usage.output_tokens,
             "requests": usage.requests,
             "cost": usage.cost,
+            "cached_requests": usage.cached_requests,
+            "saved_cost": usage.saved_cost,
         },
         "rounds": [_round_state(record, run) for record in run.rounds],
         "calls": [
@@ -584,6 +586,7 @@ def _call_state(call: LLMCall, index: int) -> dict[str, Any]:
         "error": call.error,
         "stream": call.stream,
         "status": call.status,
+        "cached": call.cached,
     }
 
 

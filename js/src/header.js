@@ -113,8 +113,10 @@ export function createHeader() {
     status.toggleAttribute("data-stopped", text.stopped);
     const { usage } = state;
     setText(values.tokens, `${formatInt(usage.input_tokens)} in · ${formatInt(usage.output_tokens)} out`);
-    setText(values.requests, formatInt(usage.requests));
-    setText(values.cost, formatCost(usage.cost));
+    const cached = usage.cached_requests;
+    setText(values.requests, formatInt(usage.requests) + (cached ? ` (${formatInt(cached)} cached)` : ""));
+    const saved = usage.saved_cost === null ? "saving unknown" : `saved ${formatCost(usage.saved_cost)}`;
+    setText(values.cost, formatCost(usage.cost) + (cached ? ` (${saved})` : ""));
     setText(values.elapsed, formatDuration(runElapsed(state)));
     setText(error, state.error);
     error.hidden = !state.error;

@@ -92,6 +92,8 @@ export function readState(model) {
       output_tokens: num(usage.output_tokens) ?? 0,
       requests: num(usage.requests) ?? 0,
       cost: num(usage.cost),
+      cached_requests: num(usage.cached_requests) ?? 0,
+      saved_cost: num(usage.saved_cost),
     },
     rounds: list(get(model, "rounds")).map(normalizeRound),
     calls: list(get(model, "calls")),

@@ -120,9 +120,18 @@
  * @property {number} [index]  its position in the run's calls, stable (what `call_detail` asks for); missing from
  *   older kernels
  * @property {number | null} [started_at]  epoch seconds when it was sent
+ * @property {boolean} [cached]  answered from the response cache: no provider was called, cost 0
  */
 
-/** @typedef {{input_tokens: number, output_tokens: number, requests: number, cost: number | null}} Usage */
+/**
+ * @typedef {object} Usage
+ * @property {number} input_tokens
+ * @property {number} output_tokens
+ * @property {number} requests
+ * @property {number | null} cost
+ * @property {number} cached_requests  of `requests`, those answered from the response cache (no call, cost 0)
+ * @property {number | null} saved_cost  what the cached requests cost when first answered (null: unknown)
+ */
 
 /**
  * @typedef {object} LiveCall  an LLM call sent and not ended yet

@@ -659,6 +659,58 @@ describe("trace", () => {
   });
 });
 
+describe("cache", () => {
+  it("marks a call answered from the response cache, and the header says what the cache saved", async () => {
+    const { el, model } = mount();
+    const call = {
+      purpose: "step",
+      model: "m",
+      round: 1,
+      step_id: "s1",
+      level: null,
+      retries: 0,
+      input_tokens: 0,
+      output_tokens: 0,
+      latency: 0.01,
+      cost: 0,
+      error: null,
+      stream: false,
+      status: "ok",
+    };
+    model.set("calls", [
+      { ...call, cached: true },
+      { ...call, step_id: "s2", input_tokens: 90, cost: 0.0004 },
+    ]);
+    model.set("usage", {
+      input_tokens: 90,
+      output_tokens: 0,
+      requests: 2,
+      cost: 0.0004,
+      cached_requests: 1,
+      saved_cost: 0.0123,
+    });
+    await nextRedraw();
+    const [hit, miss] = /** @type {HTMLElement[]} */ ([...el.querySelectorAll(".dagmagic-trace tbody tr")]);
+    expect(hit.querySelector(".dagmagic-trace-cached")?.textContent).toBe("cached");
+    expect(hit.title).toContain("response cache");
+    expect(miss.querySelector(".dagmagic-trace-cached")).toBeNull();
+    expect(el.querySelector(".dagmagic-trace tfoot tr:last-child th")?.textContent).toBe("all (2 calls) · 1 cached");
+    const header = /** @type {Element} */ (el.querySelector(".dagmagic-header"));
+    expect(header.querySelector(".dagmagic-total-requests")?.textContent).toBe("requests 2 (1 cached)");
+    expect(header.querySelector(".dagmagic-total-cost")?.textContent).toBe("cost $0.0004 (saved $0.0123)");
+    model.set("usage", {
+      input_tokens: 0,
+      output_tokens: 0,
+      requests: 1,
+      cost: 0,
+      cached_requests: 1,
+      saved_cost: null,
+    });
+    await nextRedraw();
+    expect(header.querySelector(".dagmagic-total-cost")?.textContent).toBe("cost $0.0000 (saving unknown)");
+  });
+});
+
 describe("lifecycle", () => {
   it("removes its listeners and stops redrawing after cleanup", async () => {
     const { el, model, cleanup } = mount();
