@@ -552,6 +552,37 @@ def _tape(path: Path, requested: RecordMode) -> _Tape:
         return tape
 
 
+def cassette_words(settings: DagSettings) -> str:
+    """What the ``cassette`` and ``record`` settings now mean for the next runs, in words."""
+    path = settings.cassette_path
+    if path is None:
+        if settings.record == "none":
+            return "No cassette is set: with record=none every call to a provider is refused (ScriptedLLM answers)."
+        return "Model calls are neither recorded nor replayed."
+    known = _TAPES.get(path.resolve())
+    if known is not None and known.requested == settings.record:
+        mode = known.mode
+    elif settings.record in ("once", "new_episodes") and not path.exists():
+        mode = "all"
+    else:
+        mode = "none" if settings.record == "once" else settings.record
+    if mode == "all":
+        return f"The next runs' model calls are recorded to {path} (record={settings.record})."
+    try:
+        held = len(known.cassette) if known is not None else len(Cassette.load(path))
+    except errors.ConfigurationError as exc:
+        return f"{exc}."
+    if mode == "new_episodes":
+        return (
+            f"{path} holds {held} recorded calls: those the next runs make again are replayed, the others made "
+            "and recorded."
+        )
+    return (
+        f"{path} holds {held} recorded calls: the next runs are answered from it with no provider call "
+        f"(record={settings.record}); a call it does not hold ends the run (ReplayMismatch)."
+    )
+
+
 def forget_cassettes() -> None:
     """Forget the cassettes this process opened (tests; a kernel re-deciding ``once``)."""
     with _TAPES_LOCK:

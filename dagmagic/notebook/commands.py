@@ -109,6 +109,10 @@ def config(notebook: NotebookSession, rest: str) -> None:
         print(f"{key} = {now!r} {change}: from the next %%dag cell on.")
         if key == "cache":
             print(_cache_words(after))
+        if key in ("cassette", "record"):
+            from dagmagic.llm.replay import cassette_words
+
+            print(cassette_words(after))
 
 
 def _cache_words(settings: DagSettings) -> str:
