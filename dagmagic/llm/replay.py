@@ -75,27 +75,32 @@ class _Pool:
         self._indexed = len(calls)
 
     def take(self, key: RequestKey) -> Interaction | None:
-        """The first unused call recorded under ``key`` (one recorded with no digest of what else was asked
-        matches any), marked used.
+        """The first unused call recorded under ``key``, marked used: one of the same step first, then one a
+        subrun's step made (a run keeps those as ``s2/s1``: the subrun of step s2, its step s1).
         """
         with self._lock:
             self._index()
+            candidates = [i for i in self._by_key.get(_loose(key), ()) if i not in self._used and self._fits(i, key)]
             calls = self.cassette.interactions
-            for index in self._by_key.get(_loose(key), ()):
-                recorded = calls[index]
-                if index in self._used or (recorded.asked and recorded.asked != key.asked):
-                    continue
-                self._used.add(index)
-                return recorded
-        return None
+            exact = [i for i in candidates if calls[i].step_id == key.step_id]
+            if not candidates:
+                return None
+            chosen = (exact or candidates)[0]
+            self._used.add(chosen)
+            return calls[chosen]
 
     def recorded(self, key: RequestKey) -> list[Interaction]:
         """Every call recorded under ``key``, used or not."""
         with self._lock:
             self._index()
             calls = self.cassette.interactions
-            indices = self._by_key.get(_loose(key), ())
-            return [calls[i] for i in indices if not calls[i].asked or calls[i].asked == key.asked]
+            return [calls[i] for i in self._by_key.get(_loose(key), ()) if self._fits(i, key)]
+
+    def _fits(self, index: int, key: RequestKey) -> bool:
+        recorded = self.cassette.interactions[index]
+        if recorded.asked and recorded.asked != key.asked:
+            return False
+        return _same_step(recorded.step_id, key.step_id)
 
     def record(self, interaction: Interaction) -> None:
         """Append a call just made (``record=new_episodes``), as used."""
@@ -110,7 +115,20 @@ class _Pool:
 
 
 def _loose(key: RequestKey) -> RequestKey:
-    return key.model_copy(update={"asked": ""})
+    """The key without what ``_fits`` checks: what else was asked, and the step (a path in a subrun)."""
+    return key.model_copy(update={"asked": "", "step_id": None})
+
+
+def _same_step(recorded: str | None, asked: str | None) -> bool:
+    """Whether a call recorded for step ``recorded`` can answer one asked for step ``asked``: the same step, or
+    the subrun's call a run keeps under its step's path (``s2`` for the subrun's own calls, ``s2/s1`` for its
+    step s1's); the messages, compared too, tell which.
+    """
+    if recorded == asked or recorded is None:
+        return recorded == asked
+    if asked is None:
+        return True
+    return recorded.rsplit("/", 1)[-1] == asked and "/" in recorded
 
 
 class ReplayLLM:

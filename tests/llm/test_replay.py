@@ -448,3 +448,18 @@ async def test_a_call_cancelled_when_recorded_is_cancelled_again_by_the_same_tim
                              step_immediate_retries=0, step_retry_delays="").run(GOAL)  # fmt: skip
     assert replayed.status == "done", replayed.error
     assert shape(replayed)["answer"] == shape(recorded)["answer"]
+
+
+async def test_a_run_with_a_subrun_is_replayed_from_the_store(tmp_path: Path) -> None:
+    from tests.engine import test_subdag
+
+    store = tmp_path / "runs.sqlite"
+    recorded_session, llm = test_subdag.session(store)
+    run = await recorded_session.run("compare markets")
+    assert run.status == "done" and run.steps["s2"].subrun is not None
+    made = len(llm.requests)
+    replayed = await DagSession(replay(run.run_id, store=store), DagSettings(store="none")).run("compare markets")
+    assert replayed.status == "done", replayed.error
+    assert len(llm.requests) == made
+    assert shape(replayed) == shape(run)
+    assert replayed.steps["s2"].result == run.steps["s2"].result
