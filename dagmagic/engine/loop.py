@@ -95,7 +95,7 @@ class GoalLoop:
         and propagates; any other failure ends it ``failed``, keeping what completed and answering from it.
         """
         if not isinstance(origin, Rerun):
-            run.emit(RunStarted(run_id=run.run_id, goal=run.goal))
+            run.emit(RunStarted(run_id=run.run_id, goal=run.goal, replay_of=run.state.replay_of))
         try:
             await self.registry.warm_up()  # e.g. litellm's import, seconds of CPU, in a thread: not on the loop
             self._check_credentials()
