@@ -752,8 +752,17 @@ class Divergence(BaseModel):
     @property
     def why(self) -> str:
         """The reason's first sentence: ``it was not recorded``."""
-        first = re.split(r"(?<=[.:])\s", self.reason.strip(), maxsplit=1)[0].rstrip(".:")
+        first = self._sentences()[0].rstrip(".:")
         return first[:1].lower() + first[1:]
+
+    @property
+    def detail(self) -> str:
+        """The rest of the reason: the closest recorded call and the diff of what changed ("" when none)."""
+        return self._sentences()[1]
+
+    def _sentences(self) -> tuple[str, str]:
+        parts = re.split(r"(?<=[.:])\s", self.reason.strip(), maxsplit=1)
+        return parts[0], parts[1] if len(parts) > 1 else ""
 
     @property
     def first_change(self) -> str:
@@ -905,10 +914,11 @@ class RunDiff(BaseModel):
         if self.identical:
             return "\n".join([*lines, "Identical: the same steps, verdicts and answer."])
         if self.diverged is not None:
+            headline = self.diverged.headline
             lines += [
-                f"**{_markdown_text(self.diverged.headline.capitalize())}**",
+                f"**{_markdown_text(headline[:1].upper() + headline[1:])}**: {_markdown_text(self.diverged.why)}",
                 "",
-                _fenced(self.diverged.reason),
+                _fenced(self.diverged.detail),
                 "",
             ]
         lines += ["| round | step | change | before | after |", "|---|---|---|---|---|"]

@@ -16,7 +16,7 @@ from dagmagic.events import (
     StepPaused,
     StepStarted,
 )
-from dagmagic.models import PlanStep, RoundRecord, ToolCallRecord, Usage
+from dagmagic.models import Divergence, PlanStep, RoundRecord, ToolCallRecord, Usage
 from dagmagic.notebook.tool_steps import call_text, direct_call, is_tool_step
 
 __all__ = ["follow_in_terminal", "print_progress", "progress_line", "trace_table"]
@@ -52,6 +52,9 @@ def _own(event: Event) -> str | None:
     if isinstance(event, RunWarning):
         return _warning_line(event)
     if isinstance(event, RunFinished):
+        divergence = Divergence.of_error(event.error) if event.status == "failed" else None
+        if divergence is not None:  # a replay that left its recording: where, why, and the diff
+            return f"[failed] {divergence.headline}: {divergence.why}\n{divergence.detail}".rstrip()
         status = STOPPED_BY_YOU if event.stopped_by_user else event.status
         return f"[{status}] achieved={event.achieved} confidence={event.confidence:.2f}"
     return None

@@ -156,6 +156,8 @@
  * @property {RunStatus} status
  * @property {RunPhase} phase  what a running run is doing now
  * @property {string} error
+ * @property {Divergence | null} [divergence]  a replay that left its recording: where, and what changed (shown in
+ *   place of `error`; missing from older kernels)
  * @property {string[]} warnings  what to know about the whole run (not saved, code without a sandbox, a silent model)
  * @property {string} answer  Markdown, grows while streaming
  * @property {boolean} answer_fallback
@@ -173,6 +175,13 @@
  *   kernels)
  * @property {boolean} stopped_by_user  the user pressed Stop: the ended run says so
  * @property {number} idle  seconds the run stood ended before it went on (a re-run): not part of its elapsed time
+ */
+
+/**
+ * Where a replayed run left its recording: the first model call the recording had no answer for.
+ * @typedef {object} Divergence
+ * @property {string} headline  "diverged from the recording at the 'plan' call in round 1"
+ * @property {string} reason  why, with the closest recorded call and a unified diff (lines starting "-", "+")
  */
 
 /** @typedef {import("@anywidget/types").AnyModel<Traits>} Model */

@@ -226,6 +226,33 @@ describe("drawing", () => {
     expect(error.textContent).toBe("Budget exhausted");
   });
 
+  it("says where a replay diverged from its recording, and shows the diff line by line", async () => {
+    const { el, model } = mount();
+    const error = /** @type {HTMLElement} */ (el.querySelector(".dagmagic-error"));
+    model.set("status", "failed");
+    model.set("error", "ReplayMismatch: Replay mismatch: The 'plan' call in round 1 was not recorded. ...");
+    model.set("divergence", {
+      headline: "diverged from the recording at the 'plan' call in round 1",
+      reason:
+        "It was not recorded. The closest recorded call differs:\n--- recorded\n+++ now\n-  lookup(city)\n+  " +
+        'lookup_v2(city) <img src=x onerror="alert(1)">\n   unchanged',
+    });
+    await nextRedraw();
+    expect(error.hidden).toBe(false);
+    expect(error.querySelector(".dagmagic-divergence-headline")?.textContent).toBe(
+      "Diverged from the recording at the 'plan' call in round 1.",
+    );
+    const lines = [...error.querySelectorAll(".dagmagic-divergence-reason .dagmagic-diff-line")];
+    expect(lines.map((line) => line.getAttribute("data-kind"))).toEqual(["", "file", "file", "removed", "added", ""]);
+    expect(lines[4].textContent).toBe('+  lookup_v2(city) <img src=x onerror="alert(1)">');
+    expect(error.querySelector("img")).toBeNull();
+    expect(error.textContent).not.toContain("ReplayMismatch"); // the raw error's one long text is not repeated
+    model.set("divergence", null);
+    model.set("error", "Budget exhausted");
+    await nextRedraw();
+    expect(error.textContent).toBe("Budget exhausted");
+  });
+
   it("lists what to know about the whole run, as text, and hides the list when there is none", async () => {
     const { el, model } = mount();
     const list = /** @type {HTMLElement} */ (el.querySelector(".dagmagic-run-warnings"));
