@@ -146,3 +146,13 @@ def test_the_static_views_and_the_widget_say_where_a_replay_diverged(ip: Interac
     state = widget_state(replayed)["divergence"]
     assert state["headline"] == "diverged from the recording at the 'plan' call in round 1: it was not recorded"
     assert state["reason"].startswith("The closest recorded call (plan · round 1 · model 'llm') differs:\nmessages:")
+
+
+def test_replay_is_a_command_and_in_the_help() -> None:
+    from dagmagic.notebook.commands import COMMANDS
+    from dagmagic.notebook.magics import DagMagics
+
+    assert "replay" in COMMANDS
+    help_text = DagMagics.dag.__doc__ or ""
+    assert "%dag replay [RUN] [--timing X] [--tools a,b] [--bg]" in help_text
+    assert "%dag diff RUN" in help_text
