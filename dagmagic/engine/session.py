@@ -272,13 +272,14 @@ class DagSession:
 
     def _driver(self, history: list[Exchange], options: RunOptions, *, replaying: bool = False) -> _Driver:
         """What drives one run: the session's goal loop, or one with the run's own options (``replaying``: its
-        models answer from a run's recording, which no cassette of the settings may wrap again).
+        models answer from a run's recording, which neither the response cache nor a cassette of the settings
+        may answer for: a divergence would be hidden).
         """
         settings = options.get("settings") or self.settings
-        models = cached_registry(options.get("models", self.models), settings)
+        models = options.get("models", self.models)
         models.for_role("smart")
         if not replaying:
-            models = cassette_registry(models, settings)
+            models = cassette_registry(cached_registry(models, settings), settings)
         tools = options.get("tools")
         toolset = self._toolset(
             self._tools if tools is None else list(tools), options.get("allow_code", self.allow_code)

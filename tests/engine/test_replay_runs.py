@@ -221,6 +221,15 @@ async def test_the_sessions_cassette_does_not_wrap_a_replay(tmp_path: Path) -> N
     assert replayed.status == "done" and shape(replayed) == shape(original)
 
 
+async def test_the_sessions_response_cache_does_not_answer_a_replay(tmp_path: Path) -> None:
+    store, cache = tmp_path / "runs.sqlite", str(tmp_path / "cache.sqlite")
+    llm = provider()
+    original = await session(llm, store, cache=cache).run(GOAL)  # every answer is in the cache now
+    replayed = await session(provider(), store, cache=cache).replay(original.run_id)
+    assert shape(replayed) == shape(original)
+    assert replayed.usage.cached_requests == 0  # each call answered from the recording, as recorded
+
+
 async def test_what_cannot_be_replayed_says_why(tmp_path: Path) -> None:
     store = tmp_path / "runs.sqlite"
     later = session(provider(), store)
