@@ -138,6 +138,7 @@ async def test_a_changed_tool_docstring_diverges_at_the_plan_and_shows_the_chang
     assert "-    lookup(city: string) — The population of a city." in divergence.reason
     assert "+    lookup(city: string) — The number of people living in a city" in divergence.reason
     assert "Hint:" not in divergence.reason
+    assert replayed.answer == ""  # no "(goal not achieved)" fallback: where it diverged is what it says
     difference = replayed.diff(original)
     assert not difference.identical and difference.diverged == divergence
     assert {change.change for change in difference.rounds[0].steps.changes} == {"removed"}  # it never planned
