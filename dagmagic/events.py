@@ -72,6 +72,8 @@ class RunStarted(_Event):
     type: Literal["run_started"] = "run_started"
     run_id: str
     goal: str
+    replay_of: str | None = None
+    """The run this one replays (``session.replay``), None for a run of its own."""
 
 
 class ModelsReady(_Event):

@@ -16,12 +16,15 @@ __all__ = [
     "AnalysisResult",
     "CallStatus",
     "Decision",
+    "Divergence",
     "ExecutionPlan",
     "LLMCall",
     "PlanStep",
     "Purpose",
+    "RoundComparison",
     "RoundDiff",
     "RoundRecord",
+    "RunDiff",
     "RunPhase",
     "RunState",
     "RunStatus",
@@ -85,6 +88,10 @@ class Usage(BaseModel):
     """LLM calls counted (retries of one call count once)."""
     cost: float | None = None
     """USD from litellm's price list; None when no call's price is known, else the sum of the known ones."""
+    cached_requests: int = 0
+    """Of ``requests``, those answered from the response cache (``DAG_CACHE``): no call made, no tokens, cost 0."""
+    saved_cost: float | None = None
+    """USD the cached requests cost when they were first answered; None when none of their prices is known."""
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -93,12 +100,13 @@ class Usage(BaseModel):
         return self.input_tokens + self.output_tokens
 
     def __add__(self, other: Usage) -> Usage:
-        costs = [c for c in (self.cost, other.cost) if c is not None]
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
             requests=self.requests + other.requests,
-            cost=sum(costs) if costs else None,
+            cost=_known_sum(self.cost, other.cost),
+            cached_requests=self.cached_requests + other.cached_requests,
+            saved_cost=_known_sum(self.saved_cost, other.saved_cost),
         )
 
     @classmethod
@@ -110,10 +118,16 @@ class Usage(BaseModel):
         return result
 
     def describe(self) -> str:
-        """``1,234 in · 56 out · 3 requests · $0.0123`` (``cost unknown`` without a price)."""
+        """``1,234 in · 56 out · 3 requests · $0.0123`` (``cost unknown`` without a price); with cached requests
+        ``... · 3 requests (2 cached, saved $0.0123) · $0.0012``.
+        """
         plural = "" if self.requests == 1 else "s"
+        cached = ""
+        if self.cached_requests:
+            saved = "saving unknown: no price" if self.saved_cost is None else f"saved {money(self.saved_cost)}"
+            cached = f" ({self.cached_requests} cached, {saved})"
         return (
-            f"{self.input_tokens:,} in · {self.output_tokens:,} out · {self.requests} request{plural} · "
+            f"{self.input_tokens:,} in · {self.output_tokens:,} out · {self.requests} request{plural}{cached} · "
             f"{money(self.cost)}"
         )
 
@@ -124,6 +138,12 @@ class Usage(BaseModel):
 
     def _repr_html_(self) -> str:
         return f"<code>{html.escape(self.describe())}</code>"
+
+
+def _known_sum(first: float | None, second: float | None) -> float | None:
+    """The sum of the known amounts; None when neither is known."""
+    known = [amount for amount in (first, second) if amount is not None]
+    return sum(known) if known else None
 
 
 def money(cost: float | None) -> str:
@@ -476,6 +496,9 @@ class LLMCall(BaseModel):
     request_digest: str | None = None
     """A digest of what the request asked besides its messages (tool schemas, tool choice, response format,
     temperature), so that a replay can tell a changed tool from an unchanged one."""
+    cached: bool = False
+    """Answered from the response cache (``DAG_CACHE``): no provider was called, so ``usage`` counts the request
+    with no tokens and cost 0, and what the answer first cost as ``saved_cost``."""
 
     @property
     def cost(self) -> float | None:
@@ -490,6 +513,7 @@ class LLMCall(BaseModel):
         )
         usage = f"{self.usage.input_tokens:,} in/{self.usage.output_tokens:,} out"
         outcome = self.status if not self.error else f"{self.status}: {_cut(self.error, 60)}"
+        outcome += " · cached" if self.cached else ""
         return f"LLMCall({self.purpose} · {self.model}{' · ' + where if where else ''} · {usage} · " \
             f"{self.latency:.2f}s · {money(self.cost)} · {outcome})"  # fmt: skip
 
@@ -497,7 +521,8 @@ class LLMCall(BaseModel):
 
     def _repr_html_(self) -> str:
         e = html.escape
-        rows = [("call", f"<b>{e(self.purpose)}</b> · {e(self.model)} · {e(self.status)}")]
+        cached = " · cached" if self.cached else ""
+        rows = [("call", f"<b>{e(self.purpose)}</b> · {e(self.model)} · {e(self.status)}{cached}")]
         if self.step_id:
             rows.append(("step", e(f"round {self.round} · {self.step_id}")))
         rows.append(("usage", e(f"{self.usage.describe()} · {self.latency:.2f}s")))
@@ -669,6 +694,272 @@ class RoundDiff(BaseModel):
         return f"round {self.a} -> {self.b}: " + ("; ".join(parts) or "no step changed")
 
 
+_WHERE = re.compile(
+    r"(?:ReplayMismatch: )?(?:Replay mismatch: )?"
+    r"(?P<call>The '(?P<purpose>[^']+)' call(?: of step (?P<step>\S+))?(?: in round (?P<round>\d+))?)"
+    r"(?P<rest>(?: was not recorded| was asked more often than recorded|: the recording has no calls left).*)",
+    re.DOTALL,
+)
+"""A replay's mismatch as ``dagmagic.llm.replay`` words it: the call (``_where``), then why it had no answer."""
+_CANCELLED_CALL = re.compile(
+    r"(?:ReplayMismatch: )?(?:Replay mismatch: )?"
+    r"(?P<purpose>[^ ·]+)(?: · step (?P<step>\S+))?(?: · round (?P<round>\d+))? · model '[^']*'"
+    r"(?P<rest>: the recorded run moved on.*)",
+    re.DOTALL,
+)
+"""The mismatch of a call the recorded run cancelled (``Interaction.describe()``, then why)."""
+
+
+class Divergence(BaseModel):
+    """Where a replayed run left its recording: the first model call the recording had no answer for
+    (``run.divergence``; read from the run's error, so a run read back from the store knows it too).
+    """
+
+    purpose: str
+    """The diverging call's purpose: ``plan``, ``step``, ``analyze``, ``synthesize``..."""
+    step_id: str | None = None
+    """Its step, for a step's call."""
+    round: int | None = None
+    """Its round."""
+    reason: str
+    """Why the recording had no answer, and (for a call it did not record) the closest recorded call with a
+    unified diff of what changed."""
+
+    @classmethod
+    def of_error(cls, error: str | None) -> Divergence | None:
+        """The divergence a run's ``error`` describes, None when it describes none (another failure)."""
+        text = (error or "").split("\nHint: ")[0]
+        match = _WHERE.fullmatch(text) or _CANCELLED_CALL.fullmatch(text)
+        if match is None:
+            return None
+        rest = match.group("rest").lstrip(":").strip()
+        reason = f"It {rest}" if rest.startswith("was ") else rest[:1].upper() + rest[1:]
+        number = match.group("round")
+        return cls(
+            purpose=match.group("purpose"), step_id=match.group("step"), round=int(number) if number else None,
+            reason=reason,
+        )  # fmt: skip
+
+    @property
+    def call(self) -> str:
+        """The call in words: ``the 'plan' call in round 1``, ``the 'step' call of step s2 in round 1``."""
+        step = f" of step {self.step_id}" if self.step_id else ""
+        round_ = f" in round {self.round}" if self.round else ""
+        return f"the {self.purpose!r} call{step}{round_}"
+
+    @property
+    def headline(self) -> str:
+        """One line: ``diverged from the recording at the 'plan' call in round 1``."""
+        return f"diverged from the recording at {self.call}"
+
+    @property
+    def why(self) -> str:
+        """The reason's first sentence: ``it was not recorded``."""
+        first = self._sentences()[0].rstrip(".:")
+        return first[:1].lower() + first[1:]
+
+    @property
+    def detail(self) -> str:
+        """The rest of the reason: the closest recorded call and the diff of what changed ("" when none)."""
+        return self._sentences()[1]
+
+    def _sentences(self) -> tuple[str, str]:
+        parts = re.split(r"(?<=[.:])\s", self.reason.strip(), maxsplit=1)
+        return parts[0], parts[1] if len(parts) > 1 else ""
+
+    @property
+    def first_change(self) -> str:
+        """The diff's first removed and added lines (``- old`` / ``+ new``), shortened; "" without a diff."""
+        lines = self.reason.splitlines()
+        removed = next((line for line in lines if line.startswith("-") and not line.startswith("---")), None)
+        added = next((line for line in lines if line.startswith("+") and not line.startswith("+++")), None)
+        return " / ".join(_cut(line[0] + " " + line[1:].strip(), 100) for line in (removed, added) if line)
+
+    @property
+    def summary(self) -> str:
+        """One line: the headline, why, and the first change."""
+        change = f"; first change: {self.first_change}" if self.first_change else ""
+        return f"{self.headline}: {self.why}{change}"
+
+    def __str__(self) -> str:
+        return f"{self.headline}.\n{self.reason}"
+
+
+class RoundComparison(BaseModel):
+    """One round of a run next to the same round of another (``RunDiff.rounds``)."""
+
+    index: int
+    """The round's number in both runs."""
+    steps: RoundDiff
+    """What changed in its steps (``a`` and ``b`` are both ``index``)."""
+    verdict_before: AnalysisResult | None = None
+    """The verdict the round got in the run compared with (the original)."""
+    verdict_after: AnalysisResult | None = None
+    """And in this run."""
+
+    @property
+    def verdict_changed(self) -> bool:
+        """Whether the verdicts differ in what they say (reached or not, confidence, reasoning)."""
+        return _verdict(self.verdict_before) != _verdict(self.verdict_after)
+
+    @property
+    def changed(self) -> bool:
+        """Whether a step or the verdict differs."""
+        return bool(self.steps.changes) or self.verdict_changed
+
+
+def _verdict(analysis: AnalysisResult | None) -> tuple[bool, float, str] | None:
+    return None if analysis is None else (analysis.achieved, round(analysis.confidence, 3), analysis.reasoning)
+
+
+def _verdict_words(analysis: AnalysisResult | None) -> str:
+    if analysis is None:
+        return "none"
+    return f"{'achieved' if analysis.achieved else 'not achieved'} ({analysis.confidence:.2f})"
+
+
+class RunDiff(BaseModel):
+    """What differs between two runs of a goal (``replayed.diff(original)``): round by round, the steps
+    (``RoundDiff``) and the verdicts; the rounds one run has and the other not; the answers; and, for a replay
+    that diverged from its recording, where.
+    """
+
+    before: str
+    """The id of the run compared with (the original)."""
+    after: str
+    """The id of this run (the replay)."""
+    replay: bool = False
+    """Whether this run replays the other (``session.replay``)."""
+    rounds: list[RoundComparison] = Field(default_factory=list)
+    """The rounds both runs have, by number."""
+    rounds_added: list[int] = Field(default_factory=list)
+    """Rounds only this run has."""
+    rounds_missing: list[int] = Field(default_factory=list)
+    """Rounds only the other run has (a replay that ended earlier, or diverged, lacks them)."""
+    answer_before: str = ""
+    """The other run's answer."""
+    answer_after: str = ""
+    """This run's answer."""
+    diverged: Divergence | None = None
+    """Where this run left its recording, when it did."""
+
+    @classmethod
+    def between(cls, original: RunState, other: RunState) -> RunDiff:
+        """Compare ``other`` (a replay, say) with ``original``, round by round."""
+        before = {record.index: record for record in original.rounds}
+        after = {record.index: record for record in other.rounds}
+        rounds = [
+            RoundComparison(
+                index=index,
+                steps=RoundDiff.between(before[index], after[index], same_ids=True),
+                verdict_before=before[index].analysis,
+                verdict_after=after[index].analysis,
+            )
+            for index in sorted(before.keys() & after.keys())
+        ]
+        return cls(
+            before=original.run_id,
+            after=other.run_id,
+            replay=other.replay_of == original.run_id,
+            rounds=rounds,
+            rounds_added=sorted(after.keys() - before.keys()),
+            rounds_missing=sorted(before.keys() - after.keys()),
+            answer_before=original.answer,
+            answer_after=other.answer,
+            diverged=Divergence.of_error(other.error) if other.status == "failed" else None,
+        )
+
+    @property
+    def answer_changed(self) -> bool:
+        """Whether the answers differ."""
+        return self.answer_before != self.answer_after
+
+    @property
+    def identical(self) -> bool:
+        """Whether nothing differs: the same rounds, steps, verdicts and answer, and no divergence."""
+        return not (
+            self.diverged or self.rounds_added or self.rounds_missing or self.answer_changed
+            or any(comparison.changed for comparison in self.rounds)
+        )  # fmt: skip
+
+    def _title(self) -> str:
+        return f"{'replay' if self.replay else 'run'} {self.after} vs {'its original ' if self.replay else ''}" \
+            f"run {self.before}"  # fmt: skip
+
+    def _round_lines(self) -> list[str]:
+        lines = []
+        for comparison in self.rounds:
+            parts = [f"{c.ref} {c.change}" + _detail(c) for c in comparison.steps.changes]
+            if comparison.verdict_changed:
+                words = f"{_verdict_words(comparison.verdict_before)} -> {_verdict_words(comparison.verdict_after)}"
+                parts.append(f"verdict {words}")
+            lines.append(f"round {comparison.index}: " + ("; ".join(parts) or "the same steps and verdict"))
+        lines += [f"round {index}: only in {self.after}" for index in self.rounds_added]
+        lines += [f"round {index}: only in {self.before}" for index in self.rounds_missing]
+        return lines
+
+    def __str__(self) -> str:
+        if self.identical:
+            return f"{self._title()}: identical (the same steps, verdicts and answer)"
+        lines = [f"{self._title()}:"]
+        if self.diverged is not None:
+            lines.append(self.diverged.summary)
+        lines += self._round_lines()
+        if self.answer_changed:
+            lines += ["answer changed:", f"  before: {_cut(self.answer_before, 200)!r}",
+                      f"  after:  {_cut(self.answer_after, 200)!r}"]  # fmt: skip
+        else:
+            lines.append("answer: the same")
+        return "\n".join(lines)
+
+    def _repr_markdown_(self) -> str:
+        lines = [f"**{_markdown_text(self._title())}**", ""]
+        if self.identical:
+            return "\n".join([*lines, "Identical: the same steps, verdicts and answer."])
+        if self.diverged is not None:
+            headline = self.diverged.headline
+            lines += [
+                f"**{_markdown_text(headline[:1].upper() + headline[1:])}**: {_markdown_text(self.diverged.why)}",
+                "",
+                _fenced(self.diverged.detail),
+                "",
+            ]
+        lines += ["| round | step | change | before | after |", "|---|---|---|---|---|"]
+        for comparison in self.rounds:
+            for change in comparison.steps.changes:
+                what = change.change if change.change != "changed" else ", ".join(change.fields)
+                name = change.ref + (f" (was {change.was})" if change.was else "")
+                row = (name, what, _cell(change.before), _cell(change.after))
+                lines.append(f"| {comparison.index} | " + " | ".join(_table_text(cell) for cell in row) + " |")
+            if comparison.verdict_changed:
+                words = (_verdict_words(comparison.verdict_before), _verdict_words(comparison.verdict_after))
+                lines.append(f"| {comparison.index} | verdict | changed | {words[0]} | {words[1]} |")
+        lines += [f"| {index} | | only in this run | | |" for index in self.rounds_added]
+        lines += [f"| {index} | | only in the original | | |" for index in self.rounds_missing]
+        if self.answer_changed:
+            lines += ["", "**Answer before**", "", _fenced(self.answer_before), "", "**Answer after**", "",
+                      _fenced(self.answer_after)]  # fmt: skip
+        else:
+            lines += ["", "The same answer."]
+        return "\n".join(lines)
+
+
+def _markdown_text(text: str) -> str:
+    """Text shown as itself in Markdown: HTML escaped, Markdown's specials backslashed."""
+    return html.escape(re.sub(r"([\\`*_\[\]!|~$#])", r"\\\1", " ".join(text.split())), quote=False)
+
+
+def _table_text(text: str) -> str:
+    return _markdown_text(text.replace("\\|", "|"))
+
+
+def _fenced(text: str) -> str:
+    """``text`` as a fenced code block: shown as written (a diff keeps its lines), whatever backticks it holds."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}text\n{text}\n{fence}"
+
+
 def _detail(change: StepChange) -> str:
     """`` (was s3)``, `` (task, result)``: what a change's one line adds to its id and kind."""
     was = f" (was {change.was})" if change.was else ""
@@ -751,6 +1042,8 @@ class RunState(BaseModel):
     """Epoch seconds."""
     finished_at: float | None = None
     """Epoch seconds."""
+    replay_of: str | None = None
+    """The run this one replays (``session.replay``): its model calls were answered from that run's recording."""
 
     @property
     def usage(self) -> Usage:

@@ -315,12 +315,28 @@ class DagSettings(BaseModel):
         json_schema_extra=_env("DAG_RUNS_IN_MEMORY"),
     )
 
+    # --- cache
+    cache: str = Field(
+        "off",
+        description=(
+            "Model answers kept in a SQLite file and given again to an identical request (same model, messages, "
+            "tools and parameters) with no call and no cost: `on` (`.dagmagic/cache.sqlite`, relative to the "
+            "working directory), a path, or `off`."
+        ),
+        json_schema_extra=_env("DAG_CACHE"),
+    )
+
     def __init__(self, **data: Any) -> None:
         from_env = _read_env(type(self).model_fields, data.keys(), os.environ)
         try:
             super().__init__(**{**{name: raw for name, (_, raw) in from_env.items()}, **data})
         except ValidationError as exc:
             raise _configuration_error(exc, from_env, data) from None
+
+    @field_validator("store", "cache", "cassette", mode="before")
+    @classmethod
+    def _path_as_text(cls, value: Any) -> Any:
+        return os.fspath(value) if isinstance(value, os.PathLike) else value
 
     @field_validator("step_retry_delays", mode="before")
     @classmethod
@@ -357,10 +373,18 @@ class DagSettings(BaseModel):
         """The run store's path, or None when the store is disabled with ``none``."""
         return None if self.store.strip().lower() in _OFF else Path(self.store)
 
+    @property
+    def cache_path(self) -> Path | None:
+        """The response cache's file, or None when the cache is off."""
+        value = self.cache.strip()
+        if value.lower() in {"off", "none", "false", "no", "0", ""}:
+            return None
+        return DEFAULT_CACHE_PATH if value.lower() in {"on", "true", "yes", "1"} else Path(value)
+
 
 _OFF = frozenset({"none", "off", "false", ""})
-
-
+DEFAULT_CACHE_PATH = Path(".dagmagic/cache.sqlite")
+"""Where ``cache=on`` keeps model answers."""
 _MIN_MAX_FIELDS = ("plan_min_steps", "plan_max_steps")
 _SHOWN_CHARS = 40
 """A value longer than this is shown by its start and its length (a pasted blob is not echoed whole)."""

@@ -41,10 +41,11 @@ from dagmagic.llm.backend import (
     ChatResponse,
     StreamChunk,
     ToolCallData,
+    response_pieces,
 )
 from dagmagic.llm.cassette import Cassette, Interaction
 from dagmagic.llm.registry import ModelRegistry
-from dagmagic.llm.replay import ReplayLLM, replay_registry, split_reply
+from dagmagic.llm.replay import ReplayLLM, replay_registry
 from dagmagic.llm.tokens import approximate_tokens
 from dagmagic.models import Purpose, RunState
 
@@ -216,7 +217,7 @@ class ScriptedLLM:
         reply, _ = await self._reply(request, stream=True)
         if isinstance(reply, BaseException):
             raise reply
-        pieces: list[Any] = reply if _is_chunk_list(reply) else split_reply(self._response(request, reply))
+        pieces: list[Any] = reply if _is_chunk_list(reply) else response_pieces(self._response(request, reply))
         text: list[str] = []
         for number, piece in enumerate(pieces):
             if number and self.chunk_delay:

@@ -7,7 +7,8 @@ echoes the key it was sent, as some providers do), ``reset`` (the connection res
 with no text), ``role_only`` (llama.cpp's broken streaming: one chunk with the role, then ``[DONE]``, no finish
 reason; a reply in full when not streamed), ``huge`` (a 1 MB reply), ``slow`` (the reply after
 ``slow_seconds``) and ``never`` (accepted, no reply until the test ends). ``reply`` is the text an ``ok``
-request gets.
+request gets, or ``answer(body)`` when set (a function of the request's JSON body); a stream comes in pieces of
+``piece_size`` characters.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import json
 import socket
 import struct
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -43,6 +45,8 @@ class Provider:
         self.mode = "ok"
         self.modes: list[str] = []
         self.reply = "hello there"
+        self.answer: Callable[[dict[str, Any]], str] | None = None
+        self.piece_size = 65536
         self.slow_seconds = 5.0
         self.requests = 0
         self.keys_seen: list[str] = []
@@ -59,7 +63,7 @@ class Provider:
                 key = self.headers.get("Authorization", "").removeprefix("Bearer ")
                 provider.keys_seen.append(key)
                 mode = provider.modes[min(index, len(provider.modes) - 1)] if provider.modes else provider.mode
-                provider.serve(self, mode, key, stream=bool(body.get("stream")))
+                provider.serve(self, mode, key, stream=bool(body.get("stream")), body=body)
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -70,7 +74,9 @@ class Provider:
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
-    def serve(self, handler: BaseHTTPRequestHandler, mode: str, key: str, *, stream: bool) -> None:
+    def serve(
+        self, handler: BaseHTTPRequestHandler, mode: str, key: str, *, stream: bool, body: dict[str, Any]
+    ) -> None:
         if mode in ("never", "slow"):
             self.release.wait(60 if mode == "never" else self.slow_seconds)
             if mode == "never":
@@ -81,7 +87,8 @@ class Provider:
             message = f"Request refused ({mode}) for the key {key}. Check it at your provider."
             error = json.dumps({"error": {"message": message, "type": "invalid_request_error", "code": mode}})
             return _send(handler, int(mode), "application/json", error.encode())
-        text = {"empty": "", "huge": HUGE}.get(mode, self.reply)
+        reply = self.answer(body) if self.answer is not None else self.reply
+        text = {"empty": "", "huge": HUGE}.get(mode, reply)
         if not stream:
             if mode == "broken":  # a body cut short
                 handler.send_response(200)
@@ -106,8 +113,8 @@ class Provider:
             handler.wfile.write(b"0\r\n\r\n")
             handler.wfile.flush()
             return None
-        for start in range(0, len(text), 65536):
-            _piece(handler, sse_chunk(text[start : start + 65536]))
+        for start in range(0, len(text), self.piece_size):
+            _piece(handler, sse_chunk(text[start : start + self.piece_size]))
         _piece(handler, sse_chunk("", "stop"))
         _piece(handler, b"data: [DONE]\n\n")
         handler.wfile.write(b"0\r\n\r\n")

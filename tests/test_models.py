@@ -69,6 +69,19 @@ def test_usage_adds_and_sums_known_costs() -> None:
     assert Usage.total([]) == Usage()
 
 
+def test_usage_counts_cached_requests_and_what_they_saved() -> None:
+    paid = Usage(input_tokens=100, output_tokens=20, requests=1, cost=0.0012)
+    hit = Usage(requests=1, cost=0.0, cached_requests=1, saved_cost=0.0061)
+    total = Usage.total([paid, hit, hit])
+    assert (total.requests, total.cached_requests, total.cost) == (3, 2, 0.0012)
+    assert total.saved_cost == pytest.approx(0.0122)
+    assert total.describe() == "100 in · 20 out · 3 requests (2 cached, saved $0.0122) · $0.0012"
+    assert paid.describe() == "100 in · 20 out · 1 request · $0.0012"  # nothing cached: nothing said
+    unpriced = Usage(requests=1, cost=0.0, cached_requests=1)
+    assert unpriced.describe() == "0 in · 0 out · 1 request (1 cached, saving unknown: no price) · $0"
+    assert Usage.model_validate_json('{"input_tokens": 1, "requests": 1, "cost": 0.1}').cached_requests == 0
+
+
 def test_an_echoed_schema_is_not_a_verdict() -> None:
     from pydantic import ValidationError
 

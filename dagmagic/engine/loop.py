@@ -34,7 +34,7 @@ from dagmagic.engine.rounds import (
 from dagmagic.engine.steps import StepRunner
 from dagmagic.engine.synthesis import fallback_answer
 from dagmagic.engine.tools import Tool
-from dagmagic.errors import ConfigurationError
+from dagmagic.errors import ConfigurationError, ReplayMismatch
 from dagmagic.events import ModelsReady, RunFinished, RunStarted
 from dagmagic.llm import ModelEntry, ModelRegistry
 from dagmagic.llm.breaker import CircuitBreakers
@@ -95,7 +95,7 @@ class GoalLoop:
         and propagates; any other failure ends it ``failed``, keeping what completed and answering from it.
         """
         if not isinstance(origin, Rerun):
-            run.emit(RunStarted(run_id=run.run_id, goal=run.goal))
+            run.emit(RunStarted(run_id=run.run_id, goal=run.goal, replay_of=run.state.replay_of))
         try:
             await self.registry.warm_up()  # e.g. litellm's import, seconds of CPU, in a thread: not on the loop
             self._check_credentials()
@@ -114,7 +114,7 @@ class GoalLoop:
             run.exception = scrub_exception(exc)
             run.state.error = mask_secrets(f"{type(exc).__name__}: {exc}")
             run.state.status = "failed"
-            if not run.state.answer:
+            if not run.state.answer and not isinstance(exc, ReplayMismatch):  # a replay shows where it diverged
                 why = "The run failed before its answer was written"
                 Pursuit.answer(run, fallback_answer(run.analysis, completed(run.rounds), why), fallback=True)
         finally:

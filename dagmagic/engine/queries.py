@@ -1,23 +1,25 @@
 """``RunQueries``: what can be read of a run, without changing it: its goal, status, rounds, steps, answer,
-verdict, calls, usage and cost, and two rounds compared. ``DagRun`` is these queries over its state, plus its
-event log and its inbox.
+verdict, calls, usage and cost, two rounds compared, and the run compared with another (a replay with its
+original). ``DagRun`` is these queries over its state, plus its event log and its inbox.
 """
 
 from __future__ import annotations
 
 import importlib
 import re
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, overload
 
 from dagmagic.errors import DagError
 from dagmagic.events import Event, RunFinished
 from dagmagic.models import (
     AnalysisResult,
+    Divergence,
     ExecutionPlan,
     LLMCall,
     PlanStep,
     RoundDiff,
     RoundRecord,
+    RunDiff,
     RunPhase,
     RunState,
     RunStatus,
@@ -49,10 +51,26 @@ class RunQueries:
     state: RunState
     events: list[Event]
 
-    def diff(self, a: int, b: int) -> RoundDiff:
+    @overload
+    def diff(self, a: int, b: int) -> RoundDiff: ...
+
+    @overload
+    def diff(self, a: RunQueries, b: None = None) -> RunDiff: ...
+
+    def diff(self, a: int | RunQueries, b: int | None = None) -> RoundDiff | RunDiff:
         """What changed between rounds ``a`` and ``b`` (1-based): steps added, removed, reused (``rN.id``), or
         with another task, dependencies, model, status or result; steps are matched by what they are.
+
+        ``diff(other)``, ``other`` another run (the original of a replay: ``replayed.diff(original)``): what
+        differs between it and this run, round by round (steps and verdicts), the rounds only one has, the
+        answers, and where this run diverged from its recording (a ``RunDiff``).
         """
+        if isinstance(a, RunQueries):
+            if b is not None:
+                raise TypeError("diff(other_run) compares two runs; diff(a, b) two rounds of this run")
+            return RunDiff.between(a.state, self.state)
+        if b is None or isinstance(a, bool) or not isinstance(a, int):
+            raise TypeError("diff() takes two round numbers, diff(1, 2), or another run, diff(original)")
         rounds = {record.index: record for record in self.rounds}
         missing = [index for index in (a, b) if index not in rounds]
         if missing:
@@ -138,6 +156,18 @@ class RunQueries:
         return self.state.error
 
     @property
+    def replay_of(self) -> str | None:
+        """The id of the run this one replays (``session.replay``), None for a run of its own."""
+        return self.state.replay_of
+
+    @property
+    def divergence(self) -> Divergence | None:
+        """Where the run left the recording it was answered from (a replay, or a cassette) and why: the call
+        that ended it; None when it did not.
+        """
+        return Divergence.of_error(self.state.error) if self.state.status == "failed" else None
+
+    @property
     def rounds(self) -> list[RoundRecord]:
         """Every round so far."""
         return self.state.rounds
@@ -179,7 +209,7 @@ class RunQueries:
                 {
                     "purpose": c.purpose, "model": c.model, "round": c.round, "step": c.step_id,
                     "status": c.status, "input_tokens": c.usage.input_tokens, "output_tokens": c.usage.output_tokens,
-                    "cost": c.cost, "latency_s": c.latency, "retries": c.retries, "error": c.error,
+                    "cost": c.cost, "cached": c.cached, "latency_s": c.latency, "retries": c.retries, "error": c.error,
                     "started": pd.to_datetime(c.started_at, unit="s") if c.started_at else None,
                 }
                 for c in self.calls

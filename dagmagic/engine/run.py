@@ -52,6 +52,7 @@ from dagmagic.models import (
 )
 
 if TYPE_CHECKING:
+    from dagmagic.engine.context import Exchange
     from dagmagic.engine.loop import Origin
     from dagmagic.engine.store import RunStore
 
@@ -71,6 +72,11 @@ class RunDriver(Protocol):
     @property
     def registry(self) -> ModelRegistry:
         """The models the run's steps may be re-run on."""
+        ...
+
+    @property
+    def history(self) -> list[Exchange]:
+        """The conversation the run is planned in (its planner sees it)."""
         ...
 
     def start(self, run: DagRun, origin: Origin) -> asyncio.Task[None]:
@@ -366,6 +372,13 @@ class DagRun(RunQueries):
         if step is None or step.status != "paused" or not self.rounds:
             return None
         return self._pauses.get((self.rounds[-1].index, step_id))
+
+    @property
+    def conversation(self) -> list[Exchange] | None:
+        """The conversation the run was planned in, when it is driven in this process; None for a run read
+        back (the store holds its conversation).
+        """
+        return list(self._driver.history) if self._driver is not None else None
 
     @property
     def can_rerun(self) -> bool:

@@ -24,6 +24,7 @@ from dagmagic.engine.tools import Tool, as_tools
 from dagmagic.errors import DagError
 from dagmagic.events import RunWarning
 from dagmagic.llm import ModelRegistry
+from dagmagic.llm.cache import cached_registry
 from dagmagic.llm.replay import cassette_registry
 from dagmagic.messages import Rerun
 from dagmagic.models import RunState
@@ -61,7 +62,8 @@ class DagSession:
     every plan wait for ``run.approve()`` or ``run.reject(why)``; ``step_through=True`` pauses before every step.
 
     ``start``, ``run`` and ``start_resume`` take any of these for one run only (the notebook's cells do):
-    the run still belongs to this session's conversation.
+    the run still belongs to this session's conversation. ``replay`` re-executes a stored run with the code,
+    prompts and tools of now, its model calls answered from its recording.
     """
 
     def __init__(
@@ -157,6 +159,70 @@ class DagSession:
         """Continue the stored run ``run_id`` to its end (see ``start_resume``) and return it."""
         return await self.start_resume(run_id, **options).wait(cancel_with_waiter=True)
 
+    def start_replay(
+        self,
+        run: str | DagRun | StoredRun,
+        *,
+        strict: bool = True,
+        fallback: ModelRegistry | None = None,
+        timing: float | None = None,
+        **options: Unpack[RunOptions],
+    ) -> DagRun:
+        """Start re-executing the run that ended ``run`` (its id in the session's store, a ``DagRun``, or a run
+        read back) with this session's code, prompts, tools and settings now, each model call answered from
+        what the run recorded: no provider is called. The replay pursues the same goal in the conversation the
+        run was planned in, and fails at the first call the recording has no answer for
+        (``ReplayMismatch``; ``run.divergence`` says where and shows what changed): "what did my prompt change
+        do?". ``replayed.diff(original)`` compares the two runs.
+
+        ``strict=False`` sends a call the recording lacks to ``fallback`` (default: the session's models)
+        instead; ``timing``: None replays at once, 1.0 with the recorded delays. ``options``: as ``start``'s,
+        except ``models``; plans are not held for approval and steps do not pause unless asked. The replay is
+        a run of its own (kept in ``runs`` and the store, ``replay_of`` naming the original) outside the
+        conversation: its answer does not join it. A run the user steered (follow-ups, a re-run, an edited
+        plan) diverges where the user acted.
+        """
+        from dagmagic.testing import replay  # a recording answers: the same seam as in a test
+
+        _running_loop("DagSession.start_replay()", "asyncio.run(session.replay(run_id))")
+        if "models" in options:
+            raise TypeError("a replay's models answer from the recording; pass fallback= for calls it lacks")
+        original, history = self._original(run, options.get("settings"))
+        run_id = original.state.run_id
+        if original.state.status == "running":
+            raise DagError(f"run {run_id} has not ended: replay it once it has (or resume it first)")
+        if not original.state.calls:
+            raise DagError(f"run {run_id} made no model call: there is nothing to replay")
+        if fallback is None and not strict:
+            fallback = self.models
+        models = replay(original, strict=strict, fallback=fallback, timing=timing)
+        own: RunOptions = {"approve_plans": False, "step_through": False, **options, "models": models}
+        driver = self._driver(history, own, replaying=True)
+        driver.check_store()
+        state = RunState(run_id=uuid.uuid4().hex[:12], goal=original.state.goal, started_at=time.time())
+        state.replay_of = run_id
+        self._outside.add(state.run_id)
+        step_through = own.get("step_through", False)
+        return self._keep(DagRun(state, driver=driver, origin="new", step_through=step_through))
+
+    async def replay(self, run: str | DagRun | StoredRun, **options: Any) -> DagRun:
+        """Replay the run ``run`` to the end (see ``start_replay``) and return the replay."""
+        return await self.start_replay(run, **options).wait(cancel_with_waiter=True)
+
+    def _original(self, run: str | DagRun | StoredRun, settings: DagSettings | None) -> tuple[Any, list[Exchange]]:
+        """The run to replay (with its state, events and calls) and the conversation it was planned in."""
+        if isinstance(run, str):
+            stored = self._stored(run, settings, "replay", f"run {run!r} from")
+            return stored, stored.history
+        if isinstance(run, StoredRun):
+            return run, run.history
+        if not isinstance(run, DagRun):
+            raise TypeError(f"replay() takes a run, a run read back or a run id, got {type(run).__name__}")
+        conversation = run.conversation
+        if conversation is None:  # read back: the store holds the conversation it was planned in
+            conversation = self._stored(run.run_id, settings, "replay", f"run {run.run_id!r} from").history
+        return run, conversation
+
     def reopen(self, run_id: str, **options: Unpack[RunOptions]) -> DagRun:
         """A stored run that ended, taken back into this session so that its steps can be re-run
         (``run.rerun``): for a run no longer in memory (see ``DagSettings.runs_in_memory``). Nothing runs yet.
@@ -176,7 +242,7 @@ class DagSession:
         try:
             return store.load(run_id)
         except KeyError:
-            hint = "; `%dag history` lists the stored runs" if verb == "resume" else ""
+            hint = "; `%dag history` lists the stored runs" if verb in ("resume", "replay") else ""
             raise DagError(f"no run {run_id!r} in the run store {store.path}{hint}") from None
 
     @property
@@ -204,12 +270,16 @@ class DagSession:
         settings = settings or self.settings
         return None if self.store_for(settings) is not None else self._store_problems.get(settings.store_path)
 
-    def _driver(self, history: list[Exchange], options: RunOptions) -> _Driver:
-        """What drives one run: the session's goal loop, or one with the run's own options."""
+    def _driver(self, history: list[Exchange], options: RunOptions, *, replaying: bool = False) -> _Driver:
+        """What drives one run: the session's goal loop, or one with the run's own options (``replaying``: its
+        models answer from a run's recording, which neither the response cache nor a cassette of the settings
+        may answer for: a divergence would be hidden).
+        """
         settings = options.get("settings") or self.settings
         models = options.get("models", self.models)
         models.for_role("smart")
-        models = cassette_registry(models, settings)
+        if not replaying:
+            models = cassette_registry(cached_registry(models, settings), settings)
         tools = options.get("tools")
         toolset = self._toolset(
             self._tools if tools is None else list(tools), options.get("allow_code", self.allow_code)

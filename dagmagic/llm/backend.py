@@ -25,6 +25,7 @@ __all__ = [
     "StreamChunk",
     "ToolCallData",
     "ToolCallDelta",
+    "response_pieces",
 ]
 
 
@@ -97,6 +98,10 @@ class ChatResponse(BaseModel):
     cost: float | None = None
     """USD, None when the price is unknown."""
     finish_reason: str | None = None
+    cached: bool = False
+    """Given again by the response cache (``dagmagic.llm.cache``): no provider was called and ``cost`` is 0."""
+    saved_cost: float | None = None
+    """For a cached reply, what it cost when it was first answered (None: unknown)."""
 
 
 class ToolCallDelta(BaseModel):
@@ -251,6 +256,18 @@ class LiteLLMBackend:
                 yield StreamChunk(text=delta.content or "", tool_calls=tool_deltas)
         built = litellm.stream_chunk_builder(chunks, messages=request.messages) if chunks else None
         yield StreamChunk(final=_response(built) if built is not None else ChatResponse())
+
+
+def response_pieces(response: ChatResponse) -> list[StreamChunk]:
+    """A whole reply as stream pieces: its text word by word, its tool calls in argument slices (no ``final``)."""
+    words = response.content.split(" ")
+    pieces = [StreamChunk(text=word + (" " if i < len(words) - 1 else "")) for i, word in enumerate(words) if word or i]
+    for index, call in enumerate(response.tool_calls):
+        pieces.append(StreamChunk(tool_calls=[ToolCallDelta(index=index, id=call.id, name=call.name)]))
+        for start in range(0, len(call.arguments), 16):
+            delta = ToolCallDelta(index=index, arguments=call.arguments[start : start + 16])
+            pieces.append(StreamChunk(tool_calls=[delta]))
+    return pieces
 
 
 _TIKTOKEN_PROVIDERS = ("openai", "azure", "text-completion-openai")

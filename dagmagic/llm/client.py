@@ -100,18 +100,14 @@ class ChatModel:
             stream=stream,
             retries=retries,
             pieces=pieces,
-            usage=Usage(
-                input_tokens=response.input_tokens,
-                output_tokens=response.output_tokens,
-                requests=1,
-                cost=response.cost,
-            ),
+            usage=_usage(response),
             started_at=started,
             latency=time.time() - started,
             error=None if error is None else mask_secrets(f"{type(error).__name__}: {error}"),
             status="cancelled" if cancelled else "failed" if error is not None else "ok",
             tools=tool_names(request.tools),
             request_digest=request_digest(request),
+            cached=response.cached,
         )
         if self.emit is not None:
             self.emit(LLMCallRecorded(call=call))
@@ -328,6 +324,15 @@ class ChatModel:
                 cancelled=cancelled,
                 pieces=received,
             )
+
+
+def _usage(response: ChatResponse) -> Usage:
+    """What one call spent: a cached reply's tokens were spent when it was first answered, not now."""
+    if response.cached:
+        return Usage(requests=1, cost=0.0, cached_requests=1, saved_cost=response.saved_cost)
+    return Usage(
+        input_tokens=response.input_tokens, output_tokens=response.output_tokens, requests=1, cost=response.cost
+    )
 
 
 async def _next_within(pieces: AsyncIterator[StreamChunk], seconds: float) -> StreamChunk | None:

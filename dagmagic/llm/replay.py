@@ -26,7 +26,7 @@ from dagmagic.llm.backend import (
     ChatResponse,
     LiteLLMBackend,
     StreamChunk,
-    ToolCallDelta,
+    response_pieces,
     router_deployments,
 )
 from dagmagic.llm.cassette import (
@@ -44,13 +44,14 @@ from dagmagic.llm.wrapping import WrappingBackend, provider_backend
 from dagmagic.models import ModelCard
 from dagmagic.settings import DagSettings
 
-__all__ = ["RecordingBackend", "ReplayLLM", "ReplayMismatch", "model_card", "model_cards", "split_reply"]
+__all__ = ["RecordingBackend", "ReplayLLM", "ReplayMismatch", "model_card", "model_cards"]
 
 ReplayMismatch = errors.ReplayMismatch
 
 _CANCEL_GRACE = 5.0
-"""Seconds a replayed call that was cancelled when recorded waits, after its recorded pieces, for the run to
-cancel it again before saying the replay diverged (the run did not move on as it did)."""
+"""Seconds a replayed call that was cancelled when recorded waits, after its recorded pieces and as long as it
+ran when recorded (a step's timeout, say, cancels it again after as long), for the run to cancel it again before
+saying the replay diverged (the run did not move on as it did)."""
 _DIFF_LINES = 40
 
 
@@ -61,21 +62,46 @@ class _Pool:
         self.cassette = cassette
         self._used: set[int] = set()
         self._lock = threading.Lock()
+        self._by_key: dict[RequestKey, list[int]] = {}
+        """Recorded calls by key (without ``asked``), in recorded order: a key is computed once per call."""
+        self._indexed = 0
         self.diverged: errors.ReplayMismatch | None = None
         """The first request no recording answered: every later strict request is refused with it, so that
         whichever call ends the run, it names where the run first left the recording."""
 
+    def _index(self) -> None:
+        calls = self.cassette.interactions
+        for index in range(self._indexed, len(calls)):
+            self._by_key.setdefault(_loose(calls[index].key), []).append(index)
+        self._indexed = len(calls)
+
     def take(self, key: RequestKey) -> Interaction | None:
-        """The first unused call recorded under ``key`` (one recorded with no digest of what else was asked
-        matches any), marked used.
+        """The first unused call recorded under ``key``, marked used: one of the same step first, then one a
+        subrun's step made (a run keeps those as ``s2/s1``: the subrun of step s2, its step s1).
         """
         with self._lock:
-            for index, interaction in enumerate(self.cassette.interactions):
-                if index in self._used or not _same(interaction.key, key):
-                    continue
-                self._used.add(index)
-                return interaction
-        return None
+            self._index()
+            candidates = [i for i in self._by_key.get(_loose(key), ()) if i not in self._used and self._fits(i, key)]
+            calls = self.cassette.interactions
+            exact = [i for i in candidates if calls[i].step_id == key.step_id]
+            if not candidates:
+                return None
+            chosen = (exact or candidates)[0]
+            self._used.add(chosen)
+            return calls[chosen]
+
+    def recorded(self, key: RequestKey) -> list[Interaction]:
+        """Every call recorded under ``key``, used or not."""
+        with self._lock:
+            self._index()
+            calls = self.cassette.interactions
+            return [calls[i] for i in self._by_key.get(_loose(key), ()) if self._fits(i, key)]
+
+    def _fits(self, index: int, key: RequestKey) -> bool:
+        recorded = self.cassette.interactions[index]
+        if recorded.asked and recorded.asked != key.asked:
+            return False
+        return _same_step(recorded.step_id, key.step_id)
 
     def record(self, interaction: Interaction) -> None:
         """Append a call just made (``record=new_episodes``), as used."""
@@ -89,10 +115,21 @@ class _Pool:
             return [item for index, item in enumerate(self.cassette.interactions) if index not in self._used]
 
 
-def _same(recorded: RequestKey, asked: RequestKey) -> bool:
-    if recorded.asked and recorded.asked != asked.asked:
-        return False
-    return recorded.model_copy(update={"asked": ""}) == asked.model_copy(update={"asked": ""})
+def _loose(key: RequestKey) -> RequestKey:
+    """The key without what ``_fits`` checks: what else was asked, and the step (a path in a subrun)."""
+    return key.model_copy(update={"asked": "", "step_id": None})
+
+
+def _same_step(recorded: str | None, asked: str | None) -> bool:
+    """Whether a call recorded for step ``recorded`` can answer one asked for step ``asked``: the same step, or
+    the subrun's call a run keeps under its step's path (``s2`` for the subrun's own calls, ``s2/s1`` for its
+    step s1's); the messages, compared too, tell which.
+    """
+    if recorded == asked or recorded is None:
+        return recorded == asked
+    if asked is None:
+        return True
+    return recorded.rsplit("/", 1)[-1] == asked and "/" in recorded
 
 
 class ReplayLLM:
@@ -232,7 +269,8 @@ class ReplayLLM:
             await asyncio.sleep(seconds * self.timing)
 
     async def _await_cancel(self, interaction: Interaction, request: ChatRequest) -> None:
-        await asyncio.sleep(_CANCEL_GRACE)
+        recorded_time_passed = bool(self.timing)  # replayed with its delays: as long as it ran has passed
+        await asyncio.sleep(_CANCEL_GRACE + (0.0 if recorded_time_passed else interaction.latency))
         raise errors.ReplayMismatch(
             f"{interaction.describe()}: the recorded run moved on before this call's reply came (it was cancelled); "
             "this replay did not, so the recording has no reply for it.",
@@ -249,7 +287,7 @@ class ReplayLLM:
         if closest is None:
             text = f"{where}: the recording has no calls left to answer it."
         else:
-            repeated = [i for i in self._pool.cassette.interactions if _same(i.key, asked)]
+            repeated = self._pool.recorded(asked)
             if repeated:
                 text = f"{where} was asked more often than recorded ({len(repeated)} time(s))."
             else:
@@ -325,21 +363,9 @@ def _response(interaction: Interaction) -> ChatResponse:
     return interaction.response or ChatResponse()
 
 
-def split_reply(response: ChatResponse) -> list[StreamChunk]:
-    """A whole reply as stream pieces: its text word by word, its tool calls in argument slices."""
-    words = response.content.split(" ")
-    pieces = [StreamChunk(text=word + (" " if i < len(words) - 1 else "")) for i, word in enumerate(words) if word or i]
-    for index, call in enumerate(response.tool_calls):
-        pieces.append(StreamChunk(tool_calls=[ToolCallDelta(index=index, id=call.id, name=call.name)]))
-        for start in range(0, len(call.arguments), 16):
-            delta = ToolCallDelta(index=index, arguments=call.arguments[start : start + 16])
-            pieces.append(StreamChunk(tool_calls=[delta]))
-    return pieces
-
-
 def _spread(response: ChatResponse, latency: float) -> list[RecordedChunk]:
     """A reply recorded whole, as pieces spread evenly over its latency."""
-    pieces = split_reply(response)
+    pieces = response_pieces(response)
     step = latency / max(len(pieces), 1)
     return [
         RecordedChunk(at=step * (number + 1), text=piece.text, tool_calls=piece.tool_calls)
@@ -551,6 +577,37 @@ def _tape(path: Path, requested: RecordMode) -> _Tape:
         mode: RecordMode = "all" if record_all else "none" if requested == "once" else requested
         tape = _TAPES[key] = _Tape(cassette, _Pool(cassette), requested, mode)
         return tape
+
+
+def cassette_words(settings: DagSettings) -> str:
+    """What the ``cassette`` and ``record`` settings now mean for the next runs, in words."""
+    path = settings.cassette_path
+    if path is None:
+        if settings.record == "none":
+            return "No cassette is set: with record=none every call to a provider is refused (ScriptedLLM answers)."
+        return "Model calls are neither recorded nor replayed."
+    known = _TAPES.get(path.resolve())
+    if known is not None and known.requested == settings.record:
+        mode = known.mode
+    elif settings.record in ("once", "new_episodes") and not path.exists():
+        mode = "all"
+    else:
+        mode = "none" if settings.record == "once" else settings.record
+    if mode == "all":
+        return f"The next runs' model calls are recorded to {path} (record={settings.record})."
+    try:
+        held = len(known.cassette) if known is not None else len(Cassette.load(path))
+    except errors.ConfigurationError as exc:
+        return f"{exc}."
+    if mode == "new_episodes":
+        return (
+            f"{path} holds {held} recorded calls: those the next runs make again are replayed, the others made "
+            "and recorded."
+        )
+    return (
+        f"{path} holds {held} recorded calls: the next runs are answered from it with no provider call "
+        f"(record={settings.record}); a call it does not hold ends the run (ReplayMismatch)."
+    )
 
 
 def forget_cassettes() -> None:

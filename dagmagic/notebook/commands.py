@@ -1,6 +1,6 @@
 """The ``%dag`` subcommands: each a function of the kernel's ``NotebookSession`` and the rest of the line.
 
-``resume``, ``rerun`` and ``demo`` run the loop: alone in a cell they are awaited there (the input
+``resume``, ``rerun``, ``replay`` and ``demo`` run the loop: alone in a cell they are awaited there (the input
 transformer rewrites them, like a ``%%dag`` cell); these functions are what such a cell awaits.
 """
 
@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING, Any
 from IPython.core.error import UsageError
 
 from dagmagic.errors import ConfigurationError, DagError
-from dagmagic.notebook.session import NO_MODEL_HELP, NO_STORE, ROLES, NotebookSession, default_registry
+from dagmagic.notebook.session import NO_MODEL_HELP, NO_STORE, ROLES, NotebookSession, default_registry, names
 
 if TYPE_CHECKING:
     from dagmagic.engine.run import DagRun
+    from dagmagic.settings import DagSettings
 
-__all__ = ["COMMANDS", "dispatch", "rerun", "resume", "settings_told_in_one_line"]
+__all__ = ["COMMANDS", "dispatch", "replay", "replay_line", "rerun", "resume", "settings_told_in_one_line"]
 
 _HISTORY_ROWS = 20
 
@@ -106,6 +107,23 @@ def config(notebook: NotebookSession, rest: str) -> None:
         was, now = getattr(before, key), getattr(after, key)
         change = f"(was {was!r})" if was != now else "(unchanged)"
         print(f"{key} = {now!r} {change}: from the next %%dag cell on.")
+        if key == "cache":
+            print(_cache_words(after))
+        if key in ("cassette", "record"):
+            from dagmagic.llm.replay import cassette_words
+
+            print(cassette_words(after))
+
+
+def _cache_words(settings: DagSettings) -> str:
+    """What the ``cache`` setting now means, in words."""
+    path = settings.cache_path
+    if path is None:
+        return "Model calls are not cached: every request goes to its provider."
+    return (
+        f"A request identical to one already answered (same model, messages, tools and parameters) is answered "
+        f"again from {path} with no call and no cost; delete the file to empty it."
+    )
 
 
 # --- runs: listing, showing, comparing
@@ -153,7 +171,18 @@ def trace(notebook: NotebookSession, rest: str) -> None:
 
 
 def diff(notebook: NotebookSession, rest: str) -> Any:
-    """``%dag diff A B [RUN]``: what changed between two rounds."""
+    """``%dag diff A B [RUN]``: what changed between two rounds; ``%dag diff RUN``: between a replay and the run
+    it replays.
+    """
+    words = shlex.split(rest)
+    if len(words) == 1:
+        replayed = notebook.find(words[0])
+        if replayed.replay_of is None:
+            raise UsageError(
+                f"run {replayed.run_id} replays no run: `%dag diff RUN` compares a replay with its original; "
+                "`%dag diff A B [RUN]` compares two rounds"
+            )
+        return replayed.diff(notebook.find(replayed.replay_of))
     args = parse_words("diff", rest, ("a", "b"), (), optional=("run",))
     run = notebook.find(args.run or "")
     try:
@@ -281,6 +310,60 @@ async def rerun(notebook: NotebookSession, line: str) -> DagRun:
     return await notebook.magics.present(run, args, again=True)
 
 
+async def replay(notebook: NotebookSession, line: str) -> DagRun:
+    """``%dag replay [RUN] [--timing X] [--tools a,b] [--bg]``: re-execute a run with the code, prompts, tools
+    and settings of now, its model calls answered from its recording, shown like a cell's run; then one line:
+    the same, or where it diverged.
+    """
+    args = parse_words("replay", line, (), ("--timing", "--tools"), optional=("run",), flags=("--bg",))
+    try:
+        timing = float(args.timing) if args.timing is not None else None
+    except ValueError:
+        raise UsageError(
+            f"--timing takes a number (1 as recorded, 0.1 ten times faster), got {args.timing!r}"
+        ) from None
+    original = notebook.find(args.run or "")
+    cell = notebook.magics.parse(notebook.options.get(original.run_id, ""))  # the tools and flags it ran with
+    if args.tools is not None:
+        cell.tools = args.tools
+    settings = notebook.settings(cell)
+    tools = [notebook.variable(name, "--tools") for name in names(cell.tools)]  # as the notebook defines them now
+    try:
+        session = notebook.session()
+    except UsageError:  # no model is configured: a replay needs none, the session starts on the recording's
+        from dagmagic.testing import replay as recorded
+
+        session = notebook.session({"models": recorded(original), "settings": settings})
+    allow_code = notebook.magics.allow_code
+    run = notebook.numbered(
+        lambda: session.start_replay(original, timing=timing, settings=settings, tools=tools, allow_code=allow_code),
+        args,
+        line,
+    )
+    await notebook.magics.present(run, args)
+    if run.done():
+        print(replay_line(run, original, notebook.numbers.index(run.run_id) + 1))
+    return run
+
+
+def replay_line(replayed: DagRun, original: DagRun, number: int) -> str:
+    """What a replay found, in one line, and where to see more."""
+    more = f"`%dag diff {number}` (or `replayed.diff(original)`) shows what changed."
+    divergence = replayed.divergence
+    if divergence is not None:
+        said = f"Replay of run {original.run_id} {divergence.summary}"
+        return f"{said}{'' if said.endswith('.') else '.'} {more}"
+    if replayed.status != "done":
+        error = (replayed.error or replayed.status).splitlines()[0]
+        return f"Replay of run {original.run_id} ended {replayed.status}: {error}"
+    difference = replayed.diff(original)
+    calls = f"Replayed {len(replayed.calls)} call{'s' * (len(replayed.calls) != 1)} of run {original.run_id}"
+    if difference.identical:
+        return f"{calls}: identical answer, steps and verdicts."
+    what = "a different answer" if difference.answer_changed else "the same answer"
+    return f"{calls}: {what}, but not the same run. {more}"
+
+
 async def demo(notebook: NotebookSession, _: str) -> DagRun:
     """``%dag demo``: the offline demonstration, like a ``%%dag`` cell."""
     from dagmagic.notebook.demo import run_demo
@@ -295,6 +378,7 @@ COMMANDS: dict[str, Command] = {
     "show": show,
     "resume": _awaited("resume", resume),
     "rerun": _awaited("rerun", rerun),
+    "replay": _awaited("replay", replay),
     "approve": approve,
     "reject": reject,
     "continue": continue_,

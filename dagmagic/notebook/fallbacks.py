@@ -111,6 +111,8 @@ def _static_answer(answer: str) -> str:
 def run_markdown(run: DagRun) -> str:
     """The run as Markdown: header, verdict, step table, answer."""
     lines = [f"**dagmagic** · {_md(run.goal)}", "", _md(_summary(run)), ""]
+    if (divergence := run.divergence) is not None and divergence.detail:  # the diff keeps its lines, as written
+        lines += [_code_block(divergence.detail), ""]
     lines += [f"- warning: {_md(_cap(warning, 1000))}" for warning in run.warnings] + ([""] if run.warnings else [])
     rows = _reused_rows(run) + step_rows(run.plan)
     if rows:
@@ -140,9 +142,11 @@ def run_html(run: DagRun) -> str:
     answer_html = markdown_html(_images_as_links(_static_answer(run.answer)))
     answer = f"<div>{title}{cuts}{answer_html}</div>" if run.answer else ""
     warnings = "".join(f"<li>{e(_cap(warning, 1000))}</li>" for warning in run.warnings)
+    divergence = run.divergence
+    diff = f'<pre style="white-space: pre-wrap">{e(_cap(divergence.detail))}</pre>' if divergence else ""
     return (
         f'<div class="dagmagic-static"><p><b>dagmagic</b> · {e(run.goal)}</p>'
-        f"<p>{e(_summary(run))}</p>{f'<ul>{warnings}</ul>' if warnings else ''}{rounds}{answer}</div>"
+        f"<p>{e(_summary(run))}</p>{diff}{f'<ul>{warnings}</ul>' if warnings else ''}{rounds}{answer}</div>"
     )
 
 
@@ -373,11 +377,22 @@ def _svg_node(step: PlanStep, x: float, y: float, w: float, h: float, *, reused:
 
 def _summary(run: DagRun) -> str:
     parts = [f"status: {run.status_words}", f"rounds: {len(run.rounds)}"]
+    if run.replay_of:
+        parts.append(f"replay of run {run.replay_of}")
     if run.analysis is not None:
         parts += [f"achieved: {'yes' if run.achieved else 'no'}", f"confidence: {run.confidence:.2f}"]
-    if run.error:
+    if (divergence := run.divergence) is not None:  # the diff follows, on lines of its own
+        parts.append(f"{divergence.headline}: {divergence.why}")
+    elif run.error:
         parts.append(f"error: {run.error}")  # quotes model-written ids and messages: escaped where it is shown
     return " · ".join(parts)
+
+
+def _code_block(text: str) -> str:
+    """``text`` as a fenced code block: shown as written, inert, whatever backticks it holds."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}text\n{_cap(text)}\n{fence}"
 
 
 def _short(text: str) -> str:

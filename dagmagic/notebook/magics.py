@@ -36,11 +36,12 @@ async def run_dag_cell(line: str, cell: str) -> DagRun:
 
 
 async def run_dag_line(command: str, rest: str) -> DagRun:
-    """What a rewritten ``%dag demo``, ``%dag resume ...`` or ``%dag rerun ...`` cell awaits."""
+    """What a rewritten ``%dag demo``, ``%dag resume ...``, ``%dag rerun ...`` or ``%dag replay ...`` cell awaits."""
     from dagmagic.notebook import commands
 
     magics = _magics()
-    work = {"demo": commands.demo, "resume": commands.resume, "rerun": commands.rerun}[command]
+    awaited = {"demo": commands.demo, "resume": commands.resume, "rerun": commands.rerun, "replay": commands.replay}
+    work = awaited[command]
     with commands.settings_told_in_one_line():
         return await _told_in_one_line(magics, work(magics.notebook, rest))
 
@@ -175,7 +176,12 @@ class DagMagics(Magics):
             %dag continue [STEP] | step [STEP] | skip STEP
                                    a step paused at a breakpoint (--break, --step-through): run it and
                                    go on, run it and pause before the next, or skip it
+            %dag replay [RUN] [--timing X] [--tools a,b] [--bg]
+                                   run a run again with the code, prompts, tools and settings of now,
+                                   its model calls answered from its recording (no provider call): it
+                                   stops where it diverges and shows what changed
             %dag diff A B [RUN]    what changed between rounds A and B
+            %dag diff RUN          what changed between a replay and the run it replays
             %dag stop              stop the running run gracefully
             %dag followup TEXT     steer the running run with a follow-up
             %dag trace [RUN]       every LLM call of a run: purpose, model, level, tokens, latency, cost

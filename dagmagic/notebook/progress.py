@@ -16,7 +16,7 @@ from dagmagic.events import (
     StepPaused,
     StepStarted,
 )
-from dagmagic.models import PlanStep, RoundRecord, ToolCallRecord
+from dagmagic.models import Divergence, PlanStep, RoundRecord, ToolCallRecord, Usage
 from dagmagic.notebook.tool_steps import call_text, direct_call, is_tool_step
 
 __all__ = ["follow_in_terminal", "print_progress", "progress_line", "trace_table"]
@@ -52,6 +52,9 @@ def _own(event: Event) -> str | None:
     if isinstance(event, RunWarning):
         return _warning_line(event)
     if isinstance(event, RunFinished):
+        divergence = Divergence.of_error(event.error) if event.status == "failed" else None
+        if divergence is not None:  # a replay that left its recording: where, why, and the diff
+            return f"[failed] {divergence.headline}: {divergence.why}\n{divergence.detail}".rstrip()
         status = STOPPED_BY_YOU if event.stopped_by_user else event.status
         return f"[{status}] achieved={event.achieved} confidence={event.confidence:.2f}"
     return None
@@ -101,19 +104,27 @@ def trace_table(run: DagRun) -> str:
         lines.append(
             f"{call.purpose:16} {call.model[:18]:18} {call.round if call.round is not None else '':>5} "
             f"{call.step_id or '':6} {call.structured_level or '':9} {call.retries:>5} {call.usage.input_tokens:>7} "
-            f"{call.usage.output_tokens:>6} {call.latency:>7.2f}s {cost:>10}"
+            f"{call.usage.output_tokens:>6} {call.latency:>7.2f}s {cost:>10}{'  cached' if call.cached else ''}"
         )
     lines += [line for _, line in waiting]
     lines.append("")
     for purpose, usage in run.usage_by("purpose").items():
         cost = f"${usage.cost:.6f}" if usage.cost is not None else "cost unknown"
-        lines.append(f"{purpose:16} {usage.requests:>3} calls {usage.total_tokens:>8} tokens  {cost}")
+        lines.append(f"{purpose:16} {usage.requests:>3} calls {usage.total_tokens:>8} tokens  {cost}{_saved(usage)}")
     if direct:
         lines.append(f"{'direct call':16} {len(direct):>3} tool calls, no LLM call")
     total = run.usage
     cost = f"${total.cost:.6f}" if total.cost is not None else "cost unknown"
-    lines.append(f"{'total':16} {total.requests:>3} calls {total.total_tokens:>8} tokens  {cost}")
+    lines.append(f"{'total':16} {total.requests:>3} calls {total.total_tokens:>8} tokens  {cost}{_saved(total)}")
     return "\n".join(lines)
+
+
+def _saved(usage: Usage) -> str:
+    """`` · 3 cached, saved $0.000123`` when calls were answered from the response cache."""
+    if not usage.cached_requests:
+        return ""
+    saved = "saving unknown" if usage.saved_cost is None else f"saved ${usage.saved_cost:.6f}"
+    return f" · {usage.cached_requests} cached, {saved}"
 
 
 def _direct_calls(rounds: list[RoundRecord], scope: str = "") -> list[tuple[float, str]]:

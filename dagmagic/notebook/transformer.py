@@ -1,4 +1,5 @@
-"""The input transformer: a ``%%dag`` cell (or ``%dag demo``, ``resume``, ``rerun``) becomes a top-level ``await``.
+"""The input transformer: a ``%%dag`` cell (or ``%dag demo``, ``resume``, ``rerun``, ``replay``) becomes a top-level
+``await``.
 
 IPython cannot await a magic's return value, so the cell is rewritten before it is compiled; it then runs
 on the kernel's own event loop. The goal travels as a string literal: it is never interpolated.
@@ -11,7 +12,7 @@ from typing import Any
 __all__ = ["rewrite_dag_cell"]
 
 _CALL = "await __import__('dagmagic.notebook.magics', fromlist=['_']).{method}({args})\n"
-_AWAITED = ("demo", "resume", "rerun")
+_AWAITED = ("demo", "resume", "rerun", "replay")
 """``%dag`` subcommands that run the loop: alone in a cell, they are awaited like a ``%%dag`` cell."""
 
 

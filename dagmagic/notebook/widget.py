@@ -75,6 +75,9 @@ class DagWidget(anywidget.AnyWidget):
     status = traitlets.Unicode("running").tag(sync=True)
     phase = traitlets.Unicode("starting").tag(sync=True)
     error = traitlets.Unicode("").tag(sync=True)
+    divergence = traitlets.Dict(None, allow_none=True).tag(sync=True)
+    """A replay that left its recording: ``headline`` (where, and why) and ``reason`` (the closest recorded call and
+    the diff of what changed)."""
     warnings: traitlets.List[str] = traitlets.List().tag(sync=True)
     answer = traitlets.Unicode("").tag(sync=True)
     answer_fallback = traitlets.Bool(False).tag(sync=True)
@@ -322,6 +325,7 @@ def widget_state(run: DagRun) -> dict[str, Any]:
         "status": run.status,
         "phase": run.phase,
         "error": run.error or "",
+        "divergence": _divergence(run),
         "warnings": [_cap(warning, 1000) for warning in run.warnings[-WARNINGS:]],
         "answer": _capped_answer(run.answer),
         "answer_fallback": _answer_is_fallback(run),
@@ -334,6 +338,8 @@ def widget_state(run: DagRun) -> dict[str, Any]:
             "output_tokens": usage.output_tokens,
             "requests": usage.requests,
             "cost": usage.cost,
+            "cached_requests": usage.cached_requests,
+            "saved_cost": usage.saved_cost,
         },
         "rounds": [_round_state(record, run) for record in run.rounds],
         "calls": [
@@ -347,6 +353,15 @@ def widget_state(run: DagRun) -> dict[str, Any]:
         "started_at": run.state.started_at,
         "idle": _idle(run),
     }
+
+
+def _divergence(run: DagRun) -> dict[str, str] | None:
+    """Where a replay left its recording, for the header to show instead of the error's one long text."""
+    divergence = run.divergence
+    if divergence is None:
+        return None
+    headline = f"{divergence.headline}: {divergence.why}"
+    return {"headline": headline, "reason": _cap(divergence.detail, DETAIL_CHARS) or ""}
 
 
 def _now(run: DagRun) -> float:
@@ -584,6 +599,7 @@ def _call_state(call: LLMCall, index: int) -> dict[str, Any]:
         "error": call.error,
         "stream": call.stream,
         "status": call.status,
+        "cached": call.cached,
     }
 
 

@@ -1,5 +1,5 @@
 // The header: the goal, the run's status (what a running run is doing, and for how long), its totals
-// (tokens, requests, cost, elapsed) and its error. Built once; updates change only the texts that changed, so
+// (tokens, requests, cost, elapsed) and its error (for a replay that left its recording: where, and the diff). Built once; updates change only the texts that changed, so
 // the clock's ticks are cheap and the status's live region speaks only when the phase or status changes.
 
 import { h } from "./dom.js";
@@ -64,6 +64,33 @@ function statusText(state) {
   return { label: stopped ? "stopped by you" : (STATUS_LABEL[state.status] ?? state.status), time: "", stopped };
 }
 
+/**
+ * The run's error; a replay that diverged from its recording says so first, then shows the closest recorded call's
+ * diff line by line, monospace, removed and added lines marked.
+ * @param {HTMLElement} error
+ * @param {Traits} state
+ */
+function showError(error, state) {
+  const divergence = state.divergence;
+  const key = divergence ? `${divergence.headline}\n${divergence.reason}` : state.error;
+  error.hidden = !key;
+  if (error.dataset.shown === key) return;
+  error.dataset.shown = key;
+  if (!divergence) {
+    error.replaceChildren(state.error);
+    return;
+  }
+  const lines = divergence.reason.split("\n").map((line) => {
+    const kind = /^(\+\+\+|---)/.test(line) ? "file" : line[0] === "+" ? "added" : line[0] === "-" ? "removed" : "";
+    return h("span", { class: "dagmagic-diff-line", "data-kind": kind }, [line]);
+  });
+  const headline = divergence.headline.charAt(0).toUpperCase() + divergence.headline.slice(1);
+  error.replaceChildren(
+    h("div", { class: "dagmagic-divergence-headline" }, [`${headline}.`]),
+    h("pre", { class: "dagmagic-divergence-reason" }, lines),
+  );
+}
+
 export function createHeader() {
   const goal = h("div", { class: "dagmagic-goal" });
   // Only the words are a live region: the seconds beside them tick.
@@ -113,11 +140,12 @@ export function createHeader() {
     status.toggleAttribute("data-stopped", text.stopped);
     const { usage } = state;
     setText(values.tokens, `${formatInt(usage.input_tokens)} in · ${formatInt(usage.output_tokens)} out`);
-    setText(values.requests, formatInt(usage.requests));
-    setText(values.cost, formatCost(usage.cost));
+    const cached = usage.cached_requests;
+    setText(values.requests, formatInt(usage.requests) + (cached ? ` (${formatInt(cached)} cached)` : ""));
+    const saved = usage.saved_cost === null ? "saving unknown" : `saved ${formatCost(usage.saved_cost)}`;
+    setText(values.cost, formatCost(usage.cost) + (cached ? ` (${saved})` : ""));
     setText(values.elapsed, formatDuration(runElapsed(state)));
-    setText(error, state.error);
-    error.hidden = !state.error;
+    showError(error, state);
     const joined = state.warnings.join("\n");
     if (joined !== shownWarnings) {
       shownWarnings = joined;

@@ -30,6 +30,7 @@ const FEEDS = /** @type {Record<(typeof TRAITS)[number], Part[]>} */ ({
   status: ["header", "approval", "rounds", "answer", "controls", "timeline"],
   phase: ["header", "approval"],
   error: ["header"],
+  divergence: ["header"],
   warnings: ["header"],
   answer: ["answer", "header"],
   answer_fallback: ["answer"],

@@ -16,6 +16,7 @@ export const TRAITS = /** @type {const} */ ([
   "status",
   "phase",
   "error",
+  "divergence",
   "warnings",
   "answer",
   "answer_fallback",
@@ -80,6 +81,7 @@ export function readState(model) {
       String(get(model, "phase") ?? (status === "running" ? "starting" : "finished"))
     ),
     error: String(get(model, "error") ?? ""),
+    divergence: normalizeDivergence(get(model, "divergence")),
     warnings: list(get(model, "warnings")).map(String),
     answer: String(get(model, "answer") ?? ""),
     answer_fallback: Boolean(get(model, "answer_fallback")),
@@ -92,6 +94,8 @@ export function readState(model) {
       output_tokens: num(usage.output_tokens) ?? 0,
       requests: num(usage.requests) ?? 0,
       cost: num(usage.cost),
+      cached_requests: num(usage.cached_requests) ?? 0,
+      saved_cost: num(usage.saved_cost),
     },
     rounds: list(get(model, "rounds")).map(normalizeRound),
     calls: list(get(model, "calls")),
@@ -126,6 +130,15 @@ function normalizeRound(round, position) {
     follow_ups: list(r.follow_ups).map(String),
     plan_cut: normalizePlanCut(r.plan_cut),
   };
+}
+
+/**
+ * @param {any} value
+ * @returns {import("./types.js").Divergence | null}
+ */
+function normalizeDivergence(value) {
+  if (!value || typeof value !== "object" || !value.headline) return null;
+  return { headline: String(value.headline), reason: String(value.reason ?? "") };
 }
 
 /**

@@ -21,7 +21,7 @@ const NUMBERS = new Set(["start", "round", "retries", "in", "out", "latency", "c
 const LABEL_COLUMNS = 6;
 
 /**
- * @typedef {{calls: number, input: number, output: number, latency: number, cost: number | null, errors: number, cancelled: number}} Totals
+ * @typedef {{calls: number, input: number, output: number, latency: number, cost: number | null, errors: number, cancelled: number, cached: number}} Totals
  */
 
 /**
@@ -152,7 +152,10 @@ export function createTrace({ signal, requests, redraw }) {
         h("td", { class: "dagmagic-num" }, [formatInt(num(call.input_tokens) ?? 0)]),
         h("td", { class: "dagmagic-num" }, [formatInt(num(call.output_tokens) ?? 0)]),
         h("td", { class: "dagmagic-num" }, [formatDuration(call.latency) + (call.stream ? " ⇣" : "")]),
-        h("td", { class: "dagmagic-num" }, [formatCost(call.cost)]),
+        h("td", { class: "dagmagic-num" }, [
+          call.cached ? h("span", { class: "dagmagic-trace-cached" }, ["cached"]) : null,
+          formatCost(call.cost),
+        ]),
       ],
     );
     rows.set(item.key, { sig, el: row });
@@ -434,7 +437,7 @@ function callCount(n) {
 
 /** @returns {Totals} */
 function emptyTotals() {
-  return { calls: 0, input: 0, output: 0, latency: 0, cost: null, errors: 0, cancelled: 0 };
+  return { calls: 0, input: 0, output: 0, latency: 0, cost: null, errors: 0, cancelled: 0, cached: 0 };
 }
 
 /**
@@ -450,6 +453,13 @@ function rowAttributes(call, opens) {
     };
   }
   if (call.error) return { class: "dagmagic-trace-row dagmagic-trace-error", title: String(call.error) };
+  if (call.cached) {
+    const more = opens ? " Show what it sent and got back." : "";
+    return {
+      class: "dagmagic-trace-row",
+      title: `Answered from the response cache: no call was made, no cost.${more}`,
+    };
+  }
   return { class: "dagmagic-trace-row", title: opens ? "Show what this call sent and got back" : null };
 }
 
@@ -466,6 +476,7 @@ function add(t, call) {
   if (cost !== null) t.cost = (t.cost ?? 0) + cost;
   if (call.error) t.errors += 1;
   if (call.status === "cancelled") t.cancelled += 1;
+  if (call.cached) t.cached += 1;
 }
 
 /**
@@ -477,7 +488,10 @@ function add(t, call) {
 function totalsRow(label, t, cls, span) {
   return h("tr", { class: cls }, [
     h("th", { scope: "row", colspan: span }, [
-      label + (t.errors ? ` · ${t.errors} failed` : "") + (t.cancelled ? ` · ${t.cancelled} cancelled` : ""),
+      label +
+        (t.errors ? ` · ${t.errors} failed` : "") +
+        (t.cancelled ? ` · ${t.cancelled} cancelled` : "") +
+        (t.cached ? ` · ${t.cached} cached` : ""),
     ]),
     h("td", { class: "dagmagic-num" }, [formatInt(t.input)]),
     h("td", { class: "dagmagic-num" }, [formatInt(t.output)]),

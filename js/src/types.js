@@ -120,9 +120,18 @@
  * @property {number} [index]  its position in the run's calls, stable (what `call_detail` asks for); missing from
  *   older kernels
  * @property {number | null} [started_at]  epoch seconds when it was sent
+ * @property {boolean} [cached]  answered from the response cache: no provider was called, cost 0
  */
 
-/** @typedef {{input_tokens: number, output_tokens: number, requests: number, cost: number | null}} Usage */
+/**
+ * @typedef {object} Usage
+ * @property {number} input_tokens
+ * @property {number} output_tokens
+ * @property {number} requests
+ * @property {number | null} cost
+ * @property {number} cached_requests  of `requests`, those answered from the response cache (no call, cost 0)
+ * @property {number | null} saved_cost  what the cached requests cost when first answered (null: unknown)
+ */
 
 /**
  * @typedef {object} LiveCall  an LLM call sent and not ended yet
@@ -147,6 +156,8 @@
  * @property {RunStatus} status
  * @property {RunPhase} phase  what a running run is doing now
  * @property {string} error
+ * @property {Divergence | null} [divergence]  a replay that left its recording: where, and what changed (shown in
+ *   place of `error`; missing from older kernels)
  * @property {string[]} warnings  what to know about the whole run (not saved, code without a sandbox, a silent model)
  * @property {string} answer  Markdown, grows while streaming
  * @property {boolean} answer_fallback
@@ -164,6 +175,13 @@
  *   kernels)
  * @property {boolean} stopped_by_user  the user pressed Stop: the ended run says so
  * @property {number} idle  seconds the run stood ended before it went on (a re-run): not part of its elapsed time
+ */
+
+/**
+ * Where a replayed run left its recording: the first model call the recording had no answer for.
+ * @typedef {object} Divergence
+ * @property {string} headline  "diverged from the recording at the 'plan' call in round 1"
+ * @property {string} reason  why, with the closest recorded call and a unified diff (lines starting "-", "+")
  */
 
 /** @typedef {import("@anywidget/types").AnyModel<Traits>} Model */

@@ -226,6 +226,33 @@ describe("drawing", () => {
     expect(error.textContent).toBe("Budget exhausted");
   });
 
+  it("says where a replay diverged from its recording, and shows the diff line by line", async () => {
+    const { el, model } = mount();
+    const error = /** @type {HTMLElement} */ (el.querySelector(".dagmagic-error"));
+    model.set("status", "failed");
+    model.set("error", "ReplayMismatch: Replay mismatch: The 'plan' call in round 1 was not recorded. ...");
+    model.set("divergence", {
+      headline: "diverged from the recording at the 'plan' call in round 1",
+      reason:
+        "It was not recorded. The closest recorded call differs:\n--- recorded\n+++ now\n-  lookup(city)\n+  " +
+        'lookup_v2(city) <img src=x onerror="alert(1)">\n   unchanged',
+    });
+    await nextRedraw();
+    expect(error.hidden).toBe(false);
+    expect(error.querySelector(".dagmagic-divergence-headline")?.textContent).toBe(
+      "Diverged from the recording at the 'plan' call in round 1.",
+    );
+    const lines = [...error.querySelectorAll(".dagmagic-divergence-reason .dagmagic-diff-line")];
+    expect(lines.map((line) => line.getAttribute("data-kind"))).toEqual(["", "file", "file", "removed", "added", ""]);
+    expect(lines[4].textContent).toBe('+  lookup_v2(city) <img src=x onerror="alert(1)">');
+    expect(error.querySelector("img")).toBeNull();
+    expect(error.textContent).not.toContain("ReplayMismatch"); // the raw error's one long text is not repeated
+    model.set("divergence", null);
+    model.set("error", "Budget exhausted");
+    await nextRedraw();
+    expect(error.textContent).toBe("Budget exhausted");
+  });
+
   it("lists what to know about the whole run, as text, and hides the list when there is none", async () => {
     const { el, model } = mount();
     const list = /** @type {HTMLElement} */ (el.querySelector(".dagmagic-run-warnings"));
@@ -656,6 +683,58 @@ describe("trace", () => {
     expect(row.classList.contains("dagmagic-trace-cancelled")).toBe(true);
     expect(row.title).toContain("usage is unknown");
     expect(el.querySelector(".dagmagic-trace tfoot tr:last-child th")?.textContent).toBe("all (1 call) · 1 cancelled");
+  });
+});
+
+describe("cache", () => {
+  it("marks a call answered from the response cache, and the header says what the cache saved", async () => {
+    const { el, model } = mount();
+    const call = {
+      purpose: "step",
+      model: "m",
+      round: 1,
+      step_id: "s1",
+      level: null,
+      retries: 0,
+      input_tokens: 0,
+      output_tokens: 0,
+      latency: 0.01,
+      cost: 0,
+      error: null,
+      stream: false,
+      status: "ok",
+    };
+    model.set("calls", [
+      { ...call, cached: true },
+      { ...call, step_id: "s2", input_tokens: 90, cost: 0.0004 },
+    ]);
+    model.set("usage", {
+      input_tokens: 90,
+      output_tokens: 0,
+      requests: 2,
+      cost: 0.0004,
+      cached_requests: 1,
+      saved_cost: 0.0123,
+    });
+    await nextRedraw();
+    const [hit, miss] = /** @type {HTMLElement[]} */ ([...el.querySelectorAll(".dagmagic-trace tbody tr")]);
+    expect(hit.querySelector(".dagmagic-trace-cached")?.textContent).toBe("cached");
+    expect(hit.title).toContain("response cache");
+    expect(miss.querySelector(".dagmagic-trace-cached")).toBeNull();
+    expect(el.querySelector(".dagmagic-trace tfoot tr:last-child th")?.textContent).toBe("all (2 calls) · 1 cached");
+    const header = /** @type {Element} */ (el.querySelector(".dagmagic-header"));
+    expect(header.querySelector(".dagmagic-total-requests")?.textContent).toBe("requests 2 (1 cached)");
+    expect(header.querySelector(".dagmagic-total-cost")?.textContent).toBe("cost $0.0004 (saved $0.0123)");
+    model.set("usage", {
+      input_tokens: 0,
+      output_tokens: 0,
+      requests: 1,
+      cost: 0,
+      cached_requests: 1,
+      saved_cost: null,
+    });
+    await nextRedraw();
+    expect(header.querySelector(".dagmagic-total-cost")?.textContent).toBe("cost $0.0000 (saving unknown)");
   });
 });
 

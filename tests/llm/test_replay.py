@@ -447,3 +447,96 @@ async def test_replay_from_a_run_store_by_id(tmp_path: Path) -> None:
     run = await DagSession(scripted_registry(llm), DagSettings(store=str(store)), tools=[lookup]).run(GOAL)
     replayed = await session(replay(run.run_id, store=store)).run(GOAL)
     assert shape(replayed) == shape(run)
+
+
+# --- through litellm, against a provider on loopback
+
+
+def answer_like_a_model(body: dict[str, Any]) -> str:
+    """The fake provider's replies, by the system prompt of each request: a plan, step results, a verdict that
+    leaves the answer to the synthesis, and the answer.
+    """
+    system = str(body["messages"][0].get("content") or "")
+    if system.startswith("You are the planner"):
+        steps = [{"id": "s1", "task": "population of Paris"}, {"id": "s2", "task": "population of Berlin"}]
+        return json.dumps({"steps": steps})
+    if system.startswith("You judge whether"):
+        return json.dumps({"achieved": False, "confidence": 0.95, "reasoning": "both figures are known"})
+    if system.startswith("You carry out one step"):
+        prompt = json.dumps(body["messages"])
+        return "Paris: 2.1 million." if "Paris" in prompt.split("population of")[-1][:20] else "Berlin: 3.7 million."
+    return "Berlin (3.7 million) has more people than Paris (2.1 million)."
+
+
+async def test_a_run_through_litellm_is_replayed_with_no_request_to_the_provider(tmp_path: Path) -> None:
+    from tests.fake_provider import Provider
+
+    server = Provider()
+    server.answer = answer_like_a_model
+    server.piece_size = 7  # streams in many pieces
+    try:
+        models = ModelRegistry().register(
+            "real", "openai/m", roles=["smart"], api_base=server.base, api_key="sk-test-canary-0123456789"
+        )
+        forget_cassettes()
+        path = tmp_path / "real.jsonl"
+        recorded = await session(models, tools=[], cassette=str(path), record="once").run(GOAL)
+        assert recorded.status == "done", recorded.error
+        made = server.requests
+        assert made >= 4
+
+        forget_cassettes()  # a new kernel, as in CI
+        replayed = await session(models, tools=[], cassette=str(path), record="none").run(GOAL)
+        assert server.requests == made
+        assert shape(replayed) == shape(recorded)
+        assert "3.7 million" in replayed.answer
+
+        from_store = await session(replay(recorded), tools=[]).run(GOAL)  # the run itself, no cassette
+        assert server.requests == made and shape(from_store) == shape(recorded)
+    finally:
+        server.close()
+    assert b"sk-test-canary" not in path.read_bytes()
+    streamed = [i for i in Cassette.load(path) if i.stream and i.outcome == "ok"]
+    assert streamed and all(len(i.chunks or []) > 1 for i in streamed)  # the pieces as they came
+
+
+async def test_a_call_cancelled_when_recorded_is_cancelled_again_by_the_same_timeout(tmp_path: Path) -> None:
+    """A step whose call outlived DAG_STEP_TIMEOUT when recorded: the replay waits as long for the timeout to
+    cancel it again (a replay at once would otherwise answer a call the recorded run never got an answer to).
+    """
+    llm = ScriptedLLM(
+        {
+            "plan": [plan_reply(("s1", [], "slow"), ("s2", [], "fast"))],
+            "step:s1": ["too late"],
+            "step:s2": ["quick"],
+            "analyze": [verdict(True, 0.9, final_answer="only s2 answered")],
+        },
+        latency={"step:s1": 0.6},
+    )
+    forget_cassettes()
+    path = tmp_path / "timeout.jsonl"
+    models = ModelRegistry().register("m", llm, roles=["smart"])
+    recorded = await session(models, tools=[], cassette=str(path), record="all", step_timeout=0.3,
+                             step_immediate_retries=0, step_retry_delays="").run(GOAL)  # fmt: skip
+    assert recorded.rounds[0].plan.steps[0].status == "failed"
+    assert any(i.outcome == "cancelled" for i in Cassette.load(path))
+    forget_cassettes()
+    replayed = await session(models, tools=[], cassette=str(path), record="none", step_timeout=0.3,
+                             step_immediate_retries=0, step_retry_delays="").run(GOAL)  # fmt: skip
+    assert replayed.status == "done", replayed.error
+    assert shape(replayed)["answer"] == shape(recorded)["answer"]
+
+
+async def test_a_run_with_a_subrun_is_replayed_from_the_store(tmp_path: Path) -> None:
+    from tests.engine import test_subdag
+
+    store = tmp_path / "runs.sqlite"
+    recorded_session, llm = test_subdag.session(store)
+    run = await recorded_session.run("compare markets")
+    assert run.status == "done" and run.steps["s2"].subrun is not None
+    made = len(llm.requests)
+    replayed = await DagSession(replay(run.run_id, store=store), DagSettings(store="none")).run("compare markets")
+    assert replayed.status == "done", replayed.error
+    assert len(llm.requests) == made
+    assert shape(replayed) == shape(run)
+    assert replayed.steps["s2"].result == run.steps["s2"].result

@@ -565,3 +565,50 @@ def test_dag_config_says_what_it_set(ip: InteractiveShell, capsys: pytest.Captur
         "plan_max_steps = 20 (was 14): from the next %%dag cell on.\n"
         "max_replan_rounds = 2 (was 3): from the next %%dag cell on.\n"
     )
+
+
+def test_dag_config_cache_on_answers_a_cell_run_again_from_the_cache(
+    ip: InteractiveShell, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    verdict = {"achieved": True, "confidence": 0.9, "reasoning": "fine"}  # no final answer: synthesis writes it
+    llm = ip.user_ns["llm"] = scripted(step=["a result " * 100], analyze=[verdict])
+    ip.user_ns["cache_path"] = tmp_path / "cache.sqlite"
+    run_cell(ip, "%dag config cache=$cache_path")
+    said = capsys.readouterr().out
+    assert f"cache = '{tmp_path / 'cache.sqlite'}' (was 'off')" in said and "answered again from" in said
+    first = run_cell(ip, "%%dag --models llm --new\ngoal")
+    sent = len(llm.requests)
+    run_cell(ip, "%dag config synthesis_result_chars=200")
+    again = run_cell(ip, "%%dag --models llm --new\ngoal")
+    assert isinstance(first, DagRun) and isinstance(again, DagRun)
+    assert [request.purpose for request in llm.requests[sent:]] == ["synthesize"]
+    assert again.usage.cached_requests == len(again.calls) - 1
+    run_cell(ip, "%dag trace")
+    assert "cached" in capsys.readouterr().out
+    run_cell(ip, "%dag config cache=off")
+    assert "not cached" in capsys.readouterr().out
+
+
+def test_dag_config_cassette_records_a_cell_then_replays_it_in_a_new_kernel(
+    ip: InteractiveShell, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dagmagic.llm.replay import forget_cassettes
+
+    forget_cassettes()
+    llm = ip.user_ns["llm"] = scripted(step=["a result"])
+    ip.user_ns["tape"] = tmp_path / "nb.cassette.jsonl"
+    run_cell(ip, "%dag config cassette=$tape")
+    assert "recorded to" in capsys.readouterr().out
+    first = run_cell(ip, "%%dag --models llm --new\ngoal")
+    made = len(llm.requests)
+    assert isinstance(first, DagRun) and made > 0 and (tmp_path / "nb.cassette.jsonl").exists()
+
+    forget_cassettes()  # as a new kernel would
+    run_cell(ip, "%dag config record=none")
+    said = capsys.readouterr().out
+    assert f"holds {made} recorded calls" in said and "no provider call" in said
+    again = run_cell(ip, "%%dag --models llm --new\ngoal")
+    assert isinstance(again, DagRun) and again.answer == first.answer
+    assert len(llm.requests) == made  # every call answered from the cassette
+    run_cell(ip, "%dag config cassette=none")
+    assert "no cassette is set" in capsys.readouterr().out.lower()

@@ -383,6 +383,8 @@ class RunStore:
             else EVENTS.validate_python({**json.loads(data), "call": calls_by_seq[call]})
             for data, call in db.execute("SELECT data, call FROM events WHERE run_id = ? ORDER BY seq", (run_id,))
         ]
+        started = (event for event in events if isinstance(event, RunStarted) and not event.depth)
+        state.replay_of = next((event.replay_of for event in started), None)  # kept in its event: no column
         return StoredRun(state=state, history=history, events=events)
 
     def runs(self, limit: int = 50, *, goal: str | None = None) -> list[RunSummary]:
