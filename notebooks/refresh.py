@@ -4,15 +4,17 @@
     python notebooks/refresh.py 03_replanning   # some of them
 
 Each notebook runs top to bottom in a fresh kernel, offline (``ScriptedLLM``), in a temporary working
-directory (its run store included). A notebook authored against a real model (07) keeps its model calls in a
-cassette beside it, ``NN_name.cassette.jsonl``: the kernel finds a copy of it in its working directory and
-replays it, so refreshing stays offline. To record it anew, delete the cassette and refresh with the model's
-server up: the calls are recorded (``record=once`` records a missing cassette) and the cassette is copied back
-beside the notebook. Then the live widgets' views and state are dropped — GitHub cannot draw
+directory (its run store included). Then the live widgets' views and state are dropped — GitHub cannot draw
 them and nbval does not compare them — so each ``%%dag`` cell keeps its static views (Markdown, HTML, SVG),
 which is what a reader without a kernel sees. CI then re-runs every notebook with
 ``pytest --nbval notebooks/`` and compares the outputs stored here, so a notebook that no longer matches the
 library fails CI: run this script and commit the notebooks after changing what they show.
+
+A notebook authored against a real model (07) keeps its model calls in a cassette beside it,
+``NN_name.cassette.jsonl``: the kernel finds a copy of it in its working directory and replays it, so
+refreshing stays offline. To record it anew, delete the cassette and refresh with the model's server up: the
+calls are recorded (``record=once`` records a missing cassette), the cassette is copied back beside the
+notebook, and the notebook runs once more from it, so that what is stored is what CI sees.
 """
 
 from __future__ import annotations
@@ -71,11 +73,22 @@ def strip_widgets(nb: nbformat.NotebookNode) -> None:
 def refresh(path: Path) -> float:
     """Execute ``path`` in place (with its cassette, see the module docstring); return the seconds it took."""
     nb = nbformat.read(path, as_version=4)
+    started = time.monotonic()
+    if records(path, nb):
+        execute(nb, cassette_of(path), RECORDING_CELL_SECONDS)
+    execute(nb, cassette_of(path), CELL_SECONDS)  # just recorded: stored as CI sees it, answered from the cassette
+    seconds = time.monotonic() - started
+    strip_widgets(nb)
+    nbformat.write(nb, path)
+    return seconds
+
+
+def execute(nb: nbformat.NotebookNode, cassette: Path, timeout: int) -> None:
+    """Run ``nb`` in a fresh kernel in a temporary directory holding a copy of ``cassette`` (a cassette it
+    records there is copied back).
+    """
     env = {key: value for key, value in os.environ.items() if not key.startswith("DAG_")}
     env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
-    cassette = cassette_of(path)
-    timeout = RECORDING_CELL_SECONDS if records(path, nb) else CELL_SECONDS
-    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="dagmagic-tutorial-") as workdir:
         copy = Path(workdir) / cassette.name
         if cassette.exists():
@@ -83,11 +96,7 @@ def refresh(path: Path) -> float:
         client = NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": workdir}})
         client.execute(env=env)
         if copy.exists() and not cassette.exists():
-            shutil.copyfile(copy, cassette)  # just recorded
-    seconds = time.monotonic() - started
-    strip_widgets(nb)
-    nbformat.write(nb, path)
-    return seconds
+            shutil.copyfile(copy, cassette)
 
 
 def main(names: list[str]) -> int:

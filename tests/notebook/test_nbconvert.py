@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
@@ -80,12 +81,17 @@ def test_the_executed_notebook_holds_the_run_as_static_views_only(executed: Path
     assert "dagmagic live view" not in saved
 
 
-def test_refresh_stores_the_static_views_without_a_live_view_line(tmp_path: Path) -> None:
-    """``notebooks/refresh.py`` (how the tutorials are stored) keeps each run's static views and nothing else."""
+def _refresh_module() -> Any:
     spec = importlib.util.spec_from_file_location("refresh", Path(__file__).parents[2] / "notebooks" / "refresh.py")
     assert spec is not None and spec.loader is not None
     refresh = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(refresh)
+    return refresh
+
+
+def test_refresh_stores_the_static_views_without_a_live_view_line(tmp_path: Path) -> None:
+    """``notebooks/refresh.py`` (how the tutorials are stored) keeps each run's static views and nothing else."""
+    refresh = _refresh_module()
     nb = nbformat.v4.new_notebook()
     nb.cells = [
         nbformat.v4.new_code_cell(f"%load_ext dagmagic\n{MODEL}"),
@@ -98,6 +104,33 @@ def test_refresh_stores_the_static_views_without_a_live_view_line(tmp_path: Path
     (result,) = stored.cells[-1].outputs
     assert result.output_type == "execute_result" and "text/html" in result.data
     assert "dagmagic live view" not in path.read_text(encoding="utf-8")
+
+
+def test_refresh_records_a_missing_cassette_beside_the_notebook_then_answers_from_it(tmp_path: Path) -> None:
+    """A tutorial authored against a real model (07): its first refresh records the cassette it names, later
+    ones answer from it (a changed model is not asked), wherever refresh.py runs the kernel.
+    """
+    refresh = _refresh_module()
+    path = tmp_path / "tutorial.ipynb"
+
+    def write(model: str) -> None:
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [
+            nbformat.v4.new_code_cell(f"%load_ext dagmagic\n{model}"),
+            nbformat.v4.new_code_cell("%dag config cassette=tutorial.cassette.jsonl"),
+            nbformat.v4.new_code_cell(f"%%dag --models llm -o run\n{GOAL}"),
+            nbformat.v4.new_code_cell("print(run.answer)"),
+        ]
+        nbformat.write(nb, path)
+
+    write(MODEL)
+    refresh.refresh(path)
+    cassette = tmp_path / "tutorial.cassette.jsonl"
+    assert cassette.exists() and len(cassette.read_text(encoding="utf-8").splitlines()) > 1
+    write(MODEL.replace("Berlin has more inhabitants than Paris.", "A changed model answers otherwise."))
+    refresh.refresh(path)
+    answer = nbformat.read(path, as_version=4).cells[-1].outputs[0]["text"]
+    assert answer.strip() == "Berlin has more inhabitants than Paris."  # from the cassette
 
 
 def test_nbconvert_markdown_shows_the_answer_and_the_step_table(executed: Path) -> None:
