@@ -380,6 +380,11 @@ def usable_tool_args(
         return None, "tool_args dropped: the step has no tool_hint"
     if tool not in tools:
         return None, f"tool_args dropped: {tool} is not a tool of this session"
+    if prompts.ARGUMENT_PLACEHOLDER in draft.tool_args.values():
+        return None, (
+            f"tool_args dropped: they hold the placeholder {prompts.ARGUMENT_PLACEHOLDER!r} of the planner's "
+            "example, not a value"
+        )
     return draft.tool_args, None
 
 

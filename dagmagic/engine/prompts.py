@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ANALYZER_REASK",
     "ANALYZER_SYSTEM",
+    "ARGUMENT_PLACEHOLDER",
     "COMPACTION_SYSTEM",
     "HISTORY_SUMMARY_SYSTEM",
     "PLANNER_SYSTEM",
@@ -173,6 +174,11 @@ def _json_type(schema: dict[str, Any]) -> str:
     return " | ".join(kind) if isinstance(kind, list) else str(kind)
 
 
+ARGUMENT_PLACEHOLDER = "<from the goal>"
+"""Where the planner's example of ``tool_args`` puts a value taken from the goal (a plan that still holds it
+copied the example: its arguments are not run)."""
+
+
 def planner_tool_args(tools: Sequence[Tool]) -> str:
     """When to write ``tool_args``, with an example of two steps on one of the session's own tools: an argument
     from the goal, then one from a dependency's result (an example of the second alone was copied as is by a
@@ -186,7 +192,7 @@ def planner_tool_args(tools: Sequence[Tool]) -> str:
         "id": "s1",
         "task": f"Call {tool.name} for what the goal names",
         "tool_hint": tool.name,
-        "tool_args": {argument: "<from the goal>"} if argument else {},
+        "tool_args": {argument: ARGUMENT_PLACEHOLDER} if argument else {},
     }
     second = {
         "id": "s2",

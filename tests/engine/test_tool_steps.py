@@ -241,6 +241,21 @@ async def test_tool_args_on_an_unknown_tool_are_dropped_and_the_step_runs_as_an_
     )
 
 
+async def test_tool_args_copied_from_the_prompts_example_are_dropped_not_called() -> None:
+    """Qwen2.5-Coder 0.5B copied the planner's example, placeholder included: the tool was called with
+    '<from the goal>' before the step fell back to a model.
+    """
+    tools = Tools()
+    plan = {"steps": [tool_step("s1", "population", {"country": "<from the goal>"})]}
+    llm = ScriptedLLM(script(plan))
+    run = await session(llm, tools).run("goal")
+    assert tools.calls == [] and run.steps["s1"].result == "agent result of s1"
+    assert (
+        "step s1: tool_args dropped: they hold the placeholder '<from the goal>' of the planner's example, not a value "
+        "(the step runs as an agent)"
+    ) in run.rounds[0].warnings
+
+
 async def test_a_rerun_keeps_a_tool_steps_arguments_unless_its_task_is_edited() -> None:
     tools = Tools()
     llm = ScriptedLLM(script(TWICE_FRANCE))
