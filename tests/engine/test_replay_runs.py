@@ -13,37 +13,9 @@ import dagmagic
 from dagmagic import DagRun, DagSession, DagSettings, ModelRegistry, tool
 from dagmagic.errors import DagError, ReplayMismatch
 from dagmagic.models import Divergence, RunDiff
-from dagmagic.testing import ScriptedLLM, ToolCall
+from dagmagic.testing import ScriptedLLM
 from tests.engine.conftest import plan_reply, verdict
-
-GOAL = "Compare the populations of Paris and Berlin"
-
-
-def provider() -> ScriptedLLM:
-    """A scripted 'provider': two parallel lookups through a tool, a join, a verdict and a streamed answer."""
-    return ScriptedLLM(
-        {
-            "plan": [
-                plan_reply(
-                    ("s1", [], "population of Paris"),
-                    ("s2", [], "population of Berlin"),
-                    ("s3", ["s1", "s2"], "compare them"),
-                )
-            ],
-            "step:s1": [ToolCall("lookup", {"city": "Paris"}), "Paris has 2.1 million people."],
-            "step:s2": [ToolCall("lookup", {"city": "Berlin"}), "Berlin has 3.7 million people."],
-            "step:s3": ["Berlin is larger, by 1.6 million."],
-            "analyze": [verdict(True, 0.9, "the comparison holds")],
-            "synthesize": [["Berlin ", "(3.7 M) ", "is larger ", "than Paris (2.1 M)."]],
-            "*": ["ok"],
-        }
-    )
-
-
-@tool
-def lookup(city: str) -> str:
-    """The population of a city."""
-    return {"Paris": "2.1 million", "Berlin": "3.7 million"}.get(city, "unknown")
+from tests.llm.test_replay import GOAL, lookup, provider, shape
 
 
 @tool(name="lookup")
@@ -62,23 +34,6 @@ def session(
     return DagSession(
         models_of(llm), DagSettings(store=str(store), **settings), tools=[lookup] if tools is None else tools
     )
-
-
-def shape(run: DagRun) -> dict[str, Any]:
-    """What a replay must reproduce: the answer, every round's steps and results, and the verdicts."""
-    return {
-        "answer": run.answer,
-        "status": run.status,
-        "rounds": [
-            {
-                "steps": {s.id: (s.task, s.status, s.result) for s in record.plan.steps},
-                "verdict": record.analysis.model_dump(include={"achieved", "confidence", "reasoning"})
-                if record.analysis
-                else None,
-            }
-            for record in run.rounds
-        ],
-    }
 
 
 async def recorded(store: Path) -> tuple[DagRun, ScriptedLLM]:
