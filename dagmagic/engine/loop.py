@@ -38,6 +38,7 @@ from dagmagic.errors import ConfigurationError, ReplayMismatch
 from dagmagic.events import ModelsReady, RunFinished, RunStarted
 from dagmagic.llm import ModelEntry, ModelRegistry
 from dagmagic.llm.breaker import CircuitBreakers
+from dagmagic.llm.client import CURRENT_RUN
 from dagmagic.llm.replay import model_cards
 from dagmagic.llm.secrets import mask_secrets, scrub_exception
 from dagmagic.messages import Rerun
@@ -96,6 +97,8 @@ class GoalLoop:
         """
         if not isinstance(origin, Rerun):
             run.emit(RunStarted(run_id=run.run_id, goal=run.goal, replay_of=run.state.replay_of))
+        # litellm's callbacks group a run's calls by it (a subrun's calls count in its run's)
+        current = CURRENT_RUN.set(run.run_id) if not self.depth else None
         try:
             await self.registry.warm_up()  # e.g. litellm's import, seconds of CPU, in a thread: not on the loop
             self._check_credentials()
@@ -118,6 +121,8 @@ class GoalLoop:
                 why = "The run failed before its answer was written"
                 Pursuit.answer(run, fallback_answer(run.analysis, completed(run.rounds), why), fallback=True)
         finally:
+            if current is not None:
+                CURRENT_RUN.reset(current)
             run.state.finished_at = time.time()
             run.inbox.finish()
             run.emit(

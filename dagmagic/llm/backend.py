@@ -68,6 +68,8 @@ class ChatRequest(BaseModel):
     step_id: str | None = None
     options: dict[str, Any] = Field(default_factory=dict, exclude=True, repr=False)
     """Extra litellm keywords (``api_base``, ``api_key``...): never serialized, never shown."""
+    run_id: str | None = Field(None, exclude=True)
+    """The run the call belongs to (told to litellm's callbacks, not to the model)."""
 
     @property
     def forced_tool(self) -> str | None:
@@ -219,6 +221,7 @@ class LiteLLMBackend:
             value = getattr(request, name)
             if value is not None:
                 arguments[name] = value
+        arguments["metadata"] = call_metadata(request, arguments.get("metadata"))
         if stream:
             arguments["stream"] = True
             arguments["stream_options"] = {"include_usage": True}
@@ -268,6 +271,21 @@ def response_pieces(response: ChatResponse) -> list[StreamChunk]:
             delta = ToolCallDelta(index=index, arguments=call.arguments[start : start + 16])
             pieces.append(StreamChunk(tool_calls=[delta]))
     return pieces
+
+
+def call_metadata(request: ChatRequest, given: Any = None) -> dict[str, Any]:
+    """The ``metadata`` litellm gets with ``request``: what litellm's callbacks (Langfuse, MLflow, Phoenix, your own
+    ``CustomLogger``) need to group a run's calls, under ``dagmagic`` (run id, round, step, purpose), plus the names
+    Langfuse reads (``trace_id``: one trace per run; ``generation_name``; ``tags``). Metadata registered with the
+    model (``register(..., metadata={...})``) is kept, and wins where both set a key. litellm does not send it
+    to the provider.
+    """
+    ours = {"run_id": request.run_id, "round": request.round, "step_id": request.step_id, "purpose": request.purpose}
+    where = " ".join(part for part in (request.purpose, request.step_id) if part)
+    metadata: dict[str, Any] = {"dagmagic": ours, "generation_name": where, "tags": ["dagmagic", request.purpose]}
+    if request.run_id:
+        metadata["trace_id"] = f"dagmagic-{request.run_id}"
+    return {**metadata, **(given if isinstance(given, dict) else {})}
 
 
 _TIKTOKEN_PROVIDERS = ("openai", "azure", "text-completion-openai")

@@ -9,6 +9,7 @@ and refuses at once, with no call made, while it is open.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -24,7 +25,11 @@ from dagmagic.llm.secrets import mask_secrets
 from dagmagic.models import LLMCall, Purpose, StructuredLevel, Usage
 from dagmagic.settings import DagSettings
 
-__all__ = ["PROGRESS_SECONDS", "ChatModel", "ChatResult", "EventSink", "as_chat_model"]
+__all__ = ["CURRENT_RUN", "PROGRESS_SECONDS", "ChatModel", "ChatResult", "EventSink", "as_chat_model"]
+
+CURRENT_RUN: contextvars.ContextVar[str | None] = contextvars.ContextVar("dagmagic_current_run", default=None)
+"""The id of the run whose task makes the call (set while a run is driven; its step tasks inherit it): litellm's
+callbacks get it in each call's metadata."""
 
 EventSink = Callable[[Event], object]
 PROGRESS_SECONDS = 0.25
@@ -71,7 +76,12 @@ class ChatModel:
 
     def _request(self, messages: list[dict[str, Any]], purpose: Purpose, **fields: Any) -> ChatRequest:
         return ChatRequest(
-            model=self.entry.target, messages=messages, purpose=purpose, options=self.entry.options, **fields
+            model=self.entry.target,
+            messages=messages,
+            purpose=purpose,
+            options=self.entry.options,
+            run_id=CURRENT_RUN.get(),
+            **fields,
         )
 
     def _record(
