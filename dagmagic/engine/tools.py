@@ -15,6 +15,7 @@ import asyncio
 import dataclasses
 import inspect
 import json
+import logging
 import re
 import time
 import warnings
@@ -31,11 +32,6 @@ from dagmagic.settings import DagSettings
 __all__ = ["Tool", "ToolInterrupted", "ToolOutcome", "as_tools", "capped", "tool"]
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
-_GOOGLE_ARGS = re.compile(r"^\s*(?:Args|Arguments|Parameters|Params):\s*$", re.MULTILINE)
-_GOOGLE_PARAM = re.compile(r"^\s{2,}(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.+)$")
-# a description goes on over indented lines that do not start a new field
-_SPHINX_PARAM = re.compile(r"^\s*:param\s+(?:[\w\[\], ]+\s+)?(\w+):\s*(.+(?:\n(?!\s*:)[ \t]+\S.*)*)", re.MULTILINE)
-_SECTION = re.compile(r"^\s*(?:Returns?|Raises|Yields|Examples?|Notes?):\s*$", re.MULTILINE)
 _THREADS = ToolThreads()
 """Every sync tool's thread in this process: hung tools are the kernel's concern, whichever session called them."""
 
@@ -251,24 +247,26 @@ def as_tools(items: Iterable[Tool | Callable[..., Any]]) -> list[Tool]:
 
 
 def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
-    """The summary (first paragraph) and parameter descriptions (Google or Sphinx style)."""
+    """The summary (first paragraph) and parameter descriptions, by griffe (Google, NumPy or Sphinx style, told
+    apart by griffe's own detection).
+    """
     summary = " ".join(doc.split("\n\n", 1)[0].split()) if doc else ""
-    if summary.startswith((":param", "Args:")):
+    if summary.startswith((":param", "Args:", "Parameters")):
         summary = ""
-    params = {m.group(1): " ".join(m.group(2).split()) for m in _SPHINX_PARAM.finditer(doc)}
-    section = _GOOGLE_ARGS.search(doc)
-    if section:
-        body = doc[section.end() :]
-        end = _SECTION.search(body)
-        current, indent = "", 0
-        for line in (body[: end.start()] if end else body).splitlines():
-            depth = len(line) - len(line.lstrip())
-            match = _GOOGLE_PARAM.match(line)
-            if match and (not current or depth <= indent):
-                current, indent = match.group(1).lstrip("*"), depth
-                params[current] = match.group(2).strip()
-            elif current and line.strip() and depth > indent:  # the description goes on
-                params[current] += " " + line.strip()
+    if not doc:
+        return summary, {}
+    import griffe  # here: 60 ms of import that `%load_ext dagmagic` need not pay
+
+    logging.getLogger("griffe").setLevel(logging.ERROR)  # it warns of missing types: a tool's hints give them
+    params: dict[str, str] = {}
+    try:
+        sections = griffe.Docstring(doc, parser="auto").parse()
+    except Exception:  # a docstring griffe cannot read describes no parameter; the tool still works
+        return summary, params
+    for section in sections:
+        if section.kind is griffe.DocstringSectionKind.parameters:
+            for parameter in section.value:
+                params[parameter.name.lstrip("*")] = " ".join(str(parameter.description or "").split())
     return summary, params
 
 

@@ -556,3 +556,59 @@ def test_duplicate_names_are_refused_by_as_tools() -> None:
     with pytest.raises(ConfigurationError, match=r"share the name book_table; rename one with @tool\(name=\.\.\.\)"):
         as_tools([book_table, Tool(undocumented, name="book_table")])
     assert [t.name for t in as_tools([book_table, Tool(undocumented, name="other")])] == ["book_table", "other"]
+
+
+def _described(function: Any) -> dict[str, str | None]:
+    schema = Tool(function).schema()["function"]["parameters"]["properties"]
+    return {name: field.get("description") for name, field in schema.items()}
+
+
+def test_parameter_descriptions_come_from_google_numpy_and_sphinx_docstrings() -> None:
+    def google(river: str, unit: str = "km") -> str:
+        """Length of a river.
+
+        Args:
+            river: The river's English name,
+                e.g. "Nile".
+            unit (str): km or mi.
+
+        Returns:
+            The length.
+        """
+        return ""
+
+    def numpy(river: str, unit: str = "km") -> str:
+        """Length of a river.
+
+        Parameters
+        ----------
+        river : str
+            The river's English name.
+        unit : str
+            km or mi.
+        """
+        return ""
+
+    def sphinx(river: str, unit: str = "km") -> str:
+        """Length of a river.
+
+        :param river: The river's English name.
+        :param unit: km or mi.
+        """
+        return ""
+
+    assert _described(google) == {"river": 'The river\'s English name, e.g. "Nile".', "unit": "km or mi."}
+    assert _described(numpy) == {"river": "The river's English name.", "unit": "km or mi."}
+    assert _described(sphinx) == {"river": "The river's English name.", "unit": "km or mi."}
+    for function in (google, numpy, sphinx):
+        assert Tool(function).description == "Length of a river."
+
+
+def test_a_docstring_without_parameters_describes_none_and_says_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    def plain(river: str) -> str:
+        """Length of a river, in kilometres: Args: none here."""
+        return ""
+
+    assert _described(plain) == {"river": None}
+    assert Tool(plain).description == "Length of a river, in kilometres: Args: none here."
+    assert capsys.readouterr().err == ""  # griffe's warnings about missing types are not the user's concern
