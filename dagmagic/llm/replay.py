@@ -13,7 +13,7 @@ import difflib
 import json
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -535,9 +535,6 @@ class _Retargeted(WrappingBackend):
 
     def stream(self, request: ChatRequest) -> AsyncIterator[StreamChunk]:
         return self.inner.stream(self._own(request))
-
-
-Wrap = Callable[[ModelEntry], ChatBackend]
 
 
 RecordMode = Literal["once", "new_episodes", "none", "all"]
