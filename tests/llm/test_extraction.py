@@ -48,10 +48,44 @@ def test_latex_inside_a_fence_inside_prose() -> None:
     assert extract_json(text) == {"formula": "\\sqrt{x}"}
 
 
-@pytest.mark.parametrize("text", ["", "   ", "no json at all", "{not: valid", '"just a string"', "42"])
+@pytest.mark.parametrize(
+    "text", ["", "   ", "no json at all", '"just a string"', "42", "{", "I'd use {braces} here", "see [this] and [that"]
+)
 def test_no_json_raises_value_error(text: str) -> None:
     with pytest.raises(ValueError):
         extract_json(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('Calling it: {"tool": "lookup", "arguments": {"q": "Paris"', {"tool": "lookup", "arguments": {"q": "Paris"}}),
+        (
+            "{'tool': 'lookup', arguments: {'q': 'Paris'}, // the city\n}",
+            {"tool": "lookup", "arguments": {"q": "Paris"}},
+        ),
+        ("{not: valid", {"not": "valid"}),
+        ('{"answer": "unterminated', {"answer": "unterminated"}),
+        ('[{"id": "s1", "task": "add', [{"id": "s1", "task": "add"}]),
+    ],
+    ids=["unclosed after prose", "single quotes, bare key, comment", "bare key and value", "open string", "open list"],
+)
+def test_what_nothing_parses_is_mended_by_json_repair(text: str, expected: object) -> None:
+    assert extract_json(text) == expected
+
+
+def test_the_mending_keeps_latex() -> None:
+    assert extract_json('{"formula": "\\beta + \\frac{1}{2}", "note": "open') == {
+        "formula": "\\beta + \\frac{1}{2}",
+        "note": "open",
+    }
+
+
+def test_a_reply_longer_than_the_repair_limit_is_not_mended() -> None:
+    long_reply = '{"text": "' + "x" * extraction._REPAIR_LIMIT
+    with pytest.raises(ValueError, match="no JSON object or array"):
+        extract_json(long_reply)
+    assert extract_json(long_reply[:1000]) == {"text": "x" * (1000 - len('{"text": "'))}
 
 
 DEEP_ARRAYS = "[" * 3000 + "]" * 3000
