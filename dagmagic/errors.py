@@ -208,6 +208,9 @@ class ReplayMismatch(FatalProviderError):
 class TransientProviderError(ProviderError):
     """Might succeed later: retried with backoff."""
 
+    retry_after: float | None = None
+    """Seconds the provider asked to wait before the next try (its ``Retry-After`` header), when it said."""
+
 
 class RateLimitError(TransientProviderError):
     """Too many requests or tokens per minute."""

@@ -245,7 +245,8 @@ class DagSettings(BaseModel):
     llm_retry_backoff: float = Field(
         1.0,
         ge=0,
-        description="Seconds before the first LLM call retry; doubles each time.",
+        description="Seconds before the first LLM call retry; doubles each time, plus a random jitter of up to as "
+        "much (parallel calls hit by one rate limit spread out). A provider's Retry-After (up to 60 s) wins.",
         json_schema_extra=_env("DAG_LLM_RETRY_BACKOFF"),
     )
     llm_unanswered_limit: int = Field(

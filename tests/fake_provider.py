@@ -8,7 +8,8 @@ with no text), ``role_only`` (llama.cpp's broken streaming: one chunk with the r
 reason; a reply in full when not streamed), ``huge`` (a 1 MB reply), ``slow`` (the reply after
 ``slow_seconds``) and ``never`` (accepted, no reply until the test ends). ``reply`` is the text an ``ok``
 request gets, or ``answer(body)`` when set (a function of the request's JSON body); a stream comes in pieces of
-``piece_size`` characters.
+``piece_size`` characters. A ``429`` carries a ``Retry-After`` header when ``retry_after`` is set; ``times``
+holds each request's arrival (``time.monotonic()``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 import socket
 import struct
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -49,6 +51,8 @@ class Provider:
         self.piece_size = 65536
         self.slow_seconds = 5.0
         self.requests = 0
+        self.times: list[float] = []
+        self.retry_after: str | None = None
         self.keys_seen: list[str] = []
         self.release = threading.Event()
         provider = self
@@ -59,6 +63,7 @@ class Provider:
             def do_POST(self) -> None:
                 index = provider.requests
                 provider.requests += 1
+                provider.times.append(time.monotonic())
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 key = self.headers.get("Authorization", "").removeprefix("Bearer ")
                 provider.keys_seen.append(key)
@@ -86,7 +91,8 @@ class Provider:
         if mode in ("429", "500", "401"):
             message = f"Request refused ({mode}) for the key {key}. Check it at your provider."
             error = json.dumps({"error": {"message": message, "type": "invalid_request_error", "code": mode}})
-            return _send(handler, int(mode), "application/json", error.encode())
+            headers = {"Retry-After": self.retry_after} if mode == "429" and self.retry_after else {}
+            return _send(handler, int(mode), "application/json", error.encode(), headers)
         reply = self.answer(body) if self.answer is not None else self.reply
         text = {"empty": "", "huge": HUGE}.get(mode, reply)
         if not stream:
@@ -126,8 +132,12 @@ class Provider:
         self.server.server_close()
 
 
-def _send(handler: BaseHTTPRequestHandler, status: int, content_type: str, body: bytes) -> None:
+def _send(
+    handler: BaseHTTPRequestHandler, status: int, content_type: str, body: bytes, headers: dict[str, str] | None = None
+) -> None:
     handler.send_response(status)
+    for name, value in (headers or {}).items():
+        handler.send_header(name, value)
     handler.send_header("Content-Type", content_type)
     handler.send_header("Content-Length", str(len(body)))
     handler.end_headers()

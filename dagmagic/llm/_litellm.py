@@ -71,6 +71,20 @@ def _litellm_classes() -> list[tuple[type[BaseException], type[errors.ProviderEr
     ]
 
 
+def _retry_after(exc: BaseException) -> float | None:
+    """The seconds a provider's ``Retry-After`` header asks for (a number or an HTTP date), read as litellm's
+    own retries read it; None when it did not say.
+    """
+    from litellm.utils import _get_retry_after_from_exception_header
+
+    response = getattr(exc, "response", None)
+    headers = getattr(exc, "litellm_response_headers", None) or getattr(response, "headers", None)
+    if not headers:
+        return None
+    seconds = _get_retry_after_from_exception_header(headers)
+    return float(seconds) if isinstance(seconds, int | float) and seconds > 0 else None
+
+
 def translate_error(exc: BaseException, model: str | None) -> BaseException:
     """The dagmagic error for an exception a backend raised; other exceptions come back unchanged.
 
@@ -83,7 +97,10 @@ def translate_error(exc: BaseException, model: str | None) -> BaseException:
         if isinstance(exc, theirs):
             if ours is errors.BadRequestError and "LLM Provider NOT provided" in message:
                 ours = errors.UnknownModelError
-            return ours(message.split("\n")[0] if ours is errors.UnknownModelError else message, model=model)
+            error = ours(message.split("\n")[0] if ours is errors.UnknownModelError else message, model=model)
+            if isinstance(error, errors.TransientProviderError):
+                error.retry_after = _retry_after(exc)
+            return error
     status = getattr(exc, "status_code", None)
     if isinstance(status, int) and status >= 500:
         return errors.ServerError(message, model=model)

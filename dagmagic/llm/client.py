@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
+import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any
+
+import stamina
 
 from dagmagic import errors
 from dagmagic.events import CallProgress, Event, LLMCallRecorded, RunWarning
@@ -37,6 +41,15 @@ PROGRESS_SECONDS = 0.25
 enough that a reply of thousands of pieces costs a few events a second."""
 _PHASE_CALLS = frozenset({"plan", "analyze", "synthesize"})
 """The calls a phase of the run is: a view shows that one is under way even when it is not streamed."""
+_RETRY_AFTER_LIMIT = 60.0
+"""The longest wait a provider's ``Retry-After`` gets honoured with (as litellm and the openai SDK do); a longer
+one is the step's retry policy's business, not one call's."""
+_RETRY_WAIT_LIMIT = 60.0
+"""The longest wait between two tries of one call."""
+
+# stamina logs each retry it schedules as a warning; a notebook would print them under the cell, where the call's
+# retries are already shown. A user who configures logging still sees them.
+logging.getLogger("stamina").addHandler(logging.NullHandler())
 
 
 class ChatResult:
@@ -123,16 +136,33 @@ class ChatModel:
             self.emit(LLMCallRecorded(call=call))
         return call
 
-    async def _backoff_or_raise(self, error: BaseException, retries: int) -> None:
-        """Sleep before the next try when ``error`` is transient and retries remain; raise otherwise.
+    def _tries(self) -> AsyncIterable[stamina.Attempt]:
+        """The tries of one call, by stamina: ``llm_retries`` more after the first for transient errors, each
+        after an exponential backoff with jitter, so that parallel steps hit by one rate limit do not retry in
+        lockstep; a provider's ``Retry-After`` is honoured (see ``_retry_wait``).
 
         A translated error is raised without the provider's exception chained to it: its words are in the
         message already, masked, where the chained original may show a key.
         """
-        if isinstance(error, errors.TransientProviderError) and retries < self.settings.llm_retries:
-            await asyncio.sleep(self.settings.llm_retry_backoff * 2**retries)
-            return
-        raise error from None
+        backoff = self.settings.llm_retry_backoff
+        return stamina.retry_context(
+            on=self._retry_wait,
+            attempts=self.settings.llm_retries + 1,
+            timeout=None,  # each try has its own bound (llm_timeout)
+            wait_initial=backoff,
+            wait_jitter=backoff,
+            wait_max=_RETRY_WAIT_LIMIT,
+        )
+
+    def _retry_wait(self, error: BaseException) -> bool | float:
+        """Whether ``error`` is worth another try; the seconds to wait first when the provider said how long."""
+        if not isinstance(error, errors.TransientProviderError):
+            return False
+        asked = error.retry_after
+        if asked is not None and 0 < asked <= _RETRY_AFTER_LIMIT:
+            # jittered too: the steps a provider told the same wait must not come back at the same instant
+            return asked + random.uniform(0, self.settings.llm_retry_backoff)
+        return True
 
     def _tally(self, error: BaseException, request: ChatRequest) -> BaseException:
         """Tell the breaker of a failed try; the error to go on with: the refusal once the breaker is open (a
@@ -222,29 +252,34 @@ class ChatModel:
         if purpose in _PHASE_CALLS:  # the whole run waits on it: said at once (steps show their own state)
             self._progress(request, started, 0)
         retries = 0
-        while True:
-            try:
-                if retries:
-                    self._check_breaker()  # another call may have opened it meanwhile
-                async with asyncio.timeout(self.settings.llm_timeout):
-                    response = await self.entry.backend.complete(request)
-                break
-            except asyncio.CancelledError:  # the run moved on: the call still counts, its usage unknown
-                self._record(request, level=structured_level, started=started, retries=retries, cancelled=True)
-                raise
-            except Exception as exc:
-                error = self._tally(self._translate(exc), request)
-                try:
-                    await self._backoff_or_raise(error, retries)
-                except BaseException:
-                    call = self._record(request, level=structured_level, started=started, retries=retries, error=error)
-                    if isinstance(error, errors.ProviderError):
-                        error.call = call
-                    raise
-                retries += 1
+        response: ChatResponse | None = None
+        try:
+            async for attempt in self._tries():
+                with attempt:
+                    retries = attempt.num - 1
+                    response = await self._complete_once(request, retry=retries > 0)
+        except asyncio.CancelledError:  # the run moved on: the call still counts, its usage unknown
+            self._record(request, level=structured_level, started=started, retries=retries, cancelled=True)
+            raise
+        except Exception as error:
+            call = self._record(request, level=structured_level, started=started, retries=retries, error=error)
+            if isinstance(error, errors.ProviderError):
+                error.call = call
+            raise
+        assert response is not None  # the tries ended without an error: the last one answered
         self._answered()
         call = self._record(request, level=structured_level, started=started, retries=retries, response=response)
         return ChatResult(response, call)
+
+    async def _complete_once(self, request: ChatRequest, *, retry: bool) -> ChatResponse:
+        """One try of a completion; its failure translated (and told to the breaker)."""
+        try:
+            if retry:
+                self._check_breaker()  # another call may have opened it meanwhile
+            async with asyncio.timeout(self.settings.llm_timeout):
+                return await self.entry.backend.complete(request)
+        except Exception as exc:
+            raise self._tally(self._translate(exc), request) from None
 
     async def _next(self, pieces: AsyncIterator[StreamChunk]) -> StreamChunk | None:
         """The stream's next piece, waited for at most ``llm_timeout`` seconds."""
@@ -287,18 +322,17 @@ class ChatModel:
         failure: BaseException | None = None
         cancelled = flowing = False
         try:
-            while True:  # retry only until the first piece arrives
-                if retries:
-                    self._check_breaker()
-                pieces = aiter(self.entry.backend.stream(request))
-                try:
-                    chunk = await self._next(pieces)
-                    break
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:
-                    await self._backoff_or_raise(self._tally(self._translate(exc), request), retries)
-                    retries += 1
+            chunk: StreamChunk | None = None
+            async for attempt in self._tries():  # retry only until the first piece arrives
+                with attempt:
+                    retries = attempt.num - 1
+                    try:
+                        if retries:
+                            self._check_breaker()
+                        pieces = aiter(self.entry.backend.stream(request))
+                        chunk = await self._next(pieces)
+                    except Exception as exc:
+                        raise self._tally(self._translate(exc), request) from None
             self._answered()
             flowing = True
             while chunk is not None:

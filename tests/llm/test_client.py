@@ -11,7 +11,7 @@ from dagmagic.events import Event, LLMCallRecorded, RunWarning
 from dagmagic.llm import ChatModel, ModelRegistry, as_chat_model
 from dagmagic.llm._litellm import mask_secrets, translate_error
 from dagmagic.settings import DagSettings
-from dagmagic.testing import ScriptedLLM
+from dagmagic.testing import ScriptedLLM, ScriptedRequest
 
 FAST_RETRY = DagSettings(llm_retry_backoff=0.001)
 HELLO = [{"role": "user", "content": "hello"}]
@@ -311,3 +311,35 @@ async def test_a_call_the_run_waits_on_is_told_when_sent_a_steps_call_is_not() -
     await model.chat(HELLO, purpose="step", round=1, step_id="s1")
     assert [type(e) for e in events] == [CallProgress, LLMCallRecorded, LLMCallRecorded]
     assert isinstance(events[0], CallProgress) and not events[0].stream  # no pieces will come: the reply is whole
+
+
+async def test_parallel_calls_hit_by_one_rate_limit_do_not_retry_in_lockstep() -> None:
+    tried_at: dict[str, list[float]] = {}
+
+    def limited_once(request: ScriptedRequest) -> str:
+        times = tried_at.setdefault(str(request.step_id), [])
+        times.append(asyncio.get_running_loop().time())
+        if len(times) == 1:
+            raise errors.RateLimitError("429 too many requests")
+        return "ok"
+
+    llm = ScriptedLLM({"step": limited_once})
+    model = ChatModel(ModelRegistry().register("m", llm).get("m"), settings=DagSettings(llm_retry_backoff=0.2))
+    steps = [f"s{index}" for index in range(8)]
+    results = await asyncio.gather(*(model.chat(HELLO, purpose="step", step_id=step) for step in steps))
+    assert [result.call.retries for result in results] == [1] * 8
+    waits = sorted(times[1] - times[0] for times in tried_at.values())
+    assert waits[0] >= 0.2  # the backoff, then a jitter of up to as much again
+    assert waits[-1] - waits[0] >= 0.03, f"the retries came in lockstep: {waits}"
+
+
+async def test_a_providers_retry_after_is_honoured() -> None:
+    asked = errors.RateLimitError("429 too many requests")
+    asked.retry_after = 0.3
+    llm = ScriptedLLM({"step": [asked, "ok"]})
+    model = ChatModel(ModelRegistry().register("m", llm).get("m"), settings=DagSettings(llm_retry_backoff=0.01))
+    started = asyncio.get_running_loop().time()
+    result = await model.chat(HELLO, purpose="step")
+    waited = asyncio.get_running_loop().time() - started
+    assert (result.content, result.call.retries) == ("ok", 1)
+    assert waited >= 0.3  # not the 0.01 s backoff

@@ -142,3 +142,26 @@ async def test_a_routers_error_is_translated_though_nothing_imported_litellm_thr
     model = ChatModel(ModelRegistry().register("pool", router).get("pool"), settings=DagSettings(llm_retries=0))
     with pytest.raises(errors.RateLimitError):
         await model.chat(HELLO, purpose="step")
+
+
+async def test_a_rate_limits_retry_after_header_is_read_and_honoured() -> None:
+    from tests.fake_provider import Provider
+
+    provider = Provider()
+    try:
+        provider.modes, provider.retry_after = ["429", "ok"], "1"
+        entry = ModelRegistry().register("gpt", MODEL, api_base=provider.base, api_key="sk-test").get("gpt")
+        model = ChatModel(entry, settings=DagSettings(llm_retry_backoff=0.01))
+        result = await model.chat(HELLO, purpose="step")
+        assert (result.content, result.call.retries, provider.requests) == ("hello there", 1, 2)
+        assert provider.times[1] - provider.times[0] >= 1.0  # the header's second, not the 0.01 s backoff
+    finally:
+        provider.close()
+
+
+def test_a_rate_limit_without_retry_after_says_nothing_of_it() -> None:
+    from dagmagic.llm._litellm import translate_error
+
+    litellm = import_litellm()
+    error = translate_error(litellm.RateLimitError("slow", llm_provider="openai", model=MODEL), "gpt")
+    assert isinstance(error, errors.RateLimitError) and error.retry_after is None
