@@ -213,6 +213,7 @@ class RunTracer:
 
     def follow(self, run: DagRun) -> None:
         """Trace ``run`` from its next event on."""
+        self._run_id = run.run_id  # a re-run of a step starts with no RunStarted
         self._unsubscribe = run.subscribe(self)
 
     def __call__(self, event: Event) -> None:
@@ -249,7 +250,7 @@ class RunTracer:
     def _open_run(self, event: Event, scope: str | None) -> _Frame:
         """The run's span, at its first event (a re-run of a step starts with no ``RunStarted``)."""
         if isinstance(event, RunStarted) and not event.depth:
-            self._run_id = event.run_id
+            self._run_id = event.run_id or self._run_id
         run_id = f"{self._run_id}/{scope}" if scope else self._run_id
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "invoke_workflow",
@@ -372,6 +373,7 @@ class RunTracer:
         }
         attributes |= {"dagmagic.round": index} if index is not None else {}
         attributes |= {"dagmagic.step_id": call.step_id} if call.step_id else {}
+        attributes |= {"gen_ai.response.model": call.response_model} if call.response_model else {}
         attributes |= {"dagmagic.cost": call.usage.cost} if call.usage.cost is not None else {}
         attributes |= {"dagmagic.cached": True} if call.cached else {}
         if self.content:

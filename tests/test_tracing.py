@@ -255,6 +255,28 @@ async def test_a_subrun_is_a_workflow_under_its_step(exported: InMemorySpanExpor
     assert inner_round is not None and spans.parent(inner_round) is subrun
 
 
+async def test_a_litellm_model_names_its_provider_and_the_model_that_answered(exported: InMemorySpanExporter) -> None:
+    from tests.fake_provider import Provider
+    from tests.llm.test_replay import GOAL, answer_like_a_model
+
+    server = Provider()
+    server.answer = answer_like_a_model
+    try:
+        models = ModelRegistry().register("real", "openai/m", roles=["smart"], api_base=server.base, api_key=KEY)
+        run = await DagSession(models, DagSettings(store="none")).run(GOAL)
+    finally:
+        server.close()
+    assert run.status == "done", run.error
+    spans = Spans(list(exported.get_finished_spans()))
+    chats = spans.named("chat openai/m")
+    assert len(chats) == len(run.calls) >= 4
+    for chat in chats:
+        attributes = dict(chat.attributes or {})
+        assert attributes["gen_ai.provider.name"] == "openai" and attributes["gen_ai.request.model"] == "openai/m"
+        assert attributes["gen_ai.response.model"] == "m" and attributes["dagmagic.model"] == "real"
+    assert KEY not in spans.text()
+
+
 def test_tracing_is_off_without_a_provider_or_dag_otel() -> None:
     assert run_tracer(DagSettings()) is None
 
