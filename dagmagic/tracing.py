@@ -192,6 +192,8 @@ class _Frame:
     round: int | None = None
     rounds: dict[int, _Open] = field(default_factory=dict)
     plans: dict[int, _Open] = field(default_factory=dict)
+    planning: set[int] = field(default_factory=set)
+    """Rounds whose planning began before the round itself did (their plan opens with the round)."""
     steps: dict[tuple[int, str], _Open] = field(default_factory=dict)
 
 
@@ -274,7 +276,8 @@ class RunTracer:
         frame = self._frames.get(outer or None)
         if frame is None:
             return None
-        return frame.steps.get((frame.round, step_id)) if frame.round is not None else frame.run
+        step = frame.steps.get((frame.round, step_id)) if frame.round is not None else None
+        return step or frame.rounds.get(frame.round or 0) or frame.run
 
     def _round_started(self, frame: _Frame, event: RoundStarted) -> None:
         if frame.round is not None and (previous := frame.rounds.pop(frame.round, None)) is not None:
@@ -282,10 +285,16 @@ class RunTracer:
         frame.round = event.round
         attributes = {"dagmagic.run_id": frame.run_id, "dagmagic.round": event.round}
         frame.rounds[event.round] = _Open(self._start(f"round {event.round}", frame.run, event.at, attributes))
-        self._plan_started(frame, event.round, event.at)
+        if event.round in frame.planning:
+            frame.planning.discard(event.round)
+            self._plan_started(frame, event.round, event.at)
 
     def _plan_started(self, frame: _Frame, index: int, at: float) -> None:
-        if index in frame.plans or index not in frame.rounds:
+        """The planner's span, under its round (a round that re-runs a step has none)."""
+        if index in frame.plans:
+            return
+        if index not in frame.rounds:
+            frame.planning.add(index)
             return
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "plan",

@@ -277,6 +277,21 @@ async def test_a_litellm_model_names_its_provider_and_the_model_that_answered(ex
     assert KEY not in spans.text()
 
 
+async def test_a_step_run_again_is_a_trace_of_its_own_with_the_runs_id(exported: InMemorySpanExporter) -> None:
+    run = await _session().start("goal")
+    first = Spans(list(exported.get_finished_spans()))
+    exported.clear()
+    await run.rerun("s2")
+    again = Spans(list(exported.get_finished_spans()))
+    (workflow,) = again.named("invoke_workflow dagmagic")
+    assert workflow.attributes is not None and workflow.attributes["dagmagic.run_id"] == run.run_id
+    assert workflow.context.trace_id != first.one("invoke_workflow dagmagic").context.trace_id
+    assert all(span.context.trace_id == workflow.context.trace_id for span in again.spans)
+    (step,) = again.named("invoke_agent s2")
+    assert _name(again.parent(step)).startswith("round ")
+    assert not again.named("plan round 1") and not again.named("plan round 2")  # a re-run plans nothing
+
+
 def test_tracing_is_off_without_a_provider_or_dag_otel() -> None:
     assert run_tracer(DagSettings()) is None
 
