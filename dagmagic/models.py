@@ -493,6 +493,8 @@ class LLMCall(BaseModel):
     """``ok``, ``failed``, or ``cancelled`` (the run moved on before the reply; its usage is unknown)."""
     tools: list[str] = Field(default_factory=list)
     """The names of the tools the request offered."""
+    response_model: str | None = None
+    """The model the provider says answered (e.g. a dated version of the one asked for); None when unknown."""
     request_digest: str | None = None
     """A digest of what the request asked besides its messages (tool schemas, tool choice, response format,
     temperature), so that a replay can tell a changed tool from an unchanged one."""

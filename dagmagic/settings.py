@@ -327,6 +327,17 @@ class DagSettings(BaseModel):
         json_schema_extra=_env("DAG_CACHE"),
     )
 
+    # --- traces
+    otel: bool = Field(
+        False,
+        description=(
+            "Export OpenTelemetry spans of every run (GenAI conventions) over OTLP/HTTP, as the standard "
+            '`OTEL_EXPORTER_OTLP_*` variables say; needs `pip install "dagmagic[otel]"`. A `TracerProvider` your '
+            "program sets gets the spans without it."
+        ),
+        json_schema_extra=_env("DAG_OTEL"),
+    )
+
     def __init__(self, **data: Any) -> None:
         from_env = _read_env(type(self).model_fields, data.keys(), os.environ)
         try:

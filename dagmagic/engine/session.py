@@ -29,6 +29,7 @@ from dagmagic.llm.replay import cassette_registry
 from dagmagic.messages import Rerun
 from dagmagic.models import RunState
 from dagmagic.settings import DagSettings
+from dagmagic.tracing import RunTracer, run_tracer
 
 __all__ = ["DagSession", "RunOptions"]
 
@@ -410,6 +411,7 @@ class _Driver:
     def start(self, run: DagRun, origin: Origin) -> asyncio.Task[None]:
         """Save the run (when its store can be written; else it says why not) and drive it as a task."""
         settings = self.loop.settings
+        tracer = run_tracer(settings)  # DAG_OTEL=1 without OpenTelemetry: ConfigurationError, before anything
         store = self.session.store_for(settings)
         if store is not None:  # takes the run's lease: refused (DagError, naming the driver) while another holds it
             run.save_to(store, self.history)
@@ -417,19 +419,27 @@ class _Driver:
             run.emit(RunWarning(message=f"This run is not saved: {self.session.store_problem(settings)}"))
         if "python" in self.loop.tool_names and (warning := self.session._unsandboxed_code_warning()):
             run.emit(RunWarning(message=warning))
-        task = asyncio.get_running_loop().create_task(self._drive(run, origin), name=f"dagmagic:run:{run.run_id}")
+        if tracer is not None:
+            tracer.follow(run)
+        task = asyncio.get_running_loop().create_task(
+            self._drive(run, origin, tracer), name=f"dagmagic:run:{run.run_id}"
+        )
         token = store.lease_token(run.run_id) if store is not None else None
         if store is not None and token is not None:  # the run's end gives it back; this, if the end was not saved
             task.add_done_callback(lambda _: _release(store, run.run_id, token))
         self.session._started(run, task)
         return task
 
-    async def _drive(self, run: DagRun, origin: Origin) -> None:
-        """Drive the run; it ends once what it did is on disk (the store checkpointed), or says what is not."""
+    async def _drive(self, run: DagRun, origin: Origin, tracer: RunTracer | None = None) -> None:
+        """Drive the run; it ends once what it did is on disk (the store checkpointed), or says what is not,
+        and its spans are exported.
+        """
         try:
             await self.loop.drive(run, origin)
         finally:
             await run._settle_store()
+            if tracer is not None:
+                await tracer.close()
 
 
 def _release(store: RunStore, run_id: str, token: str) -> None:

@@ -100,6 +100,8 @@ class ChatResponse(BaseModel):
     cost: float | None = None
     """USD, None when the price is unknown."""
     finish_reason: str | None = None
+    model: str | None = None
+    """The model the provider says answered (it may name a version of the one asked for); None when unknown."""
     cached: bool = False
     """Given again by the response cache (``dagmagic.llm.cache``): no provider was called and ``cost`` is 0."""
     saved_cost: float | None = None
@@ -334,4 +336,5 @@ def _response(raw: Any) -> ChatResponse:
         output_tokens=getattr(usage, "completion_tokens", 0) or 0,
         cost=cost,
         finish_reason=choice.finish_reason,
+        model=getattr(raw, "model", None) or None,
     )

@@ -131,6 +131,7 @@ class ChatModel:
             tools=tool_names(request.tools),
             request_digest=request_digest(request),
             cached=response.cached,
+            response_model=response.model,
         )
         if self.emit is not None:
             self.emit(LLMCallRecorded(call=call))

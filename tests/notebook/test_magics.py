@@ -612,3 +612,12 @@ def test_dag_config_cassette_records_a_cell_then_replays_it_in_a_new_kernel(
     assert len(llm.requests) == made  # every call answered from the cassette
     run_cell(ip, "%dag config cassette=none")
     assert "no cassette is set" in capsys.readouterr().out.lower()
+
+
+def test_dag_otel_without_opentelemetry_is_a_usage_error_saying_what_to_install(
+    ip: InteractiveShell, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "opentelemetry", None)  # as without the extra `otel`
+    monkeypatch.setenv("DAG_OTEL", "1")
+    message = usage_error(ip, "%%dag --models llm\nthe goal", capsys)
+    assert 'pip install "dagmagic[otel]"' in message and "DAG_OTEL" in message
