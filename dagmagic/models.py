@@ -444,8 +444,8 @@ class Decision(BaseModel):
     counts_against_budget: bool = True
     """False for a replan caused by a user follow-up."""
     partial: bool = False
-    """True when the run was stopped before it finished (by the user, or because a model of the round stopped
-    answering): the answer is written from what completed, and says so."""
+    """True when the run was stopped before it finished (by the user, because a model of the round stopped
+    answering, or because its cost budget was spent): the answer is written from what completed, and says so."""
 
 
 class ModelCard(BaseModel):
