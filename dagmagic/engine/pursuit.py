@@ -339,10 +339,18 @@ class Pursuit:
     def out_of_budget(self) -> Phase:
         """The run's cost budget is spent: no call starts, so the answer is the completed results as they are
         (the fallback answer's listing, written with no model), marked partial and saying why. The last round's
-        decision says it too (whatever it was: its replan, say, will not happen).
+        decision says it too (whatever it was: its replan, say, will not happen). A verdict that reached the goal
+        and wrote its answer, which was only to be written again apart (a smart model that cannot stream), gives
+        that answer instead.
         """
         run, budget = self.run, self.cost_budget
         assert budget is not None
+        verdict = run.rounds[-1].analysis if run.rounds else None
+        if verdict is not None and verdict.achieved and verdict.final_answer and verdict.final_answer.strip():
+            said = f"{budget.describe().capitalize()}: the answer is the verdict's, as it wrote it."
+            run.emit(RunWarning(message=said, round=len(run.rounds)))
+            self.answer(run, verdict.final_answer, fallback=True)
+            return FINISHED
         decision = out_of_budget(budget.describe())
         if run.rounds:
             run.rounds[-1].decision = decision

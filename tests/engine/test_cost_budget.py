@@ -125,3 +125,16 @@ async def test_no_budget_changes_nothing() -> None:
     run = await session_for(llm, max_concurrency=1).run("goal")
     assert run.achieved and not run.partial
     assert not [event for event in run.events if isinstance(event, RunWarning)]
+
+
+async def test_a_reached_goal_keeps_the_verdicts_answer_when_no_budget_is_left_to_write_it_again() -> None:
+    no_stream = ("tool_call", "json_mode")  # a smart model that cannot stream has its answer written apart
+    run = await session_for(ScriptedLLM(script(), price=PRICE, capabilities=no_stream)).run("goal")
+    assert [call.purpose for call in run.calls][-2:] == ["analyze", "synthesize"]
+    budget = sum(call.cost or 0.0 for call in run.calls[:-1])  # everything but the answer written apart
+
+    llm = ScriptedLLM(script(), price=PRICE, capabilities=no_stream)
+    run = await session_for(llm, max_cost=budget).run("goal")
+    assert "synthesize" not in [request.purpose for request in llm.requests]
+    assert run.achieved and not run.partial and run.answer == "The answer."
+    assert any("the answer is the verdict's" in event.message for event in run.events if isinstance(event, RunWarning))
