@@ -9,6 +9,7 @@ The tree, by whose mistake it is::
     ├── RunFailedError                       run.raise_for_status() on a run that failed
     ├── StoreError                           the run store's file cannot be used (foreign, damaged, newer)
     ├── StoreUnavailable                     the run store cannot be written here: runs go on unsaved
+    ├── BudgetExceeded                       the run's cost budget is spent: no further LLM call starts
     └── ProviderError                        a model provider refused or failed a call
         ├── FatalProviderError               raised at once, never retried
         │   ├── AuthenticationError *        missing or wrong API key
@@ -28,7 +29,8 @@ request ends only its step, and so does a model that stopped answering (``Provid
 run's other models may still answer, and the run answers from what completed). ``PlanningError`` remains for
 callers of the planner; the goal loop repairs a plan instead. Only ``dagmagic.llm`` turns litellm's exceptions
 into these, in one place (``llm/_litellm.py``); ``ProviderUnavailableError`` comes from its circuit breakers
-(``llm/breaker.py``).
+(``llm/breaker.py``). ``BudgetExceeded`` is control flow, not a failure: the goal loop meets it where a call
+would start, starts nothing more, and answers from what completed (``llm/budget.py``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ __all__ = [
     "RUN_ENDING",
     "AuthenticationError",
     "BadRequestError",
+    "BudgetExceeded",
     "ConfigurationError",
     "DagError",
     "FatalProviderError",
@@ -92,6 +95,12 @@ class StoreError(DagError):
 
 class StoreUnavailable(DagError):
     """The store cannot be written here (a read-only directory, say): runs go on without being saved."""
+
+
+class BudgetExceeded(DagError):
+    """The run's cost budget (``DAG_MAX_COST``) is spent: the LLM call was not started. The message says the
+    budget and what was spent; the run answers from what completed, marked partial.
+    """
 
 
 class ProviderError(DagError):

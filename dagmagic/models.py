@@ -84,6 +84,11 @@ class Usage(BaseModel):
     """Prompt tokens."""
     output_tokens: int = 0
     """Completion tokens."""
+    cached_input_tokens: int = 0
+    """Of ``input_tokens``, those the provider read from its prompt cache (priced at the model's cached-input
+    rate, ``cache_read_input_token_cost`` in litellm's price list)."""
+    reasoning_tokens: int = 0
+    """Of ``output_tokens``, those a reasoning model spent thinking (billed as output, never shown)."""
     requests: int = 0
     """LLM calls counted (retries of one call count once)."""
     cost: float | None = None
@@ -103,6 +108,8 @@ class Usage(BaseModel):
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
+            cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
             requests=self.requests + other.requests,
             cost=_known_sum(self.cost, other.cost),
             cached_requests=self.cached_requests + other.cached_requests,
@@ -119,16 +126,19 @@ class Usage(BaseModel):
 
     def describe(self) -> str:
         """``1,234 in · 56 out · 3 requests · $0.0123`` (``cost unknown`` without a price); with cached requests
-        ``... · 3 requests (2 cached, saved $0.0123) · $0.0012``.
+        ``... · 3 requests (2 cached, saved $0.0123) · $0.0012``; with prompt-cache or reasoning tokens
+        ``1,234 in (1,000 cached) · 56 out (40 reasoning) · ...``.
         """
         plural = "" if self.requests == 1 else "s"
+        read = f" ({self.cached_input_tokens:,} cached)" if self.cached_input_tokens else ""
+        thought = f" ({self.reasoning_tokens:,} reasoning)" if self.reasoning_tokens else ""
         cached = ""
         if self.cached_requests:
             saved = "saving unknown: no price" if self.saved_cost is None else f"saved {money(self.saved_cost)}"
             cached = f" ({self.cached_requests} cached, {saved})"
         return (
-            f"{self.input_tokens:,} in · {self.output_tokens:,} out · {self.requests} request{plural}{cached} · "
-            f"{money(self.cost)}"
+            f"{self.input_tokens:,} in{read} · {self.output_tokens:,} out{thought} · "
+            f"{self.requests} request{plural}{cached} · {money(self.cost)}"
         )
 
     def __repr__(self) -> str:
@@ -434,8 +444,8 @@ class Decision(BaseModel):
     counts_against_budget: bool = True
     """False for a replan caused by a user follow-up."""
     partial: bool = False
-    """True when the run was stopped before it finished (by the user, or because a model of the round stopped
-    answering): the answer is written from what completed, and says so."""
+    """True when the run was stopped before it finished (by the user, because a model of the round stopped
+    answering, or because its cost budget was spent): the answer is written from what completed, and says so."""
 
 
 class ModelCard(BaseModel):

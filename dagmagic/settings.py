@@ -59,6 +59,16 @@ class DagSettings(BaseModel):
         description="Autonomous rounds at most: the first plan plus up to N-1 replans.",
         json_schema_extra=_env("DAG_MAX_REPLAN_ROUNDS"),
     )
+    max_cost: float | None = Field(
+        None,
+        ge=0,
+        description=(
+            "Cost budget of a run in USD (its subruns included): once its calls have cost this much, no further LLM "
+            "call starts; calls under way finish, and the run answers from what completed, marked partial. Calls "
+            "whose price litellm does not know cannot be counted (a warning says so). Unset: no budget."
+        ),
+        json_schema_extra=_env("DAG_MAX_COST"),
+    )
     replan_stop_confidence: float = Field(
         0.8,
         ge=0.0,
@@ -350,6 +360,13 @@ class DagSettings(BaseModel):
     def _path_as_text(cls, value: Any) -> Any:
         return os.fspath(value) if isinstance(value, os.PathLike) else value
 
+    @field_validator("max_cost", mode="before")
+    @classmethod
+    def _none_when_blank(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() in ("", "none", "off"):
+            return None
+        return value
+
     @field_validator("step_retry_delays", mode="before")
     @classmethod
     def _split_delays(cls, value: Any) -> Any:
@@ -459,6 +476,8 @@ def _accepted(field: FieldInfo) -> str:
         words = kinds[annotation]
     elif get_origin(annotation) is Literal:
         words = "one of " + ", ".join(str(choice) for choice in get_args(annotation))
+    elif annotation == float | None:
+        words = "a number"
     elif annotation == tuple[float, ...]:
         words = "numbers of seconds separated by commas (e.g. 30,120,600)"
     else:
@@ -469,7 +488,8 @@ def _accepted(field: FieldInfo) -> str:
         for kind, attr, sign in _BOUNDS
         if isinstance(meta, kind)
     ]
-    return " ".join([words, " and ".join(bounds)]).strip()
+    accepted = " ".join([words, " and ".join(bounds)]).strip()
+    return f"{accepted}, or none" if annotation == float | None else accepted
 
 
 def _configuration_error(

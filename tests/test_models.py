@@ -211,3 +211,13 @@ def test_a_renumbered_step_whose_dependencies_were_renumbered_too_is_unchanged()
     diff = RoundDiff.between(first, second)
     assert [(c.id, c.change) for c in diff.changes] == [("s1", "added")]
     assert diff.unchanged == ["s2", "s3"] and diff.renamed == {"s2": "s1", "s3": "s2"}
+
+
+def test_usage_counts_prompt_cache_reads_and_reasoning_tokens() -> None:
+    first = Usage(input_tokens=1000, output_tokens=100, cached_input_tokens=800, reasoning_tokens=30, requests=1)
+    second = Usage(input_tokens=10, output_tokens=5, requests=1, cost=0.001)
+    total = first + second
+    assert (total.cached_input_tokens, total.reasoning_tokens) == (800, 30)
+    assert total.describe() == "1,010 in (800 cached) · 105 out (30 reasoning) · 2 requests · $0.0010"
+    assert Usage.model_validate_json(total.model_dump_json()) == total
+    assert Usage.model_validate_json('{"input_tokens": 1, "requests": 1}').reasoning_tokens == 0  # older records

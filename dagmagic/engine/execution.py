@@ -5,7 +5,8 @@ dependencies' results fitted into its model's window), pauses steps at the user'
 holds no slot and no timeout), runs a step marked ``subplan`` as a subrun (``dagmagic.engine.subrun``) and
 a tool step as one direct call of its tool (``dagmagic.engine.tool_steps``; its agent runs, told why, only
 when that call fails), and takes the messages the inbox delivers about steps: continue, step or skip a
-paused step, skip one not started yet, retry one waiting out a delay.
+paused step, skip one not started yet, retry one waiting out a delay. Once the run's cost budget is reached
+nothing more starts (``DagExecutor.halt``): steps running finish, the rest are skipped, saying why.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from dagmagic.engine.retries import RetryPolicy
 from dagmagic.engine.steps import StepRequest, step_messages
 from dagmagic.engine.subrun import SUBPLAN, run_subrun
 from dagmagic.engine.tool_steps import DirectCallFailed, call_tool_step, failure_note, warning
-from dagmagic.errors import RUN_ENDING, DagError, TransientProviderError
+from dagmagic.errors import RUN_ENDING, BudgetExceeded, DagError, TransientProviderError
 from dagmagic.events import RunWarning, StepPaused
 from dagmagic.llm.breaker import CircuitBreaker
+from dagmagic.llm.budget import CostBudget
 from dagmagic.messages import Continue, Message, RetryNow, Skip, Step
 from dagmagic.models import ExecutionPlan, PlanStep
 
@@ -61,6 +63,7 @@ class Execution:
             retries=RetryPolicy(settings.step_immediate_retries, tuple(settings.step_retry_delays)),
             before_step=self._before_step,
             stop_reason=self._stop_reason,
+            halting=(BudgetExceeded,),
         )
 
     def _stop_reason(self) -> str:
@@ -71,10 +74,23 @@ class Execution:
     async def run(self) -> None:
         """Run every step that can run, until each has a final state."""
         unsubscribe = self.pursuit.breakers.subscribe(self._stopped_answering)
+        budget = self.pursuit.cost_budget
+        unsubscribe_budget = budget.subscribe(self._out_of_budget) if budget is not None else None
         try:
+            if budget is not None and budget.reached:
+                self._out_of_budget(budget)
             await self.executor.execute()
         finally:
             unsubscribe()
+            if unsubscribe_budget is not None:
+                unsubscribe_budget()
+
+    def _out_of_budget(self, budget: CostBudget) -> None:
+        """The run's budget is spent: nothing more starts, and paused steps are skipped."""
+        self.executor.halt(budget.describe())
+        for word in self._pauses.values():
+            if not word.done():
+                word.set_result(("skip", None))
 
     def _stopped_answering(self, breaker: CircuitBreaker) -> None:
         """A model stopped answering: its steps waiting out a delayed retry try now (and fail at once) rather

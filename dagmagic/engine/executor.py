@@ -8,12 +8,14 @@ A step that fails with a ``transient`` error is tried again as its ``RetryPolicy
 growing delays, its slot free meanwhile: status ``retrying`` with ``retry_at``; ``retry_now`` cuts a wait
 short), then fails for good. Steps already completed when execution begins (a resumed run) count as done.
 
-Failure never spreads sideways: a failed step's dependents are skipped (naming it), independent
-branches go on; only an exception of a ``fatal`` type (a provider refusing the key, say: every other step
-would meet it too) ends the plan: running steps are cancelled and the exception is raised. A stop event
-skips every step not yet started while running ones finish; cancellation cancels running steps, waits for
-them, marks them cancelled and re-raises. Anything else a step raises fails that step, a ``BaseException``
-that is not an ``Exception`` too (a ``KeyboardInterrupt`` from a tool must not stop the event loop).
+Failure never spreads sideways: a failed step's dependents are skipped (naming it), independent branches go
+on; only an exception of a ``fatal`` type (a provider refusing the key, say: every other step would meet it
+too) ends the plan: running steps are cancelled and the exception is raised. A stop event skips every step not
+yet started while running ones finish; so does ``halt`` (the run's cost budget is spent), and so does a step
+raising an exception of a ``halting`` type (it ends cancelled, in its words); cancellation cancels running
+steps, waits for them, marks them cancelled and re-raises. Anything else a step raises fails that step, a
+``BaseException`` that is not an ``Exception`` too (a ``KeyboardInterrupt`` from a tool must not stop the
+event loop).
 """
 
 from __future__ import annotations
@@ -80,11 +82,13 @@ class DagExecutor:
         retries: RetryPolicy | None = None,
         before_step: BeforeStep | None = None,
         stop_reason: Callable[[], str] | None = None,
+        halting: tuple[type[BaseException], ...] = (),
     ) -> None:
         """``open_ended``: the plan is still arriving; ``add()`` its steps, ``close()`` when it is whole.
         ``fatal``: exception types that end the whole plan when a step raises one; ``transient``: those that
         get the step tried again as ``retries`` says (no retries without a policy). ``stop_reason``: why the
         steps ``stop`` skips were skipped (a Stop's reason, or a follow-up's), asked when it skips them.
+        ``halting``: exception types that mean nothing more may start (``halt`` with the exception's words).
         """
         self.plan = plan
         self.run_step = run_step
@@ -102,6 +106,8 @@ class DagExecutor:
         self._cancelling = False
         self._closed = not open_ended
         self._fatal_types = fatal
+        self._halting_types = halting
+        self._halted: str | None = None  # why nothing more starts (a step's status says it as "Skipped — why")
         self._fatal: BaseException | None = None
         self._transient_types = transient
         self.retries = retries or RetryPolicy(immediate=0, delays=())
@@ -121,14 +127,14 @@ class DagExecutor:
             for sid, reason in blocked.items():
                 self._finish(self._steps[sid], "skipped", reason)
             for sid, step in self._steps.items():
-                if self.stop.is_set():
+                if self._too_late() is not None:
                     break
                 if step.status == "pending" and self._waiting[sid] == 0:
                     self._dispatch(step)
                 elif step.status == "retrying":  # a resumed run: it waits out what is left of its delay
                     self._tasks[sid] = asyncio.create_task(self._run(step, resumed=True), name=f"dagmagic:step:{sid}")
-            if self.stop.is_set():
-                self._skip_unstarted()
+            if (late := self._too_late()) is not None:
+                self._skip_unstarted(late)
             self._settle_if_done()
             await self._all_settled.wait()
             if self._fatal is not None:
@@ -177,8 +183,8 @@ class DagExecutor:
             self._finish(step, "skipped", blocked)
         elif self._fatal is not None:
             self._finish(step, "cancelled", "Cancelled before it started")
-        elif self.stop.is_set():
-            self._finish(step, "skipped", self._stop_reason())
+        elif (late := self._too_late()) is not None:
+            self._finish(step, "skipped", late)
         elif waiting == 0:
             self._dispatch(step)
 
@@ -307,7 +313,7 @@ class DagExecutor:
                 return delay
             self._finish(step, "failed", f"Failed for good after {step.failures} tries: {step.error}")
         except Exception as exc:
-            self._finish(step, "failed", mask_secrets(f"{type(exc).__name__}: {exc}"))
+            self._failed(step, exc)
         except BaseException as exc:  # KeyboardInterrupt, GeneratorExit, a library's own: left to propagate it
             # would stop the event loop (KeyboardInterrupt) or end the task with the step still "running"
             detail = f" ({exc})" if str(exc) else ""
@@ -316,6 +322,22 @@ class DagExecutor:
         else:
             self._finish(step, "completed", None, result=result)
         return None
+
+    def _failed(self, step: PlanStep, exc: Exception) -> None:
+        """A step raised ``exc``: it failed, or, for a ``halting`` exception, it was cancelled and nothing more
+        starts (halted first: its dependents are skipped for the same reason).
+        """
+        if isinstance(exc, self._halting_types):
+            self.halt(str(exc))
+            self._finish(step, "cancelled", f"Cancelled — {exc}")
+        else:
+            self._finish(step, "failed", mask_secrets(f"{type(exc).__name__}: {exc}"))
+
+    def _too_late(self) -> str | None:
+        """Why a step may not start now (the round was stopped, or the run halted); None when it may."""
+        if self.stop.is_set():
+            return self._stop_reason()
+        return f"Skipped — {self._halted}" if self._halted is not None else None
 
     def _schedule_retry(self, step: PlanStep, delay: float) -> None:
         step.status = "retrying"
@@ -346,8 +368,9 @@ class DagExecutor:
         finally:
             self._wakeups.pop(step.id, None)
         step.retry_at = None
-        if self.stop.is_set():
-            self._finish(step, "failed", f"{step.error} (not tried again: the run was stopped)")
+        if self.stop.is_set() or self._halted:
+            why = self._halted or "the run was stopped"
+            self._finish(step, "failed", f"{step.error} (not tried again: {why})")
             return False
         step.status = "queued"
         return True
@@ -355,6 +378,16 @@ class DagExecutor:
     def step(self, step_id: str) -> PlanStep | None:
         """The plan's step ``step_id``, if it has one."""
         return self._steps.get(step_id)
+
+    def halt(self, reason: str) -> None:
+        """Start nothing more (``reason``: why, as ``the cost budget of $0.05 was reached``): steps not started
+        are skipped saying it, steps waiting to retry are not tried again; running ones finish.
+        """
+        if self._halted is None:
+            self._halted = reason
+        self._skip_unstarted(f"Skipped — {self._halted}")
+        for wake in self._wakeups.values():
+            wake.set()
 
     def retry_now(self, step_id: str) -> bool:
         """Cut short the wait of a step waiting for a delayed retry; False when it is not waiting."""
@@ -380,8 +413,8 @@ class DagExecutor:
             child = self._steps[child_id]
             if child.status != "pending":
                 continue
-            if self.stop.is_set():
-                self._finish(child, "skipped", self._stop_reason())
+            if (late := self._too_late()) is not None:
+                self._finish(child, "skipped", late)
             elif status != "completed":
                 self._finish(child, "skipped", f"Skipped — dependency {step.id} {status}")
             else:
@@ -411,10 +444,10 @@ class DagExecutor:
         for wake in self._wakeups.values():  # a step waiting to retry is not tried again
             wake.set()
 
-    def _skip_unstarted(self) -> None:
+    def _skip_unstarted(self, reason: str | None = None) -> None:
         for step in self._steps.values():
             if step.status in _UNSTARTED:
-                self._finish(step, "skipped", self._stop_reason())
+                self._finish(step, "skipped", reason or self._stop_reason())
 
     async def _cancel_all(self) -> None:
         self._cancelling = True

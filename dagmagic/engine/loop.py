@@ -4,7 +4,9 @@
 (``dagmagic.engine.phases``) does its work and returns the next one. A new run starts by planning (the plan
 call also says the goal's domain); a resumed one where it was; a re-run at the round that re-runs a step.
 What the user says on the way arrives in the run's inbox (``dagmagic.engine.inbox``), which the phases read
-where they decide.
+where they decide. Under a cost budget (``DAG_MAX_COST``) the drive holds the run's ``CostBudget``: once it is
+reached no phase begins, and a call refused for it ends the phase it was in; either way the run answers from
+what completed (``Pursuit.out_of_budget``).
 
 What a round decides, and what earlier rounds tell later ones, is in ``dagmagic.engine.rounds`` (``decide``,
 ``replan_context`` and ``visible_results`` are re-exported here, the loop's own vocabulary).
@@ -34,10 +36,11 @@ from dagmagic.engine.rounds import (
 from dagmagic.engine.steps import StepRunner
 from dagmagic.engine.synthesis import fallback_answer
 from dagmagic.engine.tools import Tool
-from dagmagic.errors import ConfigurationError, ReplayMismatch
+from dagmagic.errors import BudgetExceeded, ConfigurationError, ReplayMismatch
 from dagmagic.events import ModelsReady, RunFinished, RunStarted
 from dagmagic.llm import ModelEntry, ModelRegistry
 from dagmagic.llm.breaker import CircuitBreakers
+from dagmagic.llm.budget import CURRENT_BUDGET, CostBudget
 from dagmagic.llm.client import CURRENT_RUN
 from dagmagic.llm.replay import model_cards
 from dagmagic.llm.secrets import mask_secrets, scrub_exception
@@ -99,6 +102,9 @@ class GoalLoop:
             run.emit(RunStarted(run_id=run.run_id, goal=run.goal, replay_of=run.state.replay_of))
         # litellm's callbacks group a run's calls by it (a subrun's calls count in its run's)
         current = CURRENT_RUN.set(run.run_id) if not self.depth else None
+        budget = None
+        if not self.depth and self.settings.max_cost is not None:  # a subrun spends its run's budget
+            budget = CURRENT_BUDGET.set(CostBudget(self.settings.max_cost, spent=run.usage.cost or 0.0, emit=run.emit))
         try:
             await self.registry.warm_up()  # e.g. litellm's import, seconds of CPU, in a thread: not on the loop
             self._check_credentials()
@@ -107,8 +113,14 @@ class GoalLoop:
             pursuit = Pursuit(self, run)
             phase = pursuit.first_phase(origin)
             while phase is not FINISHED:
+                if pursuit.out_of_money:
+                    phase = pursuit.out_of_budget()
+                    continue
                 run.inbox.enter(phase)
-                phase = await phase.run(pursuit)
+                try:
+                    phase = await phase.run(pursuit)
+                except BudgetExceeded:  # a call of the phase was refused: the phase cannot go on
+                    phase = pursuit.out_of_budget()
             run.state.status = "failed" if run.state.error else "done"
         except asyncio.CancelledError:
             run.state.status = "cancelled"
@@ -123,6 +135,8 @@ class GoalLoop:
         finally:
             if current is not None:
                 CURRENT_RUN.reset(current)
+            if budget is not None:
+                CURRENT_BUDGET.reset(budget)
             run.state.finished_at = time.time()
             run.inbox.finish()
             run.emit(

@@ -1,10 +1,11 @@
 """``Pursuit``: one drive of a run, what its phases share, and the transitions several of them make.
 
-A drive starts at the phase its origin chooses (``first_phase``): a new run plans; a resumed one
-goes on from the round it was in; a re-run starts at the round that re-runs a step. From any phase the run
-may need another round (``next_round``, ``users_round``), an answer now (``answer_now``), or a round's
-decision carried out (``act``): the answer its verdict wrote, another round, the best answer so far, or an answer
-written apart (``Synthesizing``), what the verdict wrote of an answer dropped first when it is not the run's.
+A drive starts at the phase its origin chooses (``first_phase``): a new run plans; a resumed one goes on from the
+round it was in; a re-run starts at the round that re-runs a step. From any phase the run may need another round
+(``next_round``, ``users_round``), an answer now (``answer_now``; ``out_of_budget`` when the run's cost budget is
+spent, with no model), or a round's decision carried out (``act``): the answer its verdict wrote, another round, the
+best answer so far, or an answer written apart (``Synthesizing``), what the verdict wrote of an answer dropped first
+when it is not the run's.
 """
 
 from __future__ import annotations
@@ -23,15 +24,26 @@ from dagmagic.engine.rounds import (
     RERUN,
     STOPPED_BEFORE_ROUND,
     completed,
+    out_of_budget,
     planned_again,
     reusable,
     stopped_while_planning,
     users_round,
+    visible_results,
 )
 from dagmagic.engine.synthesis import fallback_answer
-from dagmagic.events import AnswerCleared, AnswerReady, PlanReady, Replanning, RoundStarted, StepCompleted
+from dagmagic.events import (
+    AnswerCleared,
+    AnswerReady,
+    PlanReady,
+    Replanning,
+    RoundStarted,
+    RunWarning,
+    StepCompleted,
+)
 from dagmagic.llm import ChatModel
 from dagmagic.llm.breaker import CircuitBreakers
+from dagmagic.llm.budget import CURRENT_BUDGET, CostBudget
 from dagmagic.messages import Rerun
 from dagmagic.models import AnalysisResult, Decision, ExecutionPlan, PlanStep, RoundRecord
 
@@ -69,6 +81,8 @@ class Pursuit:
     guard: ContextGuard = field(init=False)
     breakers: CircuitBreakers = field(init=False)
     """Which models stopped answering in this drive (shared with its subruns): they are not called again."""
+    cost_budget: CostBudget | None = field(init=False)
+    """The run's cost budget (``DAG_MAX_COST``; shared with its subruns), None when it has none."""
     _planner: Planner | None = field(default=None, init=False)
     _past: str | None = field(default=None, init=False)
     _past_known: bool = field(default=False, init=False)
@@ -76,6 +90,7 @@ class Pursuit:
     def __post_init__(self) -> None:
         loop = self.loop
         self.budget = Budget.of(self.run.rounds)
+        self.cost_budget = CURRENT_BUDGET.get()
         self.breakers = (
             loop.breakers if loop.breakers is not None else CircuitBreakers(loop.settings.llm_unanswered_limit)
         )
@@ -315,6 +330,38 @@ class Pursuit:
             return FINISHED
         analysis = run.analysis or AnalysisResult(reasoning=reason)
         return Synthesizing(analysis, max(len(run.rounds), 1), partial=True)
+
+    @property
+    def out_of_money(self) -> bool:
+        """Whether the run's cost budget is spent: no call may start."""
+        return self.cost_budget is not None and self.cost_budget.reached
+
+    def out_of_budget(self) -> Phase:
+        """The run's cost budget is spent: no call starts, so the answer is the completed results as they are
+        (the fallback answer's listing, written with no model), marked partial and saying why. The last round's
+        decision says it too (whatever it was: its replan, say, will not happen). A verdict that reached the goal
+        and wrote its answer, which was only to be written again apart (a smart model that cannot stream), gives
+        that answer instead.
+        """
+        run, budget = self.run, self.cost_budget
+        assert budget is not None
+        verdict = run.rounds[-1].analysis if run.rounds else None
+        if verdict is not None and verdict.achieved and verdict.final_answer and verdict.final_answer.strip():
+            said = f"{budget.describe().capitalize()}: the answer is the verdict's, as it wrote it."
+            run.emit(RunWarning(message=said, round=len(run.rounds)))
+            self.answer(run, verdict.final_answer, fallback=True)
+            return FINISHED
+        decision = out_of_budget(budget.describe())
+        if run.rounds:
+            run.rounds[-1].decision = decision
+        self.clear_answer(run, decision.reason)
+        run.emit(RunWarning(message=decision.reason, round=len(run.rounds) or None))
+        steps = visible_results(run.rounds)
+        done = any(step.status == "completed" and step.result for _, step in steps)
+        analysis = run.analysis if done else AnalysisResult(reasoning=decision.reason)
+        why = f"Stopped: {budget.describe()}"
+        self.answer(run, fallback_answer(analysis, steps, why), fallback=True, partial=True)
+        return FINISHED
 
     @staticmethod
     def clear_answer(run: DagRun, reason: str = FOLLOW_UP_WHILE_ANSWERING) -> None:

@@ -122,8 +122,8 @@ class RunQueries:
 
     @property
     def partial(self) -> bool:
-        """Whether the answer covers only what completed before the run was stopped (by the user, or because a
-        model stopped answering).
+        """Whether the answer covers only what completed before the run was stopped (by the user, because a model
+        stopped answering, or because its cost budget was spent: ``DAG_MAX_COST``).
         """
         decision = self.rounds[-1].decision if self.rounds else None
         return bool(decision and decision.partial)

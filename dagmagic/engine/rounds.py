@@ -19,6 +19,7 @@ __all__ = [
     "FOLLOW_UP_WHILE_PLANNING",
     "INTERRUPTED_WHILE_PLANNING",
     "NOT_REACHED",
+    "OUT_OF_BUDGET",
     "RERUN",
     "STOPPED",
     "STOPPED_AWAITING_APPROVAL",
@@ -28,6 +29,7 @@ __all__ = [
     "answer_rerun",
     "completed",
     "decide",
+    "out_of_budget",
     "planned_again",
     "rejected",
     "replan_context",
@@ -50,6 +52,7 @@ INTERRUPTED_WHILE_PLANNING = "Interrupted while planning: planned again, keeping
 REJECTED = "The user rejected this plan: {feedback}"
 RERUN = "{step} is re-run: the answer is written again from the new results."
 UNANSWERED = "{models} did not answer: no new round would fare better; answering from what completed."
+OUT_OF_BUDGET = "Stopped: {budget}: answering from what completed."
 
 
 def decide(
@@ -103,6 +106,13 @@ def stopped_while_planning(*, awaiting_approval: bool = False) -> Decision:
     """
     reason = STOPPED_AWAITING_APPROVAL if awaiting_approval else STOPPED_WHILE_PLANNING
     return Decision(action="synthesize", reason=reason, partial=True)
+
+
+def out_of_budget(budget: str) -> Decision:
+    """The run's cost budget is spent (``budget`` says it: ``the cost budget of $0.05 was reached ($0.052
+    spent)``): no call starts, so the answer is made from what completed, partial.
+    """
+    return Decision(action="synthesize", reason=OUT_OF_BUDGET.format(budget=budget), partial=True)
 
 
 def planned_again(free: bool) -> Decision:

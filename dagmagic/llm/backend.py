@@ -97,6 +97,10 @@ class ChatResponse(BaseModel):
     tool_calls: list[ToolCallData] = Field(default_factory=list)
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_input_tokens: int = 0
+    """Of ``input_tokens``, those read from the provider's prompt cache."""
+    reasoning_tokens: int = 0
+    """Of ``output_tokens``, those spent reasoning."""
     cost: float | None = None
     """USD, None when the price is unknown."""
     finish_reason: str | None = None
@@ -317,7 +321,9 @@ def router_deployments(router: Any) -> list[dict[str, Any]]:
 
 
 def _response(raw: Any) -> ChatResponse:
-    """A litellm ``ModelResponse`` as a ``ChatResponse``, priced with ``litellm.completion_cost``."""
+    """A litellm ``ModelResponse`` as a ``ChatResponse``, priced with ``litellm.completion_cost`` (which prices
+    prompt-cache reads at the model's ``cache_read_input_token_cost``).
+    """
     litellm = import_litellm()
     choice = raw.choices[0]
     message = choice.message
@@ -334,7 +340,24 @@ def _response(raw: Any) -> ChatResponse:
         ],
         input_tokens=getattr(usage, "prompt_tokens", 0) or 0,
         output_tokens=getattr(usage, "completion_tokens", 0) or 0,
+        cached_input_tokens=_cached_input_tokens(usage),
+        reasoning_tokens=_count(getattr(usage, "completion_tokens_details", None), "reasoning_tokens"),
         cost=cost,
         finish_reason=choice.finish_reason,
         model=getattr(raw, "model", None) or None,
     )
+
+
+def _cached_input_tokens(usage: Any) -> int:
+    """Prompt tokens read from the provider's cache: OpenAI's ``prompt_tokens_details.cached_tokens``, or
+    Anthropic's ``cache_read_input_tokens`` where litellm left only that.
+    """
+    return _count(getattr(usage, "prompt_tokens_details", None), "cached_tokens") or _count(
+        usage, "cache_read_input_tokens"
+    )
+
+
+def _count(holder: Any, name: str) -> int:
+    """A token count litellm may leave out, set to None, or (a mock, a dict) give in another shape: 0 then."""
+    value = holder.get(name) if isinstance(holder, dict) else getattr(holder, name, None)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

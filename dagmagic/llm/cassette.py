@@ -210,6 +210,8 @@ class Interaction(BaseModel):
             tool_calls=call.tool_calls,  # type: ignore[arg-type]  # validated from the recorded dicts
             input_tokens=call.usage.input_tokens,
             output_tokens=call.usage.output_tokens,
+            cached_input_tokens=call.usage.cached_input_tokens,
+            reasoning_tokens=call.usage.reasoning_tokens,
             cost=call.usage.cost,
             finish_reason="tool_calls" if call.tool_calls else "stop",
         )

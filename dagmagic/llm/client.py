@@ -3,7 +3,8 @@
 It tags the call with its purpose, retries transient provider errors with backoff, translates errors,
 and leaves an ``LLMCall`` record (usage, latency, cost, structured level) as an event. Given the model's
 ``CircuitBreaker`` (``dagmagic.llm.breaker``), it tells it of every try that got no answer and of every answer,
-and refuses at once, with no call made, while it is open.
+and refuses at once, with no call made, while it is open. Under a cost budget (``dagmagic.llm.budget``) it
+refuses a call once the run's spend reached it (``BudgetExceeded``), and charges the budget each call's cost.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dagmagic.events import CallProgress, Event, LLMCallRecorded, RunWarning
 from dagmagic.llm._litellm import translate_error
 from dagmagic.llm.backend import ChatBackend, ChatRequest, ChatResponse, StreamChunk
 from dagmagic.llm.breaker import NO_ANSWER, CircuitBreaker
+from dagmagic.llm.budget import CURRENT_BUDGET
 from dagmagic.llm.cassette import request_digest, tool_names
 from dagmagic.llm.registry import ModelEntry, ModelRegistry
 from dagmagic.llm.secrets import mask_secrets
@@ -135,6 +137,9 @@ class ChatModel:
         )
         if self.emit is not None:
             self.emit(LLMCallRecorded(call=call))
+        budget = CURRENT_BUDGET.get()
+        if budget is not None:
+            budget.charge(call)
         return call
 
     def _tries(self) -> AsyncIterable[stamina.Attempt]:
@@ -212,7 +217,13 @@ class ChatModel:
         if self.breaker is not None:
             self.breaker.answered()
 
-    def _check_breaker(self) -> None:
+    def _check_may_call(self) -> None:
+        """Refuse the try (no call made, none recorded) when the run's budget is spent or the model's breaker
+        is open.
+        """
+        budget = CURRENT_BUDGET.get()
+        if budget is not None:
+            budget.check()
         if self.breaker is not None:
             self.breaker.check()
 
@@ -248,7 +259,7 @@ class ChatModel:
             response_format=response_format,
             temperature=temperature,
         )
-        self._check_breaker()  # refused before any try: no call was made, none is recorded
+        self._check_may_call()  # refused before any try: no call was made, none is recorded
         started = time.time()
         if purpose in _PHASE_CALLS:  # the whole run waits on it: said at once (steps show their own state)
             self._progress(request, started, 0)
@@ -276,7 +287,7 @@ class ChatModel:
         """One try of a completion; its failure translated (and told to the breaker)."""
         try:
             if retry:
-                self._check_breaker()  # another call may have opened it meanwhile
+                self._check_may_call()  # another call may have opened the breaker or spent the budget meanwhile
             async with asyncio.timeout(self.settings.llm_timeout):
                 return await self.entry.backend.complete(request)
         except Exception as exc:
@@ -312,7 +323,7 @@ class ChatModel:
             response_format=response_format,
             temperature=temperature,
         )
-        self._check_breaker()  # refused before any try: no call was made, none is recorded
+        self._check_may_call()  # refused before any try: no call was made, none is recorded
         started = time.time()
         tell = self._teller(request, started)
         tell(0)
@@ -329,7 +340,7 @@ class ChatModel:
                     retries = attempt.num - 1
                     try:
                         if retries:
-                            self._check_breaker()
+                            self._check_may_call()
                         pieces = aiter(self.entry.backend.stream(request))
                         chunk = await self._next(pieces)
                     except Exception as exc:
@@ -376,7 +387,12 @@ def _usage(response: ChatResponse) -> Usage:
     if response.cached:
         return Usage(requests=1, cost=0.0, cached_requests=1, saved_cost=response.saved_cost)
     return Usage(
-        input_tokens=response.input_tokens, output_tokens=response.output_tokens, requests=1, cost=response.cost
+        input_tokens=response.input_tokens,
+        output_tokens=response.output_tokens,
+        cached_input_tokens=response.cached_input_tokens,
+        reasoning_tokens=response.reasoning_tokens,
+        requests=1,
+        cost=response.cost,
     )
 
 

@@ -9,6 +9,7 @@ the offers to resume an interrupted run in ``resume_offer.py``.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
@@ -88,6 +89,17 @@ def last_run() -> DagRun | None:
     return _active.runs[-1] if _active is not None and _active.runs else None
 
 
+def _usd(text: str) -> float:
+    """An amount of USD, 0 or more, as ``--max-cost`` takes it (argparse shows the error's words)."""
+    try:
+        amount = float(text.strip().removeprefix("$"))
+    except ValueError:
+        amount = float("nan")
+    if not amount >= 0 or amount == float("inf"):  # NaN fails every comparison
+        raise argparse.ArgumentTypeError(f"takes an amount in USD, 0 or more (e.g. 0.05), not {text!r}")
+    return amount
+
+
 @magics_class
 class DagMagics(Magics):
     """The ``%%dag`` cell magic and ``%dag`` line magic. Defaults are configurable:
@@ -97,6 +109,7 @@ class DagMagics(Magics):
     max_concurrency = Int(None, allow_none=True, help="Steps running at once (default: DagSettings).").tag(config=True)
     max_rounds = Int(None, allow_none=True, help="Autonomous rounds at most (default: DagSettings).").tag(config=True)
     step_timeout = Float(None, allow_none=True, help="Seconds a step may run (default: DagSettings).").tag(config=True)
+    max_cost = Float(None, allow_none=True, help="Cost budget of a run in USD (default: DagSettings).").tag(config=True)
     smart_model = Unicode(None, allow_none=True, help="litellm model for the smart role.").tag(config=True)
     general_model = Unicode(None, allow_none=True, help="litellm model for the general role.").tag(config=True)
     fast_model = Unicode(None, allow_none=True, help="litellm model for the fast role.").tag(config=True)
@@ -138,6 +151,12 @@ class DagMagics(Magics):
     @argument("--max-rounds", type=int, metavar="N", help="Autonomous rounds at most.")
     @argument("--concurrency", type=int, metavar="N", help="Steps running at once.")
     @argument("--step-timeout", type=float, metavar="S", help="Seconds a step may run.")
+    @argument(
+        "--max-cost",
+        type=_usd,
+        metavar="USD",
+        help="Cost budget of the run: no LLM call starts once it is spent; the answer is made from what completed.",
+    )
     @argument("--new", action="store_true", help="Start a new conversation (forget earlier cells' runs).")
     @argument("--approve", action="store_true", help="Pause after each plan for your approval (or an edit).")
     @argument("--break", dest="breaks", metavar="s1,s2", help="Pause before these steps run.")

@@ -100,12 +100,14 @@ class NotebookSession:
             "max_concurrency": magics.max_concurrency,
             "max_replan_rounds": magics.max_rounds,
             "step_timeout": magics.step_timeout,
+            "max_cost": magics.max_cost,
         }
         values.update(self.overrides)
         flags = {
             "max_concurrency": getattr(args, "concurrency", None),
             "max_replan_rounds": getattr(args, "max_rounds", None),
             "step_timeout": getattr(args, "step_timeout", None),
+            "max_cost": getattr(args, "max_cost", None),
         }
         values.update({k: v for k, v in flags.items() if v is not None})
         try:

@@ -119,3 +119,28 @@ async def test_a_stop_reaches_the_nested_run() -> None:
     sub = run.rounds[0].plan.step("s2").subrun
     assert sub is not None and sub.steps["s2"].status == "skipped"  # its steps not started were skipped
     assert run.status == "done" and run.steps["s3"].status == "skipped"
+
+
+async def test_a_subrun_spends_its_runs_cost_budget_and_both_stop_when_it_is_reached() -> None:
+    def priced_session(**settings: Any) -> tuple[DagSession, ScriptedLLM]:
+        llm = ScriptedLLM(
+            {"plan": plan, "step": step, "analyze": lambda r: verdict(True, 0.9, "fine"), "synthesize": synthesize},
+            price=(1e-4, 2e-4),
+        )
+        return DagSession(ModelRegistry().register("m", llm), DagSettings(store="none", **settings)), llm
+
+    unbudgeted = await priced_session()[0].run("which market should we enter?")
+    order = [(call.purpose, call.step_id) for call in unbudgeted.calls]
+    inner_first = order.index(("step", "s2/s1"))
+    spent = [call.cost or 0.0 for call in unbudgeted.calls]
+    budget = sum(spent[:inner_first]) + spent[inner_first] / 2  # reached by the subrun's first step
+
+    sess, llm = priced_session(max_cost=budget)
+    run = await sess.run("which market should we enter?")
+    assert [(call.purpose, call.step_id) for call in run.calls] == order[: inner_first + 1]
+    assert len(llm.requests) == inner_first + 1  # nothing after the subrun's first step called the model
+    sub = run.steps["s2"].subrun
+    assert isinstance(sub, DagRun) and sub.partial and sub.steps["s2"].status == "skipped"
+    assert "Stopped: the cost budget of" in sub.answer and "inner s1 result" in sub.answer
+    assert run.steps["s3"].status == "skipped" and run.partial
+    assert "inner s1 result" in run.answer and "Stopped: the cost budget of" in run.answer

@@ -165,3 +165,41 @@ def test_a_rate_limit_without_retry_after_says_nothing_of_it() -> None:
     litellm = import_litellm()
     error = translate_error(litellm.RateLimitError("slow", llm_provider="openai", model=MODEL), "gpt")
     assert isinstance(error, errors.RateLimitError) and error.retry_after is None
+
+
+@pytest.mark.parametrize(
+    ("model", "usage"),
+    [
+        (  # OpenAI's shape: cached tokens under prompt_tokens_details, reasoning under completion_tokens_details
+            "openai/gpt-4o",
+            {
+                "prompt_tokens_details": {"cached_tokens": 800},
+                "completion_tokens_details": {"reasoning_tokens": 30},
+            },
+        ),
+        ("anthropic/claude-sonnet-4-5", {"cache_read_input_tokens": 800}),  # Anthropic's
+    ],
+)
+async def test_prompt_cache_reads_are_counted_and_priced_at_the_cached_input_rate(
+    model: str, usage: dict[str, Any]
+) -> None:
+    litellm = import_litellm()
+    from litellm.types.utils import Usage as LiteLLMUsage
+
+    reply = litellm.ModelResponse(
+        model=model.split("/")[1],
+        choices=[{"message": {"role": "assistant", "content": "Paris"}, "finish_reason": "stop", "index": 0}],
+        usage=LiteLLMUsage(prompt_tokens=1000, completion_tokens=100, total_tokens=1100, **usage),
+    )
+    call = (await chat_model(model=model, mock_response=reply).chat(HELLO, purpose="step")).call
+    reasoning = usage.get("completion_tokens_details", {}).get("reasoning_tokens", 0)
+    assert (call.usage.input_tokens, call.usage.cached_input_tokens) == (1000, 800)
+    assert (call.usage.output_tokens, call.usage.reasoning_tokens) == (100, reasoning)
+    price = litellm.model_cost[model.split("/")[1]]
+    assert price["cache_read_input_token_cost"] < price["input_cost_per_token"]
+    cached_rate = (
+        200 * price["input_cost_per_token"]
+        + 800 * price["cache_read_input_token_cost"]
+        + 100 * price["output_cost_per_token"]
+    )
+    assert call.cost == pytest.approx(cached_rate)

@@ -18,6 +18,7 @@ from dagmagic import DagRun
 from dagmagic.notebook.display import widget_for
 from dagmagic.notebook.magics import NO_MODEL_HELP
 from dagmagic.notebook.transformer import rewrite_dag_cell
+from dagmagic.testing import ScriptedLLM
 
 from .conftest import TWO_STEPS, scripted
 
@@ -93,6 +94,22 @@ def test_options_override_settings(ip: InteractiveShell) -> None:
     assert isinstance(run, DagRun) and len(run.rounds) == 2
 
 
+def test_max_cost_is_parsed_as_usd(ip: InteractiveShell) -> None:
+    magics = ip.magics_manager.registry["DagMagics"]
+    assert magics.parse("--max-cost 0.05").max_cost == 0.05
+    assert magics.parse("--max-cost $2").max_cost == 2.0
+    assert magics.parse("").max_cost is None
+    assert magics.notebook.settings(magics.parse("--max-cost 0.05")).max_cost == 0.05
+
+
+def test_max_cost_stops_the_run_with_a_partial_answer(ip: InteractiveShell) -> None:
+    ip.user_ns["llm"] = ScriptedLLM(scripted().script, price=(1e-4, 1e-4))
+    run = run_cell(ip, "%%dag --models llm --max-cost 0.0001\ngoal")
+    assert isinstance(run, DagRun) and run.partial and run.status == "done"
+    assert [request.purpose for request in ip.user_ns["llm"].requests] == ["plan"]  # the plan spent it
+    assert "Stopped: the cost budget of $0.0001 was reached" in run.answer
+
+
 def test_config_traits_are_defaults(ip: InteractiveShell) -> None:
     ip.user_ns["llm"] = scripted(analyze=[{"achieved": False, "confidence": 0.1, "reasoning": "no"}])
     run_cell(ip, "%config DagMagics.max_rounds = 1")
@@ -138,6 +155,8 @@ def test_role_options_take_model_variables(ip: InteractiveShell) -> None:
         ("%%dag --models llm\n   ", "needs a goal"),
         ("%%dag --models llm --smart llm\ngoal", "either --models or the role options"),
         ("%%dag --models llm --concurrency 0\ngoal", "expected an integer >= 1"),
+        ("%%dag --models llm --max-cost abc\ngoal", "--max-cost: takes an amount in USD, 0 or more (e.g. 0.05)"),
+        ("%%dag --models llm --max-cost -1\ngoal", "--max-cost: takes an amount in USD, 0 or more (e.g. 0.05)"),
         ("%dag", "needs a subcommand"),
         ("%dag fly", "unknown %dag subcommand 'fly'"),
         ("%dag stop", "no run is running"),
