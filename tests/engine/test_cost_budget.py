@@ -51,7 +51,9 @@ async def test_a_budget_stops_a_run_mid_round_with_a_partial_answer_from_what_co
     assert run.status == "done" and run.partial and not run.achieved
     decision = run.rounds[0].decision
     assert decision is not None and decision.reason == f"Stopped: {said}: answering from what completed."
-    assert run.answer.startswith(f"*Stopped: {said}: here are the results of the steps that completed.*")
+    # the answer is Markdown: its dollar signs are escaped, or JupyterLab would typeset "$0.05 ... ($" as math
+    escaped = said.replace("$", "\\$")
+    assert run.answer.startswith(f"*Stopped: {escaped}: here are the results of the steps that completed.*")
     assert "result of s1" in run.answer and "result of s2" in run.answer
     ready = [event for event in run.events if isinstance(event, AnswerReady)]
     assert len(ready) == 1 and ready[0].partial and ready[0].fallback
@@ -104,7 +106,7 @@ async def test_a_budget_of_nothing_makes_no_call() -> None:
     run = await session_for(llm, max_cost=0.0).run("goal")
     assert [r.purpose for r in llm.requests] == []  # a budget of $0 is spent before the first call
     assert run.status == "done" and run.answer.startswith("(goal not achieved)")
-    assert "Stopped: the cost budget of $0 was reached ($0 spent)" in run.answer
+    assert "Stopped: the cost budget of \\$0 was reached (\\$0 spent)" in run.answer
 
 
 async def test_a_budget_with_unknown_prices_says_once_that_it_cannot_be_enforced() -> None:
