@@ -16,7 +16,9 @@ from dagmagic.testing import ScriptedLLM, ScriptedRequest
 SETTINGS = DagSettings(llm_retry_backoff=0.001)
 TOOL_AND_JSON = ("tool_call", "json_mode")
 GOAL = "What is the population of Paris?"
-BROKEN = '{"achieved": true, "confidence": 0.7, "reasoning": "ok but'
+CUT_OFF = '{"achieved": true, "confidence": 0.7, "reasoning": "ok but'
+BROKEN = 'Verdict: achieved = true, confidence = 0.7, reasoning = "ok but'
+"""Fields no JSON parser reads (no bracket): only the regex finds them."""
 GARBAGE = "I am not sure what you want from me."
 
 
@@ -156,6 +158,14 @@ async def test_verdict_fields_are_coerced(
     assert (result.achieved, result.confidence) == (achieved, confidence)
     assert result.reasoning == "Both sources agree."
     assert len(harness.requests) == 1  # coerced, not refused and re-asked
+
+
+@pytest.mark.parametrize("capabilities", [TOOL_AND_JSON, ("json_mode",), ()], ids=["tool_call", "json_mode", "text"])
+async def test_a_verdict_cut_off_mid_json_is_mended_without_asking_again(capabilities: tuple[str, ...]) -> None:
+    harness = Harness([CUT_OFF], capabilities=capabilities)
+    result = await harness.analyze()
+    assert result == AnalysisResult(achieved=True, confidence=0.7, reasoning="ok but", final_answer=None)
+    assert len(harness.requests) == 1
 
 
 @pytest.mark.parametrize(("capabilities", "calls"), [(TOOL_AND_JSON, 5), (("json_mode",), 4), ((), 2)])
