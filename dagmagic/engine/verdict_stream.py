@@ -18,7 +18,7 @@ from typing import Any
 import pydantic_core
 
 from dagmagic.errors import TransientProviderError
-from dagmagic.llm import ChatModel
+from dagmagic.llm import ChatModel, extract_json
 from dagmagic.llm.backend import StreamChunk
 from dagmagic.llm.structured import OutputShape, with_instruction
 from dagmagic.models import AnalysisResult, StructuredLevel
@@ -66,7 +66,7 @@ class VerdictStream:
                 if reply.add(chunk):
                     answer.read(reply)
         except TransientProviderError:
-            verdict = self._parsed(reply)
+            verdict = self._parsed(reply) if _came_whole(reply) else None
             if verdict is None:
                 raise
             return verdict
@@ -88,6 +88,19 @@ class VerdictStream:
             if isinstance(verdict, AnalysisResult):
                 return verdict
         return None
+
+
+def _came_whole(reply: _Reply) -> bool:
+    """Whether the reply holds JSON that closed, as it was written: a stream that broke off mid-verdict must not
+    count as a verdict because the JSON repair can close what was cut.
+    """
+    for text in (reply.arguments(), reply.text()):
+        try:
+            extract_json(text, mend=False)
+        except ValueError:
+            continue
+        return True
+    return False
 
 
 class _Reply:

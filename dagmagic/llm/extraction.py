@@ -37,14 +37,15 @@ _REPAIR_LIMIT = 20_000
 """Characters of reply, from its first bracket, that ``json_repair`` is given (it takes ~3 ms per 1,000)."""
 
 
-def extract_json(text: str) -> Any:
+def extract_json(text: str, *, mend: bool = True) -> Any:
     """The first JSON object or array in ``text``; ``ValueError`` saying why when there is none.
 
     Tried in order: the whole text, each code fence, then every balanced ``{...}``/``[...]`` span (of the
     first 32 that open). Each candidate is parsed as is (raw newlines inside strings allowed), then
     repaired: LaTeX backslashes (``\\frac``, ``\\alpha``) doubled, trailing commas dropped. When none
     parses (a reply cut off mid-object, single quotes, bare keys), ``json_repair`` mends the text from its
-    first bracket: the last resort before the caller asks the model again.
+    first bracket: the last resort before the caller asks the model again. ``mend=False`` leaves it out: for a
+    caller that must know the JSON came whole (a stream that broke off).
     """
     if not isinstance(text, str) or not text.strip():
         raise ValueError("the reply is empty")
@@ -53,7 +54,7 @@ def extract_json(text: str) -> Any:
         if value is not None:
             return value
     opener = _OPENER.search(text)
-    value = None if opener is None else _repaired(text[opener.start() :])
+    value = None if opener is None or not mend else _repaired(text[opener.start() :])
     if value is not None:
         return value
     raise ValueError("no JSON object or array found in the reply")

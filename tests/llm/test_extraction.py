@@ -200,3 +200,10 @@ def test_the_single_pass_finds_what_scanning_from_each_start_finds() -> None:
             ends = extraction._balanced_ends(text, starts)
             assert {s: ends.get(s) for s in starts} == {s: reference_balanced_end(text, s) for s in starts}, text
         assert extraction._escape_stray_backslashes(text) == reference_escape(text), text
+
+
+def test_without_mending_json_that_never_closed_is_no_json() -> None:
+    cut = '{"achieved": true, "reasoning": "ok but'
+    assert extract_json(cut) == {"achieved": True, "reasoning": "ok but"}
+    with pytest.raises(ValueError, match="no JSON object or array"):
+        extract_json(cut, mend=False)
