@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -82,6 +82,9 @@ class GoalLoop:
     """0 for a run; 1 for the subrun of a step marked ``subplan``, and so on (``DAG_MAX_DEPTH`` bounds it)."""
     breakers: CircuitBreakers | None = None
     """A subrun's: its run's breakers (a model silent there is silent here). None: each drive has its own."""
+    connect: Callable[[GoalLoop], Awaitable[None]] | None = None
+    """Readies the tools that come from servers (a session's MCP servers) before the first phase: they join
+    ``tools``, ``tool_names`` and the step runner's. A failure there fails the run, saying which server."""
 
     def __post_init__(self) -> None:
         if not self.tool_names and self.tools:
@@ -101,6 +104,9 @@ class GoalLoop:
         current = CURRENT_RUN.set(run.run_id) if not self.depth else None
         try:
             await self.registry.warm_up()  # e.g. litellm's import, seconds of CPU, in a thread: not on the loop
+            if self.connect is not None and not self.depth:
+                await self.connect(self)
+                self.connect = None  # a re-run of a step finds them joined already
             self._check_credentials()
             if not self.depth:
                 run.emit(ModelsReady(models=model_cards(self.registry)))
