@@ -22,7 +22,7 @@ from dagmagic.engine.run import DagRun
 from dagmagic.engine.steps import StepRunner
 from dagmagic.engine.store import RunStore, StoredRun, StoreUnavailable
 from dagmagic.engine.tools import Tool, as_tools
-from dagmagic.errors import DagError
+from dagmagic.errors import ConfigurationError, DagError
 from dagmagic.events import RunWarning
 from dagmagic.llm import ModelRegistry
 from dagmagic.llm.cache import cached_registry
@@ -309,7 +309,14 @@ class DagSession:
         """What joins the tools of ``servers`` to a run's loop, starting the servers not running yet."""
 
         async def connect(loop: GoalLoop) -> None:
-            toolset = as_tools([*loop.tools, *await self._mcp.tools(servers)])
+            served = await self._mcp.tools(servers)
+            names = [tool.name for tool in [*loop.tools, *served]]
+            if repeated := sorted({name for name in names if names.count(name) > 1}):
+                raise ConfigurationError(
+                    f"the tool name {', '.join(repeated)} is listed by an MCP server and given again (by another "
+                    "server or a function): a model could not tell them apart; leave one of them out of tools="
+                )
+            toolset = as_tools([*loop.tools, *served])
             loop.tools, loop.tool_names = toolset, [tool.name for tool in toolset]
             if own_runner:
                 loop.step_runner = StepAgent(toolset)

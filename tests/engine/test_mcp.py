@@ -198,6 +198,18 @@ async def test_a_server_that_never_answers_fails_after_its_start_timeout(tmp_pat
     assert processes_of(str(mute)) == []
 
 
+async def test_a_tool_name_given_twice_fails_the_run_saying_so() -> None:
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add, locally."""
+        return a + b
+
+    async with session(ScriptedLLM(run_script(["x"])), tools=[add, sdk_server()]) as owner:
+        run = await owner.run("add")
+    assert run.status == "failed"
+    assert "the tool name add is listed by an MCP server and given again" in (run.error or "")
+
+
 async def test_environment_reaches_the_server_and_never_its_repr() -> None:
     server = sdk_server(env={"DAG_TEST_SECRET": "sk-canary-1234567890abcdef"})
     assert "sk-canary" not in repr(server) and "DAG_TEST_SECRET=***" in repr(server)
@@ -207,6 +219,8 @@ async def test_environment_reaches_the_server_and_never_its_repr() -> None:
     assert run.steps["s1"].tool_calls[0].observation == "sk-canary-1234567890abcdef"
     headers = MCPServer.http("https://example.com/mcp", headers={"Authorization": "Bearer sk-x"})
     assert repr(headers) == "MCPServer.http('https://example.com/mcp', headers={Authorization=***})"
+    with_key = MCPServer.stdio("server", "--api-key", "sk-proj-abcdefghijklmnopqrstuvwxyz0123")
+    assert "abcdefghij" not in repr(with_key) and "abcdefghij" not in with_key.name
 
 
 async def test_equal_servers_are_one_server() -> None:

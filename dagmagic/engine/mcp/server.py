@@ -81,8 +81,12 @@ class MCPServer:
 
     @property
     def name(self) -> str:
-        """How messages name the server: its command line or URL (never an environment or header value)."""
-        return self.target[0] if self.transport == "http" else shlex.join(self.target)
+        """How messages name the server: its command line or URL, a key in them masked (never an environment or
+        header value).
+        """
+        from dagmagic.llm.secrets import mask_secrets
+
+        return mask_secrets(self.target[0] if self.transport == "http" else shlex.join(self.target))
 
     @property
     def env(self) -> dict[str, str]:
@@ -95,6 +99,11 @@ class MCPServer:
         return dict(self.settings) if self.transport == "http" else {}
 
     def __repr__(self) -> str:
+        from dagmagic.llm.secrets import mask_secrets
+
+        return mask_secrets(self._shown())
+
+    def _shown(self) -> str:
         hidden = [f"{key}=***" for key, _ in self.settings]
         if self.transport == "http":
             extra = f", headers={{{', '.join(hidden)}}}" if hidden else ""
