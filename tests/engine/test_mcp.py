@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from dagmagic import DagSession, DagSettings, MCPServer, ModelRegistry, tool
-from dagmagic.engine.mcp import MCPServerError
+from dagmagic.engine.mcp import MCPConnections, MCPServerError
 from dagmagic.errors import ConfigurationError
 from dagmagic.testing import ScriptedLLM, ToolCall
 
@@ -165,6 +165,23 @@ async def test_a_cancelled_run_leaves_the_server_serving_until_close() -> None:
         after = await owner.run("which pid")  # the call cut short left the server serving
         pid = int(after.steps["s2"].tool_calls[0].observation)
     assert await gone(pid)
+
+
+async def test_a_server_that_dies_is_an_observation_and_starts_again_for_the_next_run() -> None:
+    connections = MCPConnections()
+    try:
+        tools = {t.name: t for t in await connections.tools([sdk_server()])}
+        pid = int((await tools["pid"].run({}, timeout=30)).observation)
+        psutil.Process(pid).kill()
+        assert await gone(pid)
+        outcome = await tools["add"].run({"a": 1, "b": 2}, timeout=30)
+        assert outcome.error is not None and "closed its connection (did it exit?)" in outcome.observation
+        assert "starts again with the next run" in outcome.observation
+        again = {t.name: t for t in await connections.tools([sdk_server()])}
+        assert int((await again["pid"].run({}, timeout=30)).observation) != pid
+        assert (await again["add"].run({"a": 1, "b": 2}, timeout=30)).observation == "3"
+    finally:
+        await connections.aclose()
 
 
 async def test_a_server_that_fails_to_start_is_named_with_its_stderr(tmp_path: Path) -> None:

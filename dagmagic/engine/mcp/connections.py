@@ -53,6 +53,8 @@ class MCPConnections:
 
     def __init__(self) -> None:
         self._open: dict[MCPServer, _Connection] = {}
+        self._retired: list[_Connection] = []
+        """Connections replaced while they stop (a server that died): closing still waits for them."""
         _LIVE.add(self)
 
     async def tools(self, servers: Iterable[MCPServer]) -> list[Tool]:
@@ -80,10 +82,11 @@ class MCPConnections:
     def _connection(self, server: MCPServer) -> _Connection:
         loop = asyncio.get_running_loop()
         known = self._open.get(server)
-        if known is not None and known.loop is loop and not known.task.done():
+        if known is not None and known.loop is loop and not known.task.done() and not known.stop.is_set():
             return known
-        if known is not None:  # ended, failed, or left on a loop that is gone (asyncio.run per call)
+        if known is not None:  # ended, failed, stopping, or on a loop that is gone (asyncio.run per call)
             known.stop_soon()
+            self._retired = [c for c in self._retired if not c.task.done()] + [known]
         connection = _Connection(server, loop)
         connection.task = loop.create_task(connection.serve(), name=f"dagmagic:mcp:{server.name}"[:200])
         self._open[server] = connection
@@ -93,15 +96,20 @@ class MCPConnections:
         """Stop every server: on its loop when that loop runs (in this thread: right after the caller yields;
         in another: waited for), else by running the loop until they stopped. Idempotent.
         """
-        connections, self._open = list(self._open.values()), {}
+        connections = self._take_all()
         for connection in connections:
             connection.stop_soon()
         for connection in connections:
             connection.wait_stopped()
 
+    def _take_all(self) -> list[_Connection]:
+        connections = [*self._open.values(), *self._retired]
+        self._open, self._retired = {}, []
+        return connections
+
     async def aclose(self) -> None:
         """Stop every server and wait until their processes ended."""
-        connections, self._open = list(self._open.values()), {}
+        connections = self._take_all()
         here = asyncio.get_running_loop()
         for connection in connections:
             connection.stop_soon()
@@ -123,6 +131,7 @@ class _Connection:
     ready: asyncio.Future[list[Tool]] = field(init=False)
     stop: asyncio.Event = field(init=False, default_factory=asyncio.Event)
     session: Any = None
+    stderr: TextIO | None = None
 
     def __post_init__(self) -> None:
         self.ready = self.loop.create_future()
@@ -131,7 +140,11 @@ class _Connection:
         """Start the server, list its tools, wait for the stop, stop it: all in this one task."""
         # the server's stderr goes to a file, not the notebook: read back when it fails to start
         with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as stderr:
-            await self._serve(cast(TextIO, stderr))
+            self.stderr = cast(TextIO, stderr)
+            try:
+                await self._serve(self.stderr)
+            finally:
+                self.stderr = None
 
     async def _serve(self, stderr: TextIO) -> None:
         from mcp import ClientSession
@@ -147,6 +160,7 @@ class _Connection:
                 except asyncio.CancelledError:
                     if not self.ready.done():
                         self.ready.set_exception(MCPServerError(f"the MCP server {self.server.name} was stopped"))
+                        self.ready.exception()  # retrieved: nobody may wait for it any more
                     raise
                 except BaseException as exc:  # a start that failed, however: ``ready`` says it
                     self._failed(exc, stderr)
@@ -188,10 +202,22 @@ class _Connection:
 
     async def call(self, name: str, arguments: dict[str, Any]) -> Any:
         """Call the tool ``name`` on the server (an error when it is no longer running)."""
+        from mcp import MCPError
+        from mcp.types import CONNECTION_CLOSED
+
         session = self.session
         if session is None or self.task.done() or self.stop.is_set():
-            raise MCPServerError(f"the MCP server {self.server.name} is not running (its session was closed)")
-        return await session.call_tool(name, arguments)
+            raise MCPServerError(f"the MCP server {self.server.name} is not running; it starts again with the next run")
+        try:
+            return await session.call_tool(name, arguments)
+        except MCPError as exc:
+            if exc.code != CONNECTION_CLOSED:
+                raise
+            self.stop.set()  # its task ends, and the next run starts the server again
+            message = f"the MCP server {self.server.name} closed its connection (did it exit?)"
+            if self.stderr is not None and (tail := _tail(self.stderr)):
+                message += f"; its stderr ended with:\n{tail}"
+            raise MCPServerError(f"{message}\nIt starts again with the next run.") from None
 
     def _failed(self, exc: BaseException, stderr: TextIO) -> None:
         why = "did not answer in time" if isinstance(exc, TimeoutError) else f"did not start: {_what(exc)}"
