@@ -6,6 +6,7 @@ Each test checks that no server process outlives its session.
 from __future__ import annotations
 
 import asyncio
+import gc
 import shutil
 import socket
 import subprocess
@@ -146,6 +147,15 @@ async def test_steps_and_runs_share_one_server_process_which_ends_with_the_sessi
     assert await gone(pid)
 
 
+async def test_a_session_dropped_unclosed_stops_its_servers_when_collected() -> None:
+    llm = ScriptedLLM(run_script([ToolCall("pid", {}), "pid told"]))
+    owner = session(llm, tools=[sdk_server()])
+    pid = int((await owner.run("which pid")).steps["s1"].tool_calls[0].observation)
+    del owner
+    gc.collect()
+    assert await gone(pid)
+
+
 async def test_a_cancelled_run_leaves_the_server_serving_until_close() -> None:
     script = {
         **run_script([]),
@@ -282,6 +292,19 @@ async def test_a_step_calls_a_tool_of_a_server_over_http(http_server: str) -> No
         run = await owner.run("shout")
     assert run.status == "done", run.error
     assert run.steps["s1"].tool_calls[0].observation == "OVER HTTP"
+
+
+async def test_an_http_server_that_does_not_answer_is_named_without_its_headers() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again: nothing listens there
+    server = MCPServer.http(f"http://127.0.0.1:{port}/mcp", headers={"Authorization": "Bearer sk-never-shown-123"})
+    with pytest.raises(MCPServerError) as raised:
+        async with session(ScriptedLLM(run_script(["x"])), tools=[server]):
+            pass
+    message = str(raised.value)
+    assert f"the MCP server http://127.0.0.1:{port}/mcp did not start: ConnectError" in message
+    assert "sk-never-shown" not in message
 
 
 # --- the npm reference server ----------------------------------------------------------------------------------

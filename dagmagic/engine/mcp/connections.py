@@ -36,7 +36,8 @@ _STDERR_CHARS = 2000
 _STOP_SECONDS = 8.0
 """How long stopping waits for the servers outside their loop: the SDK's own escalation takes up to 6 s."""
 
-_LIVE: weakref.WeakSet[MCPConnections] = weakref.WeakSet()
+_SERVING: set[_Connection] = set()
+"""Every server task not ended, whoever started it: the loop holds tasks weakly, and the exit stops these."""
 
 
 def missing_sdk() -> str | None:
@@ -55,7 +56,8 @@ class MCPConnections:
         self._open: dict[MCPServer, _Connection] = {}
         self._retired: list[_Connection] = []
         """Connections replaced while they stop (a server that died): closing still waits for them."""
-        _LIVE.add(self)
+        # a session dropped unclosed stops its servers when collected (the finalizer must not hold self)
+        weakref.finalize(self, _stop_soon, self._open, self._retired)
 
     async def tools(self, servers: Iterable[MCPServer]) -> list[Tool]:
         """The tools of ``servers``, starting those not running on this loop (at once, side by side).
@@ -86,10 +88,12 @@ class MCPConnections:
             return known
         if known is not None:  # ended, failed, stopping, or on a loop that is gone (asyncio.run per call)
             known.stop_soon()
-            self._retired = [c for c in self._retired if not c.task.done()] + [known]
+            self._retired[:] = [*(c for c in self._retired if not c.task.done()), known]
         connection = _Connection(server, loop)
         connection.task = loop.create_task(connection.serve(), name=f"dagmagic:mcp:{server.name}"[:200])
         self._open[server] = connection
+        _SERVING.add(connection)
+        connection.task.add_done_callback(lambda _: _SERVING.discard(connection))
         return connection
 
     def close(self) -> None:
@@ -104,7 +108,8 @@ class MCPConnections:
 
     def _take_all(self) -> list[_Connection]:
         connections = [*self._open.values(), *self._retired]
-        self._open, self._retired = {}, []
+        self._open.clear()
+        self._retired.clear()
         return connections
 
     async def aclose(self) -> None:
@@ -157,11 +162,8 @@ class _Connection:
                         session = await stack.enter_async_context(ClientSession(read, write))
                         await session.initialize()
                         tools = await self._list(session)
-                except asyncio.CancelledError:
-                    if not self.ready.done():
-                        self.ready.set_exception(MCPServerError(f"the MCP server {self.server.name} was stopped"))
-                        self.ready.exception()  # retrieved: nobody may wait for it any more
-                    raise
+                except asyncio.CancelledError:  # ours, or an anyio scope's that a transport's failure set off:
+                    raise  # leaving the contexts turns the latter into that failure
                 except BaseException as exc:  # a start that failed, however: ``ready`` says it
                     self._failed(exc, stderr)
                     return
@@ -169,8 +171,11 @@ class _Connection:
                 self.ready.set_result(tools)
                 await self.stop.wait()
         except asyncio.CancelledError:
+            if not self.ready.done():
+                self.ready.set_exception(MCPServerError(f"the MCP server {self.server.name} was stopped as it started"))
+                self.ready.exception()  # retrieved: nobody may wait for it any more
             raise
-        except BaseException as exc:  # the server broke while stopping: nothing waits on it
+        except BaseException as exc:  # a start that failed on the way out, or a server that broke as it stopped
             if not self.ready.done():
                 self._failed(exc, stderr)
             elif self.ready.exception() is None:
@@ -300,9 +305,17 @@ def _tail(stderr: TextIO) -> str:
     return mask_secrets("\n".join(lines)[-_STDERR_CHARS:])
 
 
+def _stop_soon(opened: dict[MCPServer, _Connection], retired: list[_Connection]) -> None:
+    for connection in [*opened.values(), *retired]:
+        connection.stop_soon()
+
+
 @atexit.register
 def _stop_all_at_exit() -> None:
     """The last resort: servers of sessions never closed stop with the interpreter."""
-    for connections in list(_LIVE):
+    serving = list(_SERVING)
+    for connection in serving:
+        connection.stop_soon()
+    for connection in serving:
         with contextlib.suppress(Exception):
-            connections.close()
+            connection.wait_stopped()
