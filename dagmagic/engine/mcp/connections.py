@@ -77,10 +77,6 @@ class MCPConnections:
             raise MCPServerError("\n\n".join(failures))
         return [tool for outcome in outcomes if isinstance(outcome, list) for tool in outcome]
 
-    def running(self) -> list[MCPServer]:
-        """The servers that started and have not stopped."""
-        return [server for server, c in self._open.items() if c.ready.done() and not c.task.done()]
-
     def _connection(self, server: MCPServer) -> _Connection:
         loop = asyncio.get_running_loop()
         known = self._open.get(server)
@@ -120,7 +116,7 @@ class MCPConnections:
             connection.stop_soon()
         for connection in connections:
             if connection.loop is here:
-                with contextlib.suppress(BaseException):
+                with contextlib.suppress(Exception):  # the task logs its own failure; a cancel of ours goes on
                     await asyncio.wait_for(asyncio.shield(connection.task), _STOP_SECONDS)
             else:
                 connection.wait_stopped()
