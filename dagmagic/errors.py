@@ -9,6 +9,7 @@ The tree, by whose mistake it is::
     ├── RunFailedError                       run.raise_for_status() on a run that failed
     ├── StoreError                           the run store's file cannot be used (foreign, damaged, newer)
     ├── StoreUnavailable                     the run store cannot be written here: runs go on unsaved
+    ├── MCPServerError                       an MCP server did not start, or went away (named, with its stderr)
     └── ProviderError                        a model provider refused or failed a call
         ├── FatalProviderError               raised at once, never retried
         │   ├── AuthenticationError *        missing or wrong API key
@@ -42,6 +43,7 @@ __all__ = [
     "ConfigurationError",
     "DagError",
     "FatalProviderError",
+    "MCPServerError",
     "PermissionDeniedError",
     "PlanningError",
     "ProviderConnectionError",
@@ -92,6 +94,10 @@ class StoreError(DagError):
 
 class StoreUnavailable(DagError):
     """The store cannot be written here (a read-only directory, say): runs go on without being saved."""
+
+
+class MCPServerError(DagError):
+    """An MCP server did not start, or stopped answering; the message names it (with its stderr's last lines)."""
 
 
 class ProviderError(DagError):

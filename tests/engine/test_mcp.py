@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -85,9 +85,18 @@ async def gone(pid: int) -> bool:
     return False
 
 
+def server_tasks() -> list[asyncio.Task[Any]]:
+    return [t for t in asyncio.all_tasks() if t.get_name().startswith("dagmagic:mcp:") and not t.done()]
+
+
 @pytest.fixture(autouse=True)
-def no_server_left() -> Iterator[None]:
+async def no_server_left() -> AsyncIterator[None]:
     yield
+    for _ in range(200):  # a server told to stop (not waited for) ends within the SDK's escalation, ~6 s
+        if not server_tasks():
+            break
+        await asyncio.sleep(0.05)
+    assert server_tasks() == []
     assert processes_of(str(SERVER)) == []
     assert processes_of(str(FILESYSTEM)) == []
 
@@ -145,6 +154,8 @@ async def test_steps_and_runs_share_one_server_process_which_ends_with_the_sessi
     assert psutil.pid_exists(pid)
     owner.close()  # on the loop: the servers stop as soon as this test yields
     assert await gone(pid)
+    await owner.aclose()  # waits for what close() began
+    assert server_tasks() == []
 
 
 async def test_a_session_dropped_unclosed_stops_its_servers_when_collected() -> None:

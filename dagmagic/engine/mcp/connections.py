@@ -101,6 +101,8 @@ class MCPConnections:
             connection.stop_soon()
         for connection in connections:
             connection.wait_stopped()
+        # those stopping on the running loop: a later ``aclose()`` waits for them
+        self._retired[:] = [connection for connection in connections if not connection.task.done()]
 
     def _take_all(self) -> list[_Connection]:
         connections = [*self._open.values(), *self._retired]
@@ -203,6 +205,7 @@ class _Connection:
 
     async def call(self, name: str, arguments: dict[str, Any]) -> Any:
         """Call the tool ``name`` on the server (an error when it is no longer running)."""
+        import anyio
         from mcp import MCPError
         from mcp.types import CONNECTION_CLOSED
 
@@ -211,8 +214,8 @@ class _Connection:
             raise MCPServerError(f"the MCP server {self.server.name} is not running; it starts again with the next run")
         try:
             return await session.call_tool(name, arguments)
-        except MCPError as exc:
-            if exc.code != CONNECTION_CLOSED:
+        except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
+            if isinstance(exc, MCPError) and exc.code != CONNECTION_CLOSED:
                 raise
             self.stop.set()  # its task ends, and the next run starts the server again
             message = f"the MCP server {self.server.name} closed its connection (did it exit?)"

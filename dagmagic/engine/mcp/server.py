@@ -13,16 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from dagmagic.errors import DagError
+from dagmagic.errors import MCPServerError
 
 __all__ = ["MCPServer", "MCPServerError"]
 
 _START_SECONDS = 60.0
 """How long a server may take to start and answer (``npx -y`` may download its package first)."""
-
-
-class MCPServerError(DagError):
-    """An MCP server did not start, or stopped answering; the message names it (with its stderr's last lines)."""
 
 
 @dataclass(frozen=True, eq=True)
