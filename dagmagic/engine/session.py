@@ -17,7 +17,8 @@ from dagmagic.engine.code_tool import CodeWorkspace
 from dagmagic.engine.context import Exchange
 from dagmagic.engine.guard import HistoryDigests
 from dagmagic.engine.loop import GoalLoop, Origin
-from dagmagic.engine.mcp import MCPConnections, MCPServer
+from dagmagic.engine.mcp.connections import MCPConnections
+from dagmagic.engine.mcp.server import MCPServer
 from dagmagic.engine.run import DagRun
 from dagmagic.engine.steps import StepRunner
 from dagmagic.engine.store import RunStore, StoredRun, StoreUnavailable

@@ -20,8 +20,8 @@ import psutil
 import pytest
 
 from dagmagic import DagSession, DagSettings, MCPServer, ModelRegistry, tool
-from dagmagic.engine.mcp import MCPConnections, MCPServerError
-from dagmagic.errors import ConfigurationError
+from dagmagic.engine.mcp.connections import MCPConnections
+from dagmagic.errors import ConfigurationError, MCPServerError
 from dagmagic.testing import ScriptedLLM, ToolCall
 
 from .conftest import plan_reply, verdict

@@ -2,10 +2,10 @@
 
 ``server`` describes a server (what the user writes), ``connections`` owns the running ones (one task each,
 started on a session's first need, stopped with the session), ``tools`` makes their tools dagmagic tools.
-The ``mcp`` SDK is imported only when a server starts: it is an optional extra (``dagmagic[mcp]``).
+The ``mcp`` SDK is imported only when a server starts: it is an optional extra (``dagmagic[mcp]``). This
+package imports only ``server``: describing a server costs nothing.
 """
 
-from dagmagic.engine.mcp.connections import MCPConnections
 from dagmagic.engine.mcp.server import MCPServer, MCPServerError
 
-__all__ = ["MCPConnections", "MCPServer", "MCPServerError"]
+__all__ = ["MCPServer", "MCPServerError"]
