@@ -21,6 +21,7 @@ import pytest
 
 from dagmagic import DagSession, DagSettings, MCPServer, ModelRegistry, tool
 from dagmagic.engine.mcp.connections import MCPConnections
+from dagmagic.engine.mcp.tools import MCPTool, observation_of
 from dagmagic.errors import ConfigurationError, MCPServerError
 from dagmagic.testing import ScriptedLLM, ToolCall
 
@@ -350,3 +351,48 @@ def test_a_server_line_is_a_command_or_a_url() -> None:
     assert MCPServer.parse("https://example.com/mcp") == MCPServer.http("https://example.com/mcp")
     with pytest.raises(ValueError, match="command line or a URL"):
         MCPServer.parse("  ")
+
+
+# --- listings and results, without a server ---------------------------------------------------------------------
+
+
+async def test_every_page_of_a_tool_listing_is_read_and_odd_names_made_callable() -> None:
+    import mcp.types as types
+
+    from dagmagic.engine.mcp.connections import _Connection
+
+    class TwoPages:
+        def __init__(self) -> None:
+            self.cursors: list[str | None] = []
+
+        async def list_tools(self, params: types.PaginatedRequestParams | None = None) -> types.ListToolsResult:
+            cursor = params.cursor if params is not None else None
+            self.cursors.append(cursor)
+            name, following = ("files.read", "page-2") if cursor is None else ("2fast", None)
+            listed = types.Tool(name=name, input_schema={"type": "object", "properties": {"x": {"type": "string"}}})
+            return types.ListToolsResult(tools=[listed], next_cursor=following)
+
+    pages = TwoPages()
+    tools = await _Connection(sdk_server(), asyncio.get_running_loop())._list(pages)
+    assert pages.cursors == [None, "page-2"]
+    assert [(t.name, t.remote_name) for t in tools if isinstance(t, MCPTool)] == [
+        ("files_read", "files.read"),
+        ("t_2fast", "2fast"),
+    ]
+    assert tools[0].parameters["properties"] == {"x": {"type": "string"}}
+
+
+def test_a_result_becomes_text_whatever_its_content() -> None:
+    import mcp.types as types
+
+    mixed = types.CallToolResult(
+        content=[
+            types.TextContent(type="text", text="first"),
+            types.ImageContent(type="image", data="AA==", mime_type="image/png"),
+            types.EmbeddedResource(
+                type="resource", resource=types.TextResourceContents(uri="file:///a", text="inside")
+            ),
+        ]
+    )
+    assert observation_of(mixed) == "first\n[image image/png, not shown]\ninside"
+    assert observation_of(types.CallToolResult(content=[], structured_content={"a": 1})) == '{"a": 1}'
