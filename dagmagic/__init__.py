@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from dagmagic.engine.mcp import MCPServer
     from dagmagic.engine.run import DagRun
     from dagmagic.engine.session import DagSession
     from dagmagic.engine.tools import Tool, tool
@@ -30,6 +31,7 @@ _EXPORTS = {
     "DagSettings": "dagmagic.settings",
     "ExecutionPlan": "dagmagic.models",
     "LLMCall": "dagmagic.models",
+    "MCPServer": "dagmagic.engine.mcp",
     "ModelRegistry": "dagmagic.llm.registry",
     "PlanStep": "dagmagic.models",
     "ProviderError": "dagmagic.errors",
@@ -67,6 +69,7 @@ __all__ = [
     "DagSettings",
     "ExecutionPlan",
     "LLMCall",
+    "MCPServer",
     "ModelRegistry",
     "PlanStep",
     "ProviderError",

@@ -10,6 +10,7 @@ The tree, by whose mistake it is::
     ├── StoreError                           the run store's file cannot be used (foreign, damaged, newer)
     ├── StoreUnavailable                     the run store cannot be written here: runs go on unsaved
     ├── BudgetExceeded                       the run's cost budget is spent: no further LLM call starts
+    ├── MCPServerError                       an MCP server did not start, or went away (named, with its stderr)
     └── ProviderError                        a model provider refused or failed a call
         ├── FatalProviderError               raised at once, never retried
         │   ├── AuthenticationError *        missing or wrong API key
@@ -45,6 +46,7 @@ __all__ = [
     "ConfigurationError",
     "DagError",
     "FatalProviderError",
+    "MCPServerError",
     "PermissionDeniedError",
     "PlanningError",
     "ProviderConnectionError",
@@ -101,6 +103,10 @@ class BudgetExceeded(DagError):
     """The run's cost budget (``DAG_MAX_COST``) is spent: the LLM call was not started. The message says the
     budget and what was spent; the run answers from what completed, marked partial.
     """
+
+
+class MCPServerError(DagError):
+    """An MCP server did not start, or stopped answering; the message names it (with its stderr's last lines)."""
 
 
 class ProviderError(DagError):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -85,6 +85,9 @@ class GoalLoop:
     """0 for a run; 1 for the subrun of a step marked ``subplan``, and so on (``DAG_MAX_DEPTH`` bounds it)."""
     breakers: CircuitBreakers | None = None
     """A subrun's: its run's breakers (a model silent there is silent here). None: each drive has its own."""
+    connect: Callable[[GoalLoop], Awaitable[None]] | None = None
+    """Readies the tools that come from servers (a session's MCP servers) before the first phase: they join
+    ``tools``, ``tool_names`` and the step runner's. A failure there fails the run, saying which server."""
 
     def __post_init__(self) -> None:
         if not self.tool_names and self.tools:
@@ -106,21 +109,8 @@ class GoalLoop:
         if not self.depth and self.settings.max_cost is not None:  # a subrun spends its run's budget
             budget = CURRENT_BUDGET.set(CostBudget(self.settings.max_cost, spent=run.usage.cost or 0.0, emit=run.emit))
         try:
-            await self.registry.warm_up()  # e.g. litellm's import, seconds of CPU, in a thread: not on the loop
-            self._check_credentials()
-            if not self.depth:
-                run.emit(ModelsReady(models=model_cards(self.registry)))
-            pursuit = Pursuit(self, run)
-            phase = pursuit.first_phase(origin)
-            while phase is not FINISHED:
-                if pursuit.out_of_money:
-                    phase = pursuit.out_of_budget()
-                    continue
-                run.inbox.enter(phase)
-                try:
-                    phase = await phase.run(pursuit)
-                except BudgetExceeded:  # a call of the phase was refused: the phase cannot go on
-                    phase = pursuit.out_of_budget()
+            await self._prepare(run)
+            await self._pursue(run, origin)
             run.state.status = "failed" if run.state.error else "done"
         except asyncio.CancelledError:
             run.state.status = "cancelled"
@@ -148,6 +138,30 @@ class GoalLoop:
                     stopped_by_user=run.state.status == "done" and run.inbox.stopped,
                 )
             )
+
+    async def _prepare(self, run: DagRun) -> None:
+        """What a run needs before its first phase: the models warmed up, the MCP servers joined, the keys there."""
+        await self.registry.warm_up()  # e.g. litellm's import, seconds of CPU, in a thread: not on the loop
+        if self.connect is not None and not self.depth:
+            await self.connect(self)
+            self.connect = None  # a re-run of a step finds them joined already
+        self._check_credentials()
+        if not self.depth:
+            run.emit(ModelsReady(models=model_cards(self.registry)))
+
+    async def _pursue(self, run: DagRun, origin: Origin) -> None:
+        """The run's phases, one after the other, from ``origin`` until it is finished."""
+        pursuit = Pursuit(self, run)
+        phase = pursuit.first_phase(origin)
+        while phase is not FINISHED:
+            if pursuit.out_of_money:
+                phase = pursuit.out_of_budget()
+                continue
+            run.inbox.enter(phase)
+            try:
+                phase = await phase.run(pursuit)
+            except BudgetExceeded:  # a call of the phase was refused: the phase cannot go on
+                phase = pursuit.out_of_budget()
 
     def _check_credentials(self) -> None:
         """A model whose provider key is not set fails the run before its first call, naming the variable."""

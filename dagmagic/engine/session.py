@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -17,11 +17,13 @@ from dagmagic.engine.code_tool import CodeWorkspace
 from dagmagic.engine.context import Exchange
 from dagmagic.engine.guard import HistoryDigests
 from dagmagic.engine.loop import GoalLoop, Origin
+from dagmagic.engine.mcp.connections import MCPConnections
+from dagmagic.engine.mcp.server import MCPServer
 from dagmagic.engine.run import DagRun
 from dagmagic.engine.steps import StepRunner
 from dagmagic.engine.store import RunStore, StoredRun, StoreUnavailable
 from dagmagic.engine.tools import Tool, as_tools
-from dagmagic.errors import DagError
+from dagmagic.errors import ConfigurationError, DagError
 from dagmagic.events import RunWarning
 from dagmagic.llm import ModelRegistry
 from dagmagic.llm.cache import cached_registry
@@ -35,7 +37,7 @@ __all__ = ["DagSession", "RunOptions"]
 
 log = logging.getLogger("dagmagic")
 
-ToolLike = Tool | Callable[..., Any]
+ToolLike = Tool | Callable[..., Any] | MCPServer
 
 _CLOSE_SECONDS = 5.0
 """How long closing a session outside an event loop waits for its stores' writes (another program's lock)."""
@@ -57,7 +59,9 @@ class DagSession:
 
     ``models`` defaults to ``ModelRegistry.from_settings(settings)`` (the ``DAG_*_MODEL`` variables; with none
     set, models picked from a provider key or a local Ollama, see ``ModelRegistry.from_env``);
-    ``tools`` are ``@tool`` functions or plain callables; ``allow_code=True`` adds the ``python`` tool,
+    ``tools`` are ``@tool`` functions, plain callables or MCP servers (``MCPServer.stdio(...)``,
+    ``MCPServer.http(...)``: started on the first run that needs them, or on ``async with``, shared by every
+    step, stopped by ``close()``); ``allow_code=True`` adds the ``python`` tool,
     which runs model-written code in a separate process, in a working directory of the session's own that
     ``close()`` removes (``with DagSession(...) as session:`` closes it too). ``approve_plans=True`` makes
     every plan wait for ``run.approve()`` or ``run.reject(why)``; ``step_through=True`` pauses before every step.
@@ -86,6 +90,7 @@ class DagSession:
         self._code: CodeWorkspace | None = None
         self._warned_without_sandbox = False
         self._tools = list(tools)
+        self._mcp = MCPConnections()
         self._step_runner = step_runner
         self.approve_plans = approve_plans
         """Every plan waits for ``run.approve()`` (perhaps with an edited plan) or ``run.reject(why)``."""
@@ -106,7 +111,9 @@ class DagSession:
 
     @property
     def tools(self) -> list[Tool]:
-        """The tools steps may call (``python`` only with ``allow_code=True``)."""
+        """The tools steps may call (``python`` only with ``allow_code=True``); an MCP server's join each run
+        once the server started.
+        """
         return self._toolset(self._tools, self.allow_code)
 
     @property
@@ -282,10 +289,11 @@ class DagSession:
         if not replaying:
             models = cassette_registry(cached_registry(models, settings), settings)
         tools = options.get("tools")
-        toolset = self._toolset(
-            self._tools if tools is None else list(tools), options.get("allow_code", self.allow_code)
-        )
+        chosen = self._tools if tools is None else list(tools)
+        toolset = self._toolset(chosen, options.get("allow_code", self.allow_code))
         runner = self._step_runner if self._step_runner is not None and tools is None else StepAgent(toolset)
+        own_runner = runner is not self._step_runner
+        servers = [item for item in chosen if isinstance(item, MCPServer)]
         loop = GoalLoop(
             models,
             settings,
@@ -295,14 +303,34 @@ class DagSession:
             tools=toolset,
             digests=self._digests,
             approve_plans=options.get("approve_plans", self.approve_plans),
+            connect=self._connector(servers, own_runner) if servers else None,
         )
         return _Driver(self, loop, history)
 
+    def _connector(self, servers: list[MCPServer], own_runner: bool) -> Callable[[GoalLoop], Awaitable[None]]:
+        """What joins the tools of ``servers`` to a run's loop, starting the servers not running yet."""
+
+        async def connect(loop: GoalLoop) -> None:
+            served = await self._mcp.tools(servers)
+            names = [tool.name for tool in [*loop.tools, *served]]
+            if repeated := sorted({name for name in names if names.count(name) > 1}):
+                raise ConfigurationError(
+                    f"the tool name {', '.join(repeated)} is listed by an MCP server and given again (by another "
+                    "server or a function): a model could not tell them apart; leave one of them out of tools="
+                )
+            toolset = as_tools([*loop.tools, *served])
+            loop.tools, loop.tool_names = toolset, [tool.name for tool in toolset]
+            if own_runner:
+                loop.step_runner = StepAgent(toolset)
+
+        return connect
+
     def _toolset(self, tools: list[ToolLike], allow_code: bool) -> list[Tool]:
+        functions = [item for item in tools if not isinstance(item, MCPServer)]  # theirs join once they started
         if allow_code and self._code is None:
             self._code = CodeWorkspace(self.settings.code_timeout, network=self.settings.code_network)
         extra = [self._code.tool()] if allow_code and self._code is not None else []
-        return as_tools([*tools, *extra])
+        return as_tools([*functions, *extra])
 
     def _unsandboxed_code_warning(self) -> str | None:
         """Once per session, when its ``python`` tool runs scripts without a sandbox: what that means."""
@@ -354,11 +382,13 @@ class DagSession:
                 self.history.append(exchange)
 
     def close(self) -> None:
-        """Kill the ``python`` tool's scripts still running and remove its working directory, and checkpoint the
-        run stores (outside an event loop: once what waits is written); idempotent.
+        """Stop the MCP servers, kill the ``python`` tool's scripts still running and remove its working directory,
+        and checkpoint the run stores (outside an event loop: once what waits is written); idempotent. On the
+        servers' event loop they stop once the caller yields (``async with`` or ``await aclose()`` waits).
 
         Garbage collection and interpreter exit do the same for a session never closed.
         """
+        self._mcp.close()
         if self._code is not None:
             self._code.close()
         try:
@@ -377,13 +407,24 @@ class DagSession:
     ) -> None:
         self.close()
 
+    async def aclose(self) -> None:
+        """``close()``, waiting until the MCP servers stopped (their processes ended)."""
+        await self._mcp.aclose()
+        self.close()
+
     async def __aenter__(self) -> Self:
+        """Start the session's MCP servers now: one that cannot start raises ``MCPServerError`` here."""
+        try:
+            await self._mcp.tools(item for item in self._tools if isinstance(item, MCPServer))
+        except BaseException:
+            await self._mcp.aclose()  # those that did start: nothing will close this session
+            raise
         return self
 
     async def __aexit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
-        self.close()
+        await self.aclose()
 
     def __repr__(self) -> str:
         return f"DagSession(models={[entry.name for entry in self.models]}, runs={len(self.runs)})"

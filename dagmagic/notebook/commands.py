@@ -20,6 +20,7 @@ from dagmagic.errors import ConfigurationError, DagError
 from dagmagic.notebook.session import NO_MODEL_HELP, NO_STORE, ROLES, NotebookSession, default_registry, names
 
 if TYPE_CHECKING:
+    from dagmagic.engine.mcp import MCPServer
     from dagmagic.engine.run import DagRun
     from dagmagic.settings import DagSettings
 
@@ -84,10 +85,12 @@ def config(notebook: NotebookSession, rest: str) -> None:
     from dagmagic.settings import DagSettings
 
     if not rest:
-        if not notebook.overrides:
+        if not notebook.overrides and not notebook.mcp_servers:
             print("Nothing set with %dag config: the defaults apply, with any DAG_* environment variables.")
         for key, value in sorted(notebook.overrides.items()):
             print(f"{key} = {value!r}")
+        if notebook.mcp_servers:
+            print(f"mcp = {notebook.mcp_servers!r}")
         return
     # %dag takes goals literally (no_var_expand), but a setting's value often lives in a variable (a store
     # path): without this, `store=$path` silently named a file '$path' in the working directory.
@@ -96,6 +99,10 @@ def config(notebook: NotebookSession, rest: str) -> None:
         key, sep, value = pair.partition("=")
         if not sep:
             raise UsageError(f"%dag config takes key=value pairs, got {pair!r}")
+        if key == "mcp":
+            notebook.mcp_servers = mcp_servers(value, notebook.namespace)
+            print(_mcp_words(notebook.mcp_servers))
+            continue
         if key not in DagSettings.model_fields:
             raise UsageError(f"unknown setting {key!r}; see the README's configuration table")
         before = DagSettings(**notebook.overrides)
@@ -113,6 +120,43 @@ def config(notebook: NotebookSession, rest: str) -> None:
             from dagmagic.llm.replay import cassette_words
 
             print(cassette_words(after))
+
+
+def mcp_servers(value: str, namespace: dict[str, Any]) -> list[MCPServer]:
+    """The servers ``%dag config mcp=VALUE`` names: notebook variables holding ``MCPServer`` values (or lists of
+    them), comma-separated; else one URL (http) or command line (stdio); ``none`` or nothing: no server.
+    """
+    from dagmagic.engine.mcp import MCPServer
+
+    value = value.strip()
+    if value.lower() in ("", "none"):
+        return []
+    parts = names(value)
+    if all(part in namespace for part in parts):
+        servers: list[MCPServer] = []
+        for part in parts:
+            held = namespace[part]
+            found = list(held) if isinstance(held, list | tuple) else [held]
+            if not found or not all(isinstance(item, MCPServer) for item in found):
+                raise UsageError(
+                    f"mcp={part}: {part} is a {type(held).__name__}, not an MCPServer; define it with "
+                    "MCPServer.stdio(command, *args) or MCPServer.http(url), or give mcp a command line or a URL"
+                )
+            servers.extend(found)
+        return list(dict.fromkeys(servers))
+    try:
+        return [MCPServer.parse(value)]
+    except ValueError as exc:
+        raise UsageError(f"mcp={value}: {exc}") from None
+
+
+def _mcp_words(servers: list[MCPServer]) -> str:
+    if not servers:
+        return "mcp = []: later %%dag cells use no MCP server (one already started stops with the kernel)."
+    return (
+        f"mcp = {servers!r}: from the next %%dag cell on, its steps may call their tools. Each server starts "
+        "with the first cell that needs it and serves every later one; it stops with the kernel."
+    )
 
 
 def _cache_words(settings: DagSettings) -> str:

@@ -146,7 +146,7 @@ class DagMagics(Magics):
     @argument("--fast", metavar="M", help="Model for steps hinted fast, compaction and summaries.")
     @argument("--reasoning", metavar="M", help="Model for steps hinted reasoning.")
     @argument("--models", metavar="VAR", help="A ModelRegistry (or one model, e.g. a ScriptedLLM) in the notebook.")
-    @argument("--tools", metavar="a,b", help="Notebook functions the steps may call.")
+    @argument("--tools", metavar="a,b", help="Notebook functions (or MCPServer values) the steps may call.")
     @argument("--context", metavar="var1,var2", help="Notebook variables whose short reprs are added to the goal.")
     @argument("--max-rounds", type=int, metavar="N", help="Autonomous rounds at most.")
     @argument("--concurrency", type=int, metavar="N", help="Steps running at once.")
@@ -183,6 +183,7 @@ class DagMagics(Magics):
 
             %dag models            the models and roles in use
             %dag config key=value  set a DagSettings value for later cells (e.g. max_concurrency=8)
+            %dag config mcp=...    MCP servers for later cells: a command line, a URL, or variables
             %dag history           the stored runs (id, status, when, cost, goal), or this kernel's
             %dag show [RUN]        show a run again (RUN: its number in %dag history, or its id)
             %dag resume [RUN] [options]

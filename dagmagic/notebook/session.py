@@ -15,6 +15,7 @@ from IPython.core.error import UsageError
 from dagmagic.errors import ConfigurationError, DagError
 
 if TYPE_CHECKING:  # the engine loads on the first %%dag, not with the extension: loading must stay fast
+    from dagmagic.engine.mcp import MCPServer
     from dagmagic.engine.run import DagRun
     from dagmagic.engine.session import DagSession
     from dagmagic.engine.store import RunStore
@@ -46,6 +47,8 @@ class NotebookSession:
         self.magics = magics
         self.overrides: dict[str, Any] = {}
         """Settings set with ``%dag config key=value``."""
+        self.mcp_servers: list[MCPServer] = []
+        """MCP servers set with ``%dag config mcp=...``: every later cell's steps may call their tools."""
         self.numbers: list[str] = []
         """Every run's id, by its number in this kernel (``%dag show 3`` is ``numbers[2]``)."""
         self.options: dict[str, str] = {}
@@ -85,7 +88,10 @@ class NotebookSession:
         return {
             "models": self.registry(args, settings),
             "settings": settings,
-            "tools": [self.variable(name, "--tools") for name in names(getattr(args, "tools", None))],
+            "tools": [
+                *(self.variable(name, "--tools") for name in names(getattr(args, "tools", None))),
+                *self.mcp_servers,
+            ],
             "allow_code": self.magics.allow_code,
             "approve_plans": bool(getattr(args, "approve", False)),
             "step_through": bool(getattr(args, "step_through", False)),
