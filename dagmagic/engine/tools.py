@@ -29,7 +29,7 @@ from dagmagic.engine.tool_threads import Late, Outcome, ToolThreads, ToolThreads
 from dagmagic.errors import ConfigurationError
 from dagmagic.settings import DagSettings
 
-__all__ = ["Tool", "ToolInterrupted", "ToolOutcome", "as_tools", "capped", "tool"]
+__all__ = ["Tool", "ToolInterrupted", "ToolOutcome", "arguments_object", "as_tools", "capped", "tool"]
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
 _THREADS = ToolThreads()
@@ -185,18 +185,7 @@ class Tool:
         return None
 
     def _validate(self, arguments: dict[str, Any] | str | None) -> dict[str, Any]:
-        if arguments is None or arguments == "":
-            arguments = {}
-        if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"the arguments are not valid JSON ({exc.msg})") from None
-            except RecursionError:
-                raise ValueError("the arguments are not valid JSON (nested too deeply)") from None
-        if not isinstance(arguments, dict):
-            raise ValueError(f"the arguments must be a JSON object, got {type(arguments).__name__}")
-        model = self.arguments_model.model_validate(arguments)
+        model = self.arguments_model.model_validate(arguments_object(arguments))
         return {name: getattr(model, name) for name in type(model).model_fields}
 
 
@@ -355,3 +344,21 @@ def _observation(value: Any) -> str:
 def _jsonable(value: Any) -> Any:
     """Models inside a returned list or dict as JSON too, anything else as its ``str``."""
     return value.model_dump(mode="json") if isinstance(value, BaseModel) else str(value)
+
+
+def arguments_object(arguments: dict[str, Any] | str | None) -> dict[str, Any]:
+    """A call's arguments as the JSON object they must be (a model may send them as text, or none at all);
+    ``ValueError`` saying what is wrong otherwise.
+    """
+    if arguments is None or arguments == "":
+        return {}
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"the arguments are not valid JSON ({exc.msg})") from None
+        except RecursionError:
+            raise ValueError("the arguments are not valid JSON (nested too deeply)") from None
+    if not isinstance(arguments, dict):
+        raise ValueError(f"the arguments must be a JSON object, got {type(arguments).__name__}")
+    return arguments

@@ -10,7 +10,7 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from dagmagic.engine.tools import Tool
+from dagmagic.engine.tools import Tool, arguments_object
 
 __all__ = ["MCPTool", "MCPToolError", "observation_of"]
 
@@ -64,15 +64,7 @@ class MCPTool(Tool):
         return f"MCPTool({self.name!r}, server={self.server!r})"
 
     def _validate(self, arguments: dict[str, Any] | str | None) -> dict[str, Any]:
-        if arguments is None or arguments == "":
-            arguments = {}
-        if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments)
-            except (json.JSONDecodeError, RecursionError):
-                raise ValueError("the arguments are not valid JSON") from None
-        if not isinstance(arguments, dict):
-            raise ValueError(f"the arguments must be a JSON object, got {type(arguments).__name__}")
+        arguments = arguments_object(arguments)
         problem = _schema_problem(self._schema, arguments)
         if problem is not None:
             raise ValueError(problem)
