@@ -380,7 +380,7 @@ class DagExecutor:
         return self._steps.get(step_id)
 
     def halt(self, reason: str) -> None:
-        """Start nothing more (``reason``: why, as ``the cost budget of $0.05 was reached``): steps not started
+        """Start nothing more (``reason``: why, as ``the cost budget of 0.05 USD was reached``): steps not started
         are skipped saying it, steps waiting to retry are not tried again; running ones finish.
         """
         if self._halted is None:

@@ -31,7 +31,7 @@ from dagmagic.engine.rounds import (
     users_round,
     visible_results,
 )
-from dagmagic.engine.synthesis import fallback_answer, literal_dollars
+from dagmagic.engine.synthesis import fallback_answer
 from dagmagic.events import (
     AnswerCleared,
     AnswerReady,
@@ -358,8 +358,8 @@ class Pursuit:
         run.emit(RunWarning(message=decision.reason, round=len(run.rounds) or None))
         steps = visible_results(run.rounds)
         done = any(step.status == "completed" and step.result for _, step in steps)
-        analysis = run.analysis if done else AnalysisResult(reasoning=literal_dollars(decision.reason))
-        why = literal_dollars(f"Stopped: {budget.describe()}")
+        analysis = run.analysis if done else AnalysisResult(reasoning=decision.reason)
+        why = f"Stopped: {budget.describe()}"
         self.answer(run, fallback_answer(analysis, steps, why), fallback=True, partial=True)
         return FINISHED
 

@@ -109,7 +109,7 @@ def stopped_while_planning(*, awaiting_approval: bool = False) -> Decision:
 
 
 def out_of_budget(budget: str) -> Decision:
-    """The run's cost budget is spent (``budget`` says it: ``the cost budget of $0.05 was reached ($0.052
+    """The run's cost budget is spent (``budget`` says it: ``the cost budget of 0.05 USD was reached (0.052 USD
     spent)``): no call starts, so the answer is made from what completed, partial.
     """
     return Decision(action="synthesize", reason=OUT_OF_BUDGET.format(budget=budget), partial=True)

@@ -67,13 +67,6 @@ def distinct_results(steps: Iterable[tuple[str, PlanStep]]) -> list[tuple[str, P
     return [(", ".join(refs), step) for refs, step in merged]
 
 
-def literal_dollars(text: str) -> str:
-    """``text`` of ours, its dollar signs escaped for the answer's Markdown: JupyterLab and GitHub read
-    ``$0.05 ... ($0.06`` as inline math and would typeset the words between them.
-    """
-    return text.replace("$", "\\$")
-
-
 def fallback_answer(
     analysis: AnalysisResult | None, completed: Iterable[tuple[str, PlanStep]], why: str = "No answer was written"
 ) -> str:

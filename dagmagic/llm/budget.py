@@ -40,7 +40,7 @@ class CostBudget:
         return self.spent >= self.limit
 
     def describe(self) -> str:
-        """``the cost budget of $0.05 was reached ($0.052 spent)``."""
+        """``the cost budget of 0.05 USD was reached (0.052 USD spent)``."""
         return f"the cost budget of {dollars(self.limit)} was reached ({dollars(self.spent)} spent)"
 
     def check(self) -> None:
@@ -70,7 +70,7 @@ class CostBudget:
         if self.unpriced == 1 and self._emit is not None:
             message = (
                 f"The cost budget ({dollars(self.limit)}) cannot be enforced for calls whose price is unknown: "
-                f"litellm has no price for model {call.model!r}, so its calls count as $0 against the budget."
+                f"litellm has no price for model {call.model!r}, so its calls count as 0 USD against the budget."
             )
             self._emit(RunWarning(message=message, round=call.round, step_id=call.step_id))
 
@@ -80,5 +80,9 @@ CURRENT_BUDGET: contextvars.ContextVar[CostBudget | None] = contextvars.ContextV
 
 
 def dollars(amount: float) -> str:
-    """An amount as the budget's messages say it: ``$0.05``, ``$0.0523``, ``$1.5``, ``$0``."""
-    return "$" + (f"{amount:,.4f}".rstrip("0").rstrip(".") or "0")
+    """An amount as the budget's messages say it: ``0.05 USD``, ``0.0523 USD``, ``1.5 USD``, ``0 USD``.
+
+    Not ``$0.05``: the messages reach Markdown and HTML views, where JupyterLab's MathJax (and GitHub) typeset
+    the words between two dollar signs as math, escaped or not.
+    """
+    return (f"{amount:,.4f}".rstrip("0").rstrip(".") or "0") + " USD"

@@ -29,7 +29,7 @@ def test_the_budget_is_reached_when_the_spend_meets_it_and_tells_its_listeners_o
     assert budget.reached and told == [pytest.approx(0.052)]
     budget.charge(priced(0.01))  # a call under way when it was reached still counts
     assert budget.spent == pytest.approx(0.062) and len(told) == 1
-    with pytest.raises(BudgetExceeded, match=r"^the cost budget of \$0\.05 was reached \(\$0\.062 spent\)$"):
+    with pytest.raises(BudgetExceeded, match=r"^the cost budget of 0\.05 USD was reached \(0\.062 USD spent\)$"):
         budget.check()
 
 
@@ -47,7 +47,8 @@ def test_unpriced_calls_are_said_once_and_count_as_nothing() -> None:
 
 
 @pytest.mark.parametrize(
-    ("amount", "shown"), [(0.05, "$0.05"), (0.0523, "$0.0523"), (0.05234, "$0.0523"), (1.5, "$1.5"), (0, "$0")]
+    ("amount", "shown"),
+    [(0.05, "0.05 USD"), (0.0523, "0.0523 USD"), (0.05234, "0.0523 USD"), (1.5, "1.5 USD"), (0, "0 USD")],
 )
 def test_dollars(amount: float, shown: str) -> None:
     assert dollars(amount) == shown

@@ -107,7 +107,7 @@ def test_max_cost_stops_the_run_with_a_partial_answer(ip: InteractiveShell) -> N
     run = run_cell(ip, "%%dag --models llm --max-cost 0.0001\ngoal")
     assert isinstance(run, DagRun) and run.partial and run.status == "done"
     assert [request.purpose for request in ip.user_ns["llm"].requests] == ["plan"]  # the plan spent it
-    assert "Stopped: the cost budget of \\$0.0001 was reached" in run.answer
+    assert "Stopped: the cost budget of 0.0001 USD was reached" in run.answer
 
 
 def test_config_traits_are_defaults(ip: InteractiveShell) -> None:
