@@ -51,8 +51,9 @@ Score: TypeAlias = float | bool | dict[str, float | bool]
 ScoreFunction: TypeAlias = Callable[[Case, "DagRun"], Score | Awaitable[Score]]
 """Any scorer: a plain function (sync or async) or a ``Scorer``."""
 
-_EMPHASIS = re.compile(r"(\*\*|__|~~|\*|`)(?=\S)(.+?)(?<=\S)\1|(?<!\w)_(?=\S)(.+?)(?<=\S)_(?!\w)", re.DOTALL)
-"""Markdown emphasis around text: bold, italics, strike-through, code (``snake_case`` keeps its underscores)."""
+_EMPHASIS = re.compile(r"(\*\*|__|~~|\*|`)(?=\S)(.{1,500}?)(?<=\S)\1|(?<!\w)_(?=\S)(.{1,500}?)(?<=\S)_(?!\w)")
+"""Markdown emphasis around text: bold, italics, strike-through, code (``snake_case`` keeps its underscores).
+Within a line and 500 characters, so that an answer full of lone asterisks costs no quadratic search."""
 _HEADING_MARK = re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+", re.MULTILINE)
 _NUMBER = re.compile(r"(?<![\w.])([-−]?)((?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?)(?!\d)")
 """A plain number: an optional minus, digits with optional comma thousands separators, an optional decimal part.
