@@ -99,6 +99,7 @@ class LLMJudge:
         """Run id -> the judge's verdict on it, with its calls."""
         self.failed_calls: list[LLMCall] = [] if failed_calls is None else failed_calls
         """The calls of gradings that gave no verdict (the cell's score is then an error)."""
+        self._env_models: ModelRegistry | None = None
 
     def __repr__(self) -> str:
         low, high = self.scale
@@ -131,17 +132,23 @@ class LLMJudge:
             failed_calls=self.failed_calls,
         )
 
+    def _registry(self) -> ModelRegistry:
+        if self.models is not None:
+            return self.models
+        if self._env_models is None:  # kept aside, not made the judge's: an evaluation may still bind its session's
+            self._env_models = ModelRegistry.from_env()
+        return self._env_models
+
     def _entry(self) -> ModelEntry:
-        if self.models is None:
-            self.models = ModelRegistry.from_env()
-        if self.model is not None and self.model in self.models:
-            return self.models.get(self.model)
-        if self.model is not None and self.model not in STANDARD_ROLES and not self.models.has_role(self.model):
+        models = self._registry()
+        if self.model is not None and self.model in models:
+            return models.get(self.model)
+        if self.model is not None and self.model not in STANDARD_ROLES and not models.has_role(self.model):
             raise ScorerError(
                 f"{self!r}: no model named {self.model!r} and no role {self.model!r} in the judge's registry; "
-                f"models: {sorted(entry.name for entry in self.models)}, roles: {sorted(self.models.roles)}"
+                f"models: {sorted(entry.name for entry in models)}, roles: {sorted(models.roles)}"
             )
-        return self.models.for_role(self.model or "smart")
+        return models.for_role(self.model or "smart")
 
     def _messages(self, case: Case, run: DagRun) -> list[dict[str, Any]]:
         low, high = self.scale

@@ -108,6 +108,18 @@ async def test_an_unbound_judge_bound_to_a_registry_uses_it_and_records_its_verd
     assert judge.bound_to(models).bound_to(other).models is models  # a judge given models keeps them
 
 
+async def test_an_unbound_judge_called_alone_uses_the_models_from_the_environment_and_can_still_be_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    env_llm, env_models = judged_by({"reasoning": "env", "score": 1})
+    monkeypatch.setattr(ModelRegistry, "from_env", classmethod(lambda cls: env_models))
+    judge = llm_judge(RUBRIC)
+    assert await judge(case(), answered("Paris", run_id="run-1")) == 0.0
+    session_llm, session_models = judged_by({"reasoning": "session", "score": 5})
+    assert await judge.bound_to(session_models)(case(), answered("Paris", run_id="run-2")) == 1.0
+    assert (len(env_llm.requests), len(session_llm.requests)) == (1, 1)
+
+
 async def test_the_judges_calls_are_not_the_runs() -> None:
     llm = ScriptedLLM({
         "plan": [plan_reply(("s1", []))],
