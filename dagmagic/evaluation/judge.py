@@ -123,11 +123,11 @@ class LLMJudge:
         """
         return LLMJudge(
             self.rubric,
-            models=self.models or models,
+            models=models if self.models is None else self.models,  # an empty registry is falsy
             model=self.model,
             scale=self.scale,
             name=self.name,
-            settings=self.settings or settings,
+            settings=settings if self.settings is None else self.settings,
             verdicts=self.verdicts,
             failed_calls=self.failed_calls,
         )
