@@ -11,6 +11,7 @@ The tree, by whose mistake it is::
     ├── StoreUnavailable                     the run store cannot be written here: runs go on unsaved
     ├── BudgetExceeded                       the run's cost budget is spent: no further LLM call starts
     ├── MCPServerError                       an MCP server did not start, or went away (named, with its stderr)
+    ├── ScorerError (ValueError)             a scorer could not score a cell: no ``expected``, no judge verdict
     └── ProviderError                        a model provider refused or failed a call
         ├── FatalProviderError               raised at once, never retried
         │   ├── AuthenticationError *        missing or wrong API key
@@ -56,6 +57,7 @@ __all__ = [
     "RateLimitError",
     "ReplayMismatch",
     "RunFailedError",
+    "ScorerError",
     "ServerError",
     "StoreError",
     "StoreUnavailable",
@@ -107,6 +109,12 @@ class BudgetExceeded(DagError):
 
 class MCPServerError(DagError):
     """An MCP server did not start, or stopped answering; the message names it (with its stderr's last lines)."""
+
+
+class ScorerError(DagError, ValueError):
+    """A scorer could not score an evaluation's cell: the case lacks the ``expected`` it compares with, or the
+    judge model gave no readable verdict. The evaluation records it as that cell's error; the others go on.
+    """
 
 
 class ProviderError(DagError):

@@ -60,9 +60,11 @@ Purpose = Literal[
     "synthesize",
     "citation_check",
     "route",
+    "judge",
 ]
 """The call site of an LLM call; usage and the trace view are grouped by it. (``route``: the domain
-classification runs stored before the plan call said the domain; no call is made for it any more.)"""
+classification runs stored before the plan call said the domain; no call is made for it any more. ``judge``: an
+evaluation's LLM-as-judge scorer grading a finished run, ``dagmagic.evaluation.llm_judge``; not a call of the run.)"""
 
 StructuredLevel = Literal["tool_call", "json_mode", "text", "regex", "default"]
 
