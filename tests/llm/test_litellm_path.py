@@ -203,3 +203,24 @@ async def test_prompt_cache_reads_are_counted_and_priced_at_the_cached_input_rat
         + 100 * price["output_cost_per_token"]
     )
     assert call.cost == pytest.approx(cached_rate)
+
+
+async def test_max_tokens_given_to_register_bounds_every_reply() -> None:
+    from tests.fake_provider import Provider
+
+    provider = Provider()
+    bodies: list[dict[str, Any]] = []
+    provider.answer = lambda body: bodies.append(body) or "short"
+    try:
+        entry = (
+            ModelRegistry()
+            .register("local", "openai/qwen", api_base=provider.base, api_key="none", max_tokens=64)
+            .get("local")
+        )
+        model = ChatModel(entry, settings=DagSettings(llm_retry_backoff=0.01))
+        await model.chat(HELLO, purpose="step")
+        async for _ in model.stream(HELLO, purpose="synthesize"):
+            pass
+        assert [body.get("max_tokens") for body in bodies] == [64, 64]
+    finally:
+        provider.close()
