@@ -18,7 +18,8 @@ from dagmagic.evaluation.cases import Case
 __all__ = ["CaseComparison", "Cell", "CellStatus", "Comparison", "ConfigSummary", "Experiment", "ScoreSummary"]
 
 CellStatus = Literal["pending", "running", "done", "failed", "cancelled", "not_started"]
-"""``pending``: not started yet; ``running``; then its run's end (``done``, ``failed``, ``cancelled`` when the
+"""``pending``: not started yet (``error`` says why when its start was refused: its run driven elsewhere, say);
+``running``; then its run's end (``done``, ``failed``, ``cancelled`` when the
 evaluation was interrupted: ``resume_evaluation`` continues it); ``not_started``: ``max_cost`` was spent first."""
 
 Score = float | bool

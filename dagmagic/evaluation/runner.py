@@ -197,8 +197,8 @@ class Evaluation:
                 return
             try:
                 run = self._start(cell, case)
-            except (DagError, ValueError) as exc:
-                self._change(cell, on_cell, status="failed", error=mask_secrets(str(exc)))
+            except (DagError, ValueError) as exc:  # its run is driven elsewhere, say: it stays to run later
+                self._change(cell, on_cell, status="pending", error=f"not started: {mask_secrets(str(exc))}")
                 return
             self._running[cell.index] = run
             try:

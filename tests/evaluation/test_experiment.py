@@ -291,3 +291,33 @@ async def test_unknown_config_keys_are_told_plainly() -> None:
         session.start_evaluation(["a"], configs={"x": {"model": "openai/gpt-4o"}})
     with pytest.raises(ValueError, match=r"config 'x': .*unknown setting"):
         session.start_evaluation(["a"], configs={"x": {"settings": {"max_rounds": 2}}})
+
+
+async def test_a_cell_whose_run_is_driven_already_stays_pending_and_says_why(tmp_path: Path) -> None:
+    gate = asyncio.Event()
+
+    async def step(request: ScriptedRequest) -> str:
+        await gate.wait()
+        return "found it"
+
+    llm = ScriptedLLM(script("ok", step=step))
+    session = session_over(llm, tmp_path / "runs.sqlite")
+    experiment = session.start_evaluation(["one", "two"], name="driven")
+    while len(llm.requests_for("step")) < 2:
+        await asyncio.sleep(0.01)
+    experiment.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await experiment
+    first = experiment.results[0].run_id
+    assert first is not None
+    elsewhere = session.start_resume(first)  # the user went on with one cell's run by hand
+
+    gate.set()
+    resumed = await session.resume_evaluation("driven")
+
+    assert [cell.status for cell in resumed.results] == ["pending", "done"]
+    assert resumed.results[0].error == f"not started: run {first} is running in this session already"
+    await elsewhere
+    again = await session.resume_evaluation("driven")
+    assert [cell.status for cell in again.results] == ["done", "done"]
+    assert again.results[0].run_id == first
