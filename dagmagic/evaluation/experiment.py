@@ -308,7 +308,7 @@ class Experiment:
             counts[cell.status] = counts.get(cell.status, 0) + 1
         state = ", ".join(f"{count} {status}" for status, count in counts.items())
         stopped = f"; {self.stopped_reason}" if self.stopped_reason else ""
-        return f"Experiment({self.name!r}, id={self.id!r}, {len(self.cells)} cells: {state}{stopped})"
+        return f"Experiment({self.name!r}, {len(self.cells)} cells: {state}{stopped})"  # no id: nbval compares it
 
 
 def _score_summary(values: list[float]) -> ScoreSummary:

@@ -35,7 +35,8 @@ log = logging.getLogger("dagmagic")
 Scorer = Callable[[Case, DagRun], Any]
 """``(case, run) -> float | bool | dict[str, float | bool]``, or an awaitable of one."""
 CellListener = Callable[[Cell], None]
-"""Told of each change of a cell (started, ended, not started), for a view that follows the experiment."""
+"""Told of each change of a cell (started, ended, not started) with a copy of the cell as it is then, for a view
+that follows the experiment."""
 
 
 def scorer_name(scorer: Scorer) -> str:
@@ -236,7 +237,7 @@ class Evaluation:
             store.save_experiment_cell(self.experiment.id, cell.index, cell.model_dump_json())
         if on_cell is not None:
             try:
-                on_cell(cell)
+                on_cell(cell.model_copy())  # the cell as it is now: a listener may keep it
             except Exception:  # a view's failure must not stop the experiment
                 log.exception("[dagmagic] on_cell failed on cell %s", cell.index)
 

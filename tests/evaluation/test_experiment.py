@@ -136,7 +136,9 @@ async def test_max_cost_stops_starting_cells_and_says_so() -> None:
     assert one_cell
     plans_before = len(llm.requests_for("plan"))
 
-    experiment = await session.evaluate([f"goal {n}" for n in range(5)], concurrency=1, max_cost=1.5 * one_cell)
+    experiment = await session.evaluate(
+        [f"goal {n}" for n in range(5)], concurrency=1, max_cost=1.5 * one_cell, name="budget"
+    )
 
     statuses = [cell.status for cell in experiment.results]
     assert statuses == ["done", "done", "not_started", "not_started", "not_started"]
@@ -144,7 +146,7 @@ async def test_max_cost_stops_starting_cells_and_says_so() -> None:
     assert experiment.stopped_reason is not None
     assert "max_cost" in experiment.stopped_reason and "3 cells not started" in experiment.stopped_reason
     assert experiment.results[2].error is not None and "max_cost" in experiment.results[2].error
-    assert "3 not_started" in repr(experiment)
+    assert repr(experiment).startswith("Experiment('budget', 5 cells: 2 done, 3 not_started; max_cost $")
 
 
 async def test_an_interrupted_evaluation_resumes_only_the_cells_that_did_not_end(tmp_path: Path) -> None:
