@@ -181,14 +181,21 @@ class Experiment:
         return self._task.cancel() if self._task is not None else False
 
     async def wait(self) -> Experiment:
-        """The experiment once it stopped; cancelling the waiter interrupts it."""
-        if self._task is not None:
-            try:
-                await asyncio.shield(self._task)
-            except asyncio.CancelledError:
-                self._task.cancel()
-                await asyncio.wait([self._task])
-                raise
+        """The experiment once it stopped (ended, or interrupted by ``cancel()``); cancelling the waiter interrupts
+        it too, and waits until its running cells were cut, before the cancellation goes on.
+        """
+        task = self._task
+        if task is None:
+            return self
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            waiter = asyncio.current_task()
+            if waiter is None or not waiter.cancelling():  # cancel() interrupted it, not the waiter's own cancel
+                return self
+            task.cancel()
+            await asyncio.wait([task])
+            raise
         return self
 
     def __await__(self) -> Generator[Any, None, Experiment]:
