@@ -84,9 +84,9 @@ def _models(name: str, models: Any) -> ModelRegistry:
             f"config {name!r}: models must be a ModelRegistry or a dict of role → model, "
             'like {"smart": "openai/gpt-4o"}'
         )
-    by_model: dict[int, tuple[Any, list[str]]] = {}  # one entry per model, serving every role it was named for
+    by_model: dict[object, tuple[Any, list[str]]] = {}  # one entry per model, serving every role it was named for
     for role, model in models.items():
-        by_model.setdefault(id(model) if not isinstance(model, str) else hash(model), (model, []))[1].append(role)
+        by_model.setdefault(model if isinstance(model, str) else ("backend", id(model)), (model, []))[1].append(role)
     registry = ModelRegistry()
     for number, (model, roles) in enumerate(by_model.values(), start=1):
         registry.register(model if isinstance(model, str) else f"{name}-{number}", model, roles)

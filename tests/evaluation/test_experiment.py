@@ -68,6 +68,8 @@ async def test_two_cases_two_configs_twice_make_eight_stored_runs_one_row_each(t
     assert store is not None
     for run_id in frame["run_id"]:  # each cell is an ordinary stored run
         assert store.load(run_id).state.status == "done"
+    replayed = await session.replay(frame["run_id"][0])  # replayable like any run
+    assert replayed.answer == frame["answer"][0]
     assert session.history == []  # and none joined the conversation, so none saw another's answer
     assert all("Lyon" not in r.prompt and "Paris" not in r.prompt for r in big.requests_for("plan"))
 
