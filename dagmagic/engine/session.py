@@ -72,7 +72,8 @@ class DagSession:
 
     ``start``, ``run`` and ``start_resume`` take any of these for one run only (the notebook's cells do):
     the run still belongs to this session's conversation. ``replay`` re-executes a stored run with the code,
-    prompts and tools of now, its model calls answered from its recording.
+    prompts and tools of now, its model calls answered from its recording. ``evaluate`` runs goals × named
+    configurations, each cell a run of its own outside the conversation, and scores them (an ``Experiment``).
     """
 
     def __init__(
