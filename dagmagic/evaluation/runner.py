@@ -61,6 +61,8 @@ class Evaluation:
         self.configs = {config.name: config for config in configs}
         self.scorers = list(scorers)
         self._running: dict[int, DagRun] = {}
+        self._recorded_cost = sum(cell.cost or 0.0 for cell in experiment.cells)
+        """The cells' costs as recorded (kept as they change: checking the budget stays O(running cells))."""
 
     @classmethod
     def new(
@@ -225,12 +227,15 @@ class Evaluation:
         return self.session.start_resume(stored.run_id, **options)
 
     def _spent(self) -> float:
-        """USD spent by the cells so far, those running included."""
-        ended = sum(cell.cost or 0.0 for cell in self.experiment.cells if cell.index not in self._running)
-        return ended + sum(run.cost or 0.0 for run in self._running.values())
+        """USD spent by the cells so far, those running included (a resumed run's cost includes its past)."""
+        cells = self.experiment.cells
+        running = sum((run.cost or 0.0) - (cells[index].cost or 0.0) for index, run in self._running.items())
+        return self._recorded_cost + running
 
     def _change(self, cell: Cell, on_cell: CellListener | None, **changes: Any) -> None:
         """Change the cell, record it, and tell the listener."""
+        if "cost" in changes:
+            self._recorded_cost += (changes["cost"] or 0.0) - (cell.cost or 0.0)
         for field, value in changes.items():
             setattr(cell, field, value)
         if (store := self.store) is not None:
