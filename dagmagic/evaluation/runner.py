@@ -106,8 +106,10 @@ class Evaluation:
             )
         ]
         evaluation = cls(session, Experiment(definition, cells), made_configs, chosen)
-        if (store := evaluation.store) is not None:
-            store.save_experiment(experiment_id, definition.name, definition.created_at, definition.model_dump_json())
+        if (store := evaluation.store) is not None:  # a case's metadata may hold anything: stored as its text
+            store.save_experiment(
+                experiment_id, definition.name, definition.created_at, definition.model_dump_json(fallback=str)
+            )
             for cell in cells:
                 store.save_experiment_cell(experiment_id, cell.index, cell.model_dump_json())
         return evaluation
@@ -154,7 +156,9 @@ class Evaluation:
         definition = self.experiment.definition.model_copy(update={"max_cost": max_cost})
         self.experiment.definition = definition
         if (store := self.store) is not None:
-            store.save_experiment(definition.id, definition.name, definition.created_at, definition.model_dump_json())
+            store.save_experiment(
+                definition.id, definition.name, definition.created_at, definition.model_dump_json(fallback=str)
+            )
 
     def start(self, concurrency: int | None, on_cell: CellListener | None) -> Experiment:
         """Run the cells not ended yet as a task of the running loop; the experiment, at once."""

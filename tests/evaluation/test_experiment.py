@@ -347,3 +347,18 @@ async def test_a_cell_whose_run_is_driven_already_stays_pending_and_says_why(tmp
     again = await session.resume_evaluation("driven")
     assert [cell.status for cell in again.results] == ["done", "done"]
     assert again.results[0].run_id == first
+
+
+async def test_metadata_json_cannot_hold_is_stored_as_its_text(tmp_path: Path) -> None:
+    class Source:
+        def __str__(self) -> str:
+            return "the atlas"
+
+    session = session_over(ScriptedLLM(script("ok")), tmp_path / "runs.sqlite")
+    experiment = await session.evaluate([{"goal": "g", "metadata": {"source": Source()}}], name="odd")
+
+    assert experiment.results[0].status == "done"
+    store = session.store
+    assert store is not None
+    found = store.load_experiment("odd")
+    assert found is not None and '"source":"the atlas"' in found[0]
