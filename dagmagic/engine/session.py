@@ -314,11 +314,12 @@ class DagSession:
             for evaluation in self._evaluations.values()
             if name_or_id in (evaluation.experiment.id, evaluation.experiment.name)
         ]
-        if mine and configs is None and scorers is None:
-            evaluation = max(mine, key=lambda found: found.experiment.definition.created_at)
+        if mine:
+            latest = max(mine, key=lambda found: found.experiment.definition.created_at)
+            evaluation = Evaluation.again(self, latest.experiment, configs, scorers, previous=latest)
         else:
             evaluation = Evaluation.stored(self, name_or_id, configs, scorers)
-            self._evaluations[evaluation.experiment.id] = evaluation
+        self._evaluations[evaluation.experiment.id] = evaluation
         if max_cost is not None:
             evaluation.raise_budget(max_cost)
         return await evaluation.start(concurrency, on_cell).wait()

@@ -132,18 +132,35 @@ class Evaluation:
             raise DagError(f"no experiment named or numbered {name_or_id!r} in {where}")
         definition = ExperimentDefinition.model_validate_json(found[0])
         cells = [Cell.model_validate_json(data) for data in found[1]]
-        made_configs = as_configs(configs, session)
+        return cls.again(session, Experiment(definition, cells), configs, scorers)
+
+    @classmethod
+    def again(
+        cls,
+        session: DagSession,
+        experiment: Experiment,
+        configs: Mapping[str, Any] | None,
+        scorers: Iterable[Scorer] | None,
+        previous: Evaluation | None = None,
+    ) -> Evaluation:
+        """``experiment`` with the configs and scorers given (their names must be its own); those not given are
+        ``previous``'s (an evaluation of this session), else the session's own config and no scorer.
+        """
+        definition = experiment.definition
+        if not experiment.done():
+            raise DagError(f"experiment {definition.name!r} is running already")
+        made_configs = list(previous.configs.values()) if configs is None and previous else as_configs(configs, session)
         if sorted(config.name for config in made_configs) != sorted(definition.configs):
             wanted = ", ".join(definition.configs)
             hint = "" if configs is not None else ": pass configs= with those names, as when it started"
             raise DagError(f"experiment {definition.name!r} ran with the configs {wanted}{hint}")
-        chosen = _scorers(scorers or ())
+        chosen = previous.scorers if scorers is None and previous else _scorers(scorers or ())
         if sorted(map(scorer_name, chosen)) != sorted(definition.scorers):
             wanted = ", ".join(definition.scorers) or "none"
             raise DagError(
                 f"experiment {definition.name!r} was scored by {wanted}: pass scorers= with those, as when it started"
             )
-        return cls(session, Experiment(definition, cells), made_configs, chosen)
+        return cls(session, experiment, made_configs, chosen)
 
     @property
     def store(self) -> RunStore | None:

@@ -362,3 +362,22 @@ async def test_metadata_json_cannot_hold_is_stored_as_its_text(tmp_path: Path) -
     assert store is not None
     found = store.load_experiment("odd")
     assert found is not None and '"source":"the atlas"' in found[0]
+
+
+async def test_without_a_store_the_session_resumes_its_own_experiment_with_what_it_had() -> None:
+    llm = ScriptedLLM(script("Paris"), price=(0.001, 0.001))
+    session = session_over(llm)
+    cost = (await session.run("warm up", conversation=False)).cost
+    assert cost
+    stopped = await session.evaluate(["a", "b"], scorers=[says_paris], concurrency=1, max_cost=cost / 2, name="mem")
+    assert [cell.status for cell in stopped.results] == ["done", "not_started"]
+
+    def other(case: Case, run: DagRun) -> float:
+        return 0.0
+
+    with pytest.raises(DagError, match=r"was scored by says_paris: pass scorers="):
+        await session.resume_evaluation("mem", scorers=[other])
+    resumed = await session.resume_evaluation("mem", max_cost=10 * cost)
+
+    assert resumed is stopped
+    assert [cell.scores for cell in resumed.results] == [{"says_paris": True}] * 2
