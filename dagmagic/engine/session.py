@@ -6,11 +6,11 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, Self, TypedDict, Unpack
 
 from dagmagic.engine.agent import StepAgent
 from dagmagic.engine.code_tool import CodeWorkspace
@@ -32,6 +32,11 @@ from dagmagic.messages import Rerun
 from dagmagic.models import RunState
 from dagmagic.settings import DagSettings
 from dagmagic.tracing import RunTracer, run_tracer
+
+if TYPE_CHECKING:
+    from dagmagic.evaluation.experiment import Experiment
+    from dagmagic.evaluation.runner import CellListener, Evaluation
+    from dagmagic.evaluation.scorers import ScoreFunction
 
 __all__ = ["DagSession", "RunOptions"]
 
@@ -68,7 +73,8 @@ class DagSession:
 
     ``start``, ``run`` and ``start_resume`` take any of these for one run only (the notebook's cells do):
     the run still belongs to this session's conversation. ``replay`` re-executes a stored run with the code,
-    prompts and tools of now, its model calls answered from its recording.
+    prompts and tools of now, its model calls answered from its recording. ``evaluate`` runs goals × named
+    configurations, each cell a run of its own outside the conversation, and scores them (an ``Experiment``).
     """
 
     def __init__(
@@ -108,6 +114,8 @@ class DagSession:
         """Where each run's exchange sits in the history (a re-run replaces it)."""
         self._outside: set[str] = set()
         """Runs started outside the conversation: their answers do not join it."""
+        self._evaluations: dict[str, Evaluation] = {}
+        """Experiments started here, by id, with their configs and scorers (``resume_evaluation`` needs them)."""
 
     @property
     def tools(self) -> list[Tool]:
@@ -242,6 +250,80 @@ class DagSession:
         driver = self._driver(stored.history, options)
         step_through = options.get("step_through", self.step_through)
         return self._keep(DagRun(stored.state, events=stored.events, driver=driver, step_through=step_through))
+
+    # --- evaluations
+
+    def start_evaluation(
+        self,
+        cases: Any,
+        *,
+        goal: str | None = None,
+        configs: Mapping[str, Any] | None = None,
+        scorers: Iterable[ScoreFunction] = (),
+        repeat: int = 1,
+        concurrency: int | None = None,
+        max_cost: float | None = None,
+        name: str | None = None,
+        on_cell: CellListener | None = None,
+    ) -> Experiment:
+        """Start evaluating this session's workflow over ``cases`` as a task on the running loop; the
+        ``Experiment`` at once (``await`` it for the end). See ``evaluate``.
+        """
+        from dagmagic.evaluation.runner import Evaluation  # the evaluation package builds on the session
+
+        _running_loop("DagSession.start_evaluation()", "asyncio.run(session.evaluate(cases))")
+        evaluation = Evaluation.new(
+            self, cases, goal=goal, configs=configs, scorers=scorers, repeat=repeat, max_cost=max_cost, name=name
+        )
+        self._evaluations[evaluation.experiment.id] = evaluation
+        return evaluation.start(concurrency, on_cell)
+
+    async def evaluate(self, cases: Any, **options: Any) -> Experiment:
+        """Run every cell (case × config × repetition) of an experiment and score it; the experiment once all ended.
+
+        ``cases``: goals, dicts with a ``goal`` (and ``expected``, ``metadata``, ``id``), or a pandas DataFrame
+        whose rows fill the template ``goal="Compare {a} and {b}"``. ``configs``: named variations of this
+        session's models, settings and tools (``{"small": {"models": {"smart": "openai/gpt-4o-mini"}}}``; default:
+        the session's own, named ``default``). ``scorers``: callables ``(case, run) -> float | bool | dict``, sync or
+        async; one that raises scores that cell as an error. ``concurrency``: cells at once (default
+        ``settings.max_concurrency``); ``max_cost``: USD after which no cell starts (the experiment says so);
+        ``on_cell``: told of each cell's change. Each cell is an ordinary stored run outside the conversation.
+        Cancelling this interrupts the experiment: finished cells are kept, and ``resume_evaluation`` runs the rest.
+        """
+        return await self.start_evaluation(cases, **options).wait()
+
+    async def resume_evaluation(
+        self,
+        name_or_id: str,
+        *,
+        configs: Mapping[str, Any] | None = None,
+        scorers: Iterable[ScoreFunction] | None = None,
+        concurrency: int | None = None,
+        max_cost: float | None = None,
+        on_cell: CellListener | None = None,
+    ) -> Experiment:
+        """Run the cells of the experiment ``name_or_id`` that did not end (a cell cut mid-run is resumed like any
+        run; one ``max_cost`` left unstarted is started) and return it. An experiment of this session keeps its
+        configs and scorers; one read back from the store (another session, a restarted kernel) needs them again,
+        by the same names. ``max_cost``: a new budget for the whole experiment (default: the one it had).
+        """
+        from dagmagic.evaluation.runner import Evaluation
+
+        _running_loop("DagSession.resume_evaluation()", "asyncio.run(session.resume_evaluation(name))")
+        mine = [
+            evaluation
+            for evaluation in self._evaluations.values()
+            if name_or_id in (evaluation.experiment.id, evaluation.experiment.name)
+        ]
+        if mine:
+            latest = max(mine, key=lambda found: found.experiment.definition.created_at)
+            evaluation = Evaluation.again(self, latest.experiment, configs, scorers, previous=latest)
+        else:
+            evaluation = Evaluation.stored(self, name_or_id, configs, scorers)
+        self._evaluations[evaluation.experiment.id] = evaluation
+        if max_cost is not None:
+            evaluation.raise_budget(max_cost)
+        return await evaluation.start(concurrency, on_cell).wait()
 
     def _stored(self, run_id: str, settings: DagSettings | None, verb: str, what: str) -> StoredRun:
         store = self.store_for(settings or self.settings)

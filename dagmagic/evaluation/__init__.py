@@ -1,7 +1,19 @@
-"""Evaluating a workflow over a dataset: cases × configs × repetitions, each cell an ordinary stored run, scored."""
+"""Evaluating a workflow over a dataset: cases × configs × repetitions, each cell an ordinary stored run, scored.
+
+``session.evaluate(cases, configs=..., scorers=...)`` returns an ``Experiment``.
+"""
 
 from dagmagic.evaluation.cases import Case
+from dagmagic.evaluation.experiment import (
+    CaseComparison,
+    Cell,
+    Comparison,
+    ConfigSummary,
+    Experiment,
+    ScoreSummary,
+)
 from dagmagic.evaluation.judge import JudgeVerdict, LLMJudge, llm_judge
+from dagmagic.evaluation.runner import scorer_name
 from dagmagic.evaluation.scorers import (
     Score,
     ScoreFunction,
@@ -17,10 +29,16 @@ from dagmagic.evaluation.scorers import (
 
 __all__ = [
     "Case",
+    "CaseComparison",
+    "Cell",
+    "Comparison",
+    "ConfigSummary",
+    "Experiment",
     "JudgeVerdict",
     "LLMJudge",
     "Score",
     "ScoreFunction",
+    "ScoreSummary",
     "Scorer",
     "contains",
     "exact_match",
@@ -29,5 +47,6 @@ __all__ = [
     "max_rounds",
     "no_failed_steps",
     "numeric",
+    "scorer_name",
     "used_tool",
 ]

@@ -2,7 +2,7 @@
 
 ``run_store`` is the store (and says what it guarantees); ``schema`` the file, ``rows`` what is written and read,
 ``writer`` the thread that writes, ``saved_runs`` what it tells the runs, ``lease`` a run's one driver,
-``export`` a safe copy.
+``export`` a safe copy, ``experiments`` what an evaluation keeps besides its cells' runs.
 """
 
 from __future__ import annotations

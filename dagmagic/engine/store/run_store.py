@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from dagmagic.engine.context import Exchange
-from dagmagic.engine.store import lease, rows, schema
+from dagmagic.engine.store import experiments, lease, rows, schema
 from dagmagic.engine.store.export import copy_store
 from dagmagic.engine.store.saved_runs import SavedRuns
 from dagmagic.engine.store.writer import Change, OpenFile, Statements, StoreWriter, Withdrawn
@@ -329,6 +329,24 @@ class RunStore:
             change.statements.call(lambda db: lease.take(db, held))
         rows.put_whole(change.statements, run, list(history))
         return change
+
+    # --- experiments (``session.evaluate``)
+
+    def save_experiment(self, experiment_id: str, name: str, created_at: float, definition: str) -> None:
+        """Record an experiment's definition (JSON), written in order with the runs' changes."""
+        change = Change(run_id=None)
+        experiments.put_definition(change.statements, experiment_id, name, created_at, definition)
+        self._writer.put(change)
+
+    def save_experiment_cell(self, experiment_id: str, index: int, cell: str) -> None:
+        """Record one cell of an experiment as it is now (JSON)."""
+        change = Change(run_id=None)
+        experiments.put_cell(change.statements, experiment_id, index, cell)
+        self._writer.put(change)
+
+    def load_experiment(self, name_or_id: str) -> tuple[str, list[str]] | None:
+        """The experiment with that id (or the latest with that name): its definition and cells (JSON), or None."""
+        return experiments.find(self._read(), name_or_id)
 
     # --- reading
 

@@ -16,7 +16,7 @@ from dagmagic.errors import StoreError, StoreUnavailable
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "connect", "reader"]
 
 APPLICATION_ID = 0x4441474D  # "DAGM": marks the file as a dagmagic run store
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _MIGRATIONS: list[list[str]] = [
     [  # version 1
@@ -51,6 +51,13 @@ _MIGRATIONS: list[list[str]] = [
         "ALTER TABLE runs ADD COLUMN conversation INTEGER",
         # an llm_call event's calls row (its data then holds no call); NULL for other events, and for schema 2's
         "ALTER TABLE events ADD COLUMN call INTEGER",
+    ],
+    [  # version 4: experiments (``session.evaluate``): each one's definition, and a row per cell naming its run
+        """CREATE TABLE experiments (
+            experiment_id TEXT PRIMARY KEY, name TEXT NOT NULL, created_at REAL NOT NULL, data TEXT NOT NULL)""",
+        "CREATE INDEX experiments_by_name ON experiments (name, created_at)",
+        """CREATE TABLE experiment_cells (
+            experiment_id TEXT NOT NULL, idx INTEGER NOT NULL, data TEXT NOT NULL, PRIMARY KEY (experiment_id, idx))""",
     ],
 ]
 """Each schema version's statements, applied in order to bring an older file up to date."""

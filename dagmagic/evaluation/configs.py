@@ -1,0 +1,106 @@
+"""The configurations an evaluation compares: named variations of the session's models, settings and tools."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from dagmagic.llm import ModelRegistry
+from dagmagic.settings import DagSettings
+
+if TYPE_CHECKING:
+    from dagmagic.engine.session import DagSession, RunOptions
+
+__all__ = ["DEFAULT_CONFIG", "Config", "as_configs"]
+
+DEFAULT_CONFIG = "default"
+"""The name of the session's own configuration, when no configs are given."""
+
+_KEYS = ("models", "settings", "tools")
+
+
+@dataclass(frozen=True)
+class Config:
+    """One named configuration: what its cells' runs use instead of the session's own (None: the session's)."""
+
+    name: str
+    models: ModelRegistry | None = None
+    settings: DagSettings | None = None
+    tools: tuple[Any, ...] | None = None
+
+    def options(self) -> RunOptions:
+        """The run options of a cell run with this configuration."""
+        options: RunOptions = {}
+        if self.models is not None:
+            options["models"] = self.models
+        if self.settings is not None:
+            options["settings"] = self.settings
+        if self.tools is not None:
+            options["tools"] = self.tools
+        return options
+
+
+def as_configs(configs: Mapping[str, Any] | None, session: DagSession) -> list[Config]:
+    """The configurations named in ``configs`` (``{"small": {"models": {"smart": "openai/gpt-4o-mini"}}}``), each
+    built over the session's own: ``models`` a ``ModelRegistry`` or role → model (a model string or a backend;
+    the roles not named fall back among the given models), ``settings`` a ``DagSettings`` or a dict of its fields
+    (over the session's settings), ``tools`` what ``DagSession(tools=)`` takes. None: the session's own, named
+    ``default``.
+    """
+    if configs is None:
+        return [Config(DEFAULT_CONFIG)]
+    if not isinstance(configs, Mapping) or not configs:
+        raise TypeError('configs must be a dict of named configurations, like {"small": {"models": {...}}}')
+    return [_config(str(name), spec, session) for name, spec in configs.items()]
+
+
+def _config(name: str, spec: Any, session: DagSession) -> Config:
+    if not isinstance(spec, Mapping):
+        raise TypeError(f"config {name!r} must be a dict of any of {', '.join(_KEYS)}; got {type(spec).__name__}")
+    if unknown := sorted(set(map(str, spec)) - set(_KEYS)):
+        raise ValueError(
+            f"config {name!r} has {', '.join(map(repr, unknown))}, which a config does not take: "
+            f"it takes {', '.join(_KEYS)}"
+        )
+    models = spec.get("models")
+    settings = spec.get("settings")
+    tools = spec.get("tools")
+    return Config(
+        name=name,
+        models=None if models is None else _models(name, models),
+        settings=None if settings is None else _settings(name, settings, session.settings),
+        tools=None if tools is None else tuple(tools),
+    )
+
+
+def _models(name: str, models: Any) -> ModelRegistry:
+    if isinstance(models, ModelRegistry):
+        return models
+    if not isinstance(models, Mapping) or not models:
+        raise TypeError(
+            f"config {name!r}: models must be a ModelRegistry or a dict of role → model, "
+            'like {"smart": "openai/gpt-4o"}'
+        )
+    by_model: dict[object, tuple[Any, list[str]]] = {}  # one entry per model, serving every role it was named for
+    for role, model in models.items():
+        by_model.setdefault(model if isinstance(model, str) else ("backend", id(model)), (model, []))[1].append(role)
+    registry = ModelRegistry()
+    for number, (model, roles) in enumerate(by_model.values(), start=1):
+        registry.register(model if isinstance(model, str) else f"{name}-{number}", model, roles)
+    return registry
+
+
+def _settings(name: str, settings: Any, base: DagSettings) -> DagSettings:
+    if isinstance(settings, DagSettings):
+        return settings
+    if not isinstance(settings, Mapping):
+        raise TypeError(f"config {name!r}: settings must be a DagSettings or a dict of its fields")
+    try:
+        return DagSettings.model_validate({**base.model_dump(), **settings})
+    except ValidationError as exc:  # its own message names the setting and lists the known ones
+        problem = exc.errors()[0]
+        where = ".".join(map(str, problem["loc"]))
+        raise ValueError(f"config {name!r}: {where + ': ' if where else ''}{problem['msg']}") from None
