@@ -1,0 +1,113 @@
+"""Evaluation at scale on one machine: 1,000 cases x 2 configs with a zero-latency ScriptedLLM, the store on.
+
+Three experiments of 125, 250 and 500 cases x 2 configs (250, 500 and 1,000 cells), each in a fresh session
+and a fresh SQLite file, so the wall time is dagmagic's own work. Reported for each size:
+
+- ms/cell: wall time of ``session.evaluate(...)`` per cell (plan, one step, analyze, synthesize, scoring and the
+  store's writes of the run and the experiment row);
+- peak KB/cell: the tracemalloc peak during the experiment, per cell;
+- retained KB/cell: what is still allocated after the experiment, once the ScriptedLLMs' request logs
+  (``llm.requests``, which keep every prompt by design) are cleared, the session and experiment still alive;
+- store bytes/cell: the database plus its WAL after the experiment.
+
+Flat means the per-cell columns stay about the same from 250 to 1,000 cells (linear totals).
+Run: ``python benchmarks/evaluation.py`` (``--quick``: 50/100/200 cells). It prints numbers; it asserts nothing.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"  # never fetch litellm's price list from the network
+
+import asyncio
+import gc
+import platform
+import sys
+import tempfile
+import time
+import tracemalloc
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from dagmagic import DagSession, DagSettings, ModelRegistry
+from dagmagic.engine.run import DagRun
+from dagmagic.evaluation import Case
+from dagmagic.testing import ScriptedLLM
+
+PLAN = {"steps": [{"id": "s1", "task": "look it up"}]}
+VERDICT = {"achieved": True, "confidence": 0.9, "reasoning": "complete"}
+CONCURRENCY = 50
+
+
+def scripted(answer: str) -> ScriptedLLM:
+    """A model that plans one step, finds it, judges it achieved and answers ``answer``, at once."""
+    return ScriptedLLM({"plan": [PLAN], "step": ["found it"], "analyze": [VERDICT], "synthesize": [[answer]]})
+
+
+def says_paris(case: Case, run: DagRun) -> bool:
+    """A scorer, so that scoring is part of each cell's cost."""
+    return "Paris" in run.answer
+
+
+async def one_experiment(cases: int, store: Path) -> dict[str, Any]:
+    """Evaluate ``cases`` goals under two configs into ``store``: wall time, memory and size."""
+    small, big = scripted("Lyon"), scripted("Paris")
+    session = DagSession(ModelRegistry().register("m", small), DagSettings(store=str(store)))
+    configs = {"small": {"models": {"smart": small}}, "big": {"models": {"smart": big}}}
+    goals = [f"Question number {i}: what is the capital of France?" for i in range(cases)]
+    gc.collect()
+    tracemalloc.start()
+    baseline = tracemalloc.get_traced_memory()[0]
+    started = time.perf_counter()
+    experiment = await session.evaluate(goals, configs=configs, scorers=[says_paris], concurrency=CONCURRENCY)
+    elapsed = time.perf_counter() - started
+    peak = tracemalloc.get_traced_memory()[1] - baseline
+    small.requests.clear()
+    big.requests.clear()
+    gc.collect()
+    retained = tracemalloc.get_traced_memory()[0] - baseline
+    tracemalloc.stop()
+    frame = experiment.to_dataframe()
+    cells = len(frame)
+    assert cells == 2 * cases and set(frame["status"]) == {"done"}, frame["status"].value_counts()
+    if session.store is not None:
+        session.store.close()
+    size = sum(p.stat().st_size for p in store.parent.glob(store.name + "*"))
+    return {"cells": cells, "seconds": elapsed, "peak": peak, "retained": retained, "bytes": size}
+
+
+def main() -> None:
+    """Run the three sizes and print the table."""
+    sizes = (25, 50, 100) if "--quick" in sys.argv else (125, 250, 500)
+    print(
+        f"dagmagic evaluation benchmark - {datetime.now(UTC):%Y-%m-%d %H:%M} UTC - Python "
+        f"{platform.python_version()} on {platform.system()} {platform.machine()}, {os.cpu_count()} cores, "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
+    print(f"cases x 2 configs, zero-latency ScriptedLLM, store on, concurrency {CONCURRENCY}; tracemalloc on")
+    with tempfile.TemporaryDirectory() as tmp:
+        asyncio.run(one_experiment(5, Path(tmp) / "warmup.sqlite"))  # imports, litellm's tables, first-use caches
+        rows = [asyncio.run(one_experiment(n, Path(tmp) / f"runs-{n}.sqlite")) for n in sizes]
+    print()
+    print(
+        f"{'cells':>6} {'wall s':>8} {'ms/cell':>8} {'peak KB/cell':>13} {'retained KB/cell':>17} {'store KB/cell':>14}"
+    )
+    for row in rows:
+        cells = row["cells"]
+        print(
+            f"{cells:>6} {row['seconds']:>8.2f} {row['seconds'] / cells * 1000:>8.2f} "
+            f"{row['peak'] / cells / 1024:>13.1f} {row['retained'] / cells / 1024:>17.1f} "
+            f"{row['bytes'] / cells / 1024:>14.1f}"
+        )
+    first, last = rows[0], rows[-1]
+    print()
+    print(f"from {first['cells']} to {last['cells']} cells ({last['cells'] / first['cells']:.0f}x): "
+          f"wall x{last['seconds'] / first['seconds']:.2f}, peak x{last['peak'] / first['peak']:.2f}, "
+          f"store x{last['bytes'] / first['bytes']:.2f}")  # fmt: skip
+    print("(tracemalloc slows Python allocation: ms/cell here is an upper bound on the overhead)")
+
+
+if __name__ == "__main__":
+    main()
