@@ -20,6 +20,9 @@ def load_ipython_extension(shell: Any) -> None:
     transformer.install(shell)
     # by name: the engine (and pydantic) load with the first run, not with the extension
     shell.display_formatter.mimebundle_formatter.for_type_by_name("dagmagic.engine.run", "DagRun", _display_run)
+    shell.display_formatter.mimebundle_formatter.for_type_by_name(
+        "dagmagic.evaluation.experiment", "Experiment", _display_experiment
+    )
     preload.import_litellm_in_background(shell)
 
 
@@ -27,6 +30,12 @@ def _display_run(run: Any, include: Any = None, exclude: Any = None) -> tuple[di
     from dagmagic.notebook.display import marker, run_bundle
 
     return run_bundle(run, include, exclude), marker(run)
+
+
+def _display_experiment(experiment: Any, include: Any = None, exclude: Any = None) -> dict[str, str]:
+    from dagmagic.notebook.experiment_view import experiment_mimebundle
+
+    return experiment_mimebundle(experiment)
 
 
 def unload_ipython_extension(shell: Any) -> None:

@@ -30,10 +30,17 @@ _active: DagMagics | None = None
 """The magics of this kernel (``%load_ext dagmagic`` sets it): what a rewritten cell calls."""
 
 
-async def run_dag_cell(line: str, cell: str) -> DagRun:
-    """What a rewritten ``%%dag`` cell awaits."""
+async def run_dag_cell(line: str, cell: str) -> DagRun | None:
+    """What a rewritten ``%%dag`` cell awaits (``%%dag eval``: nothing, its grid is shown already)."""
     magics = _magics()
+    if _is_eval(line):
+        await magics.run_eval_cell(line, cell)
+        return None
     return await _told_in_one_line(magics, magics.run_cell(line, cell))
+
+
+def _is_eval(line: str) -> bool:
+    return line.split(maxsplit=1)[:1] == ["eval"]
 
 
 async def run_dag_line(command: str, rest: str) -> DagRun:
@@ -207,6 +214,12 @@ class DagMagics(Magics):
             %dag trace [RUN]       every LLM call of a run: purpose, model, level, tokens, latency, cost
             %dag export PATH       a copy of the run store, safe to move, share or back up
             %dag demo              an offline demonstration (no API key needed)
+
+        Evaluation cell::
+
+            %%dag eval --cases VAR [--configs VAR] [--scorers a,b] [--repeat N] [--max-cost USD]
+                       [--concurrency N] [--models VAR] [--name NAME] [--resume NAME] [-o VAR]
+            <goal template, e.g. Compare {a} and {b}; empty: the cases' own goals>
         """
         if cell is None:
             from dagmagic.notebook.commands import dispatch
@@ -215,7 +228,9 @@ class DagMagics(Magics):
         try:
             asyncio.get_running_loop()
         except RuntimeError:  # a terminal without autoawait: run it here, to the end
-            return asyncio.run(self.run_cell(line, cell))
+            return asyncio.run(self.run_eval_cell(line, cell) if _is_eval(line) else self.run_cell(line, cell))
+        if _is_eval(line):
+            raise UsageError("%%dag eval needs top-level await: turn it on with %autoawait asyncio")
         # a loop is running but this cell was not rewritten into an await (autoawait off): run in the background
         args = self.parse(line)
         args.bg = True
@@ -237,6 +252,13 @@ class DagMagics(Magics):
             return offer_resume(self.notebook, goal, interrupted, options, args, line)
         run = self.notebook.start(goal, args, line, options)
         return await self.present(run, args, line)
+
+    async def run_eval_cell(self, line: str, cell: str) -> None:
+        """What a rewritten ``%%dag eval`` cell awaits: the experiment's grid, shown and redrawn until it stops."""
+        from dagmagic.notebook.evaluation_cell import EvalCell
+
+        options = line.split(maxsplit=1)[1:]  # the word "eval" left out
+        await EvalCell(self.notebook, options[0] if options else "", cell).run()
 
     async def present(self, run: DagRun, args: Any, line: str = "", *, again: bool = False) -> DagRun:
         """Show the run as a cell's (``again``: a re-run of a run shown before) and, unless ``--bg``, await it."""
