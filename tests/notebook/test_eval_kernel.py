@@ -60,6 +60,7 @@ def test_the_grid_is_shown_once_and_updated_in_place_until_every_cell_is_done(ke
     assert "<td>small</td><td>2/2</td><td>0</td><td>0.00 [0.00, 0.00]</td>" in final  # the summary per config
     assert "<td>big</td><td>2/2</td><td>0</td><td>1.00 [1.00, 1.00]</td>" in final
     assert final.count("✓ done · ") == 4
+    assert len(updates) <= 4 * cell.duration + 2  # throttled: at most 4 redraws a second, and the last
     assert cell.result == {}  # no second copy as the cell's value
     check = kernel.execute("print(repr(exp))")
     assert check.stdout == "Experiment('towns', 4 cells: 4 done)\n"
@@ -69,12 +70,13 @@ def test_interrupt_keeps_the_finished_cells_and_the_last_view_says_how_to_resume
     kernel.execute("slow = scripted(latency=0.4)\nmany = [f'goal {n}' for n in range(6)]")
     submitted = time.monotonic()
     msg_id = kernel.submit("%%dag eval --cases many --models slow --concurrency 1 --name slowly")
-    kernel.wait_for(
+    first = kernel.wait_for(
         lambda m: m["msg_type"] == "update_display_data" and re.search("[1-5] of 6 cells done", _html(m)) is not None,
         "a first cell done",
         60,
     )
     kernel.manager.interrupt_kernel()
+    assert re.search(r"about [0-9.]+ (s|min) left", _html(first))  # an estimate from the mean time per cell
     cell = kernel.collect(msg_id, submitted, timeout=60)
     assert cell.status == "error"
     assert "Interrupted: `%%dag eval --resume slowly` runs the cells that did not end." in cell.error

@@ -122,6 +122,9 @@ def test_the_cell_runs_every_case_with_every_config_and_binds_the_experiment(eva
     assert [case.goal for case in experiment.cases] == ["Where is Paris?", "Where is Lyon?"]
     assert sorted(cell.status for cell in experiment.cells) == ["done"] * 4
     assert {cell.config: cell.scores["says_paris"] for cell in experiment.cells} == {"small": False, "big": True}
+    shown, _ = evaluating.display_formatter.format(experiment)  # displayed again later: the same grid
+    assert "4 of 4 cells done" in shown["text/html"] and "4 of 4 cells done" in shown["text/markdown"]
+    assert shown["text/plain"] == "Experiment('towns', 4 cells: 4 done)"
 
 
 # --- the grid ---------------------------------------------------------------------------------------------------
