@@ -201,6 +201,10 @@ class EvalCell:
             )
         except (DagError, KeyError, TypeError, ValueError) as exc:
             raise UsageError(f"--resume {self.args.resume}: {exc}") from None
+        except asyncio.CancelledError as exc:  # its grid shows once it stopped: no view to settle here
+            told = f"Interrupted: `%%dag eval --resume {self.args.resume}` runs the cells that did not end."
+            setattr(exc, "_render_traceback_", lambda: [told])  # noqa: B010 (not the class's attribute)
+            raise
         self._show(experiment)
         return experiment
 
