@@ -95,15 +95,15 @@ function readState(model) {
 export function gridCell(runs, scored) {
   const statuses = new Set(runs.map((cell) => cell[2]));
   const status = statuses.size === 1 ? [...statuses][0] : "mixed";
-  const marks = runs.map((cell) => MARKS[cell[2]] ?? "?").join("");
-  const parts = [marks];
+  const word = status.replace("_", " ");
+  const parts = [`${runs.map((cell) => MARKS[cell[2]] ?? "?").join("")} ${word}`];
   const scores = runs.map((cell) => cell[3]).filter((value) => typeof value === "number");
-  if (scored) parts.push(scores.length ? mean(scores).toFixed(2) : "—");
+  if (scored && scores.length) parts.push(mean(scores).toFixed(2));
+  else if (scored && runs.some((cell) => cell[2] === "done" || cell[2] === "failed")) parts.push("no score");
   const costs = runs.map((cell) => cell[4]).filter((value) => typeof value === "number");
   if (costs.length) parts.push(formatCost(costs.reduce((a, b) => a + b, 0)));
   const latencies = runs.map((cell) => cell[5]).filter((value) => typeof value === "number");
   if (latencies.length) parts.push(formatDuration(mean(latencies)));
-  const word = status.replace("_", " ");
   return { status, text: parts.join(" · "), title: word };
 }
 

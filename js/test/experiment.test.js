@@ -80,7 +80,12 @@ describe("the experiment grid", () => {
       "small",
       "big",
     ]);
-    expect(cells(el)).toEqual(["✓ · 0.00 · $0.0012 · 1.5s", "✓ · 1.00 · $0.0034 · 2.5s", "… · —", "· · —"]);
+    expect(cells(el)).toEqual([
+      "✓ done · 0.00 · $0.0012 · 1.5s",
+      "✓ done · 1.00 · $0.0034 · 2.5s",
+      "… running",
+      "· pending",
+    ]);
     expect(el.querySelector("img")).toBeNull();
     expect(el.textContent).toContain(HOSTILE);
     expect(el.querySelector(".dagmagic-experiment-progress")?.textContent).toContain("about 3.0 s left");
@@ -106,7 +111,7 @@ describe("the experiment grid", () => {
     model.set("counts", { total: 4, ended: 3, failed: 1, running: 0 });
     await frame();
     expect(first.firstChild).toBe(before); // untouched
-    expect(third.textContent).toBe("✗ · — · $0.0010 · 0.5s");
+    expect(third.textContent).toBe("✗ failed · no score · $0.0010 · 0.5s");
     expect(/** @type {HTMLElement} */ (third).dataset.status).toBe("failed");
     const failed = /** @type {HTMLElement} */ (el.querySelector(".dagmagic-experiment-bar-failed"));
     expect(failed.style.width).toBe("25%");
@@ -121,7 +126,7 @@ describe("the experiment grid", () => {
         ],
         true,
       ),
-    ).toEqual({ status: "mixed", text: "✓✗ · 0.50 · $0.0030 · 2.0s", title: "mixed" });
+    ).toEqual({ status: "mixed", text: "✓✗ mixed · 0.50 · $0.0030 · 2.0s", title: "mixed" });
   });
 
   it("opens a started cell's run through the host, and a cell not started says so", async () => {
