@@ -25,3 +25,30 @@ describe.runIf(existsSync(bundle))("bundle", () => {
     expect(model.listenerCount()).toBe(0);
   });
 });
+
+const experimentBundle = resolve(__dirname, "../../dagmagic/static/experiment.js");
+
+describe.runIf(existsSync(experimentBundle))("the experiment grid's bundle", () => {
+  it("renders a grid whose texts stay text, and cleans up", async () => {
+    const widget = (await import(/* @vite-ignore */ pathToFileURL(experimentBundle).href)).default();
+    const model = fakeModel({
+      name: "towns",
+      configs: ["a"],
+      cases: [["c1", '<img src=x onerror="alert(1)">']],
+      cells: [[0, 0, "done", 1, null, 1.5]],
+      score_column: "s",
+      score_columns: ["s"],
+      counts: { total: 1, ended: 1 },
+      summary_header: [],
+      summary_rows: [],
+      opened: null,
+    });
+    const el = document.createElement("div");
+    widget.initialize({ model });
+    const cleanup = widget.render({ model, el });
+    expect(el.querySelector("td")?.textContent).toBe("✓ done · 1.00 · 1.5s");
+    expect(el.querySelector("img, [onerror]")).toBeNull();
+    cleanup();
+    expect(model.listenerCount()).toBe(0);
+  });
+});
