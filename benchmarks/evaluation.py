@@ -1,6 +1,6 @@
 """Evaluation at scale on one machine: 1,000 cases x 2 configs with a zero-latency ScriptedLLM, the store on.
 
-Three experiments of 125, 250 and 500 cases x 2 configs (250, 500 and 1,000 cells), each in a fresh session
+Three experiments of 250, 500 and 1,000 cases x 2 configs (500, 1,000 and 2,000 cells), each in a fresh session
 and a fresh SQLite file, so the wall time is dagmagic's own work. Reported for each size:
 
 - ms/cell: wall time of ``session.evaluate(...)`` per cell (plan, one step, analyze, synthesize, scoring and the
@@ -10,7 +10,7 @@ and a fresh SQLite file, so the wall time is dagmagic's own work. Reported for e
   (``llm.requests``, which keep every prompt by design) are cleared, the session and experiment still alive;
 - store bytes/cell: the database plus its WAL after the experiment.
 
-Flat means the per-cell columns stay about the same from 250 to 1,000 cells (linear totals).
+Flat means the per-cell columns stay about the same from 500 to 2,000 cells (linear totals).
 Run: ``python benchmarks/evaluation.py`` (``--quick``: 50/100/200 cells). It prints numbers; it asserts nothing.
 """
 
@@ -80,7 +80,7 @@ async def one_experiment(cases: int, store: Path) -> dict[str, Any]:
 
 def main() -> None:
     """Run the three sizes and print the table."""
-    sizes = (25, 50, 100) if "--quick" in sys.argv else (125, 250, 500)
+    sizes = (25, 50, 100) if "--quick" in sys.argv else (250, 500, 1000)
     print(
         f"dagmagic evaluation benchmark - {datetime.now(UTC):%Y-%m-%d %H:%M} UTC - Python "
         f"{platform.python_version()} on {platform.system()} {platform.machine()}, {os.cpu_count()} cores, "

@@ -27,6 +27,24 @@ CellStatus = Literal["pending", "running", "done", "failed", "cancelled", "not_s
 evaluation was interrupted: ``resume_evaluation`` continues it); ``not_started``: ``max_cost`` was spent first."""
 
 Score = float | bool
+FIXED_COLUMNS = (
+    "case_id",
+    "goal",
+    "config",
+    "repetition",
+    "status",
+    "achieved",
+    "confidence",
+    "answer",
+    "cost",
+    "tokens",
+    "latency",
+    "rounds",
+    "run_id",
+    "error",
+    "score_errors",
+)
+"""The columns of ``to_dataframe`` besides the scores: no scorer may be named like one."""
 
 
 class Cell(BaseModel):
@@ -88,7 +106,8 @@ class ScoreSummary(BaseModel):
 
     mean: float
     low: float | None
-    """``mean - 1.96 * stdev / sqrt(n)`` (a normal approximation; None with fewer than two values)."""
+    """For numbers ``mean - 1.96 * stdev / sqrt(n)`` (a normal approximation; None with fewer than two values);
+    for bools, Wilson's interval of the proportion (in [0, 1])."""
     high: float | None
     n: int
     """Cells with this score."""
@@ -268,9 +287,9 @@ class Experiment:
         return _pandas().DataFrame(rows)
 
     def summary(self) -> dict[str, ConfigSummary]:
-        """Per config: each score's mean with a 95% confidence interval (mean ± 1.96·stdev/√n, a normal
-        approximation: with few cells it is narrower than a t-interval), cost, latency percentiles, failures.
-        A bool score counts 1.0 or 0.0.
+        """Per config: each score's mean with a 95% confidence interval, cost, latency percentiles, failures.
+        A number's interval is mean ± 1.96·stdev/√n (a normal approximation: with few cells it is narrower than a
+        t-interval); a bool score is a proportion (1.0 or 0.0 each), its interval Wilson's, which stays in [0, 1].
         """
         summaries = {}
         columns = self.score_columns()
@@ -289,7 +308,7 @@ class Experiment:
                 scores={
                     column: _score_summary(values)
                     for column in columns
-                    if (values := [float(cell.scores[column]) for cell in finished if column in cell.scores])
+                    if (values := [cell.scores[column] for cell in finished if column in cell.scores])
                 },
                 cost=sum(costs) if costs else None,
                 latency_p50=_percentile(latencies, 0.5),
@@ -344,12 +363,24 @@ class Experiment:
         return f"Experiment({self.name!r}, {len(self.cells)} cells: {state}{stopped})"  # no id: nbval compares it
 
 
-def _score_summary(values: list[float]) -> ScoreSummary:
+def _score_summary(scores: list[Score]) -> ScoreSummary:
+    values = [float(score) for score in scores]
     mean = statistics.fmean(values)
-    if len(values) < 2:
-        return ScoreSummary(mean=mean, low=None, high=None, n=len(values))
-    half = 1.96 * statistics.stdev(values) / math.sqrt(len(values))
-    return ScoreSummary(mean=mean, low=mean - half, high=mean + half, n=len(values))
+    n = len(values)
+    if all(isinstance(score, bool) for score in scores):
+        low, high = _wilson(mean, n)
+        return ScoreSummary(mean=mean, low=low, high=high, n=n)
+    if n < 2:
+        return ScoreSummary(mean=mean, low=None, high=None, n=n)
+    half = 1.96 * statistics.stdev(values) / math.sqrt(n)
+    return ScoreSummary(mean=mean, low=mean - half, high=mean + half, n=n)
+
+
+def _wilson(proportion: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson's 95% interval of a proportion seen in ``n`` trials: in [0, 1], and not empty at 0 or 1."""
+    centre = (proportion + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(proportion * (1 - proportion) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(centre - half, 0.0), min(centre + half, 1.0)
 
 
 def _percentile(ordered: list[float], fraction: float) -> float | None:

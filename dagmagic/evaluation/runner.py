@@ -21,7 +21,7 @@ from dagmagic.engine.run import DagRun
 from dagmagic.errors import DagError
 from dagmagic.evaluation.cases import Case, as_cases
 from dagmagic.evaluation.configs import Config, as_configs
-from dagmagic.evaluation.experiment import Cell, Experiment, ExperimentDefinition
+from dagmagic.evaluation.experiment import FIXED_COLUMNS, Cell, Experiment, ExperimentDefinition
 from dagmagic.evaluation.judge import LLMJudge
 from dagmagic.evaluation.scorers import ScoreFunction
 from dagmagic.llm.secrets import mask_secrets
@@ -327,6 +327,11 @@ def _scorers(scorers: Iterable[ScoreFunction]) -> list[ScoreFunction]:
     names = [scorer_name(scorer) for scorer in chosen]
     if repeated := sorted({name for name in names if names.count(name) > 1}):
         raise ValueError(f"two scorers are named {', '.join(repeated)}: give one a `name` attribute of its own")
+    if taken := [name for name in names if name in FIXED_COLUMNS]:
+        raise ValueError(
+            f"a scorer is named {taken[0]!r}, as a column every experiment has: give it a `name` attribute of its "
+            f"own (the fixed columns are {', '.join(FIXED_COLUMNS)})"
+        )
     return chosen
 
 

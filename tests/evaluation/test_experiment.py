@@ -288,6 +288,29 @@ def test_the_summary_matches_a_hand_computation() -> None:
     assert (summary["big"].failures, summary["big"].finished, summary["big"].scores) == (1, 1, {})
 
 
+def test_a_bool_score_is_a_proportion_whose_interval_stays_within_zero_and_one() -> None:
+    cells = [_cell(n, f"c{n + 1}", "small", True, 1.0, 0.0) for n in range(3)]
+    cells += [_cell(3 + n, f"c{n + 1}", "big", n == 0, 1.0, 0.0) for n in range(3)]
+    summary = _experiment(cells).summary()
+
+    always = summary["small"].scores["quality"]
+    assert always.mean == 1.0 and always.high == 1.0  # the normal approximation would give [1, 1]
+    assert always.low == pytest.approx(0.4385, abs=1e-4)  # Wilson: 3 of 3 does not prove it is always so
+    once = summary["big"].scores["quality"]
+    assert once.mean == pytest.approx(1 / 3)
+    assert once.low == pytest.approx(0.0615, abs=1e-4) and once.high == pytest.approx(0.7923, abs=1e-4)
+
+
+async def test_a_scorer_named_like_a_fixed_column_is_refused() -> None:
+    session = session_over(ScriptedLLM(script("ok")))
+
+    def cost(case: Case, run: DagRun) -> float:
+        return 1.0
+
+    with pytest.raises(ValueError, match="a scorer is named 'cost', as a column every experiment has"):
+        session.start_evaluation(["a"], scorers=[cost])
+
+
 def test_compare_says_which_config_wins_each_case() -> None:
     cells = [
         _cell(0, "c1", "small", 1.0, 1.0, 0.0),

@@ -69,8 +69,8 @@ def test_headless_the_grid_is_shown_once_at_the_end_with_no_display_update(kerne
     assert not any(_state(msg) for msg in cell.messages)  # no live grid was made
     final = _html(shown[0])
     assert "4 of 4 cells done" in final and "running" not in final
-    assert "<td>small</td><td>2/2</td><td>0</td><td>0.00 [0.00, 0.00]</td>" in final  # the summary per config
-    assert "<td>big</td><td>2/2</td><td>0</td><td>1.00 [1.00, 1.00]</td>" in final
+    assert "<td>small</td><td>2/2</td><td>0</td><td>0.00 [0.00, 0.66]</td>" in final  # Wilson's interval
+    assert "<td>big</td><td>2/2</td><td>0</td><td>1.00 [0.34, 1.00]</td>" in final
     assert final.count("✓ done · ") == 4
     assert shown[0]["content"]["metadata"]["dagmagic"]["experiment_id"]  # the server extension knows it
     assert cell.result == {}  # no second copy as the cell's value
