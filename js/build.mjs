@@ -25,11 +25,18 @@ const common = {
 
 const builds = [
   { ...common, entryPoints: ["src/index.js"], outfile: join(outdir, "widget.js"), format: "esm", platform: "browser" },
+  {
+    ...common,
+    entryPoints: ["src/experiment.js"],
+    outfile: join(outdir, "experiment.js"),
+    format: "esm",
+    platform: "browser",
+  },
   { ...common, entryPoints: ["src/widget.css"], outfile: join(outdir, "widget.css") },
 ];
 
 function report() {
-  for (const name of ["widget.js", "widget.css"]) {
+  for (const name of ["widget.js", "experiment.js", "widget.css"]) {
     const bytes = readFileSync(join(outdir, name));
     const kb = (n) => `${(n / 1024).toFixed(1)} KB`;
     console.log(

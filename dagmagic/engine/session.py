@@ -297,6 +297,37 @@ class DagSession:
         """The experiments this session started or resumed (each once, as it is now), oldest first."""
         return [evaluation.experiment for evaluation in self._evaluations.values()]
 
+    def start_resume_evaluation(
+        self,
+        name_or_id: str,
+        *,
+        configs: Mapping[str, Any] | None = None,
+        scorers: Iterable[ScoreFunction] | None = None,
+        concurrency: int | None = None,
+        max_cost: float | None = None,
+        on_cell: CellListener | None = None,
+    ) -> Experiment:
+        """Start running the cells of the experiment ``name_or_id`` that did not end, as a task on the running
+        loop; the ``Experiment`` at once (``await`` it for the end). See ``resume_evaluation``.
+        """
+        from dagmagic.evaluation.runner import Evaluation
+
+        _running_loop("DagSession.start_resume_evaluation()", "asyncio.run(session.resume_evaluation(name))")
+        mine = [
+            evaluation
+            for evaluation in self._evaluations.values()
+            if name_or_id in (evaluation.experiment.id, evaluation.experiment.name)
+        ]
+        if mine:
+            latest = max(mine, key=lambda found: found.experiment.definition.created_at)
+            evaluation = Evaluation.again(self, latest.experiment, configs, scorers, previous=latest)
+        else:
+            evaluation = Evaluation.stored(self, name_or_id, configs, scorers)
+        self._evaluations[evaluation.experiment.id] = evaluation
+        if max_cost is not None:
+            evaluation.raise_budget(max_cost)
+        return evaluation.start(concurrency, on_cell)
+
     async def resume_evaluation(
         self,
         name_or_id: str,
@@ -312,23 +343,15 @@ class DagSession:
         configs and scorers; one read back from the store (another session, a restarted kernel) needs them again,
         by the same names. ``max_cost``: a new budget for the whole experiment (default: the one it had).
         """
-        from dagmagic.evaluation.runner import Evaluation
-
-        _running_loop("DagSession.resume_evaluation()", "asyncio.run(session.resume_evaluation(name))")
-        mine = [
-            evaluation
-            for evaluation in self._evaluations.values()
-            if name_or_id in (evaluation.experiment.id, evaluation.experiment.name)
-        ]
-        if mine:
-            latest = max(mine, key=lambda found: found.experiment.definition.created_at)
-            evaluation = Evaluation.again(self, latest.experiment, configs, scorers, previous=latest)
-        else:
-            evaluation = Evaluation.stored(self, name_or_id, configs, scorers)
-        self._evaluations[evaluation.experiment.id] = evaluation
-        if max_cost is not None:
-            evaluation.raise_budget(max_cost)
-        return await evaluation.start(concurrency, on_cell).wait()
+        experiment = self.start_resume_evaluation(
+            name_or_id,
+            configs=configs,
+            scorers=scorers,
+            concurrency=concurrency,
+            max_cost=max_cost,
+            on_cell=on_cell,
+        )
+        return await experiment.wait()
 
     def _stored(self, run_id: str, settings: DagSettings | None, verb: str, what: str) -> StoredRun:
         store = self.store_for(settings or self.settings)

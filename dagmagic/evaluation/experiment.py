@@ -8,12 +8,16 @@ import asyncio
 import importlib
 import math
 import statistics
-from collections.abc import Generator
-from typing import Any, Literal
+import weakref
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from dagmagic.evaluation.cases import Case
+
+if TYPE_CHECKING:
+    from dagmagic.engine.run import DagRun
 
 __all__ = ["CaseComparison", "Cell", "CellStatus", "Comparison", "ConfigSummary", "Experiment", "ScoreSummary"]
 
@@ -151,6 +155,10 @@ class Experiment:
         self.stopped_reason: str | None = None
         """Why cells were left unstarted (``max_cost`` spent), None when none was."""
         self._task: asyncio.Task[None] | None = None
+        self._runs: weakref.WeakValueDictionary[int, DagRun] = weakref.WeakValueDictionary()
+        """The cells' runs still in memory (a running one, or one the session keeps), by cell index."""
+        self._read_back: Callable[[str], DagRun] | None = None
+        """Reads a run back from the store the experiment is recorded in (None: there is none)."""
 
     @property
     def id(self) -> str:
@@ -171,6 +179,24 @@ class Experiment:
     def results(self) -> list[Cell]:
         """One row per cell, in grid order."""
         return list(self.cells)
+
+    def run_of(self, cell: Cell | int) -> DagRun:
+        """The run of ``cell`` (a ``Cell`` or its index): the live one while it runs or the session keeps it,
+        else read back from the run store (read-only). ``KeyError`` when the cell has no run (not started yet),
+        or its run is neither in memory nor stored.
+        """
+        index = cell.index if isinstance(cell, Cell) else cell
+        if not 0 <= index < len(self.cells):
+            raise KeyError(f"experiment {self.name!r} has no cell {index} (it has {len(self.cells)})")
+        found = self._runs.get(index)
+        if found is not None:
+            return found
+        run_id = self.cells[index].run_id
+        if run_id is None:
+            raise KeyError(f"cell {index} of experiment {self.name!r} has not started: it has no run yet")
+        if self._read_back is None:
+            raise KeyError(f"the run {run_id} of cell {index} is no longer in memory and there is no run store")
+        return self._read_back(run_id)
 
     def done(self) -> bool:
         """Whether it is not running (it ended, was interrupted, or never started)."""

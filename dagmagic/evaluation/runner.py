@@ -194,6 +194,7 @@ class Evaluation:
             self._run(asyncio.Semaphore(limit), on_cell), name=f"dagmagic:evaluation:{experiment.id}"
         )
         experiment._task = task
+        experiment._read_back = self._read_back
         return experiment
 
     async def _run(self, cap: asyncio.Semaphore, on_cell: CellListener | None) -> None:
@@ -229,6 +230,7 @@ class Evaluation:
                 self._change(cell, on_cell, status="pending", error=f"not started: {mask_secrets(str(exc))}")
                 return
             self._running[cell.index] = run
+            self.experiment._runs[cell.index] = run
             try:
                 self._change(cell, on_cell, status="running", run_id=run.run_id)
                 await run.wait(cancel_with_waiter=True)
@@ -250,6 +252,17 @@ class Evaluation:
         if stored.status in ("done", "failed"):
             return self.session.reopen(stored.run_id, **options)
         return self.session.start_resume(stored.run_id, **options)
+
+    def _read_back(self, run_id: str) -> DagRun:
+        """A cell's run from the session's memory, else read back from its store (read-only)."""
+        for run in reversed(self.session.runs):
+            if run.run_id == run_id:
+                return run
+        store = self.store
+        if store is None:
+            raise KeyError(f"the run {run_id} is no longer in memory and there is no run store")
+        stored = store.load(run_id)
+        return DagRun(stored.state, events=stored.events, read_only=True)
 
     def _spent(self) -> float:
         """USD spent by the cells so far, those running included (a resumed run's cost includes its past)."""

@@ -32,10 +32,12 @@ def _display_run(run: Any, include: Any = None, exclude: Any = None) -> tuple[di
     return run_bundle(run, include, exclude), marker(run)
 
 
-def _display_experiment(experiment: Any, include: Any = None, exclude: Any = None) -> dict[str, str]:
-    from dagmagic.notebook.experiment_view import experiment_mimebundle
+def _display_experiment(
+    experiment: Any, include: Any = None, exclude: Any = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    from dagmagic.notebook.experiment_widget import experiment_display
 
-    return experiment_mimebundle(experiment)
+    return experiment_display(experiment)
 
 
 def unload_ipython_extension(shell: Any) -> None:

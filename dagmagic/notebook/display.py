@@ -27,6 +27,8 @@ from dagmagic.notebook.fallbacks import run_mimebundle
 __all__ = [
     "front_end_known",
     "marker",
+    "marker_of_experiment",
+    "might_draw_widgets",
     "render_static",
     "run_bundle",
     "settle_live_view",
@@ -81,23 +83,33 @@ def front_end_known() -> bool:
     """Whether a front end that draws widgets is connected to this kernel: one made a dagmagic widget here
     (its view says so as its model is made). nbclient, papermill and nbconvert never do.
     """
-    from dagmagic.notebook.widget import DagWidget
+    from dagmagic.notebook.answering import AnsweringWidget
 
-    return DagWidget.front_end_seen
+    return AnsweringWidget.front_end_seen
 
 
 def _widget_bundle(run: DagRun) -> dict[str, Any]:
-    """The widget's view alone (ipywidgets returns it as ``(data, metadata)`` or alone, with a ``text/plain``
-    repr that the run's own replaces).
-    """
-    bundle = widget_for(run)._repr_mimebundle_()
-    data = bundle[0] if isinstance(bundle, tuple) else bundle
-    return {WIDGET_VIEW: data[WIDGET_VIEW]}
+    """The run widget's view alone."""
+    from dagmagic.notebook.evaluation_cell import widget_view
+
+    return widget_view(widget_for(run))
 
 
 def marker(run: DagRun) -> dict[str, Any]:
     """Output metadata that marks a dagmagic output (the server extension drops its widget view on save)."""
     return {"dagmagic": {"run_id": run.run_id}}
+
+
+def marker_of_experiment(experiment: Any) -> dict[str, Any]:
+    """The same mark on an experiment's grid."""
+    return {"dagmagic": {"experiment_id": experiment.id}}
+
+
+def might_draw_widgets() -> bool:
+    """Whether the cell was run from a front end a person uses, though none said yet that it draws widgets
+    (see ``run_bundle``): a live view is worth showing there.
+    """
+    return _asked_by_a_person()
 
 
 def show_live(run: DagRun, *, settled_later: bool = False) -> None:

@@ -11,22 +11,25 @@ from __future__ import annotations
 import asyncio
 import string
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from dagmagic.errors import DagError
 from dagmagic.notebook.session import names
 
 if TYPE_CHECKING:
     from dagmagic.evaluation.experiment import Cell, Experiment
+    from dagmagic.notebook.experiment_widget import ExperimentWidget
     from dagmagic.notebook.session import NotebookSession
 
-__all__ = ["UPDATES_PER_SECOND", "EvalCell", "eval_cases", "eval_scorers", "parse_eval"]
+__all__ = ["UPDATES_PER_SECOND", "EvalCell", "eval_cases", "eval_scorers", "parse_eval", "widget_view"]
 
 UPDATES_PER_SECOND = 4
-"""At most this many redraws of the grid a second while cells change (and always one at the end)."""
+"""At most this many syncs of the live grid a second while cells change (and always one at the end)."""
 
 _BUILT_IN_SCORERS = ("exact_match", "contains", "matches", "numeric", "no_failed_steps")
 """Built-in scorer factories that work without arguments: ``--scorers`` accepts their names."""
@@ -133,13 +136,21 @@ def eval_scorers(notebook: NotebookSession, spec: str | None) -> list[Callable[.
 
 
 class EvalCell:
-    """One ``%%dag eval`` cell: starts the experiment, shows its grid and redraws it as cells change."""
+    """One ``%%dag eval`` cell: starts the experiment and shows it as it runs.
+
+    Where a front end draws widgets (a person's JupyterLab, Notebook 7, VS Code), the grid is a live widget
+    (``ExperimentWidget``), its state sent at most ``UPDATES_PER_SECOND`` times a second, beside the static grid
+    (HTML and Markdown) that the saved notebook keeps, brought up to date once the experiment stops. Where
+    nothing draws widgets (nbclient, papermill, nbval, a terminal), nothing is redrawn while it runs: the static
+    grid is shown once, at the end (nbval rejects display updates).
+    """
 
     def __init__(self, notebook: NotebookSession, line: str, body: str) -> None:
         self.notebook = notebook
         self.args = parse_eval(line)
         self.body = body
-        self._handle: Any = None
+        self._widget: ExperimentWidget | None = None
+        self._display_id: str | None = None
         self._last_update = 0.0
         self._pending: asyncio.TimerHandle | None = None
         self._experiment: Experiment | None = None
@@ -150,12 +161,22 @@ class EvalCell:
         args = self.args
         configs = self.notebook.variable(args.configs, "--configs") if args.configs else None
         scorers = eval_scorers(self.notebook, args.scorers)
-        if args.resume:
-            experiment = await self._resumed(self._session(), configs, scorers)
-        else:
-            cases, goal = eval_cases(self.notebook.variable(args.cases, "--cases"), self.body)
-            session = self._session()
-            try:
+        cases, goal = (
+            (None, None) if args.resume else eval_cases(self.notebook.variable(args.cases, "--cases"), self.body)
+        )
+        session = self._session()
+        experiment: Experiment
+        try:
+            if args.resume:
+                experiment = session.start_resume_evaluation(
+                    args.resume,
+                    configs=configs,
+                    scorers=scorers or None,
+                    concurrency=args.concurrency,
+                    max_cost=args.max_cost,
+                    on_cell=self._changed,
+                )
+            else:
                 experiment = session.start_evaluation(
                     cases,
                     goal=goal,
@@ -167,16 +188,18 @@ class EvalCell:
                     name=args.name,
                     on_cell=self._changed,
                 )
-            except (TypeError, ValueError) as exc:
-                raise UsageError(str(exc)) from None
-            self._show(experiment)
-            try:
-                await experiment.wait()
-            except asyncio.CancelledError as exc:
-                self._final(experiment)
-                told = f"Interrupted: {self._resume_hint(experiment)} runs the cells that did not end."
-                setattr(exc, "_render_traceback_", lambda: [told])  # noqa: B010 (not the class's attribute)
-                raise
+        except (DagError, KeyError, TypeError, ValueError) as exc:
+            where = f"--resume {args.resume}: " if args.resume else ""
+            raise UsageError(f"{where}{exc.args[0] if isinstance(exc, KeyError) and exc.args else exc}") from None
+        self._show(experiment)
+        try:
+            await experiment.wait()
+        except asyncio.CancelledError as exc:
+            self._final(experiment)
+            told = f"Interrupted: {self._resume_hint(experiment)} runs the cells that did not end."
+            setattr(exc, "_render_traceback_", lambda: [told])  # noqa: B010 (not the class's attribute)
+            raise
+        await self._front_end_word()
         self._final(experiment)
         return experiment
 
@@ -188,26 +211,6 @@ class EvalCell:
             self.notebook.run_options(self.notebook.magics.parse(f"--models {self.args.models}"))
         )
 
-    async def _resumed(self, session: Any, configs: Any, scorers: list[Callable[..., Any]]) -> Experiment:
-        from dagmagic.errors import DagError
-
-        try:
-            experiment: Experiment = await session.resume_evaluation(
-                self.args.resume,
-                configs=configs,
-                scorers=scorers or None,
-                concurrency=self.args.concurrency,
-                max_cost=self.args.max_cost,
-            )
-        except (DagError, KeyError, TypeError, ValueError) as exc:
-            raise UsageError(f"--resume {self.args.resume}: {exc}") from None
-        except asyncio.CancelledError as exc:  # its grid shows once it stopped: no view to settle here
-            told = f"Interrupted: `%%dag eval --resume {self.args.resume}` runs the cells that did not end."
-            setattr(exc, "_render_traceback_", lambda: [told])  # noqa: B010 (not the class's attribute)
-            raise
-        self._show(experiment)
-        return experiment
-
     def _resume_hint(self, experiment: Experiment) -> str:
         options = "".join(
             f" --{option} {value}"
@@ -216,22 +219,33 @@ class EvalCell:
         )
         return f"`%%dag eval --resume {experiment.name}{options}`"
 
-    def _bundle(self, experiment: Experiment) -> dict[str, str]:
+    def _static(self, experiment: Experiment) -> dict[str, str]:
         from dagmagic.notebook.experiment_view import experiment_mimebundle
 
         return experiment_mimebundle(experiment, resume_hint=self._resume_hint(experiment), started_at=self._started_at)
 
     def _show(self, experiment: Experiment) -> None:
+        """Bind ``-o``'s variable; where a front end may draw widgets, show the live grid."""
         from IPython.display import display
+
+        from dagmagic.notebook.display import front_end_known, marker_of_experiment, might_draw_widgets
+        from dagmagic.notebook.experiment_widget import ExperimentWidget
 
         self._experiment = experiment
         if self.args.output:
             self.notebook.namespace[self.args.output] = experiment
-        self._handle = display(self._bundle(experiment), raw=True, display_id=True)
+        if not self.notebook.magics.widget or not (front_end_known() or might_draw_widgets()):
+            return
+        self._widget = ExperimentWidget(
+            experiment, resume_hint=self._resume_hint(experiment), started_at=self._started_at
+        )
+        self._display_id = f"dagmagic-{uuid.uuid4().hex}"
+        bundle = {**self._static(experiment), **widget_view(self._widget)}
+        display(bundle, raw=True, metadata=marker_of_experiment(experiment), display_id=self._display_id)
 
     def _changed(self, cell: Cell) -> None:
-        """A cell changed: redraw now, or once the throttle allows (a redraw already planned covers this one)."""
-        if self._experiment is None or self._pending is not None:
+        """A cell changed: send the grid now, or once the throttle allows (a sync already planned covers this one)."""
+        if self._widget is None or self._pending is not None:
             return
         wait = self._last_update + 1 / UPDATES_PER_SECOND - time.monotonic()
         if wait <= 0:
@@ -241,14 +255,50 @@ class EvalCell:
 
     def _update(self) -> None:
         self._pending = None
-        if self._handle is not None and self._experiment is not None:
+        if self._widget is not None:
             self._last_update = time.monotonic()
-            self._handle.update(self._bundle(self._experiment), raw=True)
+            self._widget.sync()
+
+    async def _front_end_word(self) -> None:
+        """Give a front end that has not said yet that it made the live grid a moment to say so (an experiment
+        can end before its word arrives).
+        """
+        from dagmagic.notebook.display import FRONT_END_WAIT, front_end_known
+
+        if self._widget is None or front_end_known():
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + FRONT_END_WAIT
+        while not self._widget.front_end and loop.time() < deadline:
+            await asyncio.sleep(0.02)
 
     def _final(self, experiment: Experiment) -> None:
+        """The experiment stopped: the live grid's last state and, beside it, the static grid as it ended (what
+        the saved notebook keeps); where no front end drew the live grid, the static grid alone.
+        """
+        from IPython.display import display, update_display
+
+        from dagmagic.notebook.display import front_end_known, marker_of_experiment
+
         if self._pending is not None:
             self._pending.cancel()
-        self._experiment = experiment
-        if self._handle is None:
-            self._show(experiment)
+            self._pending = None
+        metadata = marker_of_experiment(experiment)
+        if self._widget is None:
+            display(self._static(experiment), raw=True, metadata=metadata)
+            return
         self._update()
+        drawn = self._widget.front_end or front_end_known()
+        bundle = {**self._static(experiment), **(widget_view(self._widget) if drawn else {})}
+        update_display(bundle, raw=True, metadata=metadata, display_id=self._display_id)
+
+
+def widget_view(widget: Any) -> dict[str, Any]:
+    """A widget's view alone (ipywidgets returns it as ``(data, metadata)`` or alone, with a ``text/plain`` repr
+    that the static views' replaces).
+    """
+    from dagmagic.notebook.display import WIDGET_VIEW
+
+    bundle = widget._repr_mimebundle_()
+    data = bundle[0] if isinstance(bundle, tuple) else bundle
+    return {WIDGET_VIEW: data[WIDGET_VIEW]}

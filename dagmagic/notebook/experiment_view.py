@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from dagmagic.evaluation.experiment import Cell, Experiment
 
-__all__ = ["experiment_html", "experiment_markdown", "experiment_mimebundle", "progress_line"]
+__all__ = [
+    "experiment_html",
+    "experiment_markdown",
+    "experiment_mimebundle",
+    "progress_line",
+    "summary_header",
+    "summary_rows",
+]
 
 _GOAL_WIDTH = 60
 _STATUS_MARKS = {
@@ -89,17 +96,17 @@ def experiment_html(experiment: Experiment, *, resume_hint: str | None = None, s
         goal = html.escape(_short(case.goal))
         rows.append(f"<tr><th title='{html.escape(case.id)}'>{html.escape(case.id)}: {goal}</th>{cells}</tr>")
     progress = html.escape(progress_line(experiment, started_at=started_at, resume_hint=resume_hint))
-    summary_rows = "".join(
+    summary_body = "".join(
         "<tr>" + "".join(f"<td>{html.escape(value)}</td>" for value in row) + "</tr>"
-        for row in _summary_rows(experiment)
+        for row in summary_rows(experiment)
     )
-    summary_head = "".join(f"<th>{html.escape(name)}</th>" for name in _summary_header(experiment))
+    summary_head = "".join(f"<th>{html.escape(name)}</th>" for name in summary_header(experiment))
     score_note = f" (cells show {html.escape(column)})" if column else ""
     return (
         f"<div class='dagmagic-experiment'><p><b>Experiment {html.escape(experiment.name)}</b>{score_note}</p>"
         f"<table><thead><tr><th>case</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
         f"<p>{progress}</p>"
-        f"<table><thead><tr>{summary_head}</tr></thead><tbody>{summary_rows}</tbody></table></div>"
+        f"<table><thead><tr>{summary_head}</tr></thead><tbody>{summary_body}</tbody></table></div>"
     )
 
 
@@ -117,10 +124,10 @@ def experiment_markdown(
         cells = " | ".join(_md(_cell_text(experiment, case.id, config, column)) for config in configs)
         lines.append(f"| {_md(case.id)}: {_md(_short(case.goal))} | {cells} |")
     lines += ["", _md(progress_line(experiment, started_at=started_at, resume_hint=resume_hint)), ""]
-    header = _summary_header(experiment)
+    header = summary_header(experiment)
     lines.append("| " + " | ".join(_md(name) for name in header) + " |")
     lines.append("|---" * len(header) + "|")
-    lines += ["| " + " | ".join(_md(value) for value in row) + " |" for row in _summary_rows(experiment)]
+    lines += ["| " + " | ".join(_md(value) for value in row) + " |" for row in summary_rows(experiment)]
     return "\n".join(lines) + "\n"
 
 
@@ -153,11 +160,13 @@ def _status_word(cells: list[Cell]) -> str:
     return statuses.pop().replace("_", " ") if len(statuses) == 1 else "mixed"
 
 
-def _summary_header(experiment: Experiment) -> list[str]:
+def summary_header(experiment: Experiment) -> list[str]:
+    """The summary table's columns: config, cells done, failures, each score, cost, median latency."""
     return ["config", "done", "failed", *experiment.score_columns(), "cost", "latency p50"]
 
 
-def _summary_rows(experiment: Experiment) -> list[list[str]]:
+def summary_rows(experiment: Experiment) -> list[list[str]]:
+    """The summary table's rows, one per config, as the texts shown."""
     rows = []
     for config, summary in experiment.summary().items():
         scores = []

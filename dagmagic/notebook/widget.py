@@ -5,50 +5,31 @@ containers: mutating a synced list or dict in place sends nothing. Saved state s
 observations are capped, the trace keeps its latest calls without their messages, and no coordinates are
 sent (the browser lays the graph out itself).
 
-The front end's actions are requests with ids, in anywidget's command protocol (what
-``anywidget.experimental.command`` and the front end's ``invoke`` speak)::
-
-    {"kind": "anywidget-command", "id": "v1-3", "name": "approve", "msg": {"plan": null}}
-    {"kind": "anywidget-command-response", "id": "v1-3", "response": {"ok": true, "value": null}}
-    {"kind": "anywidget-command-response", "id": "v1-4", "response": {"ok": false, "error": "no plan of ..."}}
-
-Every request with an id gets exactly one answer, a refusal included, so it reaches only the part of the view
-that asked. The widget dispatches them itself rather than through ``anywidget.experimental.command``, whose
-dispatcher answers nothing when a command raises or its name is unknown (ipywidgets then prints the
-traceback into the notebook) and names each command after a method (``continue`` is a keyword).
+The front end's actions are requests with ids, each answered once (``AnsweringWidget``); ``_HANDLERS`` says what
+each one does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
-import anywidget
 import traitlets
-from IPython.core.error import UsageError
 
 from dagmagic.engine.run import DagRun
 from dagmagic.errors import DagError
 from dagmagic.events import Event, RunFinished
 from dagmagic.models import ExecutionPlan, LLMCall, PlanStep, RoundRecord, natural_key
+from dagmagic.notebook.answering import AnsweringWidget, Reply
 from dagmagic.notebook.fallbacks import answer_unreached
 
 __all__ = ["DagWidget", "widget_state"]
 
 _STATIC = Path(__file__).resolve().parent.parent / "static"
-_REQUEST = "anywidget-command"
-_ANSWER = "anywidget-command-response"
-_FRONT_END = "dagmagic-front-end"
-"""What the front end says when it makes the widget's model: a front end that draws widgets holds it."""
-_REFUSALS = (DagError, UsageError, ValueError, TypeError)
-"""What a control refuses with: its message is meant for the user as it is (the magics' resume and start over
-raise ``UsageError``)."""
-log = logging.getLogger("dagmagic")
 RESULT_CHARS = 4000
 OBSERVATION_CHARS = 600
 PAUSED_CHARS = 20000
@@ -64,7 +45,7 @@ NOTE_CHARS = 2000
 opens it in place."""
 
 
-class DagWidget(anywidget.AnyWidget):
+class DagWidget(AnsweringWidget):
     """The live view of one ``DagRun``: DAG, verdicts, streamed answer, controls and trace."""
 
     _esm = _STATIC / "widget.js"
@@ -96,10 +77,6 @@ class DagWidget(anywidget.AnyWidget):
     stopped_by_user = traitlets.Bool(False).tag(sync=True)
     idle = traitlets.Float(0.0).tag(sync=True)
 
-    front_end_seen: ClassVar[bool] = False
-    """A front end made a dagmagic widget in this kernel (it draws widgets, even if it never asks for their
-    state)."""
-
     def __init__(self, run: DagRun, *, max_rate: float = 15.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.run = run
@@ -110,13 +87,10 @@ class DagWidget(anywidget.AnyWidget):
         """What its Start over button calls: a new run of the same goal."""
         self.syncs = 0
         """State syncs sent so far (for tests and the notebook-cost benchmark)."""
-        self.front_end = False
-        """A front end made this widget's model (it will draw its views)."""
         self.on_run_ended: list[Callable[[], None]] = []
         """Called each time the run shown ends (again, after a re-run or a follow-up), once its state is sent."""
         self._last_sync = float("-inf")
         self._pending: asyncio.TimerHandle | None = None
-        self.on_msg(self._on_message)
         self._unsubscribe = run.subscribe(self._on_event)
         self.sync()
 
@@ -168,36 +142,6 @@ class DagWidget(anywidget.AnyWidget):
             return
         self._pending = loop.call_later(max(wait, 0.0), self.sync)
 
-    def _on_message(self, _: Any, content: Any, buffers: Any) -> None:
-        """A request of the front end, answered with its id (see the module's docstring)."""
-        if isinstance(content, dict) and content.get("kind") == _FRONT_END:
-            self.front_end = DagWidget.front_end_seen = True
-            return
-        if not isinstance(content, dict) or content.get("kind") != _REQUEST:
-            return
-        request_id = content.get("id")
-        if not isinstance(request_id, str | int) or isinstance(request_id, bool):
-            return  # nobody could tell the answer was theirs
-        response = self._respond(str(content.get("name")), content.get("msg"))
-        self.send({"id": request_id, "kind": _ANSWER, "response": response})
-
-    def _respond(self, name: str, msg: Any) -> dict[str, Any]:
-        """What the front end's request ``name`` (with ``msg``) does, and its answer: ``{"ok": True, "value":
-        ...}``, or ``{"ok": False, "error": message}``. Never raises: the user's click gets an answer, not a
-        traceback in the notebook.
-        """
-        handler = _HANDLERS.get(name)
-        if handler is None:
-            return {"ok": False, "error": f"this view asked for {name!r}, which this kernel's dagmagic does not know"}
-        try:
-            value = handler(self, msg if isinstance(msg, dict) else {})
-        except _REFUSALS as exc:
-            return {"ok": False, "error": str(exc) or type(exc).__name__}
-        except Exception as exc:  # a bug, or a failure of the run store: the view says which, the log has the rest
-            log.debug("[dagmagic] the view's %r request failed", name, exc_info=True)
-            return {"ok": False, "error": f"{name.replace('_', ' ')} failed: {type(exc).__name__}: {exc}"}
-        return {"ok": True, "value": value}
-
     def _retry_now(self, step_id: str) -> None:
         if not self.run.retry_now(step_id):
             raise DagError("That step is not waiting to retry any more.")
@@ -214,11 +158,7 @@ class DagWidget(anywidget.AnyWidget):
         self.follow(action())
 
 
-_Reply = dict[str, Any] | None
-"""What a request's answer carries back besides ``ok`` (its ``value``): JSON, or nothing."""
-
-
-def _call_detail(widget: DagWidget, content: dict[str, Any]) -> _Reply:
+def _call_detail(widget: DagWidget, content: dict[str, Any]) -> Reply:
     """One LLM call's messages, reply and error, on request (the synced state keeps calls small)."""
     index = _whole(content, "index")
     calls = widget.run.calls
@@ -237,7 +177,7 @@ def _call_detail(widget: DagWidget, content: dict[str, Any]) -> _Reply:
     }
 
 
-def _full_text(widget: DagWidget, content: dict[str, Any]) -> _Reply:
+def _full_text(widget: DagWidget, content: dict[str, Any]) -> Reply:
     """A step's whole result, or one tool call's whole observation (the synced state cuts them)."""
     round_index, step_id = _whole(content, "round"), str(content.get("step", ""))
     step = widget.run.step_of(round_index, step_id)
@@ -268,21 +208,21 @@ def _message_text(message: dict[str, Any]) -> str:
     return json.dumps(content, default=str) if content is not None else ""
 
 
-def _approve(widget: DagWidget, content: dict[str, Any]) -> _Reply:
+def _approve(widget: DagWidget, content: dict[str, Any]) -> Reply:
     plan = content.get("plan")
     widget.run.approve(plan.get("steps") if isinstance(plan, dict) else None)
     return None
 
 
-def _rerun(widget: DagWidget, content: dict[str, Any]) -> _Reply:
+def _rerun(widget: DagWidget, content: dict[str, Any]) -> Reply:
     widget.run.start_rerun(str(content.get("step", "")), task=_text(content.get("task")))
     return None
 
 
-def _release(word: str) -> Callable[[DagWidget, dict[str, Any]], _Reply]:
+def _release(word: str) -> Callable[[DagWidget, dict[str, Any]], Reply]:
     """Continue or Step a paused step (the first paused one when the request names none)."""
 
-    def release(widget: DagWidget, content: dict[str, Any]) -> _Reply:
+    def release(widget: DagWidget, content: dict[str, Any]) -> Reply:
         act = widget.run.resume_step if word == "continue" else widget.run.step_over
         act(str(content.get("step", "")) or None, task=_text(content.get("task")))
         return None
@@ -290,7 +230,7 @@ def _release(word: str) -> Callable[[DagWidget, dict[str, Any]], _Reply]:
     return release
 
 
-_HANDLERS: dict[str, Callable[[DagWidget, dict[str, Any]], _Reply]] = {
+_HANDLERS: dict[str, Callable[[DagWidget, dict[str, Any]], Reply]] = {
     "stop": lambda w, c: w.run.stop(),
     "cancel": lambda w, c: w._cancel(),
     "follow_up": lambda w, c: w.run.follow_up(str(c.get("text", ""))),
@@ -307,6 +247,7 @@ _HANDLERS: dict[str, Callable[[DagWidget, dict[str, Any]], _Reply]] = {
     "restart": lambda w, c: w._go_on("restart"),
 }
 """What each request of the front end does, and what its answer carries back."""
+DagWidget.handlers = _HANDLERS
 
 
 def resumable(run: DagRun) -> bool:

@@ -1,5 +1,6 @@
-"""``%%dag eval`` in a real ipykernel: the grid is displayed once with a display id and updated in place, its last
-state says every cell is done with the summary per config; Interrupt keeps finished cells and says how to resume.
+"""``%%dag eval`` in a real ipykernel: headless, the static grid shown once at the end; with a front end that draws
+widgets, the live grid's state sent as cells change and the static grid beside it updated once; Interrupt keeps
+finished cells and says how to resume.
 """
 
 from __future__ import annotations
@@ -8,8 +9,11 @@ import re
 import textwrap
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+
+from dagmagic.notebook.display import WIDGET_VIEW
 
 from .test_kernel import SETUP, Kernel, Message, started_kernel
 
@@ -45,43 +49,81 @@ def _display_id(msg: Message) -> str | None:
     return msg["content"].get("transient", {}).get("display_id")
 
 
-def test_the_grid_is_shown_once_and_updated_in_place_until_every_cell_is_done(kernel: Kernel) -> None:
+def _state(msg: Message) -> dict[str, object]:
+    """The widget state a comm message carries (an update of the live grid), else {}."""
+    if msg["msg_type"] not in ("comm_open", "comm_msg"):
+        return {}
+    data = msg["content"].get("data", {})
+    state = data.get("state", {}) if isinstance(data, dict) else {}
+    return state if isinstance(state, dict) else {}
+
+
+def test_headless_the_grid_is_shown_once_at_the_end_with_no_display_update(kernel: Kernel) -> None:
+    """nbclient, papermill and nbval draw no widget, and nbval rejects display updates: one static grid, at the end."""
     cell = kernel.execute(
         "%%dag eval --cases cases --configs configs --models small --scorers says_paris --name towns -o exp\n"
         "Where is {city}?"
     )
     shown = cell.of_type("display_data")
-    updates = cell.of_type("update_display_data")
-    assert len(shown) == 1 and _display_id(shown[0]) is not None
-    assert updates and {_display_id(update) for update in updates} == {_display_id(shown[0])}
-    assert "0 of 4 cells done" in _html(shown[0])
-    final = _html(updates[-1])
+    assert len(shown) == 1 and cell.of_type("update_display_data") == []
+    assert not any(_state(msg) for msg in cell.messages)  # no live grid was made
+    final = _html(shown[0])
     assert "4 of 4 cells done" in final and "running" not in final
     assert "<td>small</td><td>2/2</td><td>0</td><td>0.00 [0.00, 0.00]</td>" in final  # the summary per config
     assert "<td>big</td><td>2/2</td><td>0</td><td>1.00 [1.00, 1.00]</td>" in final
     assert final.count("✓ done · ") == 4
-    assert len(updates) <= 4 * cell.duration + 2  # throttled: at most 4 redraws a second, and the last
+    assert shown[0]["content"]["metadata"]["dagmagic"]["experiment_id"]  # the server extension knows it
     assert cell.result == {}  # no second copy as the cell's value
     check = kernel.execute("print(repr(exp))")
     assert check.stdout == "Experiment('towns', 4 cells: 4 done)\n"
 
 
+def test_with_a_front_end_the_live_grid_syncs_throttled_and_the_static_grid_is_updated_once(kernel: Kernel) -> None:
+    kernel.execute("from dagmagic.notebook.answering import AnsweringWidget\nAnsweringWidget.front_end_seen = True")
+    try:
+        cell = kernel.execute(
+            "%%dag eval --cases cases --configs configs --models small --scorers says_paris --name live\n"
+            "Where is {city}?"
+        )
+    finally:
+        kernel.execute("AnsweringWidget.front_end_seen = False")
+    shown = cell.of_type("display_data")
+    updates = cell.of_type("update_display_data")
+    assert len(shown) == 1 and WIDGET_VIEW in shown[0]["content"]["data"]
+    assert "0 of 4 cells done" in _html(shown[0])  # the static grid beside it, for the saved notebook
+    assert len(updates) == 1 and _display_id(updates[0]) == _display_id(shown[0])
+    assert "4 of 4 cells done" in _html(updates[0]) and WIDGET_VIEW in updates[0]["content"]["data"]
+    syncs = [_state(msg) for msg in cell.of_type("comm_msg") if "cells" in _state(msg)]
+    assert syncs, "the live grid's state was never sent as it changed"
+    last: dict[str, Any] = {}
+    for msg in cell.messages:  # a sync sends what changed: the front end's state is all of them in turn
+        last.update(_state(msg))
+    assert last["counts"] == {"total": 4, "ended": 4, "failed": 0, "running": 0}
+    assert last["configs"] == ["small", "big"] and last["score_column"] == "says_paris"
+    assert [cell[2:4] for cell in last["cells"]] == [["done", False], ["done", True], ["done", False], ["done", True]]
+    assert len(syncs) <= 4 * cell.duration + 2  # throttled: at most 4 a second, and the last
+
+
 def test_interrupt_keeps_the_finished_cells_and_the_last_view_says_how_to_resume(kernel: Kernel) -> None:
     kernel.execute("slow = scripted(latency=0.4)\nmany = [f'goal {n}' for n in range(6)]")
-    submitted = time.monotonic()
-    msg_id = kernel.submit("%%dag eval --cases many --models slow --concurrency 1 --name slowly")
-    first = kernel.wait_for(
-        lambda m: m["msg_type"] == "update_display_data" and re.search("[1-5] of 6 cells done", _html(m)) is not None,
-        "a first cell done",
-        60,
-    )
-    kernel.manager.interrupt_kernel()
-    assert re.search(r"about [0-9.]+ (s|min) left", _html(first))  # an estimate from the mean time per cell
-    cell = kernel.collect(msg_id, submitted, timeout=60)
+    kernel.execute("AnsweringWidget.front_end_seen = True")
+    try:
+        submitted = time.monotonic()
+        msg_id = kernel.submit("%%dag eval --cases many --models slow --concurrency 1 --name slowly")
+        first = kernel.wait_for(
+            lambda m: re.search("[1-5] of 6 cells done", str(_state(m).get("progress", ""))) is not None,
+            "a first cell done",
+            60,
+        )
+        kernel.manager.interrupt_kernel()
+        assert re.search(r"about [0-9.]+ (s|min) left", str(_state(first)["progress"]))  # from the mean time per cell
+        cell = kernel.collect(msg_id, submitted, timeout=60)
+    finally:
+        kernel.execute("AnsweringWidget.front_end_seen = False")
     assert cell.status == "error"
     assert "Interrupted: `%%dag eval --resume slowly` runs the cells that did not end." in cell.error
     assert "dagmagic" not in cell.error.replace("%%dag", "")  # one line, no stack of dagmagic's frames
     final = _html(cell.of_type("update_display_data")[-1])
     assert "stopped with" in final and "continue with `%%dag eval --resume slowly`" in final
     resumed = kernel.execute("%%dag eval --resume slowly --models slow --concurrency 3", timeout=60)
-    assert "6 of 6 cells done" in _html(resumed.of_type("update_display_data")[-1])
+    assert "6 of 6 cells done" in _html(resumed.of_type("display_data")[-1])

@@ -9,6 +9,7 @@ import pytest
 
 from dagmagic import DagRun, DagSession, DagSettings, ModelRegistry
 from dagmagic.errors import RateLimitError
+from dagmagic.notebook.answering import AnsweringWidget
 from dagmagic.notebook.widget import DagWidget, widget_state
 
 from .conftest import scripted
@@ -518,14 +519,14 @@ async def test_the_front_ends_word_and_each_end_of_the_run_reach_the_kernel(monk
     """The front end says it made the widget (no answer: it asks nothing); every end of the run, a re-run's
     included, calls what keeps the saved view up to date.
     """
-    monkeypatch.setattr(DagWidget, "front_end_seen", False)
+    monkeypatch.setattr(AnsweringWidget, "front_end_seen", False)
     run = await session().run("goal")
     widget = DagWidget(run)
     front = FrontEnd(widget)
     ended: list[int] = []
     widget.on_run_ended.append(lambda: ended.append(len(widget.run.rounds)))
     widget._handle_custom_msg({"kind": "dagmagic-front-end"}, [])
-    assert widget.front_end and DagWidget.front_end_seen and front.sent == []
+    assert widget.front_end and AnsweringWidget.front_end_seen and front.sent == []
     assert front.ask("rerun", step="s2")["ok"]
     await run.wait()
     assert ended == [2]

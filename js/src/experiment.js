@@ -1,0 +1,383 @@
+// The experiment grid's front end (anywidget): cases × configs, each grid cell the status of its runs, the score
+// shown, cost and latency; a progress bar with the line Python writes (its estimate of the time left included);
+// the summary per config. Clicking a grid cell asks the kernel to open that cell's run, whose own widget (the
+// run view of index.js) is then drawn under the grid through anywidget's widget composition (`host.getWidget`).
+//
+// The grid can hold thousands of cells: its rows are made once per set of cases and configs, and a sync only
+// rewrites the grid cells whose text changed. Redraws are coalesced into one per animation frame.
+
+import { h, log } from "./dom.js";
+import { formatCost, formatDuration } from "./format.js";
+import { createRequests } from "./requests.js";
+
+/**
+ * The synced state (see dagmagic/notebook/experiment_widget.py).
+ * @typedef {object} ExperimentTraits
+ * @property {string} name
+ * @property {string[]} configs
+ * @property {[string, string][]} cases  [id, goal]
+ * @property {[number, number, string, number | null, number | null, number | null][]} cells
+ *   [case, config, status, score, cost, latency] per cell, in grid order
+ * @property {number} repeat
+ * @property {string} score_column
+ * @property {string[]} score_columns
+ * @property {string} progress
+ * @property {{total?: number, ended?: number, failed?: number, running?: number}} counts
+ * @property {boolean} running
+ * @property {string[]} summary_header
+ * @property {string[][]} summary_rows
+ * @property {string | null} opened  a widget reference ("anywidget:<id>") to the opened cell's run widget
+ * @property {number} opened_cell
+ * @property {string} opened_label
+ */
+
+/** @typedef {import("@anywidget/types").AnyModel<ExperimentTraits>} Model */
+/**
+ * anywidget's host (0.11 and later): draws another widget's view where this one says.
+ * @typedef {{getWidget: (ref: string) => Promise<{render: (props: {el: HTMLElement, signal?: AbortSignal}) => Promise<void>}>}} Host
+ */
+
+const TRAITS = /** @type {const} */ ([
+  "name",
+  "configs",
+  "cases",
+  "cells",
+  "repeat",
+  "score_column",
+  "score_columns",
+  "progress",
+  "counts",
+  "running",
+  "summary_header",
+  "summary_rows",
+  "opened",
+  "opened_cell",
+  "opened_label",
+]);
+
+const MARKS = /** @type {Record<string, string>} */ ({
+  pending: "·",
+  running: "…",
+  done: "✓",
+  failed: "✗",
+  cancelled: "⏸",
+  not_started: "–",
+});
+
+/**
+ * @param {Model} model
+ * @returns {ExperimentTraits}
+ */
+function readState(model) {
+  /** @type {Record<string, unknown>} */
+  const state = {};
+  for (const trait of TRAITS) state[trait] = model.get(trait);
+  const read = /** @type {ExperimentTraits} */ (state);
+  return {
+    ...read,
+    configs: Array.isArray(read.configs) ? read.configs : [],
+    cases: Array.isArray(read.cases) ? read.cases : [],
+    cells: Array.isArray(read.cells) ? read.cells : [],
+    score_columns: Array.isArray(read.score_columns) ? read.score_columns : [],
+    summary_header: Array.isArray(read.summary_header) ? read.summary_header : [],
+    summary_rows: Array.isArray(read.summary_rows) ? read.summary_rows : [],
+    counts: read.counts ?? {},
+  };
+}
+
+/**
+ * What one grid cell shows of its runs (one per repetition): their marks, the overall status, the mean score,
+ * the cost and the mean latency.
+ * @param {ExperimentTraits["cells"]} runs
+ * @param {boolean} scored
+ * @returns {{status: string, text: string, title: string}}
+ */
+export function gridCell(runs, scored) {
+  const statuses = new Set(runs.map((cell) => cell[2]));
+  const status = statuses.size === 1 ? [...statuses][0] : "mixed";
+  const marks = runs.map((cell) => MARKS[cell[2]] ?? "?").join("");
+  const parts = [marks];
+  const scores = runs.map((cell) => cell[3]).filter((value) => typeof value === "number");
+  if (scored) parts.push(scores.length ? mean(scores).toFixed(2) : "—");
+  const costs = runs.map((cell) => cell[4]).filter((value) => typeof value === "number");
+  if (costs.length) parts.push(formatCost(costs.reduce((a, b) => a + b, 0)));
+  const latencies = runs.map((cell) => cell[5]).filter((value) => typeof value === "number");
+  if (latencies.length) parts.push(formatDuration(mean(latencies)));
+  const word = status.replace("_", " ");
+  return { status, text: parts.join(" · "), title: word };
+}
+
+/** @param {number[]} values */
+function mean(values) {
+  return values.reduce((a, b) => a + b, 0) / values.length;
+}
+
+/**
+ * @param {{model: Model, el: HTMLElement, host?: Host}} props
+ * @returns {() => void} cleanup
+ */
+function render({ model, el, host }) {
+  const controller = new AbortController();
+  const { signal } = controller;
+  const requests = createRequests(/** @type {any} */ (model));
+  let alive = true;
+  /** @type {number | null} */
+  let frame = null;
+
+  const title = h("b", { class: "dagmagic-experiment-name" });
+  const scoreChoice = h("select", { class: "dagmagic-experiment-score", "aria-label": "score shown" });
+  const header = h("div", { class: "dagmagic-experiment-header" }, [title, scoreChoice]);
+  const bar = h("div", { class: "dagmagic-experiment-bar-done" });
+  const failedBar = h("div", { class: "dagmagic-experiment-bar-failed" });
+  const progressBar = h("div", { class: "dagmagic-experiment-bar", role: "progressbar" }, [bar, failedBar]);
+  const progressText = h("div", { class: "dagmagic-experiment-progress" });
+  const headRow = h("tr");
+  const body = h("tbody");
+  const grid = h("table", { class: "dagmagic-experiment-grid" }, [h("thead", {}, [headRow]), body]);
+  const gridBox = h("div", { class: "dagmagic-experiment-grid-box" }, [grid]);
+  const summary = h("table", { class: "dagmagic-experiment-summary" });
+  const message = h("div", { class: "dagmagic-experiment-message", role: "status" });
+  const openedLabel = h("span", { class: "dagmagic-experiment-opened-label" });
+  const closeButton = h("button", { class: "dagmagic-btn", type: "button" }, ["Close"]);
+  const openedView = h("div", { class: "dagmagic-experiment-run" });
+  const opened = h("div", { class: "dagmagic-experiment-opened", hidden: true }, [
+    h("div", { class: "dagmagic-experiment-opened-header" }, [openedLabel, closeButton]),
+    openedView,
+  ]);
+  const root = h("div", { class: "dagmagic dagmagic-experiment-view", "data-lm-suppress-shortcuts": "true" }, [
+    header,
+    progressBar,
+    progressText,
+    gridBox,
+    message,
+    opened,
+    summary,
+  ]);
+
+  /** The grid's cells by "case:config", and the cell indices each one holds (its repetitions). */
+  /** @type {Map<string, HTMLTableCellElement>} */
+  let gridCells = new Map();
+  let shape = "";
+  /** @type {string | null} */
+  let shownRef = null;
+  /** @type {AbortController | null} */
+  let childView = null;
+
+  /** @param {ExperimentTraits} state */
+  function drawShape(state) {
+    const next = JSON.stringify([state.configs, state.cases]);
+    if (next === shape) return;
+    shape = next;
+    headRow.replaceChildren(
+      h("th", {}, ["case"]),
+      ...state.configs.map((config) => h("th", { scope: "col" }, [config])),
+    );
+    gridCells = new Map();
+    body.replaceChildren(
+      ...state.cases.map(([id, goal], caseIndex) =>
+        h("tr", {}, [
+          h("th", { scope: "row", title: goal }, [h("span", { class: "dagmagic-experiment-case-id" }, [id]), goal]),
+          ...state.configs.map((config, configIndex) => {
+            const td = h("td", {
+              class: "dagmagic-experiment-cell",
+              "data-case": id,
+              "data-config": config,
+              tabindex: "0",
+            });
+            gridCells.set(`${caseIndex}:${configIndex}`, td);
+            return td;
+          }),
+        ]),
+      ),
+    );
+  }
+
+  /** @param {ExperimentTraits} state */
+  function drawCells(state) {
+    /** @type {Map<string, {runs: ExperimentTraits["cells"], first: number}>} */
+    const groups = new Map();
+    state.cells.forEach((cell, index) => {
+      const key = `${cell[0]}:${cell[1]}`;
+      const group = groups.get(key) ?? { runs: [], first: -1 };
+      group.runs.push(cell);
+      if (group.first < 0 && !["pending", "not_started"].includes(cell[2])) group.first = index;
+      groups.set(key, group);
+    });
+    const scored = Boolean(state.score_column);
+    for (const [key, td] of gridCells) {
+      const group = groups.get(key) ?? { runs: [], first: -1 };
+      const shown = gridCell(group.runs, scored);
+      if (td.textContent !== shown.text) td.textContent = shown.text;
+      td.dataset.status = shown.status;
+      td.dataset.cell = String(group.first);
+      td.title = group.first >= 0 ? `${shown.title}: open its run` : shown.title;
+      td.classList.toggle("dagmagic-experiment-cell--openable", group.first >= 0);
+      td.classList.toggle("dagmagic-experiment-cell--opened", group.first >= 0 && group.first === state.opened_cell);
+    }
+  }
+
+  /** @param {ExperimentTraits} state */
+  function drawHeader(state) {
+    title.textContent = `Experiment ${state.name}`;
+    const columns = state.score_columns;
+    scoreChoice.hidden = columns.length < 2;
+    if (scoreChoice.dataset.columns !== JSON.stringify(columns)) {
+      scoreChoice.dataset.columns = JSON.stringify(columns);
+      scoreChoice.replaceChildren(...columns.map((column) => h("option", { value: column }, [column])));
+    }
+    scoreChoice.value = state.score_column;
+    const total = state.counts.total ?? state.cells.length;
+    const ended = state.counts.ended ?? 0;
+    const failed = state.counts.failed ?? 0;
+    bar.style.width = `${total ? (100 * (ended - failed)) / total : 0}%`;
+    failedBar.style.width = `${total ? (100 * failed) / total : 0}%`;
+    progressBar.setAttribute("aria-valuenow", String(ended));
+    progressBar.setAttribute("aria-valuemax", String(total));
+    progressBar.dataset.running = String(state.running);
+    progressText.textContent = state.progress;
+  }
+
+  /** @param {ExperimentTraits} state */
+  function drawSummary(state) {
+    summary.replaceChildren(
+      h("thead", {}, [
+        h(
+          "tr",
+          {},
+          state.summary_header.map((name) => h("th", {}, [name])),
+        ),
+      ]),
+      h(
+        "tbody",
+        {},
+        state.summary_rows.map((row) =>
+          h(
+            "tr",
+            {},
+            row.map((value) => h("td", {}, [value])),
+          ),
+        ),
+      ),
+    );
+  }
+
+  /** @param {ExperimentTraits} state */
+  function drawOpened(state) {
+    const ref = typeof state.opened === "string" && state.opened ? state.opened : null;
+    opened.hidden = ref === null;
+    openedLabel.textContent = state.opened_label;
+    if (ref === shownRef) return;
+    shownRef = ref;
+    childView?.abort();
+    childView = null;
+    openedView.replaceChildren();
+    if (ref === null) return;
+    if (!host?.getWidget) {
+      openedView.textContent =
+        "This front end cannot draw a run inside another widget: show it with %dag show and the run id above.";
+      return;
+    }
+    const view = new AbortController();
+    childView = view;
+    host
+      .getWidget(ref)
+      .then((child) => (view.signal.aborted ? undefined : child.render({ el: openedView, signal: view.signal })))
+      .catch((/** @type {unknown} */ err) => {
+        if (view.signal.aborted) return;
+        log.error("could not draw the run", err);
+        openedView.textContent = `Could not draw the run: ${err instanceof Error ? err.message : String(err)}`;
+      });
+  }
+
+  function draw() {
+    frame = null;
+    if (!alive) return;
+    const state = readState(model);
+    try {
+      drawHeader(state);
+      drawShape(state);
+      drawCells(state);
+      drawSummary(state);
+      drawOpened(state);
+    } catch (err) {
+      log.error("could not draw the experiment", err);
+    }
+  }
+
+  function schedule() {
+    if (!alive || frame !== null) return;
+    frame = typeof requestAnimationFrame === "function" ? requestAnimationFrame(draw) : Number(setTimeout(draw, 16));
+  }
+
+  /**
+   * Asks the kernel for something; its refusal shows under the grid.
+   * @param {string} name
+   * @param {Record<string, unknown>} msg
+   */
+  function ask(name, msg) {
+    message.textContent = "";
+    requests.request(name, msg).catch((/** @type {Error} */ err) => {
+      if (alive) message.textContent = err.message;
+    });
+  }
+
+  /** @param {Event} event */
+  function openFrom(event) {
+    const target = event.target instanceof Element ? event.target.closest("td.dagmagic-experiment-cell") : null;
+    if (!(target instanceof HTMLTableCellElement)) return;
+    const index = Number(target.dataset.cell ?? "-1");
+    if (index < 0) {
+      message.textContent = "This cell has not started: it has no run to open yet.";
+      return;
+    }
+    if (index === model.get("opened_cell")) ask("close", {});
+    else ask("open", { cell: index });
+  }
+
+  body.addEventListener("click", openFrom, { signal });
+  body.addEventListener(
+    "keydown",
+    (event) => {
+      if (event.key === "Enter" || event.key === " ") {
+        event.preventDefault();
+        event.stopPropagation();
+        openFrom(event);
+      }
+    },
+    { signal },
+  );
+  closeButton.addEventListener("click", () => ask("close", {}), { signal });
+  scoreChoice.addEventListener("change", () => ask("show_score", { column: scoreChoice.value }), { signal });
+
+  const handlers = TRAITS.map((trait) => /** @type {const} */ ([`change:${trait}`, schedule]));
+  for (const [event, handler] of handlers) model.on(event, handler);
+  draw(); // the first drawing is synchronous: the view is complete when render returns
+  el.append(root);
+
+  return () => {
+    alive = false;
+    if (frame !== null) {
+      if (typeof cancelAnimationFrame === "function") cancelAnimationFrame(frame);
+      clearTimeout(frame);
+    }
+    childView?.abort();
+    requests.dispose();
+    for (const [event, handler] of handlers) model.off(event, handler);
+    controller.abort();
+    root.remove();
+  };
+}
+
+/**
+ * The widget's definition: `initialize` tells the kernel a front end holds it, `render` draws one view.
+ * @returns {{initialize: (props?: {model?: Model}) => void, render: (props: {model: Model, el: HTMLElement, host?: Host}) => () => void}}
+ */
+export default function experimentWidget() {
+  return {
+    initialize({ model } = {}) {
+      // As the run widget does: a notebook executed headless, where nothing would draw it, shows the static grid.
+      model?.send({ kind: "dagmagic-front-end" });
+    },
+    render,
+  };
+}
