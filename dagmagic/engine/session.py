@@ -292,6 +292,11 @@ class DagSession:
         """
         return await self.start_evaluation(cases, **options).wait()
 
+    @property
+    def experiments(self) -> list[Experiment]:
+        """The experiments this session started or resumed (each once, as it is now), oldest first."""
+        return [evaluation.experiment for evaluation in self._evaluations.values()]
+
     def start_resume_evaluation(
         self,
         name_or_id: str,

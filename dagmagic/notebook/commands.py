@@ -10,7 +10,8 @@ import argparse
 import asyncio
 import shlex
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections import Counter
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -22,11 +23,16 @@ from dagmagic.notebook.session import NO_MODEL_HELP, NO_STORE, ROLES, NotebookSe
 if TYPE_CHECKING:
     from dagmagic.engine.mcp import MCPServer
     from dagmagic.engine.run import DagRun
+    from dagmagic.engine.store import RunStore
+    from dagmagic.engine.store.experiments import ExperimentSummary
     from dagmagic.settings import DagSettings
 
 __all__ = ["COMMANDS", "dispatch", "replay", "replay_line", "rerun", "resume", "settings_told_in_one_line"]
 
 _HISTORY_ROWS = 20
+_EXPERIMENT_ROWS = 10
+_NOT_DONE = ("failed", "running", "cancelled", "pending", "not_started")
+"""Cell statuses ``%dag history`` counts after the done ones, in this order."""
 
 Command = Callable[[NotebookSession, str], Any]
 
@@ -174,8 +180,9 @@ def _cache_words(settings: DagSettings) -> str:
 
 
 def history(notebook: NotebookSession, _: str) -> None:
-    """``%dag history``: the stored runs (or, without a store, this kernel's)."""
+    """``%dag history``: the stored runs (or, without a store, this kernel's), then the experiments."""
     from dagmagic.engine.queries import STOPPED_BY_YOU
+    from dagmagic.engine.store.experiments import ExperimentSummary
 
     store = notebook.store()
     numbers = {run_id: number for number, run_id in enumerate(notebook.numbers, 1)}
@@ -188,6 +195,16 @@ def history(notebook: NotebookSession, _: str) -> None:
                     numbers.get(run.run_id), run.run_id, run.status_words, run.state.started_at, run.cost, run.goal
                 )
             )
+        _experiments_history(
+            ExperimentSummary(
+                experiment.id,
+                experiment.name,
+                experiment.definition.created_at,
+                dict(Counter(cell.status for cell in experiment.cells)),
+                _total(cell.cost for cell in experiment.cells),
+            )
+            for experiment in reversed(notebook.experiments[-_EXPERIMENT_ROWS:])
+        )
         return
     summaries = store.runs(limit=_HISTORY_ROWS)
     if not summaries:
@@ -198,6 +215,31 @@ def history(notebook: NotebookSession, _: str) -> None:
         print(_history_line(number, summary.run_id, status, summary.started_at, summary.cost, summary.goal))
     if any(summary.interrupted for summary in summaries):
         print("`%dag resume RUN` continues an interrupted run.")
+    _experiments_history(store.experiments(limit=_EXPERIMENT_ROWS))
+
+
+def _experiments_history(summaries: Iterable[ExperimentSummary]) -> None:
+    """The second part of ``%dag history``: the latest experiments (none: nothing is said)."""
+    listed = list(summaries)
+    if not listed:
+        return
+    print("Experiments:")
+    for summary in listed:
+        statuses = summary.statuses
+        others = "".join(
+            f" · {statuses[status]} {status.replace('_', ' ')}" for status in _NOT_DONE if statuses.get(status)
+        )
+        cells = f"{statuses.get('done', 0)} of {summary.cells} cells done{others}"
+        price = f"${summary.cost:.4f}" if summary.cost is not None else "-"
+        print(f"     {summary.experiment_id}  {summary.name[:24]:24}  {when(summary.created_at)}  {price:>9}  {cells}")
+    unfinished = next((summary for summary in listed if summary.finished < summary.cells), None)
+    if unfinished is not None:
+        print(f"`%dag resume {unfinished.name}` runs the cells of an experiment that did not end.")
+
+
+def _total(costs: Iterable[float | None]) -> float | None:
+    known = [cost for cost in costs if cost is not None]
+    return sum(known) if known else None
 
 
 def show(notebook: NotebookSession, rest: str) -> None:
@@ -316,19 +358,30 @@ def _awaited(command: str, work: Callable[[NotebookSession, str], Coroutine[Any,
     return run_here
 
 
-async def resume(notebook: NotebookSession, line: str) -> DagRun:
-    """``%dag resume [RUN] [options]``: continue a stored run that did not end, shown like a cell's run."""
+async def resume(notebook: NotebookSession, line: str) -> DagRun | None:
+    """``%dag resume [RUN] [options]``: continue a stored run that did not end, shown like a cell's run;
+    ``%dag resume EXPERIMENT [options]``: run the cells of an experiment that did not end, its grid shown as
+    ``%%dag eval --resume EXPERIMENT`` shows it (the options are that cell's: ``--configs``, ``--scorers``, ...).
+
+    The key is a run's number here or whole id, else an experiment's name or id, else the start of a run's id.
+    """
     words = shlex.split(line)
     key = words.pop(0) if words and not words[0].startswith("-") else ""
     store = notebook.store()
+    if _names_experiment(notebook, store, key):
+        await _resume_experiment(notebook, key, words)
+        return None
     if store is None:
         path = notebook.settings(notebook.magics.parse("")).store_path
         problem = NO_STORE if path is None else f"there is no run store at {path} yet"
+        if key:
+            raise UsageError(f"nothing to resume: no experiment {key!r} ran in this kernel, and {problem}")
         raise UsageError(f"nothing to resume: {problem}")
     run_id = notebook.stored_id(store, key)
     summary = store.summary(run_id)
     if summary is None:
-        raise UsageError(f"no run {run_id!r} in the run store {store.path}; `%dag history` lists the stored runs")
+        what = f"no run or experiment {key!r}" if run_id == key else f"no run {run_id!r}"
+        raise UsageError(f"{what} in the run store {store.path}; `%dag history` lists the stored runs and experiments")
     if not summary.interrupted:
         if summary.driver is not None:
             raise UsageError(
@@ -342,6 +395,34 @@ async def resume(notebook: NotebookSession, line: str) -> DagRun:
         args.bg = False
     run = notebook.resume(run_id, args, options)
     return await notebook.magics.present(run, args)
+
+
+def _names_experiment(notebook: NotebookSession, store: RunStore | None, key: str) -> bool:
+    """Whether ``%dag resume KEY`` means an experiment: KEY is not a run's number here nor a stored run's whole id,
+    and names (or is the id of) an experiment of this kernel or of the store.
+    """
+    if not key or (key.isdigit() and 1 <= int(key) <= len(notebook.numbers)):
+        return False
+    if any(key in (experiment.id, experiment.name) for experiment in notebook.experiments):
+        return True
+    return store is not None and store.summary(key) is None and store.experiment_id(key) is not None
+
+
+async def _resume_experiment(notebook: NotebookSession, key: str, words: list[str]) -> None:
+    """Run the cells of experiment ``key`` that did not end, as a ``%%dag eval --resume KEY`` cell with the same
+    options would.
+    """
+    from dagmagic.notebook.evaluation_cell import EvalCell
+
+    try:
+        cell = EvalCell(notebook, shlex.join(["--resume", key, *words]), "")
+    except UsageError as exc:
+        detail = str(exc).removeprefix("bad %%dag eval options: ")
+        raise UsageError(
+            f"%dag resume {key}: {detail}; an experiment takes the options of `%%dag eval --resume` "
+            "(--configs VAR, --scorers a,b, --models VAR, --concurrency N, --max-cost USD)"
+        ) from None
+    await cell.run()
 
 
 async def rerun(notebook: NotebookSession, line: str) -> DagRun:

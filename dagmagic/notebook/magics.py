@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
@@ -25,6 +25,8 @@ if TYPE_CHECKING:  # the engine loads on the first %%dag, not with the extension
     from dagmagic.engine.run import DagRun
 
 __all__ = ["NO_MODEL_HELP", "DagMagics", "last_run", "register", "run_dag_cell", "run_dag_line"]
+
+_Result = TypeVar("_Result")
 
 _active: DagMagics | None = None
 """The magics of this kernel (``%load_ext dagmagic`` sets it): what a rewritten cell calls."""
@@ -43,8 +45,10 @@ def _is_eval(line: str) -> bool:
     return line.split(maxsplit=1)[:1] == ["eval"]
 
 
-async def run_dag_line(command: str, rest: str) -> DagRun:
-    """What a rewritten ``%dag demo``, ``%dag resume ...``, ``%dag rerun ...`` or ``%dag replay ...`` cell awaits."""
+async def run_dag_line(command: str, rest: str) -> DagRun | None:
+    """What a rewritten ``%dag demo``, ``%dag resume ...``, ``%dag rerun ...`` or ``%dag replay ...`` cell awaits
+    (``%dag resume`` of an experiment: nothing, its grid is shown already).
+    """
     from dagmagic.notebook import commands
 
     magics = _magics()
@@ -54,15 +58,18 @@ async def run_dag_line(command: str, rest: str) -> DagRun:
         return await _told_in_one_line(magics, work(magics.notebook, rest))
 
 
-async def _told_in_one_line(magics: DagMagics, work: Coroutine[Any, Any, DagRun]) -> DagRun:
+async def _told_in_one_line(magics: DagMagics, work: Coroutine[Any, Any, _Result]) -> _Result:
     """``work``, whose cancellation by the kernel's Interrupt shows the user one line about the run, not the
     stack of dagmagic's frames it passed through. It stays the same ``CancelledError``: IPython renders an
-    exception through its ``_render_traceback_`` when it has one.
+    exception through its ``_render_traceback_`` when it has one (one set already, by an experiment resumed,
+    is kept: it speaks of the experiment, not of one of its runs).
     """
     before = magics.runs[-1] if magics.runs else None
     try:
         return await work
     except asyncio.CancelledError as exc:
+        if hasattr(exc, "_render_traceback_"):
+            raise
         latest = magics.runs[-1] if magics.runs else None
         told = _interrupted(latest if latest is not before else None)
         setattr(exc, "_render_traceback_", lambda: [told])  # noqa: B010 (not the class's attribute)
@@ -191,11 +198,14 @@ class DagMagics(Magics):
             %dag models            the models and roles in use
             %dag config key=value  set a DagSettings value for later cells (e.g. max_concurrency=8)
             %dag config mcp=...    MCP servers for later cells: a command line, a URL, or variables
-            %dag history           the stored runs (id, status, when, cost, goal), or this kernel's
+            %dag history           the stored runs (id, status, when, cost, goal), or this kernel's;
+                                   then the experiments (%%dag eval)
             %dag show [RUN]        show a run again (RUN: its number in %dag history, or its id)
             %dag resume [RUN] [options]
                                    continue a run that was interrupted (default: the latest one);
                                    takes the cell's model and tool options
+            %dag resume EXPERIMENT [--configs VAR] [--scorers a,b] [--concurrency N] [--max-cost USD]
+                                   run an experiment's cells that did not end (%%dag eval --resume)
             %dag rerun STEP [--task TEXT] [--model M] [--run RUN] [--bg]
                                    re-run a step of the last run (or RUN) and what depends on it
             %dag approve | reject TEXT

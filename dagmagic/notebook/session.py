@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # the engine loads on the first %%dag, not with the extension
     from dagmagic.engine.run import DagRun
     from dagmagic.engine.session import DagSession
     from dagmagic.engine.store import RunStore
+    from dagmagic.evaluation import Experiment
     from dagmagic.llm.registry import ModelRegistry
     from dagmagic.notebook.magics import DagMagics
     from dagmagic.settings import DagSettings
@@ -59,6 +60,11 @@ class NotebookSession:
     def runs(self) -> list[DagRun]:
         """The runs in memory: every running one and the latest finished ones, oldest first."""
         return self._session.runs if self._session is not None else []
+
+    @property
+    def experiments(self) -> list[Experiment]:
+        """The experiments this kernel's session started or resumed, oldest first."""
+        return self._session.experiments if self._session is not None else []
 
     @property
     def namespace(self) -> dict[str, Any]:

@@ -127,3 +127,39 @@ def test_interrupt_keeps_the_finished_cells_and_the_last_view_says_how_to_resume
     assert "stopped with" in final and "continue with `%%dag eval --resume slowly`" in final
     resumed = kernel.execute("%%dag eval --resume slowly --models slow --concurrency 3", timeout=60)
     assert "6 of 6 cells done" in _html(resumed.of_type("display_data")[-1])
+
+
+def test_dag_resume_names_an_interrupted_experiment_and_runs_only_the_cells_that_did_not_end(kernel: Kernel) -> None:
+    # seven cases: the messages of an earlier test's grid of six cannot pass for this one's
+    kernel.execute(
+        "paced = scripted(latency=0.2)\nseven = [f'goal {n}' for n in range(7)]\n"
+        "alone = {'paced': {'models': dagmagic.ModelRegistry().register('paced', paced)}}"
+    )
+    kernel.execute("from dagmagic.notebook.answering import AnsweringWidget\nAnsweringWidget.front_end_seen = True")
+    try:
+        submitted = time.monotonic()
+        msg_id = kernel.submit("%%dag eval --cases seven --configs alone --concurrency 1 --name paced -o paced_exp")
+        kernel.wait_for(
+            lambda m: re.search("[1-6] of 7 cells done", str(_state(m).get("progress", ""))) is not None,
+            "a first cell done",
+            60,
+        )
+        kernel.manager.interrupt_kernel()
+        assert kernel.collect(msg_id, submitted, timeout=60).status == "error"
+    finally:
+        kernel.execute("AnsweringWidget.front_end_seen = False")
+    before = kernel.execute(
+        "done = [cell.run_id for cell in paced_exp.results if cell.status == 'done']\n"
+        "plans = len(paced.requests_for('plan'))\nprint(len(done))"
+    )
+    finished = int(before.stdout)
+
+    resumed = kernel.execute("%dag resume paced --concurrency 3", timeout=60)  # alone in its cell: awaited there
+
+    assert resumed.status == "ok" and resumed.of_type("update_display_data") == []
+    assert "7 of 7 cells done" in _html(resumed.of_type("display_data")[-1])
+    after = kernel.execute(
+        "kept = [cell.run_id for cell in paced_exp.results if cell.run_id in done]\n"
+        "print(len(paced.requests_for('plan')) - plans, kept == done)"
+    )
+    assert after.stdout == f"{7 - finished} True\n"  # a run started for each cell that had not ended, no other

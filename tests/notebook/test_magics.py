@@ -397,7 +397,7 @@ def test_restart_skips_the_offer_and_resume_names_runs(ip: InteractiveShell, tmp
     assert fresh.run_id != job.run_id and fresh.status == "done"
     with pytest.raises(UsageError, match="ended \\(done\\): there is nothing to resume"):
         run_cell(ip, f"%dag resume {fresh.run_id}")
-    with pytest.raises(UsageError, match="no run 'ffffffffffff' in the run store"):
+    with pytest.raises(UsageError, match="no run or experiment 'ffffffffffff' in the run store"):
         run_cell(ip, "%dag resume ffffffffffff")
     ip.user_ns["hanging"] = scripted()  # the model the run was started with no longer hangs
     resumed = run_cell(ip, f"%dag resume {job.run_id[:6]}")  # a unique start of its id; the cell's options

@@ -6,10 +6,34 @@ file grows linearly with the cells.
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import dataclass
 
 from dagmagic.engine.store.writer import Statements
 
-__all__ = ["find", "put_cell", "put_definition"]
+__all__ = ["ExperimentSummary", "find", "find_id", "latest", "put_cell", "put_definition"]
+
+
+@dataclass(frozen=True)
+class ExperimentSummary:
+    """One stored experiment, as ``%dag history`` lists it."""
+
+    experiment_id: str
+    name: str
+    created_at: float
+    statuses: dict[str, int]
+    """How many of its cells are in each status (``done``, ``failed``, ``cancelled``, ``pending``, ...)."""
+    cost: float | None
+    """USD its cells spent, None when no cell's price is known."""
+
+    @property
+    def cells(self) -> int:
+        """Its cells in all."""
+        return sum(self.statuses.values())
+
+    @property
+    def finished(self) -> int:
+        """Cells whose run ended (done or failed): resuming it runs the others."""
+        return self.statuses.get("done", 0) + self.statuses.get("failed", 0)
 
 
 def put_definition(statements: Statements, experiment_id: str, name: str, created_at: float, data: str) -> None:
@@ -28,17 +52,50 @@ def put_cell(statements: Statements, experiment_id: str, index: int, data: str) 
     )
 
 
+def find_id(db: sqlite3.Connection, name_or_id: str) -> str | None:
+    """The id of the experiment with id ``name_or_id``, else of the latest one named so; None when there is none."""
+    row = db.execute("SELECT experiment_id FROM experiments WHERE experiment_id = ?", (name_or_id,)).fetchone()
+    if row is None:
+        row = db.execute(
+            "SELECT experiment_id FROM experiments WHERE name = ? ORDER BY created_at DESC LIMIT 1", (name_or_id,)
+        ).fetchone()
+    return None if row is None else str(row[0])
+
+
 def find(db: sqlite3.Connection, name_or_id: str) -> tuple[str, list[str]] | None:
     """The experiment with id ``name_or_id``, else the latest one named so: its definition and its cells (in
     order); None when there is none.
     """
-    row = db.execute("SELECT experiment_id, data FROM experiments WHERE experiment_id = ?", (name_or_id,)).fetchone()
-    if row is None:
-        row = db.execute(
-            "SELECT experiment_id, data FROM experiments WHERE name = ? ORDER BY created_at DESC LIMIT 1",
-            (name_or_id,),
-        ).fetchone()
-    if row is None:
+    experiment_id = find_id(db, name_or_id)
+    if experiment_id is None:
         return None
-    cells = db.execute("SELECT data FROM experiment_cells WHERE experiment_id = ? ORDER BY idx", (row[0],))
-    return row[1], [data for (data,) in cells]
+    (definition,) = db.execute("SELECT data FROM experiments WHERE experiment_id = ?", (experiment_id,)).fetchone()
+    cells = db.execute("SELECT data FROM experiment_cells WHERE experiment_id = ? ORDER BY idx", (experiment_id,))
+    return definition, [data for (data,) in cells]
+
+
+def latest(db: sqlite3.Connection, limit: int) -> list[ExperimentSummary]:
+    """The latest ``limit`` experiments, newest first, each with its cells counted by status (read in SQLite: the
+    cells' JSON is not parsed in Python).
+    """
+    found = db.execute(
+        "SELECT experiment_id, name, created_at FROM experiments ORDER BY created_at DESC LIMIT ?", (limit,)
+    ).fetchall()
+    summaries = []
+    for experiment_id, name, created_at in found:
+        counted = db.execute(
+            "SELECT json_extract(data, '$.status'), count(*), sum(json_extract(data, '$.cost')) "
+            "FROM experiment_cells WHERE experiment_id = ? GROUP BY 1",
+            (experiment_id,),
+        ).fetchall()
+        costs = [cost for _, _, cost in counted if cost is not None]
+        summaries.append(
+            ExperimentSummary(
+                experiment_id=experiment_id,
+                name=name,
+                created_at=created_at,
+                statuses={str(status): count for status, count, _ in counted},
+                cost=sum(costs) if costs else None,
+            )
+        )
+    return summaries

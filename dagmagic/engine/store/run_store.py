@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from dagmagic.engine.context import Exchange
 from dagmagic.engine.store import experiments, lease, rows, schema
+from dagmagic.engine.store.experiments import ExperimentSummary
 from dagmagic.engine.store.export import copy_store
 from dagmagic.engine.store.saved_runs import SavedRuns
 from dagmagic.engine.store.writer import Change, OpenFile, Statements, StoreWriter, Withdrawn
@@ -347,6 +348,14 @@ class RunStore:
     def load_experiment(self, name_or_id: str) -> tuple[str, list[str]] | None:
         """The experiment with that id (or the latest with that name): its definition and cells (JSON), or None."""
         return experiments.find(self._read(), name_or_id)
+
+    def experiment_id(self, name_or_id: str) -> str | None:
+        """The id of the experiment with that id (or of the latest with that name), None when there is none."""
+        return experiments.find_id(self._read(), name_or_id)
+
+    def experiments(self, limit: int = 20) -> list[ExperimentSummary]:
+        """The latest ``limit`` experiments, newest first, their cells counted by status."""
+        return experiments.latest(self._read(), limit)
 
     # --- reading
 
