@@ -165,6 +165,7 @@ class EvalCell:
             (None, None) if args.resume else eval_cases(self.notebook.variable(args.cases, "--cases"), self.body)
         )
         session = self._session()
+        configs = self._with_models(configs)
         experiment: Experiment
         try:
             if args.resume:
@@ -204,12 +205,29 @@ class EvalCell:
         return experiment
 
     def _session(self) -> Any:
-        """The kernel's session; with ``--models``, over those models (as ``%%dag --models`` runs)."""
+        """The kernel's session (made over ``--models``'s models when this cell is its first use)."""
         if not self.args.models:
             return self.notebook.session()
-        return self.notebook.session(
-            self.notebook.run_options(self.notebook.magics.parse(f"--models {self.args.models}"))
-        )
+        return self.notebook.session(self._options())
+
+    def _options(self) -> dict[str, Any]:
+        return self.notebook.run_options(self.notebook.magics.parse(f"--models {self.args.models}"))
+
+    def _with_models(self, configs: Any) -> Any:
+        """``--models``'s models for each config that names none (without ``--configs``: the one config,
+        ``default``). A resumed experiment without ``--configs`` keeps the configs it ran with.
+        """
+        if not self.args.models or (configs is None and self.args.resume):
+            return configs
+        models = self._options()["models"]
+        if configs is None:
+            return {"default": {"models": models}}
+        if not isinstance(configs, Mapping):
+            return configs  # as_configs says what is wrong with it
+        return {
+            name: {**spec, "models": models} if isinstance(spec, Mapping) and "models" not in spec else spec
+            for name, spec in configs.items()
+        }
 
     def _resume_hint(self, experiment: Experiment) -> str:
         options = "".join(

@@ -127,6 +127,25 @@ def test_the_cell_runs_every_case_with_every_config_and_binds_the_experiment(eva
     assert shown["text/plain"] == "Experiment('towns', 4 cells: 4 done)"
 
 
+def test_models_gives_the_models_of_each_cell_even_once_the_session_exists(evaluating: InteractiveShell) -> None:
+    """The kernel's session is made by its first cell: a later cell's --models must still be the one answering."""
+    small, big = evaluating.user_ns["small"], evaluating.user_ns["big"]
+    evaluating.user_ns["cases"] = ["Where is the Louvre?"]
+    first = evaluating.run_cell("%%dag eval --cases cases --models small --scorers says_paris -o exp")
+    assert first.success, first.error_in_exec
+    asked_small = len(small.requests)
+    second = evaluating.run_cell("%%dag eval --cases cases --models big --scorers says_paris -o exp")
+    assert second.success, second.error_in_exec
+    assert len(small.requests) == asked_small and big.requests  # the second cell asked big alone
+    assert [cell.scores["says_paris"] for cell in evaluating.user_ns["exp"].cells] == [True]
+    mixed = {"named": {"models": {"smart": small}}, "unnamed": {"settings": {"max_replan_rounds": 1}}}
+    evaluating.user_ns["mixed"] = mixed
+    third = evaluating.run_cell("%%dag eval --cases cases --configs mixed --models big --scorers says_paris -o exp")
+    assert third.success, third.error_in_exec
+    scores = {cell.config: cell.scores["says_paris"] for cell in evaluating.user_ns["exp"].cells}
+    assert scores == {"named": False, "unnamed": True}  # a config that names no models takes --models's
+
+
 # --- the grid ---------------------------------------------------------------------------------------------------
 
 
