@@ -328,30 +328,14 @@ class DagSession:
             evaluation.raise_budget(max_cost)
         return evaluation.start(concurrency, on_cell)
 
-    async def resume_evaluation(
-        self,
-        name_or_id: str,
-        *,
-        configs: Mapping[str, Any] | None = None,
-        scorers: Iterable[ScoreFunction] | None = None,
-        concurrency: int | None = None,
-        max_cost: float | None = None,
-        on_cell: CellListener | None = None,
-    ) -> Experiment:
+    async def resume_evaluation(self, name_or_id: str, **options: Any) -> Experiment:
         """Run the cells of the experiment ``name_or_id`` that did not end (a cell cut mid-run is resumed like any
-        run; one ``max_cost`` left unstarted is started) and return it. An experiment of this session keeps its
-        configs and scorers; one read back from the store (another session, a restarted kernel) needs them again,
-        by the same names. ``max_cost``: a new budget for the whole experiment (default: the one it had).
+        run; one ``max_cost`` left unstarted is started) and return it. ``options``: ``configs``, ``scorers``,
+        ``concurrency``, ``max_cost``, ``on_cell``. An experiment of this session keeps its configs and scorers; one
+        read back from the store (another session, a restarted kernel) needs them again, by the same names.
+        ``max_cost``: a new budget for the whole experiment (default: the one it had).
         """
-        experiment = self.start_resume_evaluation(
-            name_or_id,
-            configs=configs,
-            scorers=scorers,
-            concurrency=concurrency,
-            max_cost=max_cost,
-            on_cell=on_cell,
-        )
-        return await experiment.wait()
+        return await self.start_resume_evaluation(name_or_id, **options).wait()
 
     def _stored(self, run_id: str, settings: DagSettings | None, verb: str, what: str) -> StoredRun:
         store = self.store_for(settings or self.settings)
