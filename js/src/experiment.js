@@ -138,10 +138,15 @@ function render({ model, el, host }) {
   const summary = h("table", { class: "dagmagic-experiment-summary" });
   const message = h("div", { class: "dagmagic-experiment-message", role: "status" });
   const openedLabel = h("span", { class: "dagmagic-experiment-opened-label" });
+  const repetitions = h("span", {
+    class: "dagmagic-experiment-repetitions",
+    role: "group",
+    "aria-label": "repetition",
+  });
   const closeButton = h("button", { class: "dagmagic-btn", type: "button" }, ["Close"]);
   const openedView = h("div", { class: "dagmagic-experiment-run" });
   const opened = h("div", { class: "dagmagic-experiment-opened", hidden: true }, [
-    h("div", { class: "dagmagic-experiment-opened-header" }, [openedLabel, closeButton]),
+    h("div", { class: "dagmagic-experiment-opened-header" }, [openedLabel, repetitions, closeButton]),
     openedView,
   ]);
   const root = h("div", { class: "dagmagic dagmagic-experiment-view", "data-lm-suppress-shortcuts": "true" }, [
@@ -266,6 +271,7 @@ function render({ model, el, host }) {
     const ref = typeof state.opened === "string" && state.opened ? state.opened : null;
     opened.hidden = ref === null;
     openedLabel.textContent = state.opened_label;
+    drawRepetitions(state);
     if (ref === shownRef) return;
     shownRef = ref;
     childView?.abort();
@@ -287,6 +293,41 @@ function render({ model, el, host }) {
         log.error("could not draw the run", err);
         openedView.textContent = `Could not draw the run: ${err instanceof Error ? err.message : String(err)}`;
       });
+  }
+
+  /**
+   * With repetitions, a button for each repetition of the opened cell's case and config that has a run.
+   * @param {ExperimentTraits} state
+   */
+  function drawRepetitions(state) {
+    const openedCell = state.cells[state.opened_cell];
+    if (!openedCell || state.repeat < 2) {
+      repetitions.replaceChildren();
+      return;
+    }
+    /** @type {HTMLButtonElement[]} */
+    const buttons = [];
+    let repetition = 0;
+    state.cells.forEach((cell, index) => {
+      if (cell[0] !== openedCell[0] || cell[1] !== openedCell[1]) return;
+      repetition += 1;
+      const started = !["pending", "not_started"].includes(cell[2]);
+      buttons.push(
+        h(
+          "button",
+          {
+            class: "dagmagic-btn",
+            type: "button",
+            "data-cell": index,
+            "aria-pressed": index === state.opened_cell ? "true" : "false",
+            disabled: !started,
+            title: `repetition ${repetition}: ${cell[2].replace("_", " ")}`,
+          },
+          [String(repetition)],
+        ),
+      );
+    });
+    repetitions.replaceChildren("repetition ", ...buttons);
   }
 
   function draw() {
@@ -347,6 +388,14 @@ function render({ model, el, host }) {
     { signal },
   );
   closeButton.addEventListener("click", () => ask("close", {}), { signal });
+  repetitions.addEventListener(
+    "click",
+    (event) => {
+      const button = event.target instanceof Element ? event.target.closest("button[data-cell]") : null;
+      if (button instanceof HTMLButtonElement) ask("open", { cell: Number(button.dataset.cell) });
+    },
+    { signal },
+  );
   scoreChoice.addEventListener("change", () => ask("show_score", { column: scoreChoice.value }), { signal });
 
   const handlers = TRAITS.map((trait) => /** @type {const} */ ([`change:${trait}`, schedule]));

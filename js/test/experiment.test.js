@@ -174,6 +174,30 @@ describe("the experiment grid", () => {
     expect(el.querySelector(".dagmagic-experiment-run")?.textContent).toContain("cannot draw a run");
   });
 
+  it("with repetitions, the opened cell offers each repetition that has a run", async () => {
+    const cells = [
+      [0, 0, "done", 1, null, 1],
+      [0, 0, "done", 0, null, 1],
+      [0, 0, "pending", null, null, null],
+      [0, 1, "done", 1, null, 1],
+      [0, 1, "done", 1, null, 1],
+      [0, 1, "done", 1, null, 1],
+    ];
+    const model = fakeModel(state({ configs: ["small", "big"], cases: [["c1", "goal"]], cells, repeat: 3 }));
+    const el = draw(model, { getWidget: async () => ({ render: async () => {} }) });
+    model.set("opened", "anywidget:child-1");
+    model.set("opened_cell", 0);
+    await frame();
+    const buttons = [...el.querySelectorAll(".dagmagic-experiment-repetitions button")];
+    expect(buttons.map((b) => [b.textContent, b.getAttribute("aria-pressed"), b.hasAttribute("disabled")])).toEqual([
+      ["1", "true", false],
+      ["2", "false", false],
+      ["3", "false", true],
+    ]);
+    /** @type {HTMLElement} */ (buttons[1]).click();
+    expect(model.lastRequest()).toEqual({ type: "open", cell: 1 });
+  });
+
   it("asks for another score column", () => {
     const model = fakeModel(state());
     const el = draw(model);
