@@ -224,7 +224,7 @@ async def test_a_store_of_schema_1_is_migrated_and_its_runs_read_back(tmp_path: 
     stored = RunStore.open(path).load(run.run_id)  # opening migrates it
     assert stored.state.rounds[0].rerun_of is None and stored.state.answer == run.answer
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
         assert "extra" in [row[1] for row in db.execute("PRAGMA table_info(rounds)")]
 
 
@@ -397,7 +397,7 @@ async def test_a_store_of_schema_2_migrates_reads_back_and_judges_its_drivers_by
 
     store = RunStore.open(path)  # migrates it
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
     stored = store.load("done")
     assert stored.state.model_dump() == {**done.state.model_dump(), "run_id": "done"}
     assert stored.history == [Exchange(goal="before", answer="an answer before")]

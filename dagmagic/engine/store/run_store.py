@@ -33,6 +33,7 @@ and the run goes on unsaved. Nothing secret is written: a run holds no model opt
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import json
 import logging
@@ -40,6 +41,7 @@ import os
 import sqlite3
 import threading
 import time
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
@@ -333,17 +335,72 @@ class RunStore:
 
     # --- experiments (``session.evaluate``)
 
-    def save_experiment(self, experiment_id: str, name: str, created_at: float, definition: str) -> None:
-        """Record an experiment's definition (JSON), written in order with the runs' changes."""
+    def save_experiment(
+        self, experiment_id: str, name: str, created_at: float, definition: str, *, if_missing: bool = False
+    ) -> None:
+        """Record an experiment's definition (JSON), written in order with the runs' changes; ``if_missing``: only
+        when no worker recorded it first.
+        """
         change = Change(run_id=None)
-        experiments.put_definition(change.statements, experiment_id, name, created_at, definition)
+        experiments.put_definition(
+            change.statements, experiment_id, name, created_at, definition, if_missing=if_missing
+        )
         self._writer.put(change)
 
-    def save_experiment_cell(self, experiment_id: str, index: int, cell: str) -> None:
-        """Record one cell of an experiment as it is now (JSON)."""
+    def save_experiment_cell(
+        self,
+        experiment_id: str,
+        index: int,
+        cell: str,
+        status: str,
+        cost: float | None,
+        *,
+        if_missing: bool = False,
+    ) -> None:
+        """Record one cell of an experiment as it is now (JSON, its status and cost); ``if_missing``: only when it
+        is not there yet.
+        """
         change = Change(run_id=None)
-        experiments.put_cell(change.statements, experiment_id, index, cell)
+        experiments.put_cell(change.statements, experiment_id, index, cell, status, cost, if_missing=if_missing)
         self._writer.put(change)
+
+    def experiment_spent(self, experiment_id: str) -> float:
+        """USD an experiment's cells spent as recorded so far, whichever worker ran them."""
+        return experiments.spent(self._read(), experiment_id)
+
+    async def claim_experiment_cell(self, experiment_id: str, index: int, token: str) -> bool:
+        """Claim a cell for the worker ``token`` (see ``experiments.claim_cell``), written in order with the other
+        changes; whether it was taken (False too when the store could not write it).
+        """
+        loop = asyncio.get_running_loop()
+        taken: asyncio.Future[bool] = loop.create_future()
+        outcome: list[bool] = []
+
+        def claim(db: sqlite3.Connection) -> None:
+            outcome.append(experiments.claim_cell(db, experiment_id, index, token, time.time()))
+
+        def settle() -> None:
+            if not taken.done():
+                taken.set_result(bool(outcome and outcome[0]))
+
+        def answer() -> None:
+            with suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(settle)
+
+        change = Change(run_id=None, after=answer)
+        change.statements.call(claim)
+        self._writer.put(change)
+        return await taken
+
+    def renew_experiment_cells(self, experiment_id: str, token: str) -> None:
+        """The worker ``token`` is still there: its claims on the experiment's unended cells hold on."""
+        change = Change(run_id=None)
+        experiments.renew_cells(change.statements, experiment_id, token, time.time())
+        self._writer.put(change)
+
+    def read_experiment_cell(self, experiment_id: str, index: int) -> str | None:
+        """One cell of an experiment as stored now (JSON), None when there is none."""
+        return experiments.read_cell(self._read(), experiment_id, index)
 
     def load_experiment(self, name_or_id: str) -> tuple[str, list[str]] | None:
         """The experiment with that id (or the latest with that name): its definition and cells (JSON), or None."""

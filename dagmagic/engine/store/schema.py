@@ -16,7 +16,7 @@ from dagmagic.errors import StoreError, StoreUnavailable
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "connect", "reader"]
 
 APPLICATION_ID = 0x4441474D  # "DAGM": marks the file as a dagmagic run store
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _MIGRATIONS: list[list[str]] = [
     [  # version 1
@@ -58,6 +58,14 @@ _MIGRATIONS: list[list[str]] = [
         "CREATE INDEX experiments_by_name ON experiments (name, created_at)",
         """CREATE TABLE experiment_cells (
             experiment_id TEXT NOT NULL, idx INTEGER NOT NULL, data TEXT NOT NULL, PRIMARY KEY (experiment_id, idx))""",
+    ],
+    [  # version 5: workers sharing an experiment (``shard=``): a cell's status and cost, who claimed it, heard when
+        "ALTER TABLE experiment_cells ADD COLUMN status TEXT",
+        "ALTER TABLE experiment_cells ADD COLUMN cost REAL",
+        "ALTER TABLE experiment_cells ADD COLUMN owner TEXT",
+        "ALTER TABLE experiment_cells ADD COLUMN owner_host TEXT",
+        "ALTER TABLE experiment_cells ADD COLUMN owner_pid INTEGER",
+        "ALTER TABLE experiment_cells ADD COLUMN heard_at REAL",
     ],
 ]
 """Each schema version's statements, applied in order to bring an older file up to date."""
