@@ -274,14 +274,14 @@ class Evaluation:
             raise DagError("a shared experiment needs its run store")
         index, workers = self.shard
         cases = {case.id: case for case in self.experiment.cases}
-        heartbeat = asyncio.get_running_loop().create_task(self._heartbeat(store))
+        keeping = asyncio.get_running_loop().create_task(self._keep_in_touch(store, on_cell))
         self._read_cells(store)
         for cell in self.experiment.cells:  # left unstarted by a budget: this run's budget decides again
             if cell.status == "not_started":
                 self._change(cell, on_cell, status="pending", error=None)
         try:
             while True:
-                self._read_cells(store)
+                self._read_cells(store, on_cell)
                 todo = sorted(
                     (cell for cell in self.experiment.cells if not cell.ended and cell.status != "not_started"),
                     key=lambda cell: (cell.index % workers != index, cell.index),
@@ -293,11 +293,11 @@ class Evaluation:
                         claim = partial(self._claimed, store)
                         group.create_task(self._cell(cell, cases[cell.case_id], cap, on_cell, claim))
                 if all(cell.ended or cell.status == "not_started" for cell in self.experiment.cells):
-                    self._read_cells(store)
+                    self._read_cells(store, on_cell)
                     return
                 await asyncio.sleep(SHARED_POLL_SECONDS)  # the rest is held by live workers: see what they did
         finally:
-            heartbeat.cancel()
+            keeping.cancel()
 
     async def _claimed(self, store: RunStore, cell: Cell) -> bool:
         """Whether this worker took ``cell`` (under the cap, just before running it): refreshed as the last worker
@@ -308,20 +308,32 @@ class Evaluation:
         self._read_cell(store, cell)
         return not cell.ended
 
-    async def _heartbeat(self, store: RunStore) -> None:
-        """Keep this worker's claims alive while it runs."""
+    async def _keep_in_touch(self, store: RunStore, on_cell: CellListener | None) -> None:
+        """While this worker runs: its claims renewed, and what the other workers did read back (the listener told
+        of each cell they changed), so that a view of the experiment here shows them all.
+        """
+        renewed = time.monotonic()
         while True:
-            await asyncio.sleep(lease.HEARTBEAT_SECONDS)
-            store.renew_experiment_cells(self.experiment.id, self._token)
+            await asyncio.sleep(SHARED_POLL_SECONDS)
+            if time.monotonic() - renewed >= lease.HEARTBEAT_SECONDS:
+                store.renew_experiment_cells(self.experiment.id, self._token)
+                renewed = time.monotonic()
+            self._read_cells(store, on_cell)
 
-    def _read_cells(self, store: RunStore) -> None:
-        """The cells not running here, as the store holds them now (what the other workers did)."""
+    def _read_cells(self, store: RunStore, on_cell: CellListener | None = None) -> None:
+        """The cells not running here, as the store holds them now (what the other workers did); the listener is
+        told of each one that changed.
+        """
         found = store.load_experiment(self.experiment.id)
         if found is None:
             return
         for cell, data in zip(self.experiment.cells, found[1], strict=False):
-            if cell.index not in self._running:
-                _update(cell, Cell.model_validate_json(data))
+            if cell.index in self._running:
+                continue
+            stored = Cell.model_validate_json(data)
+            if stored != cell:
+                _update(cell, stored)
+                self._tell(cell, on_cell)
         self._recorded_cost = sum(cell.cost or 0.0 for cell in self.experiment.cells)
 
     def _read_cell(self, store: RunStore, cell: Cell) -> None:
@@ -407,6 +419,10 @@ class Evaluation:
             setattr(cell, field, value)
         if (store := self.store) is not None:
             store.save_experiment_cell(self.experiment.id, cell.index, cell.model_dump_json(), cell.status, cell.cost)
+        self._tell(cell, on_cell)
+
+    @staticmethod
+    def _tell(cell: Cell, on_cell: CellListener | None) -> None:
         if on_cell is not None:
             try:
                 on_cell(cell.model_copy())  # the cell as it is now: a listener may keep it

@@ -53,10 +53,18 @@ def runs_in(store: Path) -> list[str]:
 async def test_two_workers_share_one_experiment_and_run_each_cell_once(tmp_path: Path) -> None:
     store = tmp_path / "runs.sqlite"
     first, second = scripted(latency=0.01), scripted(latency=0.01)
+    seen: dict[int, str] = {}
     experiments = await asyncio.gather(
-        worker(store, first).evaluate(GOALS, name="shared", shard=(0, 2), concurrency=2),
+        worker(store, first).evaluate(
+            GOALS,
+            name="shared",
+            shard=(0, 2),
+            concurrency=2,
+            on_cell=lambda cell: seen.update({cell.index: cell.status}),
+        ),
         worker(store, second).evaluate(GOALS, name="shared", shard=(1, 2), concurrency=2),
     )
+    assert seen == dict.fromkeys(range(6), "done")  # the first worker's view heard of the second's cells too
     assert experiments[0].id == experiments[1].id  # they found one another by name and definition
     for experiment in experiments:  # each returns once every cell ended, the other's included
         assert [cell.status for cell in experiment.cells] == ["done"] * 6
