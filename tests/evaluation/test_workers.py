@@ -215,3 +215,26 @@ def test_a_killed_workers_cells_are_finished_by_another_its_cut_run_resumed(tmp_
     assert [cell["status"] for cell in cells] == ["done"] * 6
     assert cells[cut["index"]]["run_id"] == cut["run_id"]  # the cut run was resumed, not started again
     assert len(runs_in(store)) == 6  # one run per cell, whoever ran it
+
+
+async def test_a_claim_from_another_machine_holds_until_it_is_not_heard_from(tmp_path: Path) -> None:
+    """Another host's process cannot be looked up: its claim lasts as long as it is heard from (the lease's time)."""
+    from dagmagic.engine.store import experiments, lease
+
+    store = tmp_path / "runs.sqlite"
+    await worker(store, scripted()).evaluate(GOALS[:2], name="elsewhere", shard=(0, 1))
+    with sqlite3.connect(store) as db:
+        experiment_id = db.execute("SELECT experiment_id FROM experiments").fetchone()[0]
+        now = time.time()
+        db.execute(
+            "UPDATE experiment_cells SET status = 'running', owner = 'theirs', owner_host = 'far-away', "
+            "owner_pid = 1, heard_at = ? WHERE idx = 0",
+            (now - 1,),
+        )
+        assert not experiments.claim_cell(db, experiment_id, 0, "mine", now)  # heard from a second ago
+        assert experiments.claim_cell(db, experiment_id, 0, "mine", now + lease.LEASE_SECONDS)  # silent too long
+        assert db.execute("SELECT owner, owner_host FROM experiment_cells WHERE idx = 0").fetchone() == (
+            "mine",
+            lease.HOST,
+        )
+        assert not experiments.claim_cell(db, experiment_id, 1, "mine", now)  # ended: nobody claims it
