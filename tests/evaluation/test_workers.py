@@ -238,3 +238,45 @@ async def test_a_claim_from_another_machine_holds_until_it_is_not_heard_from(tmp
             lease.HOST,
         )
         assert not experiments.claim_cell(db, experiment_id, 1, "mine", now)  # ended: nobody claims it
+
+
+EVALS = textwrap.dedent(
+    """
+    from dagmagic import ModelRegistry
+    from dagmagic.testing import ScriptedLLM
+
+    name = "from-the-command-line"
+    cases = [f"question {n}" for n in range(6)]
+    llm = ScriptedLLM({"plan": [{"steps": [{"id": "s1", "task": "look it up"}]}], "step": ["found it"],
+                       "analyze": [{"achieved": True, "confidence": 0.8, "reasoning": "ok"}],
+                       "synthesize": ["the answer"]}, latency=0.05)
+    models = ModelRegistry().register("scripted", llm)
+    scorers = [lambda case, run: run.answer == "the answer"]
+    """
+)
+
+
+def test_eval_worker_processes_from_the_command_line(tmp_path: Path) -> None:
+    definition, store = tmp_path / "evals.py", tmp_path / "runs.sqlite"
+    definition.write_text(EVALS)
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "PYTHONPATH": str(ROOT), "DAG_STORE": str(store)}
+    command = [sys.executable, "-m", "dagmagic", "eval-worker", str(definition)]
+    workers = [
+        subprocess.Popen(
+            [*command, "--shard", f"{index}/2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for index in (0, 1)
+    ]
+    outputs = [process.communicate(timeout=90) for process in workers]
+    for process, (out, err) in zip(workers, outputs, strict=True):
+        assert process.returncode == 0, err
+        assert out.splitlines()[-1] == "Experiment('from-the-command-line', 6 cells: 6 done)"
+    lines = [line for out, _ in outputs for line in out.splitlines() if line.endswith(": done")]
+    assert set(lines) == {f"cell {n} (c{n + 1} × default): done" for n in range(6)}  # its own, and the other's
+    assert len(runs_in(store)) == 6 and len({cell["run_id"] for cell in cells_in(store)}) == 6
+
+    definition.write_text("cases = ['a']\n")
+    refused = subprocess.run([*command, "--shard", "0/1"], env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "must define `name`" in refused.stderr
+    refused = subprocess.run([*command, "--shard", "2/1"], env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "--shard takes I/N" in refused.stderr
