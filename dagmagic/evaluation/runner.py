@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from dagmagic.engine.session import DagSession
     from dagmagic.engine.store import RunStore
 
-__all__ = ["CellListener", "Evaluation", "score", "scorer_name"]
+__all__ = ["CellListener", "Evaluation", "load_experiment", "score", "scorer_name"]
 
 log = logging.getLogger("dagmagic")
 
@@ -478,6 +478,34 @@ def _scorers(scorers: Iterable[ScoreFunction]) -> list[ScoreFunction]:
             f"own (the fixed columns are {', '.join(FIXED_COLUMNS)})"
         )
     return chosen
+
+
+def load_experiment(name_or_id: str, store: str | None = None) -> Experiment:
+    """An experiment read back from the run store (``store``, default ``DAG_STORE``) as it is now, in any kernel:
+    every worker's cells; ``run_of(cell)`` reads a cell's run back. To run the cells that did not end,
+    ``session.resume_evaluation``. ``KeyError`` when there is no experiment of that name or id.
+    """
+    from dagmagic.engine.store import RunStore
+    from dagmagic.errors import ConfigurationError
+    from dagmagic.settings import DagSettings
+
+    path = store if store is not None else DagSettings().store_path
+    if path is None:
+        raise ConfigurationError("there is no run store: DAG_STORE is none; pass store= a path to read one")
+    opened = RunStore.open(path)
+    found = opened.load_experiment(name_or_id)
+    if found is None:
+        raise KeyError(f"no experiment named or numbered {name_or_id!r} in the run store {opened.path}")
+    experiment = Experiment(
+        ExperimentDefinition.model_validate_json(found[0]), [Cell.model_validate_json(data) for data in found[1]]
+    )
+
+    def read_back(run_id: str) -> DagRun:
+        stored = opened.load(run_id)
+        return DagRun(stored.state, events=stored.events, read_only=True)
+
+    experiment._read_back = read_back
+    return experiment
 
 
 def _update(cell: Cell, stored: Cell) -> None:

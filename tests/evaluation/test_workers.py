@@ -280,3 +280,16 @@ def test_eval_worker_processes_from_the_command_line(tmp_path: Path) -> None:
     assert refused.returncode == 2 and "must define `name`" in refused.stderr
     refused = subprocess.run([*command, "--shard", "2/1"], env=env, capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and "--shard takes I/N" in refused.stderr
+
+
+async def test_any_kernel_reads_a_shared_experiment_back_with_every_workers_cells(tmp_path: Path) -> None:
+    from dagmagic.evaluation import load_experiment
+
+    store = tmp_path / "runs.sqlite"
+    await asyncio.gather(*(worker(store, scripted(0.01)).evaluate(GOALS, name="read-me", shard=(i, 2)) for i in (0, 1)))
+    experiment = load_experiment("read-me", store=str(store))
+    assert repr(experiment) == "Experiment('read-me', 6 cells: 6 done)" and experiment.done()
+    run = experiment.run_of(4)
+    assert run.read_only and run.answer == "the answer" and run.run_id == experiment.cells[4].run_id
+    with pytest.raises(KeyError, match="no experiment named or numbered 'nope'"):
+        load_experiment("nope", store=str(store))
