@@ -133,3 +133,16 @@ async def test_a_stream_refused_a_parallel_slot_waits_for_one(provider: Provider
 
     assert await asyncio.gather(streamed(), streamed()) == ["hello there"] * 2
     assert provider.requests == 2
+
+
+def test_the_usage_based_routing_strategys_refusal_is_a_routers_limit_too() -> None:
+    """``routing_strategy="usage-based-routing-v2"`` refuses with a request of its own making, as it does here."""
+    import httpx
+    from litellm.exceptions import RateLimitError
+
+    refusal = httpx.Response(
+        429, headers={"retry-after": "60"}, request=httpx.Request(method="tpm_rpm_limits", url="https://litellm.ai")
+    )
+    error = litellm_door.translate_error(RateLimitError("over", llm_provider="", model=MODEL, response=refusal), "p")
+    assert isinstance(error, errors.RateLimitError) and error.router_limit
+    assert error.retry_after is not None and 0 < error.retry_after <= 60  # the rest of this minute
