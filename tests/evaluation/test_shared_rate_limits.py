@@ -3,10 +3,11 @@ as measured at the fake provider on 127.0.0.1; the calls the limit held back wai
 failing their cells.
 
 litellm counts ``rpm`` per calendar minute (UTC), so the test crosses one minute's end: it takes the workers' start
-(about 8 s) and the rest of the minute they start in, 25 to 75 s in all. The same test fails without Redis (each
-process lets its own ``rpm`` through: 16 requests in a minute) and with ``routing_strategy="usage-based-routing-v2"``
-instead of the ``enforce_model_rate_limits`` check (14: that strategy syncs its counts with Redis every 0.1 s, where
-the check increments the shared count atomically before each request).
+(about 8 s) and the rest of the minute they start in, 25 to 85 s in all (39 s and 78 s measured). The same test
+fails without Redis (each process lets its own ``rpm`` through: 16 requests in a minute) and with
+``routing_strategy="usage-based-routing-v2"`` instead of the ``enforce_model_rate_limits`` check (14: that strategy
+syncs its counts with Redis every 0.1 s, where the check increments the shared count atomically before each
+request).
 """
 
 from __future__ import annotations
