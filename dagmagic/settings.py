@@ -259,6 +259,15 @@ class DagSettings(BaseModel):
         "much (parallel calls hit by one rate limit spread out). A provider's Retry-After (up to 60 s) wins.",
         json_schema_extra=_env("DAG_LLM_RETRY_BACKOFF"),
     )
+    llm_rate_limit_wait: float = Field(
+        600.0,
+        ge=0,
+        description="Seconds one LLM call may wait, in all, while a litellm Router refuses it by its own limits "
+        "(a deployment's rpm/tpm, also shared through Redis, or its parallel requests) before sending it: it waits "
+        "for the next minute's window (or a free slot) without spending a retry; past this the call fails rate "
+        "limited.",
+        json_schema_extra=_env("DAG_LLM_RATE_LIMIT_WAIT"),
+    )
     llm_unanswered_limit: int = Field(
         4,
         ge=1,
