@@ -5,9 +5,9 @@ file grows linearly with the cells.
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 
+from dagmagic.engine.store.backend import Connection, Dialect
 from dagmagic.engine.store.writer import Statements
 
 __all__ = ["ExperimentSummary", "find", "find_id", "latest", "put_cell", "put_definition"]
@@ -39,7 +39,9 @@ class ExperimentSummary:
 def put_definition(statements: Statements, experiment_id: str, name: str, created_at: float, data: str) -> None:
     """Record the experiment's definition (its cases, configs' names, scorers' names, repetitions)."""
     statements.execute(
-        "INSERT OR REPLACE INTO experiments (experiment_id, name, created_at, data) VALUES (?, ?, ?, ?)",
+        """INSERT INTO experiments (experiment_id, name, created_at, data) VALUES (?, ?, ?, ?)
+           ON CONFLICT (experiment_id) DO UPDATE SET name = excluded.name, created_at = excluded.created_at,
+           data = excluded.data""",
         (experiment_id, name, created_at, data),
     )
 
@@ -47,12 +49,13 @@ def put_definition(statements: Statements, experiment_id: str, name: str, create
 def put_cell(statements: Statements, experiment_id: str, index: int, data: str) -> None:
     """Record one cell as it is now."""
     statements.execute(
-        "INSERT OR REPLACE INTO experiment_cells (experiment_id, idx, data) VALUES (?, ?, ?)",
+        """INSERT INTO experiment_cells (experiment_id, idx, data) VALUES (?, ?, ?)
+           ON CONFLICT (experiment_id, idx) DO UPDATE SET data = excluded.data""",
         (experiment_id, index, data),
     )
 
 
-def find_id(db: sqlite3.Connection, name_or_id: str) -> str | None:
+def find_id(db: Connection, name_or_id: str) -> str | None:
     """The id of the experiment with id ``name_or_id``, else of the latest one named so; None when there is none."""
     row = db.execute("SELECT experiment_id FROM experiments WHERE experiment_id = ?", (name_or_id,)).fetchone()
     if row is None:
@@ -62,7 +65,7 @@ def find_id(db: sqlite3.Connection, name_or_id: str) -> str | None:
     return None if row is None else str(row[0])
 
 
-def find(db: sqlite3.Connection, name_or_id: str) -> tuple[str, list[str]] | None:
+def find(db: Connection, name_or_id: str) -> tuple[str, list[str]] | None:
     """The experiment with id ``name_or_id``, else the latest one named so: its definition and its cells (in
     order); None when there is none.
     """
@@ -74,8 +77,8 @@ def find(db: sqlite3.Connection, name_or_id: str) -> tuple[str, list[str]] | Non
     return definition, [data for (data,) in cells]
 
 
-def latest(db: sqlite3.Connection, limit: int) -> list[ExperimentSummary]:
-    """The latest ``limit`` experiments, newest first, each with its cells counted by status (read in SQLite: the
+def latest(db: Connection, limit: int, dialect: Dialect) -> list[ExperimentSummary]:
+    """The latest ``limit`` experiments, newest first, each with its cells counted by status (read in SQL: the
     cells' JSON is not parsed in Python).
     """
     found = db.execute(
@@ -84,7 +87,7 @@ def latest(db: sqlite3.Connection, limit: int) -> list[ExperimentSummary]:
     summaries = []
     for experiment_id, name, created_at in found:
         counted = db.execute(
-            "SELECT json_extract(data, '$.status'), count(*), sum(json_extract(data, '$.cost')) "
+            f"SELECT {dialect.json_text('data', 'status')}, count(*), sum({dialect.json_number('data', 'cost')}) "
             "FROM experiment_cells WHERE experiment_id = ? GROUP BY 1",
             (experiment_id,),
         ).fetchall()

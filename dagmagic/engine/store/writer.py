@@ -18,16 +18,18 @@ from __future__ import annotations
 
 import logging
 import os
-import sqlite3
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from dagmagic.errors import DagError
+
+if TYPE_CHECKING:
+    from dagmagic.engine.store.backend import Backend, Connection, Watch
 
 __all__ = ["Change", "OpenFile", "Statements", "StoreWriter", "Withdrawn", "WriterListener"]
 
@@ -37,12 +39,10 @@ IDLE_SECONDS = 5.0
 """How long the writer's thread waits for a change before it ends (the next change starts it again)."""
 STALL_SECONDS = 5.0
 """How long a change waits for another program's lock before the store is told."""
-_BUSY_MILLISECONDS = 100
-"""SQLite's own wait for a lock, per try: the writer tries again itself, so that it can stop and report."""
 _RETRY_SECONDS = 0.1
 
 
-Write = Callable[[sqlite3.Connection], object]
+Write = Callable[["Connection"], object]
 """A write that reads the file before it writes, run by the writer inside the change's transaction."""
 
 
@@ -64,7 +64,7 @@ class Statements:
         """
         self.items.append(write)
 
-    def run(self, db: sqlite3.Connection) -> None:
+    def run(self, db: Connection) -> None:
         """Execute what was recorded, in order (inside the caller's transaction)."""
         for item in self.items:
             if callable(item):
@@ -126,19 +126,12 @@ class _CannotOpen(Exception):
 class StoreWriter:
     """Writes one store's changes in order on its own thread (see the module docstring)."""
 
-    def __init__(
-        self,
-        path: Path,
-        db: sqlite3.Connection,
-        *,
-        connect: Callable[[Path], sqlite3.Connection],
-        listener: WriterListener,
-    ) -> None:
-        self.path = path
-        self._connect = connect
+    def __init__(self, backend: Backend, db: Connection, *, listener: WriterListener) -> None:
+        self.path = backend.location
+        self._backend = backend
         self._listener = listener
-        self._db: sqlite3.Connection | None = self._prepared(db)
-        self._file: OpenFile | None = OpenFile(path)
+        self._db: Connection | None = db
+        self._file: Watch | None = backend.watch()
         self._changes: deque[Change] = deque()
         """Changes not written yet, the one being written first."""
         self._condition = threading.Condition()
@@ -252,12 +245,12 @@ class StoreWriter:
                 pass
             except DagError as exc:  # refused (the run's lease is another's): the run goes on unsaved
                 self._failed(change, exc)
-            except sqlite3.OperationalError as exc:
-                if _locked(exc) and not self._past_closing():
+            except self._backend.errors as exc:
+                if self._backend.locked(exc) and not self._past_closing():
                     self._wait_for_the_lock()
                     continue
                 self._failed(change, exc)
-            except (sqlite3.Error, _CannotOpen) as exc:
+            except _CannotOpen as exc:
                 self._failed(change, exc)
             else:
                 if run_id is not None and change.whole:
@@ -285,7 +278,7 @@ class StoreWriter:
         assert self._db is not None
         db = self._db
         if change.statements.items:
-            db.execute("BEGIN IMMEDIATE")  # the write lock first: a change never half-waits inside
+            self._backend.begin(db)  # the write lock first: a change never half-waits inside
             try:
                 change.statements.run(db)
                 db.commit()
@@ -293,7 +286,7 @@ class StoreWriter:
                 db.rollback()
                 raise
         if change.checkpoint:
-            db.execute("PRAGMA wal_checkpoint(PASSIVE)")  # copies what no reader needs; never waits
+            self._backend.checkpoint(db)  # copies what no reader needs; never waits
 
     def _follow_the_path(self) -> None:
         """Open the file at the store's path again when the one open is no longer there."""
@@ -303,8 +296,8 @@ class StoreWriter:
             log.info("[dagmagic] the run store %s was deleted or moved while open; a new one is created", self.path)
             self._close_file()  # SQLite neither checkpoints nor deletes a moved file's log: the new file is safe
         try:
-            self._db = self._prepared(self._connect(self.path))
-            self._file = OpenFile(self.path)
+            self._db = self._backend.writer()
+            self._file = self._backend.watch()
         except (DagError, OSError) as exc:
             self._close_file()
             raise _CannotOpen(f"it was deleted or moved while open, and cannot be created again ({exc})") from None
@@ -315,8 +308,8 @@ class StoreWriter:
     def _checkpoint_and_close(self) -> None:
         if self._db is not None and self._file is not None and not self._file.replaced():
             try:
-                self._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
-            except sqlite3.Error as exc:
+                self._backend.checkpoint(self._db)
+            except self._backend.errors as exc:
                 log.warning("[dagmagic] the run store %s could not be checkpointed (%s)", self.path, exc)
         self._close_file()
 
@@ -348,14 +341,14 @@ class StoreWriter:
         return self._closing is not None and time.monotonic() > self._closing
 
     def _failed(self, change: Change, exc: BaseException) -> None:
-        if isinstance(exc, sqlite3.Error) and self._file is not None and self._file.replaced():
+        if isinstance(exc, self._backend.errors) and self._file is not None and self._file.replaced():
             self._ask_for_again(change)  # deleted or moved while this change was written: into the new file
             return
         change.failure = exc
         if change.settled is not None:
             return
         reason = str(exc) if isinstance(exc, _CannotOpen) else f"{exc}"
-        if _locked(exc):
+        if self._backend.locked(exc):
             reason = "another program still held its write lock when it was closed"
         reason = str(exc).rstrip(".") + "." if isinstance(exc, DagError) else f"the run store failed ({reason})."
         if change.run_id is None:
@@ -373,11 +366,6 @@ class StoreWriter:
             return
         if change.run_id is not None:
             self._ask_for(change.run_id)
-
-    @staticmethod
-    def _prepared(db: sqlite3.Connection) -> sqlite3.Connection:
-        db.execute(f"PRAGMA busy_timeout = {_BUSY_MILLISECONDS}")
-        return db
 
 
 class OpenFile:
@@ -401,7 +389,3 @@ class OpenFile:
     def close(self) -> None:
         """Let the file go."""
         os.close(self._fd)
-
-
-def _locked(exc: BaseException) -> bool:
-    return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
