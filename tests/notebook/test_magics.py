@@ -287,6 +287,37 @@ def test_history_says_a_run_the_user_stopped_was_stopped_by_you(
     assert [line for line in lines if finished.run_id in line and " done " in line], lines
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_history_names_the_machine_of_each_run_once_the_store_holds_another_machines(
+    ip: InteractiveShell,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    backend: str,
+) -> None:
+    from dagmagic.engine.store.lease import HOST
+
+    from ..stored import connect
+
+    store = str(tmp_path / "runs.sqlite") if backend == "sqlite" else request.getfixturevalue("postgres").database()
+    run_cell(ip, f"%dag config store={store}")
+    theirs = run_cell(ip, "%%dag --models llm --no-widget\ntheir goal")
+    ip.user_ns["llm"] = scripted()
+    capsys.readouterr()
+    run_cell(ip, "%dag history")
+    assert HOST not in capsys.readouterr().out  # one machine: no column for it
+    assert isinstance(theirs, DagRun)
+    with connect(store) as db:  # as a kernel on another machine wrote it
+        db.execute("UPDATE runs SET host = 'machine-a' WHERE run_id = ?", (theirs.run_id,))
+    mine = run_cell(ip, "%%dag --models llm --no-widget\nmy goal")
+    assert isinstance(mine, DagRun)
+    capsys.readouterr()
+    run_cell(ip, "%dag history")
+    lines = capsys.readouterr().out.splitlines()
+    assert [line for line in lines if theirs.run_id in line and "machine-a" in line], lines
+    assert [line for line in lines if mine.run_id in line and HOST in line], lines
+
+
 def test_the_terminals_last_line_says_a_run_the_user_stopped_was_stopped_by_you() -> None:
     from dagmagic.events import RunFinished
     from dagmagic.notebook.progress import progress_line

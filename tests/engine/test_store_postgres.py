@@ -1,0 +1,183 @@
+"""The run store on PostgreSQL: a run resumed on another machine once its lease expired, runs of every machine
+listed with their host, what it refuses, and a copy into a SQLite file. (The rest of the store's suite runs on
+both backends: ``store_path`` in tests/engine/test_store.py and test_resume.py.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dagmagic import DagSession, DagSettings, ModelRegistry
+from dagmagic.engine.store import SCHEMA_VERSION, RunStore
+from dagmagic.engine.store.lease import HOST
+from dagmagic.errors import StoreError, StoreUnavailable
+from dagmagic.testing import ScriptedLLM
+
+from ..stored import connect, step_statuses
+from .conftest import plan_reply, verdict
+
+MACHINE = textwrap.dedent(
+    """
+    import asyncio, json, sys
+    from dagmagic.engine.store import lease
+
+    store, host, mode, run_id = sys.argv[1:5]
+    lease.HOST = host  # as if on another machine
+    lease.LEASE_SECONDS, lease.HEARTBEAT_SECONDS = 6.0, 0.2
+
+    from dagmagic import DagSession, DagSettings, ModelRegistry
+    from dagmagic.testing import ScriptedLLM
+
+    async def step(request):
+        if mode == "start" and request.step_id == "s2":
+            await asyncio.sleep(3600)  # killed while it runs
+        return f"{request.step_id} on {host}"
+
+    def synthesize(request):
+        return [" + ".join(sorted(set(w for w in request.prompt.split("\\n") if " on machine-" in w)))]
+
+    plan = {"steps": [{"id": "s1", "task": "first"}, {"id": "s2", "task": "second", "dependencies": ["s1"]}]}
+    script = {"plan": [plan], "step": step, "synthesize": synthesize,
+              "analyze": [{"achieved": True, "confidence": 0.9, "reasoning": "complete"}]}
+
+    async def main():
+        session = DagSession(ModelRegistry().register("m", ScriptedLLM(script)), DagSettings(store=store))
+        try:
+            run = await (session.resume(run_id) if mode == "resume" else session.run("the goal"))
+        except Exception as exc:
+            print(json.dumps({"error": str(exc)}))
+            return
+        print(json.dumps({"run_id": run.run_id, "status": run.status, "steps": {
+            s.id: s.result for s in run.steps.values()}}))
+
+    asyncio.run(main())
+    """
+)
+
+
+def machine(store: str, host: str, mode: str, run_id: str = "-") -> subprocess.Popen[str]:
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    command = [sys.executable, "-c", MACHINE, store, host, mode, run_id]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def finished(process: subprocess.Popen[str]) -> dict[str, Any]:
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+    return dict(json.loads(out))
+
+
+def test_a_run_whose_machine_vanished_is_resumed_on_another_once_its_lease_expired(postgres: Any) -> None:
+    url = postgres.database()
+    first = machine(url, "machine-a", "start")
+    deadline = time.monotonic() + 60
+    while step_statuses(url) != {"s1": "completed", "s2": "running"}:
+        assert time.monotonic() < deadline and first.poll() is None, step_statuses(url)
+        time.sleep(0.05)
+    os.kill(first.pid, signal.SIGKILL)  # its machine gone: nobody gives the lease back
+    first.communicate(timeout=30)
+    store = RunStore.open(url)
+    (summary,) = store.runs()
+    assert summary.host == "machine-a" and not summary.interrupted  # another host: only the lease's end tells
+    assert summary.driver is not None and f"pid {first.pid} on machine-a" in summary.driver
+
+    refused = finished(machine(url, "machine-b", "resume", summary.run_id))
+    assert f"being driven by another process (pid {first.pid} on machine-a" in refused["error"]
+    while not store.runs()[0].interrupted:  # its lease expires
+        assert time.monotonic() < deadline + 60
+        time.sleep(0.2)
+
+    resumed = finished(machine(url, "machine-b", "resume", summary.run_id))
+    assert resumed == {
+        "run_id": summary.run_id,
+        "status": "done",
+        "steps": {"s1": "s1 on machine-a", "s2": "s2 on machine-b"},  # s1 is not run again
+    }
+    (after,) = store.runs()
+    assert (after.status, after.interrupted, after.driver, after.host) == ("done", False, None, "machine-b")
+    store.close()
+    postgres.drop(url)
+
+
+async def test_runs_of_every_machine_are_listed_with_their_host(postgres: Any) -> None:
+    url = postgres.database()
+    theirs = finished(machine(url, "machine-a", "whole"))
+    llm = ScriptedLLM(
+        {
+            "plan": [plan_reply(("s1", []))],
+            "step": ["ok"],
+            "analyze": [verdict(True, 0.9)],
+            "synthesize": [["mine"]],
+        }
+    )
+    mine = await DagSession(ModelRegistry().register("m", llm), DagSettings(store=url)).run("my goal")
+    store = RunStore.open(url)
+    listed = {summary.run_id: summary.host for summary in store.runs()}
+    assert listed == {theirs["run_id"]: "machine-a", mine.run_id: HOST}
+    store.close()
+    postgres.drop(url)
+
+
+def test_a_database_with_another_programs_runs_table_is_refused_and_left_alone(postgres: Any) -> None:
+    url = postgres.database()
+    with connect(url) as db:
+        db.execute("CREATE TABLE runs (id INTEGER, what TEXT)")
+        db.execute("INSERT INTO runs VALUES (1, 'theirs')")
+    with pytest.raises(StoreError, match="holds a table `runs` that is not a dagmagic run store's"):
+        RunStore.open(url)
+    with connect(url) as db:
+        assert db.execute("SELECT * FROM runs").fetchall() == [(1, "theirs")]
+        assert db.execute("SELECT to_regclass('dagmagic_meta')").fetchone()[0] is None
+    postgres.drop(url)
+
+
+def test_a_store_from_a_newer_dagmagic_is_refused(postgres: Any) -> None:
+    url = postgres.database()
+    RunStore.open(url).close()
+    with connect(url) as db:
+        db.execute("UPDATE dagmagic_meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION + 1),))
+    with pytest.raises(StoreError, match=f"newer dagmagic \\(schema {SCHEMA_VERSION + 1}"):
+        RunStore.open(url)
+    postgres.drop(url)
+
+
+def test_a_server_that_cannot_be_reached_is_unavailable_and_says_where_without_the_password(
+    postgres: Any,
+) -> None:
+    url = f"postgresql://someone:hunter2-secret@127.0.0.1:{postgres.port}/no_such_database"
+    with pytest.raises(StoreUnavailable) as refused:
+        RunStore.open(url)
+    message = str(refused.value)
+    assert "postgresql://someone:***@127.0.0.1" in message and "cannot be reached" in message
+    assert "hunter2" not in message
+
+
+async def test_a_postgres_store_is_copied_into_one_sqlite_file(postgres: Any, tmp_path: Path) -> None:
+    url = postgres.database()
+    llm = ScriptedLLM(
+        {
+            "plan": [plan_reply(("s1", []), ("s2", ["s1"]))],
+            "step": ["ok"],
+            "analyze": [verdict(True, 0.9)],
+            "synthesize": [["copied"]],
+        }
+    )
+    session = DagSession(ModelRegistry().register("m", llm), DagSettings(store=url))
+    await session.run("first")
+    run = await session.run("second, after the first")
+    copy = RunStore.open(url).export(tmp_path / "copy.sqlite")
+    copied = RunStore.open(copy).load(run.run_id)
+    assert copied.state.model_dump() == RunStore.open(url).load(run.run_id).state.model_dump()
+    assert [exchange.goal for exchange in copied.history] == ["first"]
+    RunStore.open(url).close()
+    postgres.drop(url)
