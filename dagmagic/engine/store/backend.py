@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,11 +27,6 @@ Location = Path | StoreURL
 
 class Cursor(Protocol):
     """The result of one statement (``sqlite3.Cursor``, ``psycopg.Cursor``): DB-API's, as much as the store uses."""
-
-    @property
-    def rowcount(self) -> int:
-        """Rows the statement changed."""
-        ...
 
     @property
     def description(self) -> Any:
@@ -128,9 +124,10 @@ class Backend(Protocol):
         """What was just opened, to notice when it is replaced."""
         ...
 
-    def begin(self, db: Connection) -> None:
-        """Open a write transaction on ``db``, the store's write lock taken first (so a change never half-waits
-        inside it); a lock held elsewhere raises an error ``locked`` recognises.
+    def transaction(self, db: Connection) -> AbstractContextManager[None]:
+        """A write transaction on ``db``, committed when the block ends (rolled back when it raises), the store's
+        write lock taken first, so that a change never half-waits inside it; a lock held elsewhere raises an
+        error ``locked`` recognises.
         """
         ...
 

@@ -194,11 +194,11 @@ def renew(db: Connection, lease: Lease) -> bool:
     run, so it counts as still held.
     """
     now = time.time()
-    renewed = db.execute(
-        "UPDATE leases SET heartbeat = ?, expires = ? WHERE run_id = ? AND token = ?",
+    renewed = db.execute(  # RETURNING, not rowcount: PostgreSQL's pipeline knows it only once the row is read
+        "UPDATE leases SET heartbeat = ?, expires = ? WHERE run_id = ? AND token = ? RETURNING run_id",
         (now, now + LEASE_SECONDS, lease.run_id, lease.token),
-    ).rowcount
-    if renewed:
+    ).fetchone()
+    if renewed is not None:
         return True
     return db.execute("SELECT 1 FROM runs WHERE run_id = ?", (lease.run_id,)).fetchone() is None
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from dagmagic.engine.store import lease
@@ -104,9 +106,16 @@ class SQLiteBackend:
         """The file just opened, held open to notice it was deleted or moved."""
         return OpenFile(self.location)
 
-    def begin(self, db: Connection) -> None:
-        """The write lock first: a change never half-waits inside its transaction."""
+    @contextmanager
+    def transaction(self, db: Connection) -> Iterator[None]:
+        """The write lock first (``BEGIN IMMEDIATE``): a change never half-waits inside its transaction."""
         db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+            db.commit()
+        except BaseException:
+            db.rollback()
+            raise
 
     def locked(self, exc: BaseException) -> bool:
         """SQLite's "database is locked" or "busy"."""

@@ -278,13 +278,8 @@ class StoreWriter:
         assert self._db is not None
         db = self._db
         if change.statements.items:
-            self._backend.begin(db)  # the write lock first: a change never half-waits inside
-            try:
+            with self._backend.transaction(db):  # the write lock first: a change never half-waits inside
                 change.statements.run(db)
-                db.commit()
-            except BaseException:
-                db.rollback()
-                raise
         if change.checkpoint:
             self._backend.checkpoint(db)  # copies what no reader needs; never waits
 
