@@ -37,10 +37,6 @@ _WRITE_LOCK = f"SELECT pg_advisory_xact_lock({APPLICATION_ID})"
 """The store's write lock (one per database): taken first by every write transaction, released at its end."""
 _LOCK_TIMEOUT = "SET lock_timeout = '100ms'"
 """The writer's wait for a lock, per try: it tries again itself, so that it can stop and report."""
-_ASYNCHRONOUS_COMMIT = "SET synchronous_commit = off"
-"""A commit returns once the server has it, before its log reaches the disk (SQLite's ``synchronous = NORMAL``
-with WAL): a killed kernel loses nothing committed; a crash of the server's machine may lose its last fraction of
-a second, never consistency. It makes a change ~4x cheaper to write (benchmarks/store_overhead.py)."""
 _PREPARE_TIMEOUT = "SET lock_timeout = '10s'"
 """How long opening a store waits for another process that migrates the same database."""
 _META = "CREATE TABLE IF NOT EXISTS dagmagic_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
@@ -63,7 +59,6 @@ class PostgresBackend:
             db.execute(_PREPARE_TIMEOUT)
             _prepare(db, self.location)
             db.execute(_LOCK_TIMEOUT)
-            db.execute(_ASYNCHRONOUS_COMMIT)
         except psycopg.Error as exc:
             db.close()
             raise StoreUnavailable(self._unwritable(exc)) from None
