@@ -5,6 +5,7 @@ both backends: ``store_path`` in tests/engine/test_store.py and test_resume.py.)
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -21,7 +22,7 @@ from dagmagic import DagSession, DagSettings, ModelRegistry
 from dagmagic.engine.store import SCHEMA_VERSION, RunStore
 from dagmagic.engine.store.lease import HOST
 from dagmagic.errors import StoreError, StoreUnavailable
-from dagmagic.testing import ScriptedLLM
+from dagmagic.testing import ScriptedLLM, ScriptedRequest
 
 from ..stored import connect, step_statuses
 from .conftest import plan_reply, verdict
@@ -180,4 +181,49 @@ async def test_a_postgres_store_is_copied_into_one_sqlite_file(postgres: Any, tm
     assert copied.state.model_dump() == RunStore.open(url).load(run.run_id).state.model_dump()
     assert [exchange.goal for exchange in copied.history] == ["first"]
     RunStore.open(url).close()
+    postgres.drop(url)
+
+
+async def test_connections_lost_mid_run_are_made_again_and_the_run_is_saved_whole(postgres: Any) -> None:
+    url = postgres.database()
+    halfway = asyncio.Event()
+    go_on = asyncio.Event()
+
+    async def step(request: ScriptedRequest) -> str:
+        if request.step_id == "s2":
+            halfway.set()
+            await go_on.wait()
+        return f"result of {request.step_id}"
+
+    llm = ScriptedLLM(
+        {
+            "plan": [plan_reply(("s1", []), ("s2", ["s1"]), ("s3", ["s2"]))],
+            "step": step,
+            "analyze": [verdict(True, 0.9)],
+            "synthesize": [["after the restart"]],
+        }
+    )
+    run = DagSession(ModelRegistry().register("m", llm), DagSettings(store=url)).start("goal")
+    await halfway.wait()
+    store = RunStore.open(url)
+    assert store.runs()[0].status == "running"
+    with connect(postgres.url()) as admin:  # as a server restart ends them: every connection to the store
+        admin.execute("COMMIT")
+        ended = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = ?", (url.rsplit("/", 1)[1],)
+        ).fetchall()
+        admin.execute("BEGIN")
+    assert len(ended) >= 2  # the writer's and the reader's
+    go_on.set()
+    await run
+    assert run.status == "done" and run.durable
+    (summary,) = store.runs()  # the reader connects again too
+    assert summary.status == "done"
+    stored = store.load(run.run_id)
+    assert stored.state.answer == "after the restart"
+    assert [step.result for step in stored.state.rounds[0].plan.steps] == [f"result of s{i}" for i in (1, 2, 3)]
+    assert [event.type for event in stored.events] == [
+        event.type for event in run.events if event.type not in ("answer_delta", "call_progress")
+    ]
+    store.close()
     postgres.drop(url)

@@ -65,7 +65,10 @@ class Connection(Protocol):
 
 
 class Watch(Protocol):
-    """The store's file as it was opened, to notice it was deleted or moved (a database never is)."""
+    """The store as it was opened, to notice it was replaced: a file deleted or moved, a connection lost."""
+
+    how: str
+    """What happened to it, once replaced (``was deleted or moved while open``)."""
 
     def replaced(self) -> bool:
         """Whether what is at the store's location is no longer what was opened."""
@@ -120,8 +123,8 @@ class Backend(Protocol):
         """A connection that only reads; each read sees every write committed before it."""
         ...
 
-    def watch(self) -> Watch:
-        """What was just opened, to notice when it is replaced."""
+    def watch(self, db: Connection) -> Watch:
+        """What ``db`` was just opened on, to notice when it is replaced."""
         ...
 
     def transaction(self, db: Connection) -> AbstractContextManager[None]:

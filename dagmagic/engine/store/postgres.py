@@ -13,7 +13,7 @@ write-ahead log to checkpoint: those are no-ops here. Needs psycopg 3 (``pip ins
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from functools import lru_cache
 from typing import Any
@@ -68,14 +68,23 @@ class PostgresBackend:
         return db
 
     def reader(self) -> Connection:
-        """A connection that only reads, outside any transaction (each read sees what was committed)."""
-        db = self._connect()
-        db.execute("SET default_transaction_read_only = on")
-        return db
+        """A connection that only reads, outside any transaction (each read sees what was committed); one lost
+        (the server restarted) connects again at the next read.
+        """
 
-    def watch(self) -> Watch:
-        """A database is never deleted or moved under an open connection the way a file is."""
-        return _Database()
+        def connect() -> psycopg.Connection[Any]:
+            connection = self._connect()._connection
+            connection.execute(b"SET default_transaction_read_only = on")
+            return connection
+
+        return _Connection(connect(), reconnect=connect)
+
+    def watch(self, db: Connection) -> Watch:
+        """``db``'s connection, to notice it was lost (the server restarted, or ended it): the writer then
+        connects again and writes the runs going on whole, as into a SQLite file created anew.
+        """
+        assert isinstance(db, _Connection)
+        return _Database(db)
 
     @contextmanager
     def transaction(self, db: Connection) -> Iterator[None]:
@@ -129,10 +138,25 @@ class _Connection:
     explicit transactions (``BEGIN`` ... ``commit()``).
     """
 
-    def __init__(self, connection: psycopg.Connection[Any]) -> None:
+    def __init__(
+        self, connection: psycopg.Connection[Any], reconnect: Callable[[], psycopg.Connection[Any]] | None = None
+    ) -> None:
         self._connection = connection
+        self._reconnect = reconnect
+        """How to connect again when the connection was lost outside a transaction (a reader's)."""
 
     def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> Cursor:
+        idle = self._connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        try:
+            return self._execute(sql, parameters)
+        except psycopg.OperationalError:
+            if self._reconnect is None or not idle or not self._connection.broken:
+                raise
+        self._connection.close()
+        self._connection = self._reconnect()
+        return self._execute(sql, parameters)
+
+    def _execute(self, sql: str, parameters: Sequence[Any]) -> Cursor:
         if not parameters:
             return self._connection.execute(sql.encode())  # bytes: no placeholders to parse
         return self._connection.execute(_placeholders(sql), tuple(parameters))
@@ -151,10 +175,20 @@ class _Connection:
     def close(self) -> None:
         self._connection.close()
 
+    @property
+    def broken(self) -> bool:
+        """Whether the connection was lost (closed by the server, or by a failure)."""
+        return self._connection.broken or self._connection.closed
+
 
 class _Database:
+    how = "lost its connection to the server"
+
+    def __init__(self, db: _Connection) -> None:
+        self._db = db
+
     def replaced(self) -> bool:
-        return False
+        return self._db.broken
 
     def close(self) -> None:
         pass

@@ -1,4 +1,6 @@
-"""The run store: every run checkpointed to SQLite as it happens, so that it outlives its kernel.
+"""The run store: every run checkpointed as it happens, so that it outlives its kernel, to a SQLite file or a
+PostgreSQL database shared by a team (``backend``: the same rows and SQL on both; what is said here of the file,
+its lock held by another program, its write-ahead log, or its deletion, is SQLite's).
 
 Each event of a run becomes one change (the rows it changed, and the event), taken in the call that emits
 it, before any view hears of it; the store's writer (``writer``) writes the changes in order on a
@@ -125,7 +127,8 @@ class RunStore:
         self._backend = backend = open_backend(path)
         self._runs = SavedRuns(path, self._whole)
         self._writer = self._runs.writer = StoreWriter(backend, backend.writer(), listener=self._runs)
-        self._reader, self._reading = backend.reader(), backend.watch()
+        self._reader = backend.reader()
+        self._reading = backend.watch(self._reader)
         self._leases = lease.Heartbeat(path, self._renew)
         """The leases of the runs this store's process drives, renewed while they run."""
         self._renewing = threading.Event()
@@ -493,10 +496,11 @@ class RunStore:
 
     def _reading_now(self) -> Connection:
         """The reading connection, to the file now at the path (whatever still waits to be written)."""
-        if self._reading.replaced():  # deleted or moved: read what is at the path now
+        if self._reading.replaced():  # deleted or moved (disconnected): read what is at the path now
             self._reader.close()
             self._reading.close()
-            self._reader, self._reading = self._backend.reader(), self._backend.watch()
+            self._reader = self._backend.reader()
+            self._reading = self._backend.watch(self._reader)
         return self._reader
 
 

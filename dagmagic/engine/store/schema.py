@@ -102,7 +102,7 @@ class SQLiteBackend:
         """A connection that only reads."""
         return reader(self.location)
 
-    def watch(self) -> Watch:
+    def watch(self, db: Connection) -> Watch:
         """The file just opened, held open to notice it was deleted or moved."""
         return OpenFile(self.location)
 

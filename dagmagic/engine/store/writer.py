@@ -131,7 +131,7 @@ class StoreWriter:
         self._backend = backend
         self._listener = listener
         self._db: Connection | None = db
-        self._file: Watch | None = backend.watch()
+        self._file: Watch | None = backend.watch(db)
         self._changes: deque[Change] = deque()
         """Changes not written yet, the one being written first."""
         self._condition = threading.Condition()
@@ -288,14 +288,16 @@ class StoreWriter:
         if self._db is not None and self._file is not None and not self._file.replaced():
             return
         if self._db is not None:
-            log.info("[dagmagic] the run store %s was deleted or moved while open; a new one is created", self.path)
+            how = self._file.how if self._file is not None else "was closed"
+            log.info("[dagmagic] the run store %s %s; it is opened again", self.path, how)
             self._close_file()  # SQLite neither checkpoints nor deletes a moved file's log: the new file is safe
+        how = self._file.how if self._file is not None else "was closed"
         try:
             self._db = self._backend.writer()
-            self._file = self._backend.watch()
+            self._file = self._backend.watch(self._db)
         except (DagError, OSError) as exc:
             self._close_file()
-            raise _CannotOpen(f"it was deleted or moved while open, and cannot be created again ({exc})") from None
+            raise _CannotOpen(f"it {how}, and cannot be opened again ({exc})") from None
         self._written.clear()
         self._recreated = True
         self._asked = set(self._listener.reopened())
@@ -367,6 +369,8 @@ class OpenFile:
     """The file opened at ``path``, held open so that it is known again: while it is held, a file created at
     its path after it was deleted cannot reuse its inode.
     """
+
+    how = "was deleted or moved while open"
 
     def __init__(self, path: Path) -> None:
         self.path = path
