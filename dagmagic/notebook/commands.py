@@ -89,12 +89,14 @@ def models(notebook: NotebookSession, _: str) -> None:
 def config(notebook: NotebookSession, rest: str) -> None:
     """``%dag config key=value ...``: settings for later cells; alone, what is set."""
     from dagmagic.settings import DagSettings
+    from dagmagic.store_url import StoreURL
 
     if not rest:
         if not notebook.overrides and not notebook.mcp_servers:
             print("Nothing set with %dag config: the defaults apply, with any DAG_* environment variables.")
         for key, value in sorted(notebook.overrides.items()):
-            print(f"{key} = {value!r}")
+            shown = str(StoreURL(value)) if key == "store" and isinstance(value, str) else value  # its password
+            print(f"{key} = {shown!r}")
         if notebook.mcp_servers:
             print(f"mcp = {notebook.mcp_servers!r}")
         return

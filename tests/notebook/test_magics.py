@@ -671,3 +671,11 @@ def test_dag_otel_without_opentelemetry_is_a_usage_error_saying_what_to_install(
     monkeypatch.setenv("DAG_OTEL", "1")
     message = usage_error(ip, "%%dag --models llm\nthe goal", capsys)
     assert 'pip install "dagmagic[otel]"' in message and "DAG_OTEL" in message
+
+
+def test_config_shows_a_store_urls_password_masked(ip: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:
+    run_cell(ip, "%dag config store=postgresql://dag:s3cret-pw@127.0.0.1:5432/runs")
+    capsys.readouterr()
+    run_cell(ip, "%dag config")
+    shown = capsys.readouterr().out
+    assert "store = 'postgresql://dag:***@127.0.0.1:5432/runs'" in shown and "s3cret" not in shown
