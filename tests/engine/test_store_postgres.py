@@ -227,3 +227,15 @@ async def test_connections_lost_mid_run_are_made_again_and_the_run_is_saved_whol
     ]
     store.close()
     postgres.drop(url)
+
+
+async def test_a_run_whose_postgres_store_cannot_be_reached_goes_on_unsaved_and_says_so(postgres: Any) -> None:
+    url = f"postgresql://dag:hunter2-secret@127.0.0.1:{postgres.port}/no_such_database"
+    llm = ScriptedLLM(
+        {"plan": [plan_reply(("s1", []))], "step": ["ok"], "analyze": [verdict(True, 0.9)], "synthesize": [["x"]]}
+    )
+    run = await DagSession(ModelRegistry().register("m", llm), DagSettings(store=url)).run("goal")
+    assert run.status == "done" and not run.durable
+    (warning,) = [event.message for event in run.events if event.type == "warning"]
+    assert "This run is not saved: the run store postgresql://dag:***@127.0.0.1" in warning
+    assert "cannot be reached" in warning and "hunter2" not in warning
