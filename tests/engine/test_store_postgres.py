@@ -239,3 +239,39 @@ async def test_a_run_whose_postgres_store_cannot_be_reached_goes_on_unsaved_and_
     (warning,) = [event.message for event in run.events if event.type == "warning"]
     assert "This run is not saved: the run store postgresql://dag:***@127.0.0.1" in warning
     assert "cannot be reached" in warning and "hunter2" not in warning
+
+
+async def test_a_write_lock_held_by_another_connection_holds_up_nothing_and_loses_nothing(
+    postgres: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dagmagic.engine.store import run_store, writer
+    from dagmagic.engine.store.schema import APPLICATION_ID
+
+    monkeypatch.setattr(run_store, "SETTLE_SECONDS", 0.3)  # the end of a run waits this long
+    monkeypatch.setattr(writer, "STALL_SECONDS", 0.1)  # then a run going on is told its changes wait
+
+    url = postgres.database()
+    RunStore.open(url)  # the tables
+    llm = ScriptedLLM(
+        {
+            "plan": [plan_reply(("s1", []), ("s2", ["s1"]))],
+            "step": ["ok"],
+            "analyze": [verdict(True, 0.9)],
+            "synthesize": [["written"]],
+        }
+    )
+    with connect(url) as other:  # a long transaction holding the store's write lock (as another writer would)
+        other.execute(f"SELECT pg_advisory_xact_lock({APPLICATION_ID})")
+        run = await DagSession(ModelRegistry().register("m", llm), DagSettings(store=url)).run("goal")
+        store = RunStore.open(url)
+        assert store._writer.locked_since is not None  # its changes wait in memory
+    assert run.status == "done" and run.answer == "written"
+    warnings = [event.message for event in run.events if event.type == "warning"]
+    assert any("This run's last changes are not on disk yet" in warning for warning in warnings), warnings
+    assert store._writer.flush(30)
+    stored = store.load(run.run_id)  # written once the lock was released
+    assert stored.state.status == "done" and len(stored.events) == len(
+        [event for event in run.events if event.type not in ("answer_delta", "call_progress")]
+    )
+    store.close()
+    postgres.drop(url)
