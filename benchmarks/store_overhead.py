@@ -13,9 +13,9 @@ psycopg is missing). Reported:
 - in record: the time spent inside ``RunStore.record`` (the per-event change taken on the event loop, timed
   around each call; the writer's thread writes it), per step and per event: what the loop pays, apart from
   the noise of the whole run;
-- per change written: the writer thread's time per change (one transaction: an event and the rows it
-  changed), timed around each commit: what each backend costs to write, and how many changes a second one
-  writer keeps up with;
+- per change written: the writer thread's time per change (an event and the rows it changed), timed around
+  each transaction (the changes waiting are written together, up to ``BATCH_CHANGES``): what each backend costs
+  to write, and how many changes a second one writer keeps up with; and how many transactions that took;
 - events, and the store file's size (the database plus its WAL) after the run (SQLite).
 
 Run: ``python benchmarks/store_overhead.py``. It prints numbers; it asserts nothing about time.
@@ -101,30 +101,46 @@ class RecordTimer:
 
 
 class CommitTimer:
-    """Times every change the store's writer commits (on its thread) while installed."""
+    """Times every transaction the store's writer commits (on its thread) while installed, and counts the changes
+    it wrote (several waiting are written in one).
+    """
 
     def __init__(self) -> None:
         self.seconds = 0.0
         self.changes = 0
-        self._original = StoreWriter._commit
+        self.transactions = 0
+        self._one = StoreWriter._commit
+        self._together = StoreWriter._commit_together
 
     def __enter__(self) -> CommitTimer:
-        original = self._original
+        one, together = self._one, self._together
 
-        def timed(writer: StoreWriter, change: Any) -> None:
+        def timed_one(writer: StoreWriter, change: Any) -> None:
             started = time.perf_counter()
             try:
-                original(writer, change)
+                one(writer, change)
             finally:
                 if change.statements.items:
                     self.seconds += time.perf_counter() - started
                     self.changes += 1
+                    self.transactions += 1
 
-        StoreWriter._commit = timed  # type: ignore[method-assign]
+        def timed_together(writer: StoreWriter, changes: list[Any]) -> Any:
+            started = time.perf_counter()
+            try:
+                return together(writer, changes)
+            finally:
+                self.seconds += time.perf_counter() - started
+                self.changes += sum(1 for change in changes if change.statements.items)
+                self.transactions += 1
+
+        StoreWriter._commit = timed_one  # type: ignore[method-assign]
+        StoreWriter._commit_together = timed_together  # type: ignore[method-assign]
         return self
 
     def __exit__(self, *_: object) -> None:
-        StoreWriter._commit = self._original  # type: ignore[method-assign]
+        StoreWriter._commit = self._one  # type: ignore[method-assign]
+        StoreWriter._commit_together = self._together  # type: ignore[method-assign]
 
 
 async def one_run(store: str) -> tuple[float, int]:
@@ -145,6 +161,7 @@ class Backend:
         self.record_seconds: list[float] = []
         self.commit_ms: list[float] = []
         self.changes = 0
+        self.transactions = 0
         self.record_calls = 0
         self.sizes: list[int] = []
 
@@ -160,6 +177,7 @@ class Backend:
         if committed.changes:
             self.commit_ms.append(committed.seconds / committed.changes * 1000)
             self.changes = committed.changes
+            self.transactions = committed.transactions
         return events
 
 
@@ -199,7 +217,7 @@ def main() -> None:
     print(f"events per run: {events} ({sqlite.record_calls} written through RunStore.record)")
     print(
         f"{'store':<9} {'wall s':>8} {'min':>7} {'max':>7} {'ms/step over off':>17} {'in record ms/step':>18} "
-        f"{'us/event':>9} {'changes':>8} {'ms/change written':>18}"
+        f"{'us/event':>9} {'changes':>8} {'transactions':>13} {'ms/change written':>18}"
     )
     for backend in measured:
         wall = statistics.median(backend.walls)
@@ -208,7 +226,8 @@ def main() -> None:
         print(
             f"{backend.name:<9} {wall:8.3f} {min(backend.walls):7.3f} {max(backend.walls):7.3f} "
             f"{(wall - off_s) / STEPS * 1000:17.3f} {in_record / STEPS * 1000:18.3f} "
-            f"{in_record / max(backend.record_calls, 1) * 1e6:9.0f} {backend.changes:8} {written}"
+            f"{in_record / max(backend.record_calls, 1) * 1e6:9.0f} {backend.changes:8} {backend.transactions:13} "
+            f"{written}"
         )
     print(f"SQLite file after one run: {statistics.median(sqlite.sizes) / 1e6:.2f} MB")
     if postgres.walls:

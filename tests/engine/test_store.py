@@ -474,3 +474,41 @@ async def test_a_long_session_stores_each_run_once_and_grows_linearly(tmp_path: 
         event.model_dump() for event in latest.events if event.type == "llm_call"
     ]
     assert stored.state.calls == latest.calls
+
+
+async def test_changes_that_waited_are_written_together_and_one_refused_is_undone_alone(
+    store_path: Path | str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dagmagic.engine.store.writer import StoreWriter
+
+    batches: list[int] = []
+    together = StoreWriter._commit_together
+
+    def counted(writer: StoreWriter, changes: list[Any]) -> Any:
+        batches.append(len(changes))
+        return together(writer, changes)
+
+    monkeypatch.setattr(StoreWriter, "_commit_together", counted)
+    store = RunStore.open(store_path)
+    ours, theirs = (DagRun(RunState(run_id=run_id, goal="goal", started_at=time.time())) for run_id in "ab")
+    for run in (ours, theirs):
+        store.attach(run, [])
+    assert store.checkpoint(wait=30)
+    with connect(store_path) as db:  # run b is driven elsewhere now
+        db.execute("DELETE FROM leases WHERE run_id = 'b'")
+        db.execute(
+            "INSERT INTO leases VALUES ('b', 'their-token', 'elsewhere', 4242, ?, ?, ?)",
+            (time.time(), time.time(), time.time() + 3600),
+        )
+    with connect(store_path) as other:  # the write lock held elsewhere: the changes wait, then go together
+        if isinstance(other, sqlite3.Connection):
+            other.execute("BEGIN IMMEDIATE")
+        else:
+            other.execute(f"SELECT pg_advisory_xact_lock({APPLICATION_ID})")
+        for run, text in [(ours, "a1"), (theirs, "b1"), (ours, "a2")]:
+            store.record(run, RunWarning(message=text))
+        await asyncio.sleep(0.3)
+    assert store.checkpoint(wait=30)
+    assert max(batches) >= 3
+    messages = {run_id: [getattr(e, "message", None) for e in store.load(run_id).events] for run_id in "ab"}
+    assert messages == {"a": ["a1", "a2"], "b": []}

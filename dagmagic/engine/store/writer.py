@@ -1,21 +1,23 @@
 """A run store's writer: the store's changes written in order, on a thread of its own, so that writing never stalls
 the event loop, even while another program holds the file's write lock.
 
-A change is SQL statements with their values, taken when it happened (on the loop); the writer runs each change
-in one transaction, in the order given. What depends on the file as it is then (an event's number, the id of a
-row inserted, whether a run's lease is still this process's) is a write recorded as a function, run inside that
-transaction; one that raises a ``DagError`` (the lease is another's) refuses its change whole. A write lock held
-by another program (a database browser, a backup) is waited out: the changes wait in memory, in order, and are
-written once it is released; the store is told when that takes a while. Before each change the writer checks that
-the file it has open is still the one at the store's path: a store deleted or moved while open (``rm -rf
-.dagmagic``) is created again there, and each run the new file lacks is written into it whole (the store is asked
-for it) before anything else of that run. A change that cannot be written for another reason (a full disk), or
-that is refused, drops its run from the file, and the store is told. The thread ends when idle and starts again
-with the next change.
+A change is SQL statements with their values, taken when it happened (on the loop); the writer runs the changes in
+the order given, each in one transaction, or, when several wait, together in one (each inside a savepoint, so that
+one refused is undone alone): a run's burst of events costs one commit. What depends on the file as it is then (an
+event's number, the id of a row inserted, whether a run's lease is still this process's) is a write recorded as a
+function, run inside that transaction; one that raises a ``DagError`` (the lease is another's) refuses its change
+whole. A write lock held by another program (a database browser, a backup) is waited out: the changes wait in
+memory, in order, and are written once it is released; the store is told when that takes a while. Before each change
+the writer checks that the file it has open is still the one at the store's path: a store deleted or moved while
+open (``rm -rf .dagmagic``) is created again there, and each run the new file lacks is written into it whole (the
+store is asked for it) before anything else of that run. A change that cannot be written for another reason (a full
+disk), or that is refused, drops its run from the file, and the store is told. The thread ends when idle and starts
+again with the next change.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
@@ -37,6 +39,8 @@ log = logging.getLogger("dagmagic")
 
 IDLE_SECONDS = 5.0
 """How long the writer's thread waits for a change before it ends (the next change starts it again)."""
+BATCH_CHANGES = 200
+"""At most this many changes waiting are written in one transaction (a run's burst of events costs one commit)."""
 STALL_SECONDS = 5.0
 """How long a change waits for another program's lock before the store is told."""
 _RETRY_SECONDS = 0.1
@@ -213,23 +217,90 @@ class StoreWriter:
                 if not self._changes:
                     self._thread = None
                     return
-                change = self._changes[0]
+                batch = self._next_batch()
             try:
-                self._write(change)
+                if len(batch) == 1:
+                    self._write(batch[0])
+                else:
+                    self._write_together(batch)
             except Exception:  # the writer must go on, whatever one change meets
                 log.exception("[dagmagic] the run store's writer failed on a change")
             finally:
-                if change.after is not None:
-                    try:
-                        change.after()
-                    except Exception:
-                        log.exception("[dagmagic] the run store's writer failed after a change")
-                if change.settled is not None:
-                    change.settled.set()
+                for change in batch:
+                    if change.after is not None:
+                        try:
+                            change.after()
+                        except Exception:
+                            log.exception("[dagmagic] the run store's writer failed after a change")
+                    if change.settled is not None:
+                        change.settled.set()
                 with self._condition:
-                    self._changes.popleft()
-                    self._finished += 1
+                    for _ in batch:
+                        self._changes.popleft()
+                    self._finished += len(batch)
                     self._condition.notify_all()
+
+    def _next_batch(self) -> list[Change]:
+        """The changes to write next (the caller holds the condition): those waiting, up to ``BATCH_CHANGES``,
+        written in one transaction; a change that writes a run whole, or whose giver waits for it, on its own
+        (and so are all, in a file created anew: which runs it holds changes as they are written).
+        """
+        first = self._changes[0]
+        if self._recreated or first.whole or first.settled is not None:
+            return [first]
+        batch = []
+        for change in itertools.islice(self._changes, BATCH_CHANGES):
+            if change.whole or change.settled is not None:
+                break
+            batch.append(change)
+        return batch
+
+    def _write_together(self, batch: list[Change]) -> None:
+        """Write ``batch`` in one transaction, each change inside a savepoint (one refused is undone alone); when
+        that fails for another reason than a lock, each change is written on its own, as ``_write`` does.
+        """
+        while True:
+            try:
+                self._follow_the_path()
+                if self._recreated:
+                    break
+                written = [change for change in batch if not self._left_out(change)]
+                refused = self._commit_together(written)
+            except self._backend.errors as exc:
+                if self._backend.locked(exc) and not self._past_closing():
+                    self._wait_for_the_lock()
+                    continue
+                break
+            except _CannotOpen:
+                break
+            for change in written:
+                reason = refused.get(id(change))
+                if isinstance(reason, DagError):  # refused (the run's lease is another's): it goes on unsaved
+                    self._failed(change, reason)
+            self.locked_since = None
+            return
+        for change in batch:
+            self._write(change)
+
+    def _commit_together(self, changes: list[Change]) -> dict[int, Exception]:
+        """Write ``changes`` in one transaction; the changes refused (by ``id``), each undone alone."""
+        assert self._db is not None
+        db = self._db
+        refused: dict[int, Exception] = {}
+        with self._backend.transaction(db):
+            for number, change in enumerate(changes):
+                if not change.statements.items:
+                    continue
+                db.execute(f"SAVEPOINT change_{number}")
+                try:
+                    change.statements.run(db)
+                except (DagError, Withdrawn) as exc:
+                    db.execute(f"ROLLBACK TO SAVEPOINT change_{number}")
+                    refused[id(change)] = exc
+                db.execute(f"RELEASE SAVEPOINT change_{number}")
+        if any(change.checkpoint for change in changes):
+            self._backend.checkpoint(db)
+        return refused
 
     def _write(self, change: Change) -> None:
         run_id = change.run_id
