@@ -13,7 +13,8 @@ __all__ = ["POSTGRES_SCHEMES", "StoreURL", "store_location"]
 
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
-_PASSWORD_PARAMETER = re.compile(r"(?i)(password=)[^&\s]*")
+_PASSWORD_PARAMETER = re.compile(r"(?i)(password=)([^&\s]*)")
+_USER_PASSWORD = re.compile(r"(://[^:/@]*):([^@]*)@")
 _TAKES = (
     "DAG_STORE takes a file path (a SQLite store, e.g. .dagmagic/runs.sqlite), a PostgreSQL URL "
     "(postgresql://user@host:5432/database), or none"
@@ -28,11 +29,21 @@ class StoreURL:
     """The URL as given, handed to the driver only."""
 
     def __str__(self) -> str:
-        parts = urlsplit(self.url)
-        netloc = parts.netloc
-        if parts.password is not None:
-            netloc = f"{parts.username or ''}:***@{netloc.rpartition('@')[2]}"
-        return _PASSWORD_PARAMETER.sub(r"\1***", urlunsplit(parts._replace(netloc=netloc)))
+        try:
+            parts = urlsplit(self.url)
+            netloc = parts.netloc
+            if parts.password is not None:
+                netloc = f"{parts.username or ''}:***@{netloc.rpartition('@')[2]}"
+            shown = urlunsplit(parts._replace(netloc=netloc))
+        except ValueError:  # not a URL urllib reads (a bad IPv6 host): whatever sits between `:` and `@` goes
+            shown = _USER_PASSWORD.sub(r"\1:***@", self.url)
+        return _PASSWORD_PARAMETER.sub(r"\1***", shown)
+
+    def secrets(self) -> list[str]:
+        """The passwords the URL holds (in its user part, or a ``password=`` parameter), to mask in messages."""
+        found = [match.group(2) for match in _USER_PASSWORD.finditer(self.url)]
+        found += [match.group(2) for match in _PASSWORD_PARAMETER.finditer(self.url)]
+        return [secret for secret in found if secret]
 
     def __repr__(self) -> str:
         return f"StoreURL({str(self)!r})"

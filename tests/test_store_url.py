@@ -13,7 +13,7 @@ import pytest
 
 from dagmagic import DagSettings
 from dagmagic.engine.store import RunStore
-from dagmagic.errors import ConfigurationError
+from dagmagic.errors import ConfigurationError, StoreUnavailable
 from dagmagic.store_url import StoreURL, store_location
 
 
@@ -75,3 +75,14 @@ def test_a_path_stays_a_path() -> None:
     assert store_location(".dagmagic/runs.sqlite") == Path(".dagmagic/runs.sqlite")
     assert store_location("C:\\\\runs\\\\runs.sqlite") == Path("C:\\\\runs\\\\runs.sqlite")
     assert DagSettings(store="none").store_path is None
+
+
+@pytest.mark.parametrize(
+    "url", ["postgresql://dag:pw-secret@[bad/db", "postgresql://h/db?user=dag&password=pw-secret&x=1"]
+)
+def test_a_postgres_url_libpq_cannot_read_is_unavailable_with_its_password_masked(url: str) -> None:
+    pytest.importorskip("psycopg")
+    with pytest.raises(StoreUnavailable) as refused:
+        RunStore.open(url)
+    message = str(refused.value)
+    assert "cannot be reached" in message and "pw-secret" not in message and "***" in message

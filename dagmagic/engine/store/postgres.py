@@ -24,6 +24,7 @@ from psycopg import errors as pg_errors
 from dagmagic.engine.store.backend import Connection, Cursor, Dialect, Watch
 from dagmagic.engine.store.schema import APPLICATION_ID, SCHEMA_VERSION, migrations
 from dagmagic.errors import StoreError, StoreUnavailable
+from dagmagic.llm.secrets import mask_secrets
 from dagmagic.store_url import StoreURL
 
 __all__ = ["POSTGRES", "PostgresBackend"]
@@ -128,9 +129,10 @@ class PostgresBackend:
 
     def _reason(self, exc: BaseException) -> str:
         """The driver's message, on one line, with the URL's password (if any) masked."""
-        text = " ".join(str(exc).split())
-        password = psycopg.conninfo.conninfo_to_dict(self.location.url).get("password")
-        return text.replace(str(password), "***") if password else text
+        text = mask_secrets(" ".join(str(exc).split()))
+        for secret in self.location.secrets():
+            text = text.replace(secret, "***")
+        return text
 
 
 class _Connection:
