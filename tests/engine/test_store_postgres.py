@@ -275,3 +275,21 @@ async def test_a_write_lock_held_by_another_connection_holds_up_nothing_and_lose
     )
     store.close()
     postgres.drop(url)
+
+
+async def test_an_experiment_is_stored_and_summed_up_in_postgres_as_in_sqlite(postgres: Any, tmp_path: Path) -> None:
+    summaries = []
+    for store in (str(tmp_path / "runs.sqlite"), postgres.database()):
+        llm = ScriptedLLM(
+            {"plan": [plan_reply(("s1", []))], "step": ["ok"], "analyze": [verdict(True, 0.9)], "synthesize": [["x"]]},
+            price=(1e-6, 2e-6),
+        )
+        session = DagSession(ModelRegistry().register("m", llm), DagSettings(store=store))
+        experiment = await session.evaluate(["a", "b", "c"], name="grid")
+        opened = RunStore.open(store)
+        (summary,) = opened.experiments()
+        assert opened.experiment_id("grid") == summary.experiment_id == experiment.id
+        assert summary.cost is not None
+        summaries.append((summary.name, summary.statuses, summary.cells, summary.finished, summary.cost))
+    (*in_sqlite, sqlite_cost), (*in_postgres, postgres_cost) = summaries
+    assert in_sqlite == in_postgres == ["grid", {"done": 3}, 3, 3] and postgres_cost == pytest.approx(sqlite_cost)
