@@ -31,6 +31,7 @@ from dagmagic.llm.replay import cassette_registry
 from dagmagic.messages import Rerun
 from dagmagic.models import RunState
 from dagmagic.settings import DagSettings
+from dagmagic.store_url import StoreURL
 from dagmagic.tracing import RunTracer, run_tracer
 
 if TYPE_CHECKING:
@@ -108,8 +109,8 @@ class DagSession:
         ones are read back with ``dagmagic.load_run(run_id)`` (or taken back with ``reopen(run_id)``)."""
         self._digests: HistoryDigests = {}
         self._active: set[asyncio.Task[None]] = set()
-        self._stores: dict[Path, RunStore] = {}
-        self._store_problems: dict[Path | None, str] = {}
+        self._stores: dict[Path | StoreURL, RunStore] = {}
+        self._store_problems: dict[Path | StoreURL | None, str] = {}
         self._in_history: dict[str, int] = {}
         """Where each run's exchange sits in the history (a re-run replaces it)."""
         self._outside: set[str] = set()

@@ -6,10 +6,10 @@ file grows linearly with the cells.
 from __future__ import annotations
 
 import os
-import sqlite3
 from dataclasses import dataclass
 
 from dagmagic.engine.store import lease
+from dagmagic.engine.store.backend import Connection, Dialect
 from dagmagic.engine.store.writer import Statements
 
 __all__ = [
@@ -86,13 +86,13 @@ def put_cell(
     )
 
 
-def spent(db: sqlite3.Connection, experiment_id: str) -> float:
+def spent(db: Connection, experiment_id: str) -> float:
     """USD the experiment's cells spent as recorded, whichever worker ran them."""
     (total,) = db.execute("SELECT SUM(cost) FROM experiment_cells WHERE experiment_id = ?", (experiment_id,)).fetchone()
     return float(total or 0.0)
 
 
-def read_cell(db: sqlite3.Connection, experiment_id: str, index: int) -> str | None:
+def read_cell(db: Connection, experiment_id: str, index: int) -> str | None:
     """One cell as stored (JSON), None when there is no such cell."""
     row = db.execute(
         "SELECT data FROM experiment_cells WHERE experiment_id = ? AND idx = ?", (experiment_id, index)
@@ -100,7 +100,7 @@ def read_cell(db: sqlite3.Connection, experiment_id: str, index: int) -> str | N
     return None if row is None else str(row[0])
 
 
-def claim_cell(db: sqlite3.Connection, experiment_id: str, index: int, token: str, now: float) -> bool:
+def claim_cell(db: Connection, experiment_id: str, index: int, token: str, now: float) -> bool:
     """Claim a cell for the worker ``token`` of this process (in the writer's transaction): taken when it has not
     ended and no other live worker holds it (heard from within ``lease.LEASE_SECONDS``; on this host, its process
     still there). Whether it was taken.
@@ -134,7 +134,7 @@ def renew_cells(statements: Statements, experiment_id: str, token: str, now: flo
     )
 
 
-def find_id(db: sqlite3.Connection, name_or_id: str) -> str | None:
+def find_id(db: Connection, name_or_id: str) -> str | None:
     """The id of the experiment with id ``name_or_id``, else of the latest one named so; None when there is none."""
     row = db.execute("SELECT experiment_id FROM experiments WHERE experiment_id = ?", (name_or_id,)).fetchone()
     if row is None:
@@ -144,7 +144,7 @@ def find_id(db: sqlite3.Connection, name_or_id: str) -> str | None:
     return None if row is None else str(row[0])
 
 
-def find(db: sqlite3.Connection, name_or_id: str) -> tuple[str, list[str]] | None:
+def find(db: Connection, name_or_id: str) -> tuple[str, list[str]] | None:
     """The experiment with id ``name_or_id``, else the latest one named so: its definition and its cells (in
     order); None when there is none.
     """
@@ -156,8 +156,8 @@ def find(db: sqlite3.Connection, name_or_id: str) -> tuple[str, list[str]] | Non
     return definition, [data for (data,) in cells]
 
 
-def latest(db: sqlite3.Connection, limit: int) -> list[ExperimentSummary]:
-    """The latest ``limit`` experiments, newest first, each with its cells counted by status (read in SQLite: the
+def latest(db: Connection, limit: int, dialect: Dialect) -> list[ExperimentSummary]:
+    """The latest ``limit`` experiments, newest first, each with its cells counted by status (read in SQL: the
     cells' JSON is not parsed in Python).
     """
     found = db.execute(
@@ -166,7 +166,7 @@ def latest(db: sqlite3.Connection, limit: int) -> list[ExperimentSummary]:
     summaries = []
     for experiment_id, name, created_at in found:
         counted = db.execute(
-            "SELECT json_extract(data, '$.status'), count(*), sum(json_extract(data, '$.cost')) "
+            f"SELECT {dialect.json_text('data', 'status')}, count(*), sum({dialect.json_number('data', 'cost')}) "
             "FROM experiment_cells WHERE experiment_id = ? GROUP BY 1",
             (experiment_id,),
         ).fetchall()
