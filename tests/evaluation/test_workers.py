@@ -5,7 +5,6 @@ runs once; a worker that dies leaves its cells to the others, its cut run resume
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import sqlite3
@@ -19,6 +18,9 @@ from typing import Any
 import pytest
 
 from dagmagic import DagSession, DagSettings, ModelRegistry
+from dagmagic.engine.store import RunStore
+from dagmagic.errors import StoreError
+from dagmagic.evaluation import load_experiment
 from dagmagic.testing import ScriptedLLM
 
 pytestmark = pytest.mark.timeout(120)
@@ -35,23 +37,22 @@ def scripted(latency: float = 0.0) -> ScriptedLLM:
     )
 
 
-def worker(store: Path, llm: ScriptedLLM) -> DagSession:
+def worker(store: Path | str, llm: ScriptedLLM) -> DagSession:
     return DagSession(ModelRegistry().register("scripted", llm), DagSettings(store=str(store)))
 
 
-def cells_in(store: Path) -> list[dict[str, Any]]:
-    with sqlite3.connect(store) as db:
-        rows = db.execute("SELECT data FROM experiment_cells ORDER BY idx").fetchall()
-    return [json.loads(data) for (data,) in rows]
+def cells_in(store: Path | str, name: str = "shared") -> list[dict[str, Any]]:
+    """The experiment's cells as its store holds them now (any backend)."""
+    return [cell.model_dump() for cell in load_experiment(name, store=str(store)).cells]
 
 
-def runs_in(store: Path) -> list[str]:
-    with sqlite3.connect(store) as db:
-        return [run_id for (run_id,) in db.execute("SELECT run_id FROM runs").fetchall()]
+def runs_in(store: Path | str) -> list[str]:
+    """Every run the store holds."""
+    return [summary.run_id for summary in RunStore.open(store).runs(limit=1000)]
 
 
-async def test_two_workers_share_one_experiment_and_run_each_cell_once(tmp_path: Path) -> None:
-    store = tmp_path / "runs.sqlite"
+async def test_two_workers_share_one_experiment_and_run_each_cell_once(store_path: Path | str) -> None:
+    store = store_path
     first, second = scripted(latency=0.01), scripted(latency=0.01)
     seen: dict[int, str] = {}
     experiments = await asyncio.gather(
@@ -160,7 +161,7 @@ WORKER = textwrap.dedent(
 
 
 def start_worker(
-    store: Path, index: int, workers: int, latency: float, signals: Path | None = None
+    store: Path | str, index: int, workers: int, latency: float, signals: Path | None = None
 ) -> subprocess.Popen[str]:
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "PYTHONPATH": str(ROOT)}
     together = [str(signals)] if signals is not None else []
@@ -173,8 +174,8 @@ def start_worker(
     )
 
 
-def test_two_worker_processes_share_one_experiment_each_cell_once(tmp_path: Path) -> None:
-    store, signals = tmp_path / "runs.sqlite", tmp_path / "start"
+def test_two_worker_processes_share_one_experiment_each_cell_once(tmp_path: Path, store_path: Path | str) -> None:
+    store, signals = store_path, tmp_path / "start"
     workers = [start_worker(store, index, 2, 0.1, signals) for index in (0, 1)]
     deadline = time.monotonic() + 60
     while not all(Path(f"{signals}-ready-{index}").exists() for index in (0, 1)) and time.monotonic() < deadline:
@@ -189,18 +190,16 @@ def test_two_worker_processes_share_one_experiment_each_cell_once(tmp_path: Path
     assert len(runs_in(store)) == 6
 
 
-def test_a_killed_workers_cells_are_finished_by_another_its_cut_run_resumed(tmp_path: Path) -> None:
-    store = tmp_path / "runs.sqlite"
+def test_a_killed_workers_cells_are_finished_by_another_its_cut_run_resumed(store_path: Path | str) -> None:
+    store = store_path
     doomed = start_worker(store, 1, 2, 0.3)  # alone at first: it takes its own cells, then the others'
     deadline = time.monotonic() + 60
     cut: dict[str, Any] | None = None
     while cut is None and time.monotonic() < deadline:
         time.sleep(0.1)
-        if not store.exists():
-            continue
         try:
             cells = cells_in(store)
-        except sqlite3.Error:
+        except (KeyError, StoreError):  # not made yet by the worker
             continue
         if any(cell["status"] == "done" for cell in cells):
             cut = next((cell for cell in cells if cell["status"] == "running" and cell["run_id"]), None)
@@ -273,7 +272,7 @@ def test_eval_worker_processes_from_the_command_line(tmp_path: Path) -> None:
         assert out.splitlines()[-1] == "Experiment('from-the-command-line', 6 cells: 6 done)"
     lines = [line for out, _ in outputs for line in out.splitlines() if line.endswith(": done")]
     assert set(lines) == {f"cell {n} (c{n + 1} × default): done" for n in range(6)}  # its own, and the other's
-    assert len(runs_in(store)) == 6 and len({cell["run_id"] for cell in cells_in(store)}) == 6
+    assert len(runs_in(store)) == 6 and len({cell["run_id"] for cell in cells_in(store, "from-the-command-line")}) == 6
 
     definition.write_text("cases = ['a']\n")
     refused = subprocess.run([*command, "--shard", "0/1"], env=env, capture_output=True, text=True, timeout=60)
