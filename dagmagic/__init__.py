@@ -120,17 +120,21 @@ def load_run(run_id: str, store: str | None = None) -> DagRun:
 
 def export_store(path: str | os.PathLike[str], store: str | None = None) -> Path:
     """A copy of the run store (``store``, default ``DAG_STORE``) at ``path``, safe to move, share or back up:
-    one consistent file (SQLite's backup), made even while runs are being written. ``path`` must be new;
-    ``StoreError`` says why a copy cannot be made. Returns ``path``.
+    one consistent SQLite file (SQLite's backup; a PostgreSQL store's rows in one snapshot), made even while runs
+    are being written. ``path`` must be new; ``StoreError`` says why a copy cannot be made. Returns ``path``.
     """
     from dagmagic.engine.store import RunStore
     from dagmagic.errors import ConfigurationError, StoreError
     from dagmagic.settings import DagSettings
+    from dagmagic.store_url import store_location
 
-    source = Path(store) if store is not None else DagSettings().store_path
+    try:
+        source = store_location(store) if store is not None else DagSettings().store_path
+    except ValueError as exc:
+        raise ConfigurationError(f"{exc}.") from None
     if source is None:
         raise ConfigurationError("there is no run store: DAG_STORE is none; pass store= a path to export one")
-    if not source.expanduser().exists():
+    if isinstance(source, Path) and not source.expanduser().exists():
         raise StoreError(f"there is no run store at {source}: nothing to export")
     return RunStore.open(source).export(path)
 

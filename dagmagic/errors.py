@@ -241,6 +241,10 @@ class RateLimitError(TransientProviderError):
     kind = "Rate limited"
     hint = "lower max_concurrency, add deployments with a litellm Router, or wait."
 
+    router_limit: bool = False
+    """Refused by a ``litellm.Router``'s own limit (a deployment's ``rpm``/``tpm``, its parallel requests) before
+    any request was sent: the call waits its turn (``llm_rate_limit_wait``) without spending a retry."""
+
 
 class ProviderTimeoutError(TransientProviderError):
     """The provider did not answer in time."""

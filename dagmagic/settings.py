@@ -18,6 +18,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
 from dagmagic.errors import ConfigurationError
+from dagmagic.store_url import StoreURL, store_location
 
 __all__ = ["DagSettings", "settings_table"]
 
@@ -259,6 +260,15 @@ class DagSettings(BaseModel):
         "much (parallel calls hit by one rate limit spread out). A provider's Retry-After (up to 60 s) wins.",
         json_schema_extra=_env("DAG_LLM_RETRY_BACKOFF"),
     )
+    llm_rate_limit_wait: float = Field(
+        600.0,
+        ge=0,
+        description="Seconds one LLM call may wait, in all, while a litellm Router refuses it by its own limits "
+        "(a deployment's rpm/tpm, also shared through Redis, or its parallel requests) before sending it: it waits "
+        "for the next minute's window (or a free slot) without spending a retry; past this the call fails rate "
+        "limited.",
+        json_schema_extra=_env("DAG_LLM_RATE_LIMIT_WAIT"),
+    )
     llm_unanswered_limit: int = Field(
         4,
         ge=1,
@@ -292,8 +302,10 @@ class DagSettings(BaseModel):
         ".dagmagic/runs.sqlite",
         min_length=1,
         description=(
-            "SQLite run store every run is saved to as it goes (relative to the working directory; created "
-            "owner-only); `%dag resume` and `session.resume(run_id)` continue a run from it. `none` disables it."
+            "Run store every run is saved to as it goes: a SQLite file (relative to the working directory; created "
+            "owner-only) or a PostgreSQL URL (`postgresql://user@host:5432/db`, shared by a team; "
+            '`pip install "dagmagic[postgres]"`); `%dag resume` and `session.resume(run_id)` continue a run from '
+            "it. `none` disables it."
         ),
         json_schema_extra=_env("DAG_STORE"),
     )
@@ -354,6 +366,11 @@ class DagSettings(BaseModel):
             super().__init__(**{**{name: raw for name, (_, raw) in from_env.items()}, **data})
         except ValidationError as exc:
             raise _configuration_error(exc, from_env, data) from None
+        try:
+            self.store_path  # noqa: B018 (a URL of a scheme the store does not support is refused now)
+        except ValueError as exc:
+            given = from_env["store"][0] if "store" in from_env else "DagSettings(store=...)"
+            raise ConfigurationError(f"{given}: {exc}.") from None
 
     @field_validator("store", "cache", "cassette", mode="before")
     @classmethod
@@ -398,9 +415,9 @@ class DagSettings(BaseModel):
         return None if self.cassette.strip().lower() in _OFF else Path(self.cassette)
 
     @property
-    def store_path(self) -> Path | None:
-        """The run store's path, or None when the store is disabled with ``none``."""
-        return None if self.store.strip().lower() in _OFF else Path(self.store)
+    def store_path(self) -> Path | StoreURL | None:
+        """The run store's path (SQLite) or URL (PostgreSQL), None when the store is disabled with ``none``."""
+        return None if self.store.strip().lower() in _OFF else store_location(self.store)
 
     @property
     def cache_path(self) -> Path | None:

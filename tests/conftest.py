@@ -35,3 +35,39 @@ def _offline(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
             monkeypatch.delenv(name)
     monkeypatch.setenv("DAG_STORE", "none")  # tests that save runs name a store of their own
     yield
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Any]:
+    """A throwaway PostgreSQL server on 127.0.0.1 (``tests/postgres_server.py``) for the whole session; skipped
+    when PostgreSQL or psycopg is missing, except with DAGMAGIC_REQUIRE_POSTGRES=1 (CI), where that fails.
+    """
+    from tests.postgres_server import PostgresServer, postgres_problem
+
+    problem = postgres_problem()
+    if problem is not None:
+        if os.environ.get("DAGMAGIC_REQUIRE_POSTGRES"):  # CI: .ci/run installs both, so missing is a failure
+            pytest.fail(f"DAGMAGIC_REQUIRE_POSTGRES is set, but {problem}")
+        pytest.skip(problem)
+    server = PostgresServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_path(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Any]:
+    """Where a test's run store is, on each backend: a SQLite file's path, or a fresh PostgreSQL database's URL
+    (dropped after the test, its stores closed first).
+    """
+    if request.param == "sqlite":
+        yield tmp_path / "runs.sqlite"
+        return
+    from dagmagic.engine.store import RunStore
+
+    server = request.getfixturevalue("postgres")
+    url = server.database()
+    yield url
+    for location, store in list(RunStore._opened.items()):
+        if str(location).endswith(url.rsplit("/", 1)[1]):
+            store.close()
+    server.drop(url)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -60,7 +61,8 @@ def test_without_a_command_the_usage_names_demo() -> None:
 def test_help_lists_demo() -> None:
     done = run_module("--help")
     assert done.returncode == 0
-    assert "demo      watch a whole run offline" in done.stdout
+    assert re.search(r"demo +watch a whole run offline", done.stdout)
+    assert re.search(r"eval-worker\s+be one worker of an experiment shared through the run store", done.stdout)
 
 
 def test_the_demo_help_names_the_magic_it_mirrors() -> None:

@@ -31,6 +31,7 @@ from dagmagic.llm.replay import cassette_registry
 from dagmagic.messages import Rerun
 from dagmagic.models import RunState
 from dagmagic.settings import DagSettings
+from dagmagic.store_url import StoreURL
 from dagmagic.tracing import RunTracer, run_tracer
 
 if TYPE_CHECKING:
@@ -108,8 +109,8 @@ class DagSession:
         ones are read back with ``dagmagic.load_run(run_id)`` (or taken back with ``reopen(run_id)``)."""
         self._digests: HistoryDigests = {}
         self._active: set[asyncio.Task[None]] = set()
-        self._stores: dict[Path, RunStore] = {}
-        self._store_problems: dict[Path | None, str] = {}
+        self._stores: dict[Path | StoreURL, RunStore] = {}
+        self._store_problems: dict[Path | StoreURL | None, str] = {}
         self._in_history: dict[str, int] = {}
         """Where each run's exchange sits in the history (a re-run replaces it)."""
         self._outside: set[str] = set()
@@ -265,6 +266,7 @@ class DagSession:
         max_cost: float | None = None,
         name: str | None = None,
         on_cell: CellListener | None = None,
+        shard: tuple[int, int] | None = None,
     ) -> Experiment:
         """Start evaluating this session's workflow over ``cases`` as a task on the running loop; the
         ``Experiment`` at once (``await`` it for the end). See ``evaluate``.
@@ -273,7 +275,15 @@ class DagSession:
 
         _running_loop("DagSession.start_evaluation()", "asyncio.run(session.evaluate(cases))")
         evaluation = Evaluation.new(
-            self, cases, goal=goal, configs=configs, scorers=scorers, repeat=repeat, max_cost=max_cost, name=name
+            self,
+            cases,
+            goal=goal,
+            configs=configs,
+            scorers=scorers,
+            repeat=repeat,
+            max_cost=max_cost,
+            name=name,
+            shard=shard,
         )
         self._evaluations[evaluation.experiment.id] = evaluation
         return evaluation.start(concurrency, on_cell)
@@ -288,6 +298,10 @@ class DagSession:
         async; one that raises scores that cell as an error. ``concurrency``: cells at once (default
         ``settings.max_concurrency``); ``max_cost``: USD after which no cell starts (the experiment says so);
         ``on_cell``: told of each cell's change. Each cell is an ordinary stored run outside the conversation.
+        ``shard=(i, n)``: this process is worker ``i`` of ``n`` sharing the experiment ``name`` through the run
+        store (each started with the same cases, configs and scorers): each cell is claimed before it runs, so each
+        runs once; worker ``i`` starts with the cells whose index is ``i`` modulo ``n``, then takes any other not
+        ended whose worker is gone (its cut run resumed), and returns once every cell ended, all of them shown.
         Cancelling this interrupts the experiment: finished cells are kept, and ``resume_evaluation`` runs the rest.
         """
         return await self.start_evaluation(cases, **options).wait()

@@ -13,7 +13,7 @@ from dagmagic.evaluation.experiment import (
     ScoreSummary,
 )
 from dagmagic.evaluation.judge import JudgeVerdict, LLMJudge, llm_judge
-from dagmagic.evaluation.runner import scorer_name
+from dagmagic.evaluation.runner import load_experiment, scorer_name
 from dagmagic.evaluation.scorers import (
     Score,
     ScoreFunction,
@@ -43,6 +43,7 @@ __all__ = [
     "contains",
     "exact_match",
     "llm_judge",
+    "load_experiment",
     "matches",
     "max_rounds",
     "no_failed_steps",

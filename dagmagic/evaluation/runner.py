@@ -9,15 +9,20 @@ A cell whose run was cut mid-run (the evaluation cancelled, the kernel gone) is 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import inspect
+import json
 import logging
 import math
+import secrets
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from dagmagic.engine.run import DagRun
+from dagmagic.engine.store import lease
 from dagmagic.errors import DagError
 from dagmagic.evaluation.cases import Case, as_cases
 from dagmagic.evaluation.configs import Config, as_configs
@@ -30,9 +35,12 @@ if TYPE_CHECKING:
     from dagmagic.engine.session import DagSession
     from dagmagic.engine.store import RunStore
 
-__all__ = ["CellListener", "Evaluation", "score", "scorer_name"]
+__all__ = ["CellListener", "Evaluation", "load_experiment", "score", "scorer_name"]
 
 log = logging.getLogger("dagmagic")
+
+SHARED_POLL_SECONDS = 1.0
+"""How often a worker of a shared experiment looks again at the cells other workers hold, until all ended."""
 
 CellListener = Callable[[Cell], None]
 """Told of each change of a cell (started, ended, not started) with a copy of the cell as it is then, for a view
@@ -67,6 +75,11 @@ class Evaluation:
         self._running: dict[int, DagRun] = {}
         self._recorded_cost = sum(cell.cost or 0.0 for cell in experiment.cells)
         """The cells' costs as recorded (kept as they change: checking the budget stays O(running cells))."""
+        self.shard: tuple[int, int] | None = None
+        """``(i, n)``: this worker is one of ``n`` sharing the experiment through the store, its own part the cells
+        whose index is ``i`` modulo ``n`` (it takes the others' too once its own are done: a dead worker's)."""
+        self._token = secrets.token_hex(8)
+        """This worker's claims on cells (a shared experiment's)."""
 
     @classmethod
     def new(
@@ -80,8 +93,13 @@ class Evaluation:
         repeat: int,
         max_cost: float | None,
         name: str | None,
+        shard: tuple[int, int] | None = None,
     ) -> Evaluation:
-        """An experiment of ``cases`` × ``configs`` × ``repeat``, recorded in the session's store, not started."""
+        """An experiment of ``cases`` × ``configs`` × ``repeat``, recorded in the session's store, not started.
+        With ``shard``, the experiment of that name and definition in the store, made if no worker made it yet.
+        """
+        if shard is not None:
+            _check_shard(shard, name, session)
         if not isinstance(repeat, int) or repeat < 1:
             raise ValueError(f"repeat must be a whole number of at least 1, got {repeat!r}")
         if max_cost is not None:
@@ -89,14 +107,25 @@ class Evaluation:
         made_cases = as_cases(cases, goal)
         made_configs = as_configs(configs, session)
         chosen = _scorers(scorers)
-        experiment_id = uuid.uuid4().hex[:12]
+        scorer_names = [scorer_name(scorer) for scorer in chosen]
+        if shard is not None:
+            experiment_id = _shared_id(
+                name or "", made_cases, [config.name for config in made_configs], scorer_names, repeat
+            )
+            store = session.store
+            if store is not None and store.experiment_id(experiment_id) is not None:
+                joined = cls.stored(session, experiment_id, configs if configs is not None else None, chosen)
+                joined.shard = shard
+                return joined
+        else:
+            experiment_id = uuid.uuid4().hex[:12]
         definition = ExperimentDefinition(
             id=experiment_id,
             name=name or f"experiment-{experiment_id[:6]}",
             created_at=time.time(),
             cases=made_cases,
             configs=[config.name for config in made_configs],
-            scorers=[scorer_name(scorer) for scorer in chosen],
+            scorers=scorer_names,
             repeat=repeat,
             max_cost=max_cost,
         )
@@ -110,12 +139,20 @@ class Evaluation:
             )
         ]
         evaluation = cls(session, Experiment(definition, cells), made_configs, chosen)
+        evaluation.shard = shard
+        shared = shard is not None  # another worker may have recorded it meanwhile: what it wrote stays
         if (store := evaluation.store) is not None:  # a case's metadata may hold anything: stored as its text
             store.save_experiment(
-                experiment_id, definition.name, definition.created_at, definition.model_dump_json(fallback=str)
+                experiment_id,
+                definition.name,
+                definition.created_at,
+                definition.model_dump_json(fallback=str),
+                if_missing=shared,
             )
             for cell in cells:
-                store.save_experiment_cell(experiment_id, cell.index, cell.model_dump_json())
+                store.save_experiment_cell(
+                    experiment_id, cell.index, cell.model_dump_json(), cell.status, cell.cost, if_missing=shared
+                )
         return evaluation
 
     @classmethod
@@ -198,6 +235,10 @@ class Evaluation:
         return experiment
 
     async def _run(self, cap: asyncio.Semaphore, on_cell: CellListener | None) -> None:
+        if self.shard is not None:
+            await self._run_shared(cap, on_cell)
+            self._note_unstarted()
+            return
         cases = {case.id: case for case in self.experiment.cases}
         todo = [cell for cell in self.experiment.cells if not cell.ended]
         for cell in todo:
@@ -209,6 +250,10 @@ class Evaluation:
                     self._cell(cell, cases[cell.case_id], cap, on_cell),
                     name=f"dagmagic:cell:{self.experiment.id}:{cell.index}",
                 )
+        self._note_unstarted()
+
+    def _note_unstarted(self) -> None:
+        """Say why cells were left unstarted, when a budget left some."""
         unstarted = sum(cell.status == "not_started" for cell in self.experiment.cells)
         if unstarted and self.experiment.definition.max_cost is not None:
             self.experiment.stopped_reason = (
@@ -217,8 +262,98 @@ class Evaluation:
                 "resume_evaluation with a higher max_cost runs them"
             )
 
-    async def _cell(self, cell: Cell, case: Case, cap: asyncio.Semaphore, on_cell: CellListener | None) -> None:
+    async def _run_shared(self, cap: asyncio.Semaphore, on_cell: CellListener | None) -> None:
+        """Run the cells with the other workers of a shared experiment: each cell claimed in the store before it
+        runs (so each runs once), this worker's part first, then any cell not ended that no live worker holds (a
+        dead worker's, its cut run resumed); until every cell has ended. The cells read back from the store show
+        what the others did.
+        """
+        assert self.shard is not None
+        store = self.store
+        if store is None:
+            raise DagError("a shared experiment needs its run store")
+        index, workers = self.shard
+        cases = {case.id: case for case in self.experiment.cases}
+        keeping = asyncio.get_running_loop().create_task(self._keep_in_touch(store, on_cell))
+        self._read_cells(store)
+        for cell in self.experiment.cells:  # left unstarted by a budget: this run's budget decides again
+            if cell.status == "not_started":
+                self._change(cell, on_cell, status="pending", error=None)
+        try:
+            while True:
+                self._read_cells(store, on_cell)
+                todo = sorted(
+                    (cell for cell in self.experiment.cells if not cell.ended and cell.status != "not_started"),
+                    key=lambda cell: (cell.index % workers != index, cell.index),
+                )
+                if not todo:
+                    return
+                async with asyncio.TaskGroup() as group:
+                    for cell in todo:
+                        claim = partial(self._claimed, store)
+                        group.create_task(self._cell(cell, cases[cell.case_id], cap, on_cell, claim))
+                if all(cell.ended or cell.status == "not_started" for cell in self.experiment.cells):
+                    self._read_cells(store, on_cell)
+                    return
+                await asyncio.sleep(SHARED_POLL_SECONDS)  # the rest is held by live workers: see what they did
+        finally:
+            keeping.cancel()
+
+    async def _claimed(self, store: RunStore, cell: Cell) -> bool:
+        """Whether this worker took ``cell`` (under the cap, just before running it): refreshed as the last worker
+        left it, so that its run is resumed rather than started again.
+        """
+        if not await store.claim_experiment_cell(self.experiment.id, cell.index, self._token):
+            return False
+        self._read_cell(store, cell)
+        return not cell.ended
+
+    async def _keep_in_touch(self, store: RunStore, on_cell: CellListener | None) -> None:
+        """While this worker runs: its claims renewed, and what the other workers did read back (the listener told
+        of each cell they changed), so that a view of the experiment here shows them all.
+        """
+        renewed = time.monotonic()
+        while True:
+            await asyncio.sleep(SHARED_POLL_SECONDS)
+            if time.monotonic() - renewed >= lease.HEARTBEAT_SECONDS:
+                store.renew_experiment_cells(self.experiment.id, self._token)
+                renewed = time.monotonic()
+            self._read_cells(store, on_cell)
+
+    def _read_cells(self, store: RunStore, on_cell: CellListener | None = None) -> None:
+        """The cells not running here, as the store holds them now (what the other workers did); the listener is
+        told of each one that changed.
+        """
+        found = store.load_experiment(self.experiment.id)
+        if found is None:
+            return
+        for cell, data in zip(self.experiment.cells, found[1], strict=False):
+            if cell.index in self._running:
+                continue
+            stored = Cell.model_validate_json(data)
+            if stored != cell:
+                _update(cell, stored)
+                self._tell(cell, on_cell)
+        self._recorded_cost = sum(cell.cost or 0.0 for cell in self.experiment.cells)
+
+    def _read_cell(self, store: RunStore, cell: Cell) -> None:
+        data = store.read_experiment_cell(self.experiment.id, cell.index)
+        if data is not None:
+            before = cell.cost or 0.0
+            _update(cell, Cell.model_validate_json(data))
+            self._recorded_cost += (cell.cost or 0.0) - before
+
+    async def _cell(
+        self,
+        cell: Cell,
+        case: Case,
+        cap: asyncio.Semaphore,
+        on_cell: CellListener | None,
+        claim: Callable[[Cell], Awaitable[bool]] | None = None,
+    ) -> None:
         async with cap:
+            if claim is not None and not await claim(cell):
+                return  # another worker holds it, or it ended meanwhile
             max_cost = self.experiment.definition.max_cost
             if max_cost is not None and self._spent() >= max_cost:
                 reason = f"not started: max_cost ${max_cost:g} was spent"
@@ -265,10 +400,16 @@ class Evaluation:
         return DagRun(stored.state, events=stored.events, read_only=True)
 
     def _spent(self) -> float:
-        """USD spent by the cells so far, those running included (a resumed run's cost includes its past)."""
+        """USD spent by the cells so far, those running here included (a resumed run's cost includes its past);
+        for a shared experiment, every worker's cells as recorded.
+        """
         cells = self.experiment.cells
         running = sum((run.cost or 0.0) - (cells[index].cost or 0.0) for index, run in self._running.items())
-        return self._recorded_cost + running
+        store = self.store
+        recorded = self._recorded_cost
+        if self.shard is not None and store is not None:
+            recorded = store.experiment_spent(self.experiment.id)
+        return recorded + running
 
     def _change(self, cell: Cell, on_cell: CellListener | None, **changes: Any) -> None:
         """Change the cell, record it, and tell the listener."""
@@ -277,7 +418,11 @@ class Evaluation:
         for field, value in changes.items():
             setattr(cell, field, value)
         if (store := self.store) is not None:
-            store.save_experiment_cell(self.experiment.id, cell.index, cell.model_dump_json())
+            store.save_experiment_cell(self.experiment.id, cell.index, cell.model_dump_json(), cell.status, cell.cost)
+        self._tell(cell, on_cell)
+
+    @staticmethod
+    def _tell(cell: Cell, on_cell: CellListener | None) -> None:
         if on_cell is not None:
             try:
                 on_cell(cell.model_copy())  # the cell as it is now: a listener may keep it
@@ -333,6 +478,62 @@ def _scorers(scorers: Iterable[ScoreFunction]) -> list[ScoreFunction]:
             f"own (the fixed columns are {', '.join(FIXED_COLUMNS)})"
         )
     return chosen
+
+
+def load_experiment(name_or_id: str, store: str | None = None) -> Experiment:
+    """An experiment read back from the run store (``store``, default ``DAG_STORE``) as it is now, in any kernel:
+    every worker's cells; ``run_of(cell)`` reads a cell's run back. To run the cells that did not end,
+    ``session.resume_evaluation``. ``KeyError`` when there is no experiment of that name or id.
+    """
+    from dagmagic.engine.store import RunStore
+    from dagmagic.errors import ConfigurationError
+    from dagmagic.settings import DagSettings
+
+    path = store if store is not None else DagSettings().store_path
+    if path is None:
+        raise ConfigurationError("there is no run store: DAG_STORE is none; pass store= a path to read one")
+    opened = RunStore.open(path)
+    found = opened.load_experiment(name_or_id)
+    if found is None:
+        raise KeyError(f"no experiment named or numbered {name_or_id!r} in the run store {opened.path}")
+    experiment = Experiment(
+        ExperimentDefinition.model_validate_json(found[0]), [Cell.model_validate_json(data) for data in found[1]]
+    )
+
+    def read_back(run_id: str) -> DagRun:
+        stored = opened.load(run_id)
+        return DagRun(stored.state, events=stored.events, read_only=True)
+
+    experiment._read_back = read_back
+    return experiment
+
+
+def _update(cell: Cell, stored: Cell) -> None:
+    """``cell`` becomes ``stored`` in place (views and the experiment hold this object)."""
+    for field in Cell.model_fields:
+        setattr(cell, field, getattr(stored, field))
+
+
+def _check_shard(shard: Any, name: str | None, session: DagSession) -> None:
+    if (
+        not isinstance(shard, tuple)
+        or len(shard) != 2
+        or not all(isinstance(part, int) and not isinstance(part, bool) for part in shard)
+        or not 0 <= shard[0] < shard[1]
+    ):
+        raise ValueError(f"shard takes (i, n): this worker's number i from 0 to n - 1 of n workers; got {shard!r}")
+    if not name:
+        raise ValueError("shard= needs name=: the workers find the experiment they share by its name")
+    if session.store is None:
+        raise ValueError(
+            f"shard= needs a run store the workers share (DAG_STORE); this session has none ({session.store_problem()})"
+        )
+
+
+def _shared_id(name: str, cases: Sequence[Case], configs: list[str], scorers: list[str], repeat: int) -> str:
+    """The id every worker computes for the same experiment (its name and definition), so they find one another."""
+    definition = [name, [case.model_dump(mode="json") for case in cases], configs, scorers, repeat]
+    return hashlib.sha256(json.dumps(definition, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 def _check_budget(max_cost: Any) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from types import ModuleType
 
 from dagmagic import errors
@@ -15,6 +16,11 @@ __all__ = ["import_litellm", "import_litellm_off_the_loop", "mask_secrets", "tra
 _litellm: ModuleType | None = None
 """litellm once imported and set up by ``import_litellm``."""
 _import_lock = threading.Lock()
+_clock = time.time
+"""The wall clock a Router's minute windows are read from (a test moves it with litellm's)."""
+_ROUTER_LIMIT_CHECKS = frozenset({"TPM_RPM_LIMITS", "MODEL_RATE_LIMIT_CHECK"})
+"""What litellm's own rpm/tpm checks put as the method of the request they refuse (none is sent): the
+``enforce_model_rate_limits`` pre-call check, and the ``usage-based-routing-v2`` strategy."""
 
 
 def import_litellm() -> ModuleType:
@@ -85,6 +91,28 @@ def _retry_after(exc: BaseException) -> float | None:
     return float(seconds) if isinstance(seconds, int | float) and seconds > 0 else None
 
 
+def _router_limit(exc: BaseException) -> bool:
+    """Whether ``exc`` is a ``litellm.Router`` refusing a call by its own limits, before sending it: a deployment's
+    ``rpm``/``tpm`` reached this minute, or all of its parallel requests in flight.
+    """
+    from litellm.types.router import RouterErrors
+
+    try:
+        method = exc.response.request.method  # type: ignore[attr-defined]
+    except (AttributeError, RuntimeError):  # no response, or an httpx.Response without its request
+        method = None
+    if method in _ROUTER_LIMIT_CHECKS:
+        return True
+    return RouterErrors.max_parallel_requests_exceeded.value in str(exc)
+
+
+def _rest_of_minute() -> float:
+    """Seconds until the next minute begins: a Router counts ``rpm``/``tpm`` per calendar minute (UTC), and its
+    refusal says 60 s, the longest a window can still last.
+    """
+    return 60.0 - _clock() % 60.0
+
+
 def translate_error(exc: BaseException, model: str | None) -> BaseException:
     """The dagmagic error for an exception a backend raised; other exceptions come back unchanged.
 
@@ -100,6 +128,10 @@ def translate_error(exc: BaseException, model: str | None) -> BaseException:
             error = ours(message.split("\n")[0] if ours is errors.UnknownModelError else message, model=model)
             if isinstance(error, errors.TransientProviderError):
                 error.retry_after = _retry_after(exc)
+            if isinstance(error, errors.RateLimitError) and _router_limit(exc):
+                error.router_limit = True
+                if error.retry_after is not None and error.retry_after <= 60:
+                    error.retry_after = _rest_of_minute()
             return error
     status = getattr(exc, "status_code", None)
     if isinstance(status, int) and status >= 500:

@@ -5,17 +5,20 @@ and leaves an ``LLMCall`` record (usage, latency, cost, structured level) as an 
 ``CircuitBreaker`` (``dagmagic.llm.breaker``), it tells it of every try that got no answer and of every answer,
 and refuses at once, with no call made, while it is open. Under a cost budget (``dagmagic.llm.budget``) it
 refuses a call once the run's spend reached it (``BudgetExceeded``), and charges the budget each call's cost.
+A ``litellm.Router`` that refuses a call by its own limits (its ``rpm``/``tpm``, which Redis can share among
+processes) is waited out, not retried.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import logging
 import random
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 import stamina
 
@@ -48,6 +51,11 @@ _RETRY_AFTER_LIMIT = 60.0
 one is the step's retry policy's business, not one call's."""
 _RETRY_WAIT_LIMIT = 60.0
 """The longest wait between two tries of one call."""
+_SLOT_WAIT = 0.25
+"""About how long a call refused a Router's parallel-request slot waits before asking again: a slot frees as soon
+as a call in flight ends."""
+
+_T = TypeVar("_T")
 
 # stamina logs each retry it schedules as a warning; a notebook would print them under the cell, where the call's
 # retries are already shown. A user who configures logging still sees them.
@@ -164,6 +172,8 @@ class ChatModel:
         """Whether ``error`` is worth another try; the seconds to wait first when the provider said how long."""
         if not isinstance(error, errors.TransientProviderError):
             return False
+        if isinstance(error, errors.RateLimitError) and error.router_limit:
+            return False  # its turn was waited for already, as long as llm_rate_limit_wait allows
         asked = error.retry_after
         if asked is not None and 0 < asked <= _RETRY_AFTER_LIMIT:
             # jittered too: the steps a provider told the same wait must not come back at the same instant
@@ -285,13 +295,45 @@ class ChatModel:
 
     async def _complete_once(self, request: ChatRequest, *, retry: bool) -> ChatResponse:
         """One try of a completion; its failure translated (and told to the breaker)."""
+
+        async def complete() -> ChatResponse:
+            async with asyncio.timeout(self.settings.llm_timeout):
+                return await self.entry.backend.complete(request)
+
         try:
             if retry:
                 self._check_may_call()  # another call may have opened the breaker or spent the budget meanwhile
-            async with asyncio.timeout(self.settings.llm_timeout):
-                return await self.entry.backend.complete(request)
+            return await self._in_turn(complete)
         except Exception as exc:
             raise self._tally(self._translate(exc), request) from None
+
+    async def _in_turn(self, attempt: Callable[[], Awaitable[_T]]) -> _T:
+        """``attempt()``, asked again for as long as a ``litellm.Router`` refuses it by its own limits: until the
+        minute whose ``rpm``/``tpm`` is spent ends (litellm counts per calendar minute), or, when every parallel
+        request is in flight, until one ends. No request was sent, so no retry is spent; the waits add up to
+        ``llm_rate_limit_wait`` seconds at most, then the refusal is raised as a rate limit. Each wait is jittered
+        so that the calls waiting for one window do not all come back at its first instant.
+        """
+        waited = 0.0
+        while True:
+            try:
+                return await attempt()
+            except Exception as exc:
+                error = self._translate(exc)
+                if not (isinstance(error, errors.RateLimitError) and error.router_limit):
+                    raise
+                jitter = random.uniform(0, self.settings.llm_retry_backoff)
+                wait = jitter + (error.retry_after if error.retry_after is not None else _SLOT_WAIT)
+                if waited + wait > self.settings.llm_rate_limit_wait:
+                    raise error from None
+            waited += wait
+            await asyncio.sleep(wait)
+            self._check_may_call()  # the budget may have been spent, or the breaker opened, meanwhile
+
+    async def _first_piece(self, request: ChatRequest) -> tuple[AsyncIterator[StreamChunk], StreamChunk | None]:
+        """A stream of the reply to ``request``, and its first piece."""
+        pieces = aiter(self.entry.backend.stream(request))
+        return pieces, await self._next(pieces)
 
     async def _next(self, pieces: AsyncIterator[StreamChunk]) -> StreamChunk | None:
         """The stream's next piece, waited for at most ``llm_timeout`` seconds."""
@@ -341,8 +383,7 @@ class ChatModel:
                     try:
                         if retries:
                             self._check_may_call()
-                        pieces = aiter(self.entry.backend.stream(request))
-                        chunk = await self._next(pieces)
+                        pieces, chunk = await self._in_turn(functools.partial(self._first_piece, request))
                     except Exception as exc:
                         raise self._tally(self._translate(exc), request) from None
             self._answered()

@@ -89,12 +89,14 @@ def models(notebook: NotebookSession, _: str) -> None:
 def config(notebook: NotebookSession, rest: str) -> None:
     """``%dag config key=value ...``: settings for later cells; alone, what is set."""
     from dagmagic.settings import DagSettings
+    from dagmagic.store_url import StoreURL
 
     if not rest:
         if not notebook.overrides and not notebook.mcp_servers:
             print("Nothing set with %dag config: the defaults apply, with any DAG_* environment variables.")
         for key, value in sorted(notebook.overrides.items()):
-            print(f"{key} = {value!r}")
+            shown = str(StoreURL(value)) if key == "store" and isinstance(value, str) else value  # its password
+            print(f"{key} = {shown!r}")
         if notebook.mcp_servers:
             print(f"mcp = {notebook.mcp_servers!r}")
         return
@@ -183,6 +185,7 @@ def history(notebook: NotebookSession, _: str) -> None:
     """``%dag history``: the stored runs (or, without a store, this kernel's), then the experiments."""
     from dagmagic.engine.queries import STOPPED_BY_YOU
     from dagmagic.engine.store.experiments import ExperimentSummary
+    from dagmagic.engine.store.lease import HOST
 
     store = notebook.store()
     numbers = {run_id: number for number, run_id in enumerate(notebook.numbers, 1)}
@@ -209,10 +212,12 @@ def history(notebook: NotebookSession, _: str) -> None:
     summaries = store.runs(limit=_HISTORY_ROWS)
     if not summaries:
         print(f"No runs yet in {store.path}.")
+    shared = any(summary.host != HOST for summary in summaries)  # a team's store: say which machine ran each
     for summary in summaries:
         status = "interrupted" if summary.interrupted else STOPPED_BY_YOU if summary.stopped_by_user else summary.status
         number = numbers.get(summary.run_id)
-        print(_history_line(number, summary.run_id, status, summary.started_at, summary.cost, summary.goal))
+        host = summary.host if shared else None
+        print(_history_line(number, summary.run_id, status, summary.started_at, summary.cost, summary.goal, host))
     if any(summary.interrupted for summary in summaries):
         print("`%dag resume RUN` continues an interrupted run.")
     _experiments_history(store.experiments(limit=_EXPERIMENT_ROWS))
@@ -565,7 +570,14 @@ def when(timestamp: float | None) -> str:
 
 
 def _history_line(
-    number: int | None, run_id: str, status: str, started: float | None, cost: float | None, goal: str
+    number: int | None,
+    run_id: str,
+    status: str,
+    started: float | None,
+    cost: float | None,
+    goal: str,
+    host: str | None = None,
 ) -> str:
     price = f"${cost:.4f}" if cost is not None else "-"
-    return f"{number or '':>3}  {run_id}  {status:14}  {when(started)}  {price:>9}  {goal[:60]!r}"
+    machine = f"{host[:20]:20}  " if host is not None else ""
+    return f"{number or '':>3}  {run_id}  {status:14}  {when(started)}  {price:>9}  {machine}{goal[:60]!r}"

@@ -224,17 +224,21 @@ class NotebookSession:
     # --- finding runs
 
     def store(self) -> RunStore | None:
-        """The run store the settings name, when its file exists (reading history creates nothing)."""
+        """The run store the settings name, when its file exists (reading history creates nothing); a
+        PostgreSQL store, when it can be reached.
+        """
+        from pathlib import Path
+
         from dagmagic.engine.store import RunStore
-        from dagmagic.errors import StoreError
+        from dagmagic.errors import DagError
         from dagmagic.settings import DagSettings
 
         path = DagSettings(**self.overrides).store_path
-        if path is None or not path.exists():
+        if path is None or (isinstance(path, Path) and not path.exists()):
             return None
         try:
             return RunStore.open(path)
-        except StoreError as exc:
+        except DagError as exc:
             raise UsageError(str(exc)) from None
 
     def find(self, key: str) -> DagRun:

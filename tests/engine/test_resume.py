@@ -69,16 +69,16 @@ CHILD = textwrap.dedent(
 )
 
 
-def child(store: Path, calls: Path, mode: str, run_id: str = "-") -> subprocess.Popen[str]:
+def child(store: Path | str, calls: Path, mode: str, run_id: str = "-") -> subprocess.Popen[str]:
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     command = [sys.executable, "-c", CHILD, str(store), str(calls), mode, run_id]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
 def test_a_run_killed_mid_way_is_resumed_in_a_fresh_process_and_nothing_completed_runs_twice(
-    tmp_path: Path,
+    store_path: Path | str, tmp_path: Path
 ) -> None:
-    store, calls = tmp_path / "runs.sqlite", tmp_path / "calls.txt"
+    store, calls = store_path, tmp_path / "calls.txt"
     first = child(store, calls, "start")
     deadline = time.monotonic() + 60
     while step_statuses(store) != {"s1": "completed", "s2": "completed", "s3": "running", "s4": "pending"}:
@@ -116,7 +116,7 @@ def script(**overrides: Any) -> dict[str, Any]:
     return {**base, **overrides}
 
 
-def session(path: Path, llm: ScriptedLLM, **settings: Any) -> DagSession:
+def session(path: Path | str, llm: ScriptedLLM, **settings: Any) -> DagSession:
     return DagSession(ModelRegistry().register("scripted", llm), DagSettings(store=str(path), **settings))
 
 
@@ -127,8 +127,10 @@ async def cancel_when(run: Any, ready: Any) -> None:
     await run
 
 
-async def test_a_step_waiting_for_its_retry_keeps_its_tier_and_its_time_after_a_resume(tmp_path: Path) -> None:
-    path = tmp_path / "runs.sqlite"
+async def test_a_step_waiting_for_its_retry_keeps_its_tier_and_its_time_after_a_resume(
+    store_path: Path | str, tmp_path: Path
+) -> None:
+    path = store_path
     tries: list[tuple[str, float]] = []
 
     def flaky(request: ScriptedRequest) -> str:
@@ -151,8 +153,10 @@ async def test_a_step_waiting_for_its_retry_keeps_its_tier_and_its_time_after_a_
     assert fourth - third >= 0.2 * 0.9  # then its second delay
 
 
-async def test_a_step_interrupted_after_its_tool_call_continues_from_its_transcript_on_resume(tmp_path: Path) -> None:
-    path = tmp_path / "runs.sqlite"
+async def test_a_step_interrupted_after_its_tool_call_continues_from_its_transcript_on_resume(
+    store_path: Path | str, tmp_path: Path
+) -> None:
+    path = store_path
     ledger: list[str] = []
 
     def pay(amount: int) -> str:
@@ -190,8 +194,8 @@ async def test_a_step_interrupted_after_its_tool_call_continues_from_its_transcr
     assert continued.messages[-1]["role"] == "tool" and continued.messages[-1]["content"] == "paid 100, receipt 7"
 
 
-async def test_a_run_cancelled_while_planning_plans_again_on_resume(tmp_path: Path) -> None:
-    path = tmp_path / "runs.sqlite"
+async def test_a_run_cancelled_while_planning_plans_again_on_resume(store_path: Path | str, tmp_path: Path) -> None:
+    path = store_path
     planning = asyncio.Event()
 
     async def slow_plan(request: ScriptedRequest) -> dict[str, Any]:
@@ -208,8 +212,8 @@ async def test_a_run_cancelled_while_planning_plans_again_on_resume(tmp_path: Pa
     assert prompts.PLANNER_DOMAIN_ASK in llm.requests_for("plan")[0].messages[0]["content"]
 
 
-async def test_a_resumed_run_keeps_the_domain_its_first_plan_said(tmp_path: Path) -> None:
-    path = tmp_path / "runs.sqlite"
+async def test_a_resumed_run_keeps_the_domain_its_first_plan_said(store_path: Path | str, tmp_path: Path) -> None:
+    path = store_path
     stepping = asyncio.Event()
 
     async def slow_step(request: ScriptedRequest) -> str:
@@ -246,8 +250,10 @@ async def aenumerate(chunks: AsyncIterator[StreamChunk]) -> AsyncIterator[tuple[
 
 
 @pytest.mark.parametrize("s2_done", [True, False], ids=["s1-s2-completed", "s2-running"])
-async def test_a_run_cancelled_while_its_plan_streams_plans_the_rest_on_resume(tmp_path: Path, s2_done: bool) -> None:
-    path = tmp_path / "runs.sqlite"
+async def test_a_run_cancelled_while_its_plan_streams_plans_the_rest_on_resume(
+    store_path: Path | str, tmp_path: Path, s2_done: bool
+) -> None:
+    path = store_path
     calls: Counter[str] = Counter()
     running = asyncio.Event()
 
@@ -298,8 +304,10 @@ async def test_a_run_cancelled_while_its_plan_streams_plans_the_rest_on_resume(t
     ]
 
 
-async def test_a_follow_up_not_yet_planned_for_is_planned_after_a_resume(tmp_path: Path) -> None:
-    path = tmp_path / "runs.sqlite"
+async def test_a_follow_up_not_yet_planned_for_is_planned_after_a_resume(
+    store_path: Path | str, tmp_path: Path
+) -> None:
+    path = store_path
     running = asyncio.Event()
 
     async def slow_step(request: ScriptedRequest) -> str:
@@ -318,8 +326,8 @@ async def test_a_follow_up_not_yet_planned_for_is_planned_after_a_resume(tmp_pat
     assert resumed.rounds[-1].free  # the follow-up's round used no budget
 
 
-async def test_a_round_already_decided_goes_on_from_its_decision(tmp_path: Path) -> None:
-    path = tmp_path / "runs.sqlite"
+async def test_a_round_already_decided_goes_on_from_its_decision(store_path: Path | str, tmp_path: Path) -> None:
+    path = store_path
     answering = asyncio.Event()
 
     async def slow_answer(request: ScriptedRequest) -> list[str]:
@@ -335,8 +343,8 @@ async def test_a_round_already_decided_goes_on_from_its_decision(tmp_path: Path)
     assert llm.requests_for("plan") == [] and llm.requests_for("step") == [] and llm.requests_for("analyze") == []
 
 
-async def test_what_cannot_be_resumed_says_why(tmp_path: Path) -> None:
-    path = tmp_path / "runs.sqlite"
+async def test_what_cannot_be_resumed_says_why(store_path: Path | str, tmp_path: Path) -> None:
+    path = store_path
     finished = await session(path, ScriptedLLM(script())).run("goal")
     s = session(path, ScriptedLLM(script()))
     with pytest.raises(DagError, match=f"run {finished.run_id} ended \\(done\\): there is nothing to resume"):
@@ -351,8 +359,8 @@ async def test_what_cannot_be_resumed_says_why(tmp_path: Path) -> None:
 # --- one driver at a time: the run's lease
 
 
-async def test_two_sessions_resuming_one_run_at_once_drive_it_once(tmp_path: Path) -> None:
-    path = tmp_path / "runs.sqlite"
+async def test_two_sessions_resuming_one_run_at_once_drive_it_once(store_path: Path | str, tmp_path: Path) -> None:
+    path = store_path
     running = asyncio.Event()
 
     async def slow_step(request: ScriptedRequest) -> str:
@@ -382,8 +390,10 @@ async def test_two_sessions_resuming_one_run_at_once_drive_it_once(tmp_path: Pat
     assert not RunStore.open(path).runs()[0].interrupted
 
 
-async def test_a_run_driven_here_is_refused_to_another_process_naming_its_driver(tmp_path: Path) -> None:
-    path, calls = tmp_path / "runs.sqlite", tmp_path / "calls.txt"
+async def test_a_run_driven_here_is_refused_to_another_process_naming_its_driver(
+    store_path: Path | str, tmp_path: Path
+) -> None:
+    path, calls = store_path, tmp_path / "calls.txt"
     release = asyncio.Event()
     steps: Counter[str] = Counter()
 

@@ -26,8 +26,10 @@ from dagmagic.engine.store.schema import APPLICATION_ID
 from dagmagic.errors import StoreError
 from dagmagic.events import RunFinished, RunWarning, StepCompleted
 from dagmagic.models import RunState
+from dagmagic.store_url import store_location
 from dagmagic.testing import ScriptedLLM, ScriptedRequest
 
+from ..stored import connect, table_rows
 from .conftest import plan_reply, verdict
 
 THREE = plan_reply(("s1", []), ("s2", []), ("s3", ["s1", "s2"]))
@@ -43,7 +45,7 @@ def script(**overrides: Any) -> dict[str, Any]:
     return {**base, **overrides}
 
 
-def session(path: Path, llm: ScriptedLLM | None = None, **settings: Any) -> DagSession:
+def session(path: Path | str, llm: ScriptedLLM | None = None, **settings: Any) -> DagSession:
     registry = ModelRegistry().register("scripted", llm or ScriptedLLM(script()))
     return DagSession(registry, DagSettings(store=str(path), **settings))
 
@@ -59,8 +61,8 @@ def without_deltas(run: DagRun) -> list[str]:
     ]
 
 
-async def test_a_finished_run_reads_back_as_it_was(tmp_path: Path) -> None:
-    path = tmp_path / "runs.sqlite"
+async def test_a_finished_run_reads_back_as_it_was(store_path: Path | str) -> None:
+    path = store_path
     llm = ScriptedLLM(script(analyze=[verdict(False, 0.3, "not yet"), verdict(True, 0.9, "done")]), price=(1e-6, 2e-6))
     run = await session(path, llm).run("Compare the populations")
     assert run.durable and len(run.rounds) == 2
@@ -77,9 +79,9 @@ async def test_a_finished_run_reads_back_as_it_was(tmp_path: Path) -> None:
 
 
 async def test_a_completed_steps_result_is_read_back_before_anyone_hears_of_it_and_on_disk_when_the_run_ends(
-    tmp_path: Path,
+    store_path: Path | str,
 ) -> None:
-    path = tmp_path / "runs.sqlite"
+    path = store_path
     seen: list[tuple[str, str, str | None]] = []
     run = session(path).start("goal")
 
@@ -91,7 +93,7 @@ async def test_a_completed_steps_result_is_read_back_before_anyone_hears_of_it_a
     run.subscribe(check)
     await run
     assert sorted(seen) == [(sid, "completed", f"result of {sid} in round 1") for sid in ("s1", "s2", "s3")]
-    with sqlite3.connect(path) as other:  # another connection: only what was committed
+    with connect(path) as other:  # another connection: only what was committed
         rows = other.execute("SELECT step_id, status, data FROM steps WHERE run_id = ?", (run.run_id,)).fetchall()
     assert sorted((sid, status, json.loads(data)["result"]) for sid, status, data in rows) == sorted(seen)
 
@@ -156,9 +158,9 @@ async def test_a_store_that_fails_mid_run_leaves_the_run_going_and_says_so(tmp_p
     assert any("no longer saved" in e.message for e in run.events if e.type == "warning")
 
 
-async def test_no_secret_is_ever_written(tmp_path: Path) -> None:
-    path = tmp_path / "runs.sqlite"
-    canary = "canary-tok-in-the-store"
+async def test_no_secret_is_ever_written(store_path: Path | str, tmp_path: Path) -> None:
+    path = store_path
+    canary = "sk-test-canary-tok-in-the-store"
 
     def step(request: ScriptedRequest) -> str:
         if request.step_id == "s2":
@@ -170,6 +172,9 @@ async def test_no_secret_is_ever_written(tmp_path: Path) -> None:
     assert run.steps["s2"].status == "failed" and "***" in (run.steps["s2"].error or "")
     for file in tmp_path.iterdir():  # the database and its write-ahead log
         assert canary.encode() not in file.read_bytes(), file
+    tables = table_rows(path)
+    assert {"runs", "events", "calls", "leases"} <= set(tables) and tables["events"]
+    assert canary not in repr(tables) and canary[8:] not in repr(tables)
 
 
 WRITER = textwrap.dedent(
@@ -194,8 +199,8 @@ WRITER = textwrap.dedent(
 )
 
 
-def test_two_processes_writing_one_store_at_once_lose_nothing(tmp_path: Path) -> None:
-    path = tmp_path / "runs.sqlite"
+def test_two_processes_writing_one_store_at_once_lose_nothing(store_path: Path | str) -> None:
+    path = store_path
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     writers = [
         subprocess.Popen([sys.executable, "-c", WRITER, str(path), name], stdout=subprocess.PIPE, text=True, env=env)
@@ -224,14 +229,14 @@ async def test_a_store_of_schema_1_is_migrated_and_its_runs_read_back(tmp_path: 
     stored = RunStore.open(path).load(run.run_id)  # opening migrates it
     assert stored.state.rounds[0].rerun_of is None and stored.state.answer == run.answer
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
         assert "extra" in [row[1] for row in db.execute("PRAGMA table_info(rounds)")]
 
 
 # --- one driver at a time: event numbers from the store, leases instead of host/pid liveness
 
 
-async def interrupted_run(path: Path) -> DagRun:
+async def interrupted_run(path: Path | str) -> DagRun:
     """A run cancelled while s3 runs: s1 and s2 completed."""
     running = asyncio.Event()
 
@@ -247,8 +252,8 @@ async def interrupted_run(path: Path) -> DagRun:
     return await run
 
 
-def test_events_from_two_writers_are_all_kept_in_the_order_written(tmp_path: Path) -> None:
-    path = tmp_path / "runs.sqlite"
+def test_events_from_two_writers_are_all_kept_in_the_order_written(store_path: Path | str) -> None:
+    path = store_location(str(store_path))
     run = DagRun(RunState(run_id="r1", goal="goal", started_at=time.time()))
     first, second = RunStore(path), RunStore(path)  # as two processes have it: two connections
     first.attach(run, [])
@@ -258,17 +263,22 @@ def test_events_from_two_writers_are_all_kept_in_the_order_written(tmp_path: Pat
     for writer, text in [(second, "b"), (first, "c"), (second, "d")]:  # late words from both
         writer.record(run, RunWarning(message=text))
         assert writer.checkpoint(wait=30)
-    events = RunStore(path).load("r1").events
+    reader = RunStore(path)
+    events = reader.load("r1").events
+    for store in (first, second, reader):
+        store.close()
     assert [getattr(event, "message", event.type) for event in events] == ["a", "run_finished", "b", "c", "d"]
 
 
 @pytest.mark.parametrize(
     ("host", "pid"), [("elsewhere", 4242), (socket.gethostname(), os.getppid())], ids=["another-host", "a-reused-pid"]
 )
-async def test_a_run_whose_driver_is_gone_shows_interrupted_and_resumes(tmp_path: Path, host: str, pid: int) -> None:
-    path = tmp_path / "runs.sqlite"
+async def test_a_run_whose_driver_is_gone_shows_interrupted_and_resumes(
+    store_path: Path | str, host: str, pid: int
+) -> None:
+    path = store_path
     run = await interrupted_run(path)
-    with sqlite3.connect(path) as db:  # as a driver on `host` (or a process whose pid is now another's) left it
+    with connect(path) as db:  # as a driver on `host` (or a process whose pid is now another's) left it
         db.execute(
             "UPDATE runs SET status = 'running', host = ?, pid = ?, updated_at = ? WHERE run_id = ?",
             (host, pid, time.time() - 3600, run.run_id),
@@ -278,9 +288,10 @@ async def test_a_run_whose_driver_is_gone_shows_interrupted_and_resumes(tmp_path
     assert summary is not None and summary.status == "running" and summary.interrupted
 
     for expires, live in [(time.time() + 3600, True), (time.time() - 1, False)]:
-        with sqlite3.connect(path) as db:  # its lease: still live, then expired
+        with connect(path) as db:  # its lease: still live, then expired
+            db.execute("DELETE FROM leases WHERE run_id = ?", (run.run_id,))
             db.execute(
-                "INSERT OR REPLACE INTO leases VALUES (?, 'their-token', ?, ?, ?, ?, ?)",
+                "INSERT INTO leases VALUES (?, 'their-token', ?, ?, ?, ?, ?)",
                 (run.run_id, host, pid, time.time() - 60, time.time() - 5, expires),
             )
         summary = store.summary(run.run_id)
@@ -296,13 +307,13 @@ async def test_a_run_whose_driver_is_gone_shows_interrupted_and_resumes(tmp_path
 
 
 async def test_a_long_run_keeps_its_lease_while_it_runs_and_gives_it_back_when_it_ends(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store_path: Path | str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from dagmagic.engine.store import lease
 
     monkeypatch.setattr(lease, "LEASE_SECONDS", 1.5)  # a loaded 2-core machine may delay a heartbeat by a second
     monkeypatch.setattr(lease, "HEARTBEAT_SECONDS", 0.05)
-    path = tmp_path / "runs.sqlite"
+    path = store_path
     release = asyncio.Event()
 
     async def held(request: ScriptedRequest) -> str:
@@ -314,7 +325,7 @@ async def test_a_long_run_keeps_its_lease_while_it_runs_and_gives_it_back_when_i
         await asyncio.sleep(0.01)
 
     def expiry() -> float | None:
-        with sqlite3.connect(path) as db:
+        with connect(path) as db:
             row = db.execute("SELECT expires FROM leases WHERE run_id = ?", (run.run_id,)).fetchone()
         return None if row is None else float(row[0])
 
@@ -397,7 +408,7 @@ async def test_a_store_of_schema_2_migrates_reads_back_and_judges_its_drivers_by
 
     store = RunStore.open(path)  # migrates it
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
     stored = store.load("done")
     assert stored.state.model_dump() == {**done.state.model_dump(), "run_id": "done"}
     assert stored.history == [Exchange(goal="before", answer="an answer before")]
@@ -463,3 +474,41 @@ async def test_a_long_session_stores_each_run_once_and_grows_linearly(tmp_path: 
         event.model_dump() for event in latest.events if event.type == "llm_call"
     ]
     assert stored.state.calls == latest.calls
+
+
+async def test_changes_that_waited_are_written_together_and_one_refused_is_undone_alone(
+    store_path: Path | str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dagmagic.engine.store.writer import StoreWriter
+
+    batches: list[int] = []
+    together = StoreWriter._commit_together
+
+    def counted(writer: StoreWriter, changes: list[Any]) -> Any:
+        batches.append(len(changes))
+        return together(writer, changes)
+
+    monkeypatch.setattr(StoreWriter, "_commit_together", counted)
+    store = RunStore.open(store_path)
+    ours, theirs = (DagRun(RunState(run_id=run_id, goal="goal", started_at=time.time())) for run_id in "ab")
+    for run in (ours, theirs):
+        store.attach(run, [])
+    assert store.checkpoint(wait=30)
+    with connect(store_path) as db:  # run b is driven elsewhere now
+        db.execute("DELETE FROM leases WHERE run_id = 'b'")
+        db.execute(
+            "INSERT INTO leases VALUES ('b', 'their-token', 'elsewhere', 4242, ?, ?, ?)",
+            (time.time(), time.time(), time.time() + 3600),
+        )
+    with connect(store_path) as other:  # the write lock held elsewhere: the changes wait, then go together
+        if isinstance(other, sqlite3.Connection):
+            other.execute("BEGIN IMMEDIATE")
+        else:
+            other.execute(f"SELECT pg_advisory_xact_lock({APPLICATION_ID})")
+        for run, text in [(ours, "a1"), (theirs, "b1"), (ours, "a2")]:
+            store.record(run, RunWarning(message=text))
+        await asyncio.sleep(0.3)
+    assert store.checkpoint(wait=30)
+    assert max(batches) >= 3
+    messages = {run_id: [getattr(e, "message", None) for e in store.load(run_id).events] for run_id in "ab"}
+    assert messages == {"a": ["a1", "a2"], "b": []}

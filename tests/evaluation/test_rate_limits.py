@@ -51,9 +51,9 @@ async def test_a_routers_rpm_holds_the_requests_that_reach_the_provider(
     provider: Provider, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """litellm counts ``rpm`` per calendar minute; the minute is frozen so that the count cannot reset mid-test.
-    Requests beyond it are refused by the Router before the network with a 429 saying to wait 60 s, which a
-    retry honours (the next minute's window); ``llm_retries=0`` keeps the test short, so the cells that needed
-    those requests do without them here (a run answers from what completed).
+    Requests beyond it are refused by the Router before the network; a call waits for the next minute's window
+    (tests/llm/test_router_limits.py), which never comes here: ``llm_rate_limit_wait=0`` keeps the test short,
+    so the cells that needed those requests do without them (a run answers from what completed).
     """
     from litellm.router import Router
     from litellm.router_strategy import lowest_tpm_rpm_v2
@@ -82,7 +82,12 @@ async def test_a_routers_rpm_holds_the_requests_that_reach_the_provider(
     monkeypatch.setattr(router, "acompletion", counted)
     registry = ModelRegistry().register("pool", router, model_group="pool")
     settings = DagSettings(
-        store="none", llm_retries=0, max_replan_rounds=1, step_immediate_retries=0, step_retry_delays=()
+        store="none",
+        llm_retries=0,
+        llm_rate_limit_wait=0,
+        max_replan_rounds=1,
+        step_immediate_retries=0,
+        step_retry_delays=(),
     )
     session = DagSession(registry, settings)
 

@@ -287,6 +287,37 @@ def test_history_says_a_run_the_user_stopped_was_stopped_by_you(
     assert [line for line in lines if finished.run_id in line and " done " in line], lines
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_history_names_the_machine_of_each_run_once_the_store_holds_another_machines(
+    ip: InteractiveShell,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    backend: str,
+) -> None:
+    from dagmagic.engine.store.lease import HOST
+
+    from ..stored import connect
+
+    store = str(tmp_path / "runs.sqlite") if backend == "sqlite" else request.getfixturevalue("postgres").database()
+    run_cell(ip, f"%dag config store={store}")
+    theirs = run_cell(ip, "%%dag --models llm --no-widget\ntheir goal")
+    ip.user_ns["llm"] = scripted()
+    capsys.readouterr()
+    run_cell(ip, "%dag history")
+    assert HOST not in capsys.readouterr().out  # one machine: no column for it
+    assert isinstance(theirs, DagRun)
+    with connect(store) as db:  # as a kernel on another machine wrote it
+        db.execute("UPDATE runs SET host = 'machine-a' WHERE run_id = ?", (theirs.run_id,))
+    mine = run_cell(ip, "%%dag --models llm --no-widget\nmy goal")
+    assert isinstance(mine, DagRun)
+    capsys.readouterr()
+    run_cell(ip, "%dag history")
+    lines = capsys.readouterr().out.splitlines()
+    assert [line for line in lines if theirs.run_id in line and "machine-a" in line], lines
+    assert [line for line in lines if mine.run_id in line and HOST in line], lines
+
+
 def test_the_terminals_last_line_says_a_run_the_user_stopped_was_stopped_by_you() -> None:
     from dagmagic.events import RunFinished
     from dagmagic.notebook.progress import progress_line
@@ -640,3 +671,11 @@ def test_dag_otel_without_opentelemetry_is_a_usage_error_saying_what_to_install(
     monkeypatch.setenv("DAG_OTEL", "1")
     message = usage_error(ip, "%%dag --models llm\nthe goal", capsys)
     assert 'pip install "dagmagic[otel]"' in message and "DAG_OTEL" in message
+
+
+def test_config_shows_a_store_urls_password_masked(ip: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:
+    run_cell(ip, "%dag config store=postgresql://dag:s3cret-pw@127.0.0.1:5432/runs")
+    capsys.readouterr()
+    run_cell(ip, "%dag config")
+    shown = capsys.readouterr().out
+    assert "store = 'postgresql://dag:***@127.0.0.1:5432/runs'" in shown and "s3cret" not in shown

@@ -1,6 +1,7 @@
-"""The run store: every run checkpointed to SQLite as it happens, so that it outlives its kernel.
+"""The run store: every run checkpointed to SQLite (or PostgreSQL) as it happens, so that it outlives its kernel.
 
-``run_store`` is the store (and says what it guarantees); ``schema`` the file, ``rows`` what is written and read,
+``run_store`` is the store (and says what it guarantees); ``backend`` what it asks of a database, ``schema`` the
+SQLite file and the migrations, ``postgres`` a PostgreSQL database, ``rows`` what is written and read,
 ``writer`` the thread that writes, ``saved_runs`` what it tells the runs, ``lease`` a run's one driver,
 ``export`` a safe copy, ``experiments`` what an evaluation keeps besides its cells' runs.
 """

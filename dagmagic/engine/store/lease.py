@@ -21,15 +21,16 @@ import logging
 import os
 import secrets
 import socket
-import sqlite3
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from dagmagic.errors import DagError
+
+if TYPE_CHECKING:
+    from dagmagic.engine.store.backend import Connection, Location
 
 __all__ = [
     "HEARTBEAT_SECONDS",
@@ -44,6 +45,7 @@ __all__ = [
     "claim",
     "forget",
     "holder",
+    "owner_alive",
     "release",
     "renew",
     "take",
@@ -123,7 +125,7 @@ class Lease:
         )
 
 
-def holder(db: sqlite3.Connection, run_id: str) -> Lease | None:
+def holder(db: Connection, run_id: str) -> Lease | None:
     """The run's lease as stored (live or not); for a running run of schema 2, its row's host and pid."""
     row = db.execute(
         "SELECT token, host, pid, since, heartbeat, expires FROM leases WHERE run_id = ?", (run_id,)
@@ -147,21 +149,23 @@ def claim(run_id: str) -> Lease:
     return Lease(run_id, secrets.token_hex(8), HOST, os.getpid(), now, now, now + LEASE_SECONDS)
 
 
-def take(db: sqlite3.Connection, lease: Lease) -> None:
+def take(db: Connection, lease: Lease) -> None:
     """Take ``lease`` (inside the caller's write transaction), from now; ``RunDriven`` while another's is live."""
     now = time.time()
     current = holder(db, lease.run_id)
     if current is not None and current.token != lease.token and current.live(now):
         raise RunDriven(current.refusal(now))
     db.execute(
-        "INSERT OR REPLACE INTO leases VALUES (?, ?, ?, ?, ?, ?, ?)",
+        """INSERT INTO leases VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET token = excluded.token,
+           host = excluded.host, pid = excluded.pid, since = excluded.since, heartbeat = excluded.heartbeat,
+           expires = excluded.expires""",
         (lease.run_id, lease.token, lease.host, lease.pid, now, now, now + LEASE_SECONDS),
     )
     with _held_lock:
         _held.add(lease.token)
 
 
-def check_driver(db: sqlite3.Connection, run_id: str, token: str | None) -> None:
+def check_driver(db: Connection, run_id: str, token: str | None) -> None:
     """Refuse a write to the run (``RunDriven``) when someone else's lease on it is live: this process's own
     lease expired (it slept) and another took the run over.
     """
@@ -185,17 +189,17 @@ def forget(lease: Lease) -> None:
         _held.discard(lease.token)
 
 
-def renew(db: sqlite3.Connection, lease: Lease) -> bool:
+def renew(db: Connection, lease: Lease) -> bool:
     """Renew ``lease`` from now (inside the caller's write transaction); whether it is still this process's. A
     store that does not hold the run at all was created anew at its path: its lease is written there with the
     run, so it counts as still held.
     """
     now = time.time()
-    renewed = db.execute(
-        "UPDATE leases SET heartbeat = ?, expires = ? WHERE run_id = ? AND token = ?",
+    renewed = db.execute(  # RETURNING, not rowcount: PostgreSQL's pipeline knows it only once the row is read
+        "UPDATE leases SET heartbeat = ?, expires = ? WHERE run_id = ? AND token = ? RETURNING run_id",
         (now, now + LEASE_SECONDS, lease.run_id, lease.token),
-    ).rowcount
-    if renewed:
+    ).fetchone()
+    if renewed is not None:
         return True
     return db.execute("SELECT 1 FROM runs WHERE run_id = ?", (lease.run_id,)).fetchone() is None
 
@@ -205,7 +209,7 @@ class Heartbeat:
     hands them to ``renew`` (which has the store's writer renew them), so a busy event loop does not delay it.
     """
 
-    def __init__(self, path: Path, renew: Callable[[list[Lease]], None]) -> None:
+    def __init__(self, path: Location, renew: Callable[[list[Lease]], None]) -> None:
         self._path = path
         self._renew = renew
         self._leases: dict[str, Lease] = {}
@@ -255,6 +259,15 @@ class Heartbeat:
                 self._renew(leases)
             except Exception:  # the beat must go on; the next one tries again
                 log.exception("[dagmagic] the leases of the run store %s could not be renewed", self._path)
+
+
+def owner_alive(host: str, pid: int, heard_at: float, now: float) -> bool:
+    """Whether an owner last heard from at ``heard_at`` still counts (a claim on an experiment's cell): heard from
+    within ``LEASE_SECONDS`` and, on this host, its process still there.
+    """
+    if host == HOST and pid != os.getpid() and not _pid_exists(pid):
+        return False
+    return heard_at + LEASE_SECONDS > now
 
 
 def _pid_exists(pid: int) -> bool:

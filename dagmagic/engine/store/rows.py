@@ -9,13 +9,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sqlite3
 import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
 from dagmagic.engine.context import Exchange
 from dagmagic.engine.store import lease
+from dagmagic.engine.store.backend import Connection
 from dagmagic.engine.store.writer import Statements
 from dagmagic.events import (
     AnswerCleared,
@@ -122,9 +122,15 @@ def put_run(db: Statements, state: RunState, *, history: list[Exchange] | None =
     row = (state.run_id, *values, lease.HOST, os.getpid())
     db.call(
         lambda connection: connection.execute(
-            """INSERT OR REPLACE INTO runs (run_id, goal, status, phase, started_at, finished_at, updated_at,
+            """INSERT INTO runs (run_id, goal, status, phase, started_at, finished_at, updated_at,
                error, answer, follow_ups, pending, domain, routed, history, host, pid, conversation)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '[]', ?, ?, ?)""",
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '[]', ?, ?, ?)
+               ON CONFLICT (run_id) DO UPDATE SET goal = excluded.goal, status = excluded.status,
+               phase = excluded.phase, started_at = excluded.started_at, finished_at = excluded.finished_at,
+               updated_at = excluded.updated_at, error = excluded.error, answer = excluded.answer,
+               follow_ups = excluded.follow_ups, pending = excluded.pending, domain = excluded.domain,
+               routed = excluded.routed, history = excluded.history, host = excluded.host, pid = excluded.pid,
+               conversation = excluded.conversation""",
             (*row, _put_conversation(connection, history)),
         )
     )
@@ -133,8 +139,10 @@ def put_run(db: Statements, state: RunState, *, history: list[Exchange] | None =
 def put_round(db: Statements, run_id: str, record: RoundRecord) -> None:
     """The round's row (its plan's steps are rows of their own)."""
     db.execute(
-        """INSERT OR REPLACE INTO rounds (run_id, idx, goal, analysis, decision, error, warnings, free, extra)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+        """INSERT INTO rounds (run_id, idx, goal, analysis, decision, error, warnings, free, extra)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, idx) DO UPDATE SET goal = excluded.goal,
+           analysis = excluded.analysis, decision = excluded.decision, error = excluded.error,
+           warnings = excluded.warnings, free = excluded.free, extra = excluded.extra""",
         (
             run_id,
             record.index,
@@ -152,10 +160,8 @@ def put_round(db: Statements, run_id: str, record: RoundRecord) -> None:
 def put_plan(db: Statements, run_id: str, record: RoundRecord) -> None:
     """The round's whole plan: its steps in order, and none it no longer holds."""
     ids = [step.id for step in record.plan.steps]
-    db.execute(
-        f"DELETE FROM steps WHERE run_id = ? AND round = ? AND step_id NOT IN ({', '.join('?' * len(ids))})",
-        (run_id, record.index, *ids),
-    )
+    kept = f" AND step_id NOT IN ({', '.join('?' * len(ids))})" if ids else ""  # `IN ()` is SQLite's only
+    db.execute(f"DELETE FROM steps WHERE run_id = ? AND round = ?{kept}", (run_id, record.index, *ids))
     for position, step in enumerate(record.plan.steps):
         put_step(db, run_id, record.index, step, position)
 
@@ -178,7 +184,8 @@ def put_step_of(db: Statements, run: DagRun, event: Event, round_index: int) -> 
 def put_step(db: Statements, run_id: str, round_index: int, step: PlanStep, position: int) -> None:
     """One step of a round's plan, at ``position``."""
     db.execute(
-        "INSERT OR REPLACE INTO steps VALUES (?, ?, ?, ?, ?, ?)",
+        """INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, round, step_id)
+           DO UPDATE SET position = excluded.position, status = excluded.status, data = excluded.data""",
         (run_id, round_index, step.id, position, step.status, step.model_dump_json()),
     )
 
@@ -186,7 +193,8 @@ def put_step(db: Statements, run_id: str, round_index: int, step: PlanStep, posi
 def put_call(db: Statements, run_id: str, sequence: int, call: LLMCall) -> None:
     """One model call of the run, numbered ``sequence``."""
     db.execute(
-        "INSERT OR REPLACE INTO calls VALUES (?, ?, ?, ?, ?)",
+        """INSERT INTO calls VALUES (?, ?, ?, ?, ?) ON CONFLICT (run_id, seq)
+           DO UPDATE SET purpose = excluded.purpose, cost = excluded.cost, data = excluded.data""",
         (run_id, sequence, call.purpose, call.cost, call.model_dump_json()),
     )
 
@@ -198,12 +206,12 @@ def put_event(db: Statements, run_id: str, event: Event, call: int | None) -> No
     data = event.model_dump_json(exclude={"call"}) if call is not None else event.model_dump_json()
     db.execute(
         """INSERT INTO events (run_id, seq, type, at, data, call)
-           SELECT ?, COALESCE(MAX(seq), -1) + 1, ?, ?, ?, ? FROM events WHERE run_id = ?""",
-        (run_id, event.type, event.at, data, call, run_id),
+           VALUES (?, (SELECT COALESCE(MAX(seq), -1) + 1 FROM events WHERE run_id = ?), ?, ?, ?, ?)""",
+        (run_id, run_id, event.type, event.at, data, call),
     )
 
 
-def _put_conversation(db: sqlite3.Connection, history: list[Exchange]) -> int:
+def _put_conversation(db: Connection, history: list[Exchange]) -> int:
     """The id of ``history``'s last exchange (0 for none), each exchange stored once: runs planned after the
     same exchanges share them.
     """
@@ -215,14 +223,14 @@ def _put_conversation(db: sqlite3.Connection, history: list[Exchange]) -> int:
             node = int(row[0])
             continue
         inserted = db.execute(
-            "INSERT INTO exchanges (previous, digest, goal, answer) VALUES (?, ?, ?, ?)",
+            "INSERT INTO exchanges (previous, digest, goal, answer) VALUES (?, ?, ?, ?) RETURNING id",
             (node, digest, exchange.goal, exchange.answer),
         )
-        node = int(inserted.lastrowid or 0)
+        node = int(inserted.fetchone()[0])
     return node
 
 
-def conversation(db: sqlite3.Connection, node: int) -> list[Exchange]:
+def conversation(db: Connection, node: int) -> list[Exchange]:
     """The exchanges up to ``node``, oldest first."""
     rows = db.execute(
         """WITH RECURSIVE chain (id, previous, goal, answer, depth) AS (

@@ -1,4 +1,6 @@
-"""The run store: every run checkpointed to SQLite as it happens, so that it outlives its kernel.
+"""The run store: every run checkpointed as it happens, so that it outlives its kernel, to a SQLite file or a
+PostgreSQL database shared by a team (``backend``: the same rows and SQL on both; what is said here of the file,
+its lock held by another program, its write-ahead log, or its deletion, is SQLite's).
 
 Each event of a run becomes one change (the rows it changed, and the event), taken in the call that emits
 it, before any view hears of it; the store's writer (``writer``) writes the changes in order on a
@@ -33,24 +35,26 @@ and the run goes on unsaved. Nothing secret is written: a run holds no model opt
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import json
 import logging
 import os
-import sqlite3
 import threading
 import time
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from dagmagic.engine.context import Exchange
-from dagmagic.engine.store import experiments, lease, rows, schema
+from dagmagic.engine.store import experiments, lease, rows
+from dagmagic.engine.store.backend import Connection, Location, open_backend
 from dagmagic.engine.store.experiments import ExperimentSummary
 from dagmagic.engine.store.export import copy_store
 from dagmagic.engine.store.saved_runs import SavedRuns
-from dagmagic.engine.store.writer import Change, OpenFile, Statements, StoreWriter, Withdrawn
-from dagmagic.errors import DagError, StoreUnavailable
+from dagmagic.engine.store.writer import Change, Statements, StoreWriter, Withdrawn
+from dagmagic.errors import ConfigurationError, DagError, StoreUnavailable
 from dagmagic.events import (
     EVENTS,
     AnswerDelta,
@@ -62,6 +66,7 @@ from dagmagic.events import (
     RunWarning,
 )
 from dagmagic.models import LLMCall, PlanStep, RunState
+from dagmagic.store_url import StoreURL, store_location
 
 if TYPE_CHECKING:
     from dagmagic.engine.run import DagRun
@@ -99,6 +104,8 @@ class RunSummary:
     """Who drives it now (``pid 123 on host, since ...``), None when no one does."""
     stopped_by_user: bool = False
     """The user's Stop ended it (its status is ``done``; ``%dag history`` says "stopped by you")."""
+    host: str = ""
+    """The machine that last started or resumed it (a shared store holds runs of many)."""
 
 
 @dataclass
@@ -111,27 +118,39 @@ class StoredRun:
 
 
 class RunStore:
-    """One SQLite run store file, opened once per process (``RunStore.open``)."""
+    """One run store (a SQLite file, or a PostgreSQL database), opened once per process (``RunStore.open``)."""
 
-    _opened: ClassVar[dict[Path, RunStore]] = {}
+    _opened: ClassVar[dict[Location, RunStore]] = {}
     _opening: ClassVar[threading.Lock] = threading.Lock()
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Location) -> None:
         self.path = path
+        """The SQLite file's path, or the PostgreSQL URL (shown with its password masked)."""
+        self._backend = backend = open_backend(path)
         self._runs = SavedRuns(path, self._whole)
-        self._writer = self._runs.writer = StoreWriter(
-            path, schema.connect(path), connect=schema.connect, listener=self._runs
-        )
-        self._reader, self._reading = schema.reader(path), OpenFile(path)
+        self._writer = self._runs.writer = StoreWriter(backend, backend.writer(), listener=self._runs)
+        self._reader = backend.reader()
+        self._reading = backend.watch(self._reader)
         self._leases = lease.Heartbeat(path, self._renew)
         """The leases of the runs this store's process drives, renewed while they run."""
         self._renewing = threading.Event()
         """A renewal of the leases waits to be written (the next beat adds none meanwhile)."""
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str]) -> RunStore:
-        """The store at ``path`` (created owner-only if missing), shared by everything in this process."""
-        resolved = Path(path).expanduser().resolve()
+    def open(cls, path: str | os.PathLike[str] | StoreURL) -> RunStore:
+        """The store at ``path`` (a SQLite file, created owner-only if missing; or a ``postgresql://`` URL),
+        shared by everything in this process. ``ConfigurationError`` for a URL of another scheme, or a PostgreSQL
+        one without psycopg installed.
+        """
+        resolved: Location
+        if isinstance(path, StoreURL):
+            resolved = path
+        else:
+            try:
+                located = store_location(os.fspath(path))
+            except ValueError as exc:
+                raise ConfigurationError(f"{exc}.") from None
+            resolved = located if isinstance(located, StoreURL) else located.expanduser().resolve()
         with cls._opening:
             store = cls._opened.get(resolved)
             if store is None:
@@ -176,7 +195,7 @@ class RunStore:
         rows.put_whole(whole, run, history)
         verdict = _Verdict() if run.events else None
 
-        def open_run(db: sqlite3.Connection) -> None:
+        def open_run(db: Connection) -> None:
             if verdict is not None:
                 verdict.begin()
             try:
@@ -215,7 +234,7 @@ class RunStore:
         now = time.time()
         try:
             current = lease.holder(self._reading_now(), run_id)
-        except sqlite3.Error:
+        except self._backend.errors:
             current = None
         if current is not None and current.token and current.live(now):
             return lease.RunDriven(current.refusal(now))
@@ -244,7 +263,7 @@ class RunStore:
         if self._renewing.is_set():
             return  # the last one still waits (another program's lock): the next after it is written
 
-        def renew(db: sqlite3.Connection) -> None:
+        def renew(db: Connection) -> None:
             for held in leases:
                 if not lease.renew(db, held) and self._leases.drop(held.run_id, held.token) is not None:
                     lease.forget(held)
@@ -318,7 +337,7 @@ class RunStore:
             raise StoreUnavailable(
                 f"nothing was exported: {self._runs.why_waiting()} Export again once it is released."
             )
-        return copy_store(source, target)
+        return copy_store(source, target, self._backend.errors)
 
     def _whole(self, run: DagRun, history: list[Exchange]) -> Change:
         """The run as it is now, replacing whatever the file held of it: its lease (this store's), rows,
@@ -333,17 +352,72 @@ class RunStore:
 
     # --- experiments (``session.evaluate``)
 
-    def save_experiment(self, experiment_id: str, name: str, created_at: float, definition: str) -> None:
-        """Record an experiment's definition (JSON), written in order with the runs' changes."""
+    def save_experiment(
+        self, experiment_id: str, name: str, created_at: float, definition: str, *, if_missing: bool = False
+    ) -> None:
+        """Record an experiment's definition (JSON), written in order with the runs' changes; ``if_missing``: only
+        when no worker recorded it first.
+        """
         change = Change(run_id=None)
-        experiments.put_definition(change.statements, experiment_id, name, created_at, definition)
+        experiments.put_definition(
+            change.statements, experiment_id, name, created_at, definition, if_missing=if_missing
+        )
         self._writer.put(change)
 
-    def save_experiment_cell(self, experiment_id: str, index: int, cell: str) -> None:
-        """Record one cell of an experiment as it is now (JSON)."""
+    def save_experiment_cell(
+        self,
+        experiment_id: str,
+        index: int,
+        cell: str,
+        status: str,
+        cost: float | None,
+        *,
+        if_missing: bool = False,
+    ) -> None:
+        """Record one cell of an experiment as it is now (JSON, its status and cost); ``if_missing``: only when it
+        is not there yet.
+        """
         change = Change(run_id=None)
-        experiments.put_cell(change.statements, experiment_id, index, cell)
+        experiments.put_cell(change.statements, experiment_id, index, cell, status, cost, if_missing=if_missing)
         self._writer.put(change)
+
+    def experiment_spent(self, experiment_id: str) -> float:
+        """USD an experiment's cells spent as recorded so far, whichever worker ran them."""
+        return experiments.spent(self._read(), experiment_id)
+
+    async def claim_experiment_cell(self, experiment_id: str, index: int, token: str) -> bool:
+        """Claim a cell for the worker ``token`` (see ``experiments.claim_cell``), written in order with the other
+        changes; whether it was taken (False too when the store could not write it).
+        """
+        loop = asyncio.get_running_loop()
+        taken: asyncio.Future[bool] = loop.create_future()
+        outcome: list[bool] = []
+
+        def claim(db: Connection) -> None:
+            outcome.append(experiments.claim_cell(db, experiment_id, index, token, time.time()))
+
+        def settle() -> None:
+            if not taken.done():
+                taken.set_result(bool(outcome and outcome[0]))
+
+        def answer() -> None:
+            with suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(settle)
+
+        change = Change(run_id=None, after=answer)
+        change.statements.call(claim)
+        self._writer.put(change)
+        return await taken
+
+    def renew_experiment_cells(self, experiment_id: str, token: str) -> None:
+        """The worker ``token`` is still there: its claims on the experiment's unended cells hold on."""
+        change = Change(run_id=None)
+        experiments.renew_cells(change.statements, experiment_id, token, time.time())
+        self._writer.put(change)
+
+    def read_experiment_cell(self, experiment_id: str, index: int) -> str | None:
+        """One cell of an experiment as stored now (JSON), None when there is none."""
+        return experiments.read_cell(self._read(), experiment_id, index)
 
     def load_experiment(self, name_or_id: str) -> tuple[str, list[str]] | None:
         """The experiment with that id (or the latest with that name): its definition and cells (JSON), or None."""
@@ -355,7 +429,7 @@ class RunStore:
 
     def experiments(self, limit: int = 20) -> list[ExperimentSummary]:
         """The latest ``limit`` experiments, newest first, their cells counted by status."""
-        return experiments.latest(self._read(), limit)
+        return experiments.latest(self._read(), limit, self._backend.dialect)
 
     # --- reading
 
@@ -416,25 +490,26 @@ class RunStore:
 
     def runs(self, limit: int = 50, *, goal: str | None = None) -> list[RunSummary]:
         """The latest ``limit`` runs (of ``goal`` only, when given), newest first."""
-        return self._summaries("? IS NULL OR r.goal = ?", (goal, goal), limit)
+        return self._summaries("CAST(? AS TEXT) IS NULL OR r.goal = ?", (goal, goal), limit)
 
     def summary(self, run_id: str) -> RunSummary | None:
         """The run ``run_id`` as ``runs`` lists it, None when it is not stored."""
         return next(iter(self._summaries("r.run_id = ?", (run_id,), 1)), None)
 
     def _summaries(self, where: str, params: tuple[object, ...], limit: int) -> list[RunSummary]:
+        dialect = self._backend.dialect
         found = (
             self._read()
             .execute(
                 f"""SELECT r.run_id, r.goal, r.status, r.started_at, r.finished_at, r.updated_at, r.host, r.pid,
                       (SELECT SUM(cost) FROM calls c WHERE c.run_id = r.run_id),
-                      (SELECT json_extract(e.data, '$.stopped_by_user') FROM events e
+                      (SELECT {dialect.json_flag("e.data", "stopped_by_user")} FROM events e
                        WHERE e.run_id = r.run_id AND e.type = 'run_finished'
-                         AND COALESCE(json_extract(e.data, '$.depth'), 0) = 0
+                         AND COALESCE({dialect.json_number("e.data", "depth")}, 0) = 0
                        ORDER BY e.seq DESC LIMIT 1),
                       l.token, l.host, l.pid, l.since, l.heartbeat, l.expires
                FROM runs r LEFT JOIN leases l ON l.run_id = r.run_id
-               WHERE {where} ORDER BY r.started_at DESC LIMIT ?""",
+               WHERE {where} ORDER BY r.started_at DESC NULLS LAST LIMIT ?""",
                 (*params, limit),
             )
             .fetchall()
@@ -460,11 +535,12 @@ class RunStore:
                     interrupted=status == "cancelled" or (status == "running" and not live),
                     driver=driver.owner() if driver is not None and live else None,
                     stopped_by_user=status == "done" and bool(stopped),
+                    host=host,
                 )
             )
         return summaries
 
-    def _read(self, run_id: str | None = None) -> sqlite3.Connection:
+    def _read(self, run_id: str | None = None) -> Connection:
         """The reading connection, once the changes made so far are written (``_READ_SECONDS`` at most), to the
         file now at the path; ``StoreUnavailable`` when ``run_id``'s latest changes still wait.
         """
@@ -475,12 +551,13 @@ class RunStore:
             )
         return self._reading_now()
 
-    def _reading_now(self) -> sqlite3.Connection:
+    def _reading_now(self) -> Connection:
         """The reading connection, to the file now at the path (whatever still waits to be written)."""
-        if self._reading.replaced():  # deleted or moved: read what is at the path now
+        if self._reading.replaced():  # deleted or moved (disconnected): read what is at the path now
             self._reader.close()
             self._reading.close()
-            self._reader, self._reading = schema.reader(self.path), OpenFile(self.path)
+            self._reader = self._backend.reader()
+            self._reading = self._backend.watch(self._reader)
         return self._reader
 
 

@@ -18,10 +18,9 @@ from dagmagic.errors import DagError
 from dagmagic.events import RunWarning
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from dagmagic.engine.context import Exchange
     from dagmagic.engine.run import DagRun
+    from dagmagic.engine.store.backend import Location
 
 __all__ = ["SavedRuns"]
 
@@ -43,7 +42,7 @@ class SavedRuns:
     forgotten.
     """
 
-    def __init__(self, path: Path, whole: Whole) -> None:
+    def __init__(self, path: Location, whole: Whole) -> None:
         self.path = path
         self.writer: StoreWriter | None = None
         """The store's writer (given once it is made: it is told through this)."""

@@ -8,15 +8,19 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from dagmagic.engine.store import lease
+from dagmagic.engine.store.backend import Connection, Dialect, Watch
+from dagmagic.engine.store.writer import OpenFile
 from dagmagic.errors import StoreError, StoreUnavailable
 
-__all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "connect", "reader"]
+__all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SQLITE", "SQLiteBackend", "connect", "migrations", "reader"]
 
 APPLICATION_ID = 0x4441474D  # "DAGM": marks the file as a dagmagic run store
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _MIGRATIONS: list[list[str]] = [
     [  # version 1
@@ -59,11 +63,75 @@ _MIGRATIONS: list[list[str]] = [
         """CREATE TABLE experiment_cells (
             experiment_id TEXT NOT NULL, idx INTEGER NOT NULL, data TEXT NOT NULL, PRIMARY KEY (experiment_id, idx))""",
     ],
+    [  # version 5: workers sharing an experiment (``shard=``): a cell's status and cost, who claimed it, heard when
+        "ALTER TABLE experiment_cells ADD COLUMN status TEXT",
+        "ALTER TABLE experiment_cells ADD COLUMN cost REAL",
+        "ALTER TABLE experiment_cells ADD COLUMN owner TEXT",
+        "ALTER TABLE experiment_cells ADD COLUMN owner_host TEXT",
+        "ALTER TABLE experiment_cells ADD COLUMN owner_pid INTEGER",
+        "ALTER TABLE experiment_cells ADD COLUMN heard_at REAL",
+    ],
 ]
 """Each schema version's statements, applied in order to bring an older file up to date."""
 
+SQLITE = Dialect(
+    text="json_extract({column}, '$.{key}')",
+    number="json_extract({column}, '$.{key}')",
+    flag="json_extract({column}, '$.{key}')",
+)
+_BUSY_MILLISECONDS = 100
+"""SQLite's own wait for a lock, per try, for the writer: it tries again itself, so that it can stop and report."""
+
 _PREPARE_SECONDS = 10.0
 """How long opening a store waits for another process that prepares the same new file."""
+
+
+def migrations() -> list[list[str]]:
+    """Each schema version's statements, in SQLite's dialect (the PostgreSQL store translates them)."""
+    return _MIGRATIONS
+
+
+class SQLiteBackend:
+    """A run store in one SQLite file (WAL; another process may write it at the same time)."""
+
+    dialect = SQLITE
+    errors: tuple[type[Exception], ...] = (sqlite3.Error,)
+
+    def __init__(self, path: Path) -> None:
+        self.location = path
+
+    def writer(self) -> Connection:
+        """A connection for the store's writer, the schema brought up to date."""
+        db = connect(self.location)
+        db.execute(f"PRAGMA busy_timeout = {_BUSY_MILLISECONDS}")
+        return db
+
+    def reader(self) -> Connection:
+        """A connection that only reads."""
+        return reader(self.location)
+
+    def watch(self, db: Connection) -> Watch:
+        """The file just opened, held open to notice it was deleted or moved."""
+        return OpenFile(self.location)
+
+    @contextmanager
+    def transaction(self, db: Connection) -> Iterator[None]:
+        """The write lock first (``BEGIN IMMEDIATE``): a change never half-waits inside its transaction."""
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+            db.commit()
+        except BaseException:
+            db.rollback()
+            raise
+
+    def locked(self, exc: BaseException) -> bool:
+        """SQLite's "database is locked" or "busy"."""
+        return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
+
+    def checkpoint(self, db: Connection) -> None:
+        """Copy what no reader needs from the write-ahead log into the file; never waits."""
+        db.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
 
 def reader(path: Path) -> sqlite3.Connection:

@@ -1,33 +1,37 @@
 """A run store's writer: the store's changes written in order, on a thread of its own, so that writing never stalls
 the event loop, even while another program holds the file's write lock.
 
-A change is SQL statements with their values, taken when it happened (on the loop); the writer runs each change
-in one transaction, in the order given. What depends on the file as it is then (an event's number, the id of a
-row inserted, whether a run's lease is still this process's) is a write recorded as a function, run inside that
-transaction; one that raises a ``DagError`` (the lease is another's) refuses its change whole. A write lock held
-by another program (a database browser, a backup) is waited out: the changes wait in memory, in order, and are
-written once it is released; the store is told when that takes a while. Before each change the writer checks that
-the file it has open is still the one at the store's path: a store deleted or moved while open (``rm -rf
-.dagmagic``) is created again there, and each run the new file lacks is written into it whole (the store is asked
-for it) before anything else of that run. A change that cannot be written for another reason (a full disk), or
-that is refused, drops its run from the file, and the store is told. The thread ends when idle and starts again
-with the next change.
+A change is SQL statements with their values, taken when it happened (on the loop); the writer runs the changes in
+the order given, each in one transaction, or, when several wait, together in one (each inside a savepoint, so that
+one refused is undone alone): a run's burst of events costs one commit. What depends on the file as it is then (an
+event's number, the id of a row inserted, whether a run's lease is still this process's) is a write recorded as a
+function, run inside that transaction; one that raises a ``DagError`` (the lease is another's) refuses its change
+whole. A write lock held by another program (a database browser, a backup) is waited out: the changes wait in
+memory, in order, and are written once it is released; the store is told when that takes a while. Before each change
+the writer checks that the file it has open is still the one at the store's path: a store deleted or moved while
+open (``rm -rf .dagmagic``) is created again there, and each run the new file lacks is written into it whole (the
+store is asked for it) before anything else of that run. A change that cannot be written for another reason (a full
+disk), or that is refused, drops its run from the file, and the store is told. The thread ends when idle and starts
+again with the next change.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
-import sqlite3
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from dagmagic.errors import DagError
+
+if TYPE_CHECKING:
+    from dagmagic.engine.store.backend import Backend, Connection, Watch
 
 __all__ = ["Change", "OpenFile", "Statements", "StoreWriter", "Withdrawn", "WriterListener"]
 
@@ -35,14 +39,14 @@ log = logging.getLogger("dagmagic")
 
 IDLE_SECONDS = 5.0
 """How long the writer's thread waits for a change before it ends (the next change starts it again)."""
+BATCH_CHANGES = 200
+"""At most this many changes waiting are written in one transaction (a run's burst of events costs one commit)."""
 STALL_SECONDS = 5.0
 """How long a change waits for another program's lock before the store is told."""
-_BUSY_MILLISECONDS = 100
-"""SQLite's own wait for a lock, per try: the writer tries again itself, so that it can stop and report."""
 _RETRY_SECONDS = 0.1
 
 
-Write = Callable[[sqlite3.Connection], object]
+Write = Callable[["Connection"], object]
 """A write that reads the file before it writes, run by the writer inside the change's transaction."""
 
 
@@ -64,7 +68,7 @@ class Statements:
         """
         self.items.append(write)
 
-    def run(self, db: sqlite3.Connection) -> None:
+    def run(self, db: Connection) -> None:
         """Execute what was recorded, in order (inside the caller's transaction)."""
         for item in self.items:
             if callable(item):
@@ -126,19 +130,12 @@ class _CannotOpen(Exception):
 class StoreWriter:
     """Writes one store's changes in order on its own thread (see the module docstring)."""
 
-    def __init__(
-        self,
-        path: Path,
-        db: sqlite3.Connection,
-        *,
-        connect: Callable[[Path], sqlite3.Connection],
-        listener: WriterListener,
-    ) -> None:
-        self.path = path
-        self._connect = connect
+    def __init__(self, backend: Backend, db: Connection, *, listener: WriterListener) -> None:
+        self.path = backend.location
+        self._backend = backend
         self._listener = listener
-        self._db: sqlite3.Connection | None = self._prepared(db)
-        self._file: OpenFile | None = OpenFile(path)
+        self._db: Connection | None = db
+        self._file: Watch | None = backend.watch(db)
         self._changes: deque[Change] = deque()
         """Changes not written yet, the one being written first."""
         self._condition = threading.Condition()
@@ -220,23 +217,90 @@ class StoreWriter:
                 if not self._changes:
                     self._thread = None
                     return
-                change = self._changes[0]
+                batch = self._next_batch()
             try:
-                self._write(change)
+                if len(batch) == 1:
+                    self._write(batch[0])
+                else:
+                    self._write_together(batch)
             except Exception:  # the writer must go on, whatever one change meets
                 log.exception("[dagmagic] the run store's writer failed on a change")
             finally:
-                if change.after is not None:
-                    try:
-                        change.after()
-                    except Exception:
-                        log.exception("[dagmagic] the run store's writer failed after a change")
-                if change.settled is not None:
-                    change.settled.set()
+                for change in batch:
+                    if change.after is not None:
+                        try:
+                            change.after()
+                        except Exception:
+                            log.exception("[dagmagic] the run store's writer failed after a change")
+                    if change.settled is not None:
+                        change.settled.set()
                 with self._condition:
-                    self._changes.popleft()
-                    self._finished += 1
+                    for _ in batch:
+                        self._changes.popleft()
+                    self._finished += len(batch)
                     self._condition.notify_all()
+
+    def _next_batch(self) -> list[Change]:
+        """The changes to write next (the caller holds the condition): those waiting, up to ``BATCH_CHANGES``,
+        written in one transaction; a change that writes a run whole, or whose giver waits for it, on its own
+        (and so are all, in a file created anew: which runs it holds changes as they are written).
+        """
+        first = self._changes[0]
+        if self._recreated or first.whole or first.settled is not None:
+            return [first]
+        batch = []
+        for change in itertools.islice(self._changes, BATCH_CHANGES):
+            if change.whole or change.settled is not None:
+                break
+            batch.append(change)
+        return batch
+
+    def _write_together(self, batch: list[Change]) -> None:
+        """Write ``batch`` in one transaction, each change inside a savepoint (one refused is undone alone); when
+        that fails for another reason than a lock, each change is written on its own, as ``_write`` does.
+        """
+        while True:
+            try:
+                self._follow_the_path()
+                if self._recreated:
+                    break
+                written = [change for change in batch if not self._left_out(change)]
+                refused = self._commit_together(written)
+            except self._backend.errors as exc:
+                if self._backend.locked(exc) and not self._past_closing():
+                    self._wait_for_the_lock()
+                    continue
+                break
+            except _CannotOpen:
+                break
+            for change in written:
+                reason = refused.get(id(change))
+                if isinstance(reason, DagError):  # refused (the run's lease is another's): it goes on unsaved
+                    self._failed(change, reason)
+            self.locked_since = None
+            return
+        for change in batch:
+            self._write(change)
+
+    def _commit_together(self, changes: list[Change]) -> dict[int, Exception]:
+        """Write ``changes`` in one transaction; the changes refused (by ``id``), each undone alone."""
+        assert self._db is not None
+        db = self._db
+        refused: dict[int, Exception] = {}
+        with self._backend.transaction(db):
+            for number, change in enumerate(changes):
+                if not change.statements.items:
+                    continue
+                db.execute(f"SAVEPOINT change_{number}")
+                try:
+                    change.statements.run(db)
+                except (DagError, Withdrawn) as exc:
+                    db.execute(f"ROLLBACK TO SAVEPOINT change_{number}")
+                    refused[id(change)] = exc
+                db.execute(f"RELEASE SAVEPOINT change_{number}")
+        if any(change.checkpoint for change in changes):
+            self._backend.checkpoint(db)
+        return refused
 
     def _write(self, change: Change) -> None:
         run_id = change.run_id
@@ -252,12 +316,12 @@ class StoreWriter:
                 pass
             except DagError as exc:  # refused (the run's lease is another's): the run goes on unsaved
                 self._failed(change, exc)
-            except sqlite3.OperationalError as exc:
-                if _locked(exc) and not self._past_closing():
+            except self._backend.errors as exc:
+                if self._backend.locked(exc) and not self._past_closing():
                     self._wait_for_the_lock()
                     continue
                 self._failed(change, exc)
-            except (sqlite3.Error, _CannotOpen) as exc:
+            except _CannotOpen as exc:
                 self._failed(change, exc)
             else:
                 if run_id is not None and change.whole:
@@ -285,29 +349,26 @@ class StoreWriter:
         assert self._db is not None
         db = self._db
         if change.statements.items:
-            db.execute("BEGIN IMMEDIATE")  # the write lock first: a change never half-waits inside
-            try:
+            with self._backend.transaction(db):  # the write lock first: a change never half-waits inside
                 change.statements.run(db)
-                db.commit()
-            except BaseException:
-                db.rollback()
-                raise
         if change.checkpoint:
-            db.execute("PRAGMA wal_checkpoint(PASSIVE)")  # copies what no reader needs; never waits
+            self._backend.checkpoint(db)  # copies what no reader needs; never waits
 
     def _follow_the_path(self) -> None:
         """Open the file at the store's path again when the one open is no longer there."""
         if self._db is not None and self._file is not None and not self._file.replaced():
             return
         if self._db is not None:
-            log.info("[dagmagic] the run store %s was deleted or moved while open; a new one is created", self.path)
+            how = self._file.how if self._file is not None else "was closed"
+            log.info("[dagmagic] the run store %s %s; it is opened again", self.path, how)
             self._close_file()  # SQLite neither checkpoints nor deletes a moved file's log: the new file is safe
+        how = self._file.how if self._file is not None else "was closed"
         try:
-            self._db = self._prepared(self._connect(self.path))
-            self._file = OpenFile(self.path)
+            self._db = self._backend.writer()
+            self._file = self._backend.watch(self._db)
         except (DagError, OSError) as exc:
             self._close_file()
-            raise _CannotOpen(f"it was deleted or moved while open, and cannot be created again ({exc})") from None
+            raise _CannotOpen(f"it {how}, and cannot be opened again ({exc})") from None
         self._written.clear()
         self._recreated = True
         self._asked = set(self._listener.reopened())
@@ -315,8 +376,8 @@ class StoreWriter:
     def _checkpoint_and_close(self) -> None:
         if self._db is not None and self._file is not None and not self._file.replaced():
             try:
-                self._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
-            except sqlite3.Error as exc:
+                self._backend.checkpoint(self._db)
+            except self._backend.errors as exc:
                 log.warning("[dagmagic] the run store %s could not be checkpointed (%s)", self.path, exc)
         self._close_file()
 
@@ -348,14 +409,14 @@ class StoreWriter:
         return self._closing is not None and time.monotonic() > self._closing
 
     def _failed(self, change: Change, exc: BaseException) -> None:
-        if isinstance(exc, sqlite3.Error) and self._file is not None and self._file.replaced():
+        if isinstance(exc, self._backend.errors) and self._file is not None and self._file.replaced():
             self._ask_for_again(change)  # deleted or moved while this change was written: into the new file
             return
         change.failure = exc
         if change.settled is not None:
             return
         reason = str(exc) if isinstance(exc, _CannotOpen) else f"{exc}"
-        if _locked(exc):
+        if self._backend.locked(exc):
             reason = "another program still held its write lock when it was closed"
         reason = str(exc).rstrip(".") + "." if isinstance(exc, DagError) else f"the run store failed ({reason})."
         if change.run_id is None:
@@ -374,16 +435,13 @@ class StoreWriter:
         if change.run_id is not None:
             self._ask_for(change.run_id)
 
-    @staticmethod
-    def _prepared(db: sqlite3.Connection) -> sqlite3.Connection:
-        db.execute(f"PRAGMA busy_timeout = {_BUSY_MILLISECONDS}")
-        return db
-
 
 class OpenFile:
     """The file opened at ``path``, held open so that it is known again: while it is held, a file created at
     its path after it was deleted cannot reuse its inode.
     """
+
+    how = "was deleted or moved while open"
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -401,7 +459,3 @@ class OpenFile:
     def close(self) -> None:
         """Let the file go."""
         os.close(self._fd)
-
-
-def _locked(exc: BaseException) -> bool:
-    return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
