@@ -66,6 +66,10 @@ def offered(llm: ScriptedLLM) -> dict[str, dict[str, Any]]:
     return {t["function"]["name"]: t["function"] for t in llm.requests_for("step")[0].tools}
 
 
+ENDED_WHILE_READ = (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError)
+"""What reading a process that ends meanwhile raises: psutil's own error, or /proc's file gone under it."""
+
+
 def processes_of(token: str) -> list[psutil.Process]:
     """This process's descendants still alive (not zombies) whose command line holds ``token``."""
     alive = []
@@ -73,7 +77,7 @@ def processes_of(token: str) -> list[psutil.Process]:
         try:
             if token in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
                 alive.append(child)
-        except psutil.NoSuchProcess:
+        except ENDED_WHILE_READ:
             continue
     return alive
 
@@ -81,7 +85,10 @@ def processes_of(token: str) -> list[psutil.Process]:
 async def gone(pid: int) -> bool:
     """Whether the process ``pid`` ended, given the time the SDK's stop escalation takes (at most ~6 s)."""
     for _ in range(200):
-        if not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except ENDED_WHILE_READ:
             return True
         await asyncio.sleep(0.05)
     return False

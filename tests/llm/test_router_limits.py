@@ -19,9 +19,9 @@ from tests.fake_provider import Provider
 
 MODEL = "openai/gpt-4.1-mini"
 HELLO = [{"role": "user", "content": "hello"}]
-BEFORE_THE_MINUTE = 5.0
-"""How long before a minute ends the moved clocks start: time enough for the calls that fill the minute's rpm on
-a loaded machine (if they spilled into the next minute, the refused call would wait a whole one)."""
+BEFORE_THE_MINUTE = 0.5
+"""How long before a minute ends the refused call is made: the clocks stand still there until the calls filling the
+minute's rpm are answered, however slowly a loaded machine makes them, and run on from then."""
 
 
 @pytest.fixture
@@ -47,50 +47,50 @@ def chat_model(pool: Any, **settings: Any) -> ChatModel:
 
 
 @pytest.fixture
-def near_a_minutes_end(monkeypatch: pytest.MonkeyPatch) -> Callable[[Any], float]:
-    """Moves litellm's clock (its rpm windows) and ours (the wait for the next one) to ``BEFORE_THE_MINUTE`` seconds
-    before a minute ends, running from there; gives the real ``time.time()`` at which that minute ends.
+def minute_filled_after(monkeypatch: pytest.MonkeyPatch, provider: Provider) -> Callable[[Any, int], None]:
+    """Sets litellm's clock (its rpm windows) and ours (the wait for the next window) at ``BEFORE_THE_MINUTE``
+    seconds before a minute ends, standing still until the provider has answered ``filling`` requests and running
+    on from the last one's arrival: the minute's end is then that arrival plus ``BEFORE_THE_MINUTE``.
     """
     import time
 
     from litellm.router_utils.pre_call_checks.model_rate_limit_check import ModelRateLimitingCheck
 
-    minute_end = datetime(2026, 1, 1, 12, 1, tzinfo=UTC).timestamp()
-    shift = 0.0
+    standing = datetime(2026, 1, 1, 12, 1, tzinfo=UTC).timestamp() - BEFORE_THE_MINUTE
+    filled_at = 0
 
-    def moved() -> float:
-        return time.time() + shift
+    def clock() -> float:
+        if len(provider.times) < filled_at:
+            return standing
+        return standing + time.monotonic() - provider.times[filled_at - 1]
 
-    monkeypatch.setattr(litellm_door, "_clock", moved)
+    monkeypatch.setattr(litellm_door, "_clock", clock)
 
-    def move(pool: Any) -> float:
-        nonlocal shift
-        shift = minute_end - BEFORE_THE_MINUTE - time.time()  # from now on: the calls that follow are timed
+    def set_for(pool: Any, filling: int) -> None:
+        nonlocal filled_at
+        filled_at = filling
         for check in pool.optional_callbacks or []:
             if isinstance(check, ModelRateLimitingCheck):
-                check.clock = lambda: datetime.fromtimestamp(moved(), UTC)
-        return minute_end - shift
+                check.clock = lambda: datetime.fromtimestamp(clock(), UTC)
 
-    return move
+    return set_for
 
 
 async def test_a_call_past_the_routers_rpm_waits_for_the_next_minute_and_is_answered(
-    provider: Provider, near_a_minutes_end: Callable[[Any], float]
+    provider: Provider, minute_filled_after: Callable[[Any, int], None]
 ) -> None:
     pool = router(provider, rpm=2)
     model = chat_model(pool, llm_retries=0)
-    real_minute_end = near_a_minutes_end(pool)
+    minute_filled_after(pool, 2)
 
     results = [await model.chat(HELLO, purpose="step") for _ in range(3)]
 
     assert [result.content for result in results] == ["hello there"] * 3
     assert [result.call.retries for result in results] == [0, 0, 0]  # a wait for its turn is not a retry
     assert provider.requests == 3  # the refused try never reached the provider
-    import time
-
-    third = provider.times[2] - time.monotonic() + time.time()  # its arrival on the wall clock
-    assert third >= real_minute_end  # in the next minute's window
-    assert third - real_minute_end <= 0.05 + 2.0  # the rest of the minute (and a jitter), not litellm's flat 60 s
+    waited = provider.times[2] - provider.times[1]
+    assert waited >= BEFORE_THE_MINUTE  # in the next minute's window
+    assert waited <= BEFORE_THE_MINUTE + 2.0 + 3.0  # the rest of the minute (a jitter, a slow machine), not 60 s
 
 
 async def test_a_call_refused_a_parallel_slot_waits_for_one(provider: Provider) -> None:
