@@ -37,6 +37,44 @@ def _offline(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
+_CALLBACK_LISTS = ("callbacks", "input_callback", "success_callback", "failure_callback")
+_CALLBACK_LISTS += ("_async_success_callback", "_async_failure_callback")
+
+
+def _router_callbacks() -> set[int]:
+    """The ids of the callbacks litellm's Routers registered in its global lists (none before litellm loads)."""
+    import sys
+
+    litellm = sys.modules.get("litellm")
+    if litellm is None:
+        return set()
+    return {
+        id(callback)
+        for name in _CALLBACK_LISTS
+        for callback in getattr(litellm, name, [])
+        if type(callback).__module__.startswith("litellm.router")
+    }
+
+
+@pytest.fixture(autouse=True)
+def _routers_forgotten() -> Iterator[None]:
+    """A ``litellm.Router`` puts its strategy's and checks' callbacks in litellm's global lists, where every later
+    Router consults them (a usage-based strategy counted a later test's calls under the same deployment id and
+    refused them by its own clock): the ones a test's Routers added go when it ends.
+    """
+    before = _router_callbacks()
+    yield
+    import sys
+
+    litellm = sys.modules.get("litellm")
+    if litellm is None:
+        return
+    added = _router_callbacks() - before
+    for name in _CALLBACK_LISTS:
+        kept = [callback for callback in getattr(litellm, name, []) if id(callback) not in added]
+        setattr(litellm, name, kept)
+
+
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[Any]:
     """A throwaway PostgreSQL server on 127.0.0.1 (``tests/postgres_server.py``) for the whole session; skipped
