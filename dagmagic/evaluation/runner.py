@@ -264,9 +264,9 @@ class Evaluation:
 
     async def _run_shared(self, cap: asyncio.Semaphore, on_cell: CellListener | None) -> None:
         """Run the cells with the other workers of a shared experiment: each cell claimed in the store before it
-        runs (so each runs once), this worker's part first, then any cell not ended that no live worker holds (a
-        dead worker's, its cut run resumed); until every cell has ended. The cells read back from the store show
-        what the others did.
+        runs (so each runs once); this worker's part first, and once it ran, any cell not ended that no live worker
+        holds (a late worker's, or a dead one's, its cut run resumed); until every cell has ended. The cells read back
+        from the store show what the others did.
         """
         assert self.shard is not None
         store = self.store
@@ -279,15 +279,16 @@ class Evaluation:
         for cell in self.experiment.cells:  # left unstarted by a budget: this run's budget decides again
             if cell.status == "not_started":
                 self._change(cell, on_cell, status="pending", error=None)
+        own_part_tried = False
         try:
             while True:
                 self._read_cells(store, on_cell)
-                todo = sorted(
-                    (cell for cell in self.experiment.cells if not cell.ended and cell.status != "not_started"),
-                    key=lambda cell: (cell.index % workers != index, cell.index),
-                )
+                todo = [cell for cell in self.experiment.cells if not cell.ended and cell.status != "not_started"]
                 if not todo:
                     return
+                if not own_part_tried:  # another worker's part waits until this one's ran: it may be starting still
+                    own_part_tried = True
+                    todo = [cell for cell in todo if cell.index % workers == index] or todo
                 async with asyncio.TaskGroup() as group:
                     for cell in todo:
                         claim = partial(self._claimed, store)

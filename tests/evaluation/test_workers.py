@@ -41,6 +41,12 @@ def worker(store: Path | str, llm: ScriptedLLM) -> DagSession:
     return DagSession(ModelRegistry().register("scripted", llm), DagSettings(store=str(store)))
 
 
+def planned(llm: ScriptedLLM) -> list[str]:
+    """The goals this model was asked to plan."""
+    asked = " ".join(str(request.messages) for request in llm.requests_for("plan"))
+    return [goal for goal in GOALS if goal in asked]
+
+
 def cells_in(store: Path | str, name: str = "shared") -> list[dict[str, Any]]:
     """The experiment's cells as its store holds them now (any backend)."""
     return [cell.model_dump() for cell in load_experiment(name, store=str(store)).cells]
@@ -74,6 +80,29 @@ async def test_two_workers_share_one_experiment_and_run_each_cell_once(store_pat
     assert first.requests_for("plan") and second.requests_for("plan")  # both worked
     stored = cells_in(store)
     assert len({cell["run_id"] for cell in stored}) == 6 and len(runs_in(store)) == 6
+
+
+async def test_a_worker_leaves_the_other_part_to_a_worker_starting_later(tmp_path: Path) -> None:
+    """Room for every cell does not make the first worker take them all: the other part waits until its own ran,
+    so a worker started a moment later (another machine, a slower kernel) still runs its own part.
+    """
+    store = tmp_path / "runs.sqlite"
+    first, second = scripted(latency=0.2), scripted(latency=0.2)
+    started = asyncio.Event()
+
+    def on_cell(cell: Any) -> None:
+        if cell.status == "running":
+            started.set()
+
+    early = asyncio.create_task(
+        worker(store, first).evaluate(GOALS, name="late", shard=(0, 2), concurrency=6, on_cell=on_cell)
+    )
+    await started.wait()
+    late = await worker(store, second).evaluate(GOALS, name="late", shard=(1, 2), concurrency=6)
+    await early
+    assert [cell.status for cell in late.cells] == ["done"] * 6
+    assert planned(first) == ["question 0", "question 2", "question 4"]
+    assert planned(second) == ["question 1", "question 3", "question 5"]
 
 
 async def test_a_worker_joining_a_finished_experiment_runs_nothing(tmp_path: Path) -> None:
