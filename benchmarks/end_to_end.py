@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 from dagmagic import DagSession, DagSettings, ModelRegistry, tool
-from dagmagic.engine.analyzer import Verdict
+from dagmagic.engine.calls.analyzer import Verdict
 from dagmagic.events import AnswerDelta
 from dagmagic.llm.backend import Capabilities, ChatRequest, ChatResponse, StreamChunk
 from dagmagic.llm.tokens import approximate_tokens

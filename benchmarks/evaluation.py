@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from dagmagic import DagSession, DagSettings, ModelRegistry
-from dagmagic.engine.run import DagRun
+from dagmagic.engine.run.dag_run import DagRun
 from dagmagic.evaluation import Case
 from dagmagic.testing import ScriptedLLM
 

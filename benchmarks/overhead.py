@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from dagmagic.engine.executor import DagExecutor
+from dagmagic.engine.steps.executor import DagExecutor
 from dagmagic.events import Event
 from dagmagic.models import ExecutionPlan, PlanStep
 

@@ -34,8 +34,8 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
-from dagmagic.engine.plan_stream import PlanStream
-from dagmagic.engine.planner import Planner
+from dagmagic.engine.calls.plan_stream import PlanStream
+from dagmagic.engine.calls.planner import Planner
 from dagmagic.llm import ChatModel, ModelRegistry
 from dagmagic.llm.backend import Capabilities, ChatRequest, ChatResponse, StreamChunk
 from dagmagic.models import PlanStep

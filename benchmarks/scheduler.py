@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any, TypedDict
 
-from dagmagic.engine.executor import DagExecutor
+from dagmagic.engine.steps.executor import DagExecutor
 from dagmagic.models import ExecutionPlan, PlanStep
 
 REPEATS = 3

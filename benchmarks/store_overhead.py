@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from dagmagic import DagSession, DagSettings, ModelRegistry
-from dagmagic.engine.store import RunStore
-from dagmagic.engine.store.writer import StoreWriter
+from dagmagic.store import RunStore
+from dagmagic.store.writer import StoreWriter
 from dagmagic.testing import ScriptedLLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the tests' throwaway PostgreSQL server

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from dagmagic.engine.mcp import MCPServer
-    from dagmagic.engine.run import DagRun
-    from dagmagic.engine.session import DagSession
-    from dagmagic.engine.tools import Tool, tool
+    from dagmagic.engine.run.dag_run import DagRun
+    from dagmagic.engine.tools.functions import Tool, tool
+    from dagmagic.engine.tools.mcp import MCPServer
     from dagmagic.errors import ConfigurationError, DagError, ProviderError, StructuredOutputError
     from dagmagic.llm.registry import ModelRegistry
     from dagmagic.models import AnalysisResult, ExecutionPlan, LLMCall, PlanStep, RoundRecord, Usage
+    from dagmagic.session import DagSession
     from dagmagic.settings import DagSettings
 
 # Exports load on first use: `%load_ext dagmagic` must stay fast, and pydantic models take time to build.
@@ -26,20 +26,20 @@ _EXPORTS = {
     "AnalysisResult": "dagmagic.models",
     "ConfigurationError": "dagmagic.errors",
     "DagError": "dagmagic.errors",
-    "DagRun": "dagmagic.engine.run",
-    "DagSession": "dagmagic.engine.session",
+    "DagRun": "dagmagic.engine.run.dag_run",
+    "DagSession": "dagmagic.session",
     "DagSettings": "dagmagic.settings",
     "ExecutionPlan": "dagmagic.models",
     "LLMCall": "dagmagic.models",
-    "MCPServer": "dagmagic.engine.mcp",
+    "MCPServer": "dagmagic.engine.tools.mcp",
     "ModelRegistry": "dagmagic.llm.registry",
     "PlanStep": "dagmagic.models",
     "ProviderError": "dagmagic.errors",
     "RoundRecord": "dagmagic.models",
     "StructuredOutputError": "dagmagic.errors",
-    "Tool": "dagmagic.engine.tools",
+    "Tool": "dagmagic.engine.tools.functions",
     "Usage": "dagmagic.models",
-    "tool": "dagmagic.engine.tools",
+    "tool": "dagmagic.engine.tools.functions",
 }
 
 
@@ -106,10 +106,10 @@ def load_run(run_id: str, store: str | None = None) -> DagRun:
     """A run read back from the run store (``store``, default ``DAG_STORE``), in any kernel: read-only; to
     continue one that did not end, ``await session.resume(run_id)``. ``KeyError`` when it is not there.
     """
-    from dagmagic.engine.run import DagRun
-    from dagmagic.engine.store import RunStore
+    from dagmagic.engine.run.dag_run import DagRun
     from dagmagic.errors import ConfigurationError
     from dagmagic.settings import DagSettings
+    from dagmagic.store import RunStore
 
     path = store if store is not None else DagSettings().store_path
     if path is None:
@@ -123,9 +123,9 @@ def export_store(path: str | os.PathLike[str], store: str | None = None) -> Path
     one consistent SQLite file (SQLite's backup; a PostgreSQL store's rows in one snapshot), made even while runs
     are being written. ``path`` must be new; ``StoreError`` says why a copy cannot be made. Returns ``path``.
     """
-    from dagmagic.engine.store import RunStore
     from dagmagic.errors import ConfigurationError, StoreError
     from dagmagic.settings import DagSettings
+    from dagmagic.store import RunStore
     from dagmagic.store_url import store_location
 
     try:

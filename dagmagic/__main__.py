@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from dagmagic.engine.run import DagRun
+    from dagmagic.engine.run.dag_run import DagRun
     from dagmagic.evaluation import Cell, Experiment
     from dagmagic.events import Event
 

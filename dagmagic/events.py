@@ -311,7 +311,7 @@ class RunWarning(_Event):
     @field_validator("message")
     @classmethod
     def _masked(cls, message: str) -> str:
-        from dagmagic.llm.secrets import mask_secrets  # here: dagmagic.llm imports this module
+        from dagmagic._secrets import mask_secrets  # here: dagmagic.llm imports this module
 
         return mask_secrets(message)
 

@@ -2,7 +2,7 @@
 
 ``run.send(message)`` takes any of these; ``DagRun``'s control methods (``stop()``, ``follow_up(text)``,
 ``approve()``...) are one-liners over it, and the widget sends the same messages. What a message does depends
-on the phase the run is in: ``dagmagic.engine.inbox.EFFECTS`` is that table.
+on the phase the run is in: ``dagmagic.engine.run.inbox.EFFECTS`` is that table.
 
 A message checks its own content when it is put (``check``: a ``ValueError`` that says what is wrong); the
 inbox checks whether it makes sense now.

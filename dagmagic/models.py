@@ -45,7 +45,7 @@ StepStatus = Literal[
 RunStatus = Literal["running", "done", "failed", "cancelled"]
 
 RunPhase = Literal["starting", "planning", "awaiting_approval", "executing", "analyzing", "synthesizing", "finished"]
-"""What a run is doing now; what a user action does depends on it (``dagmagic.engine.inbox``)."""
+"""What a run is doing now; what a user action does depends on it (``dagmagic.engine.run.inbox``)."""
 
 CallStatus = Literal["ok", "failed", "cancelled"]
 """How an LLM call ended: a reply, an error, or cancelled before its reply (usage then unknown)."""

@@ -324,8 +324,8 @@ def _state_and_events(run: Any, store: Any) -> tuple[RunState, list[Event]]:
     if isinstance(run, RunState):
         return run, []
     if isinstance(run, str):
-        from dagmagic.engine.store import RunStore
         from dagmagic.settings import DagSettings
+        from dagmagic.store import RunStore
 
         if store is None:
             store = DagSettings().store_path

@@ -19,7 +19,7 @@ open and end as the events arrive, with the times the events (and the LLM call r
 A subrun (a step planned as a DAG of its own) is an ``invoke_workflow`` span under its step. Messages, tool
 arguments and results, the goal and the answer are recorded only with the conventions' opt-in,
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``; every text attribute is masked like the rest of
-dagmagic's output (``dagmagic.llm.secrets.mask_secrets``): no key reaches a span.
+dagmagic's output (``dagmagic._secrets.mask_secrets``): no key reaches a span.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from dagmagic._secrets import mask_secrets
 from dagmagic.errors import ConfigurationError
 from dagmagic.events import (
     AnswerReady,
@@ -49,7 +50,6 @@ from dagmagic.events import (
     StepRetrying,
     StepStarted,
 )
-from dagmagic.llm.secrets import mask_secrets
 from dagmagic.models import LLMCall, Usage
 from dagmagic.settings import DagSettings
 
@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace import Span, Tracer
 
-    from dagmagic.engine.run import DagRun
+    from dagmagic.engine.run.dag_run import DagRun
 
 __all__ = ["CAPTURE_CONTENT_VARIABLE", "RunTracer", "capture_content", "provider_name", "run_tracer", "tracer_for"]
 

@@ -100,7 +100,7 @@ def store_path(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Any]:
     if request.param == "sqlite":
         yield tmp_path / "runs.sqlite"
         return
-    from dagmagic.engine.store import RunStore
+    from dagmagic.store import RunStore
 
     server = request.getfixturevalue("postgres")
     url = server.database()

@@ -17,7 +17,7 @@ def connect(store: Path | str) -> Iterator[Any]:
     if isinstance(store, str) and store.startswith("postgres"):
         import psycopg
 
-        from dagmagic.engine.store.postgres import _Connection
+        from dagmagic.store.postgres import _Connection
 
         with psycopg.connect(store, autocommit=True) as raw:
             db = _Connection(raw)

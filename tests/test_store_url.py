@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from dagmagic import DagSettings
-from dagmagic.engine.store import RunStore
 from dagmagic.errors import ConfigurationError, StoreUnavailable
+from dagmagic.store import RunStore
 from dagmagic.store_url import StoreURL, store_location
 
 

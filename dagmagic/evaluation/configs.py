@@ -12,7 +12,7 @@ from dagmagic.llm import ModelRegistry
 from dagmagic.settings import DagSettings
 
 if TYPE_CHECKING:
-    from dagmagic.engine.session import DagSession, RunOptions
+    from dagmagic.session import DagSession, RunOptions
 
 __all__ = ["DEFAULT_CONFIG", "Config", "as_configs"]
 

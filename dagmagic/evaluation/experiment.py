@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from dagmagic.evaluation.cases import Case
 
 if TYPE_CHECKING:
-    from dagmagic.engine.run import DagRun
+    from dagmagic.engine.run.dag_run import DagRun
 
 __all__ = ["CaseComparison", "Cell", "CellStatus", "Comparison", "ConfigSummary", "Experiment", "ScoreSummary"]
 

@@ -27,7 +27,7 @@ from dagmagic.models import LLMCall, Usage
 from dagmagic.settings import DagSettings
 
 if TYPE_CHECKING:
-    from dagmagic.engine.run import DagRun
+    from dagmagic.engine.run.dag_run import DagRun
 
 __all__ = ["JudgeVerdict", "LLMJudge", "llm_judge"]
 

@@ -21,19 +21,19 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from dagmagic.engine.run import DagRun
-from dagmagic.engine.store import lease
+from dagmagic._secrets import mask_secrets
+from dagmagic.engine.run.dag_run import DagRun
 from dagmagic.errors import DagError
 from dagmagic.evaluation.cases import Case, as_cases
 from dagmagic.evaluation.configs import Config, as_configs
 from dagmagic.evaluation.experiment import FIXED_COLUMNS, Cell, Experiment, ExperimentDefinition
 from dagmagic.evaluation.judge import LLMJudge
 from dagmagic.evaluation.scorers import ScoreFunction
-from dagmagic.llm.secrets import mask_secrets
+from dagmagic.store import lease
 
 if TYPE_CHECKING:
-    from dagmagic.engine.session import DagSession
-    from dagmagic.engine.store import RunStore
+    from dagmagic.session import DagSession
+    from dagmagic.store import RunStore
 
 __all__ = ["CellListener", "Evaluation", "load_experiment", "score", "scorer_name"]
 
@@ -486,9 +486,9 @@ def load_experiment(name_or_id: str, store: str | None = None) -> Experiment:
     every worker's cells; ``run_of(cell)`` reads a cell's run back. To run the cells that did not end,
     ``session.resume_evaluation``. ``KeyError`` when there is no experiment of that name or id.
     """
-    from dagmagic.engine.store import RunStore
     from dagmagic.errors import ConfigurationError
     from dagmagic.settings import DagSettings
+    from dagmagic.store import RunStore
 
     path = store if store is not None else DagSettings().store_path
     if path is None:

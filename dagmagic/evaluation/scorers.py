@@ -28,7 +28,7 @@ from dagmagic.evaluation.cases import Case
 from dagmagic.models import PlanStep, RunState
 
 if TYPE_CHECKING:
-    from dagmagic.engine.run import DagRun
+    from dagmagic.engine.run.dag_run import DagRun
 
 __all__ = [
     "Score",

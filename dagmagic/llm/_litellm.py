@@ -9,7 +9,7 @@ import time
 from types import ModuleType
 
 from dagmagic import errors
-from dagmagic.llm.secrets import mask_secrets
+from dagmagic._secrets import mask_secrets
 
 __all__ = ["import_litellm", "import_litellm_off_the_loop", "mask_secrets", "translate_error"]
 

@@ -27,10 +27,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import ClassVar
 
+from dagmagic._secrets import mask_secrets
 from dagmagic.errors import ConfigurationError
 from dagmagic.llm.backend import ChatBackend, ChatRequest, ChatResponse, StreamChunk, response_pieces
 from dagmagic.llm.registry import ModelEntry, ModelRegistry
-from dagmagic.llm.secrets import mask_secrets
 from dagmagic.llm.wrapping import WrappingBackend
 from dagmagic.settings import DagSettings
 

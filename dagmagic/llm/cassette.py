@@ -19,9 +19,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from dagmagic._secrets import mask_secrets
 from dagmagic.errors import ConfigurationError
 from dagmagic.llm.backend import ChatRequest, ChatResponse, ToolCallDelta
-from dagmagic.llm.secrets import mask_secrets
 from dagmagic.models import LLMCall, ModelCard, Purpose, StructuredLevel
 
 __all__ = [

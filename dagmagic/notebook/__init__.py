@@ -19,7 +19,7 @@ def load_ipython_extension(shell: Any) -> None:
     magics.register(shell)
     transformer.install(shell)
     # by name: the engine (and pydantic) load with the first run, not with the extension
-    shell.display_formatter.mimebundle_formatter.for_type_by_name("dagmagic.engine.run", "DagRun", _display_run)
+    shell.display_formatter.mimebundle_formatter.for_type_by_name("dagmagic.engine.run.dag_run", "DagRun", _display_run)
     shell.display_formatter.mimebundle_formatter.for_type_by_name(
         "dagmagic.evaluation.experiment", "Experiment", _display_experiment
     )

@@ -21,11 +21,11 @@ from dagmagic.errors import ConfigurationError, DagError
 from dagmagic.notebook.session import NO_MODEL_HELP, NO_STORE, ROLES, NotebookSession, default_registry, names
 
 if TYPE_CHECKING:
-    from dagmagic.engine.mcp import MCPServer
-    from dagmagic.engine.run import DagRun
-    from dagmagic.engine.store import RunStore
-    from dagmagic.engine.store.experiments import ExperimentSummary
+    from dagmagic.engine.run.dag_run import DagRun
+    from dagmagic.engine.tools.mcp import MCPServer
     from dagmagic.settings import DagSettings
+    from dagmagic.store import RunStore
+    from dagmagic.store.experiments import ExperimentSummary
 
 __all__ = ["COMMANDS", "dispatch", "replay", "replay_line", "rerun", "resume", "settings_told_in_one_line"]
 
@@ -134,7 +134,7 @@ def mcp_servers(value: str, namespace: dict[str, Any]) -> list[MCPServer]:
     """The servers ``%dag config mcp=VALUE`` names: notebook variables holding ``MCPServer`` values (or lists of
     them), comma-separated; else one URL (http) or command line (stdio); ``none`` or nothing: no server.
     """
-    from dagmagic.engine.mcp import MCPServer
+    from dagmagic.engine.tools.mcp import MCPServer
 
     value = value.strip()
     if value.lower() in ("", "none"):
@@ -183,9 +183,9 @@ def _cache_words(settings: DagSettings) -> str:
 
 def history(notebook: NotebookSession, _: str) -> None:
     """``%dag history``: the stored runs (or, without a store, this kernel's), then the experiments."""
-    from dagmagic.engine.queries import STOPPED_BY_YOU
-    from dagmagic.engine.store.experiments import ExperimentSummary
-    from dagmagic.engine.store.lease import HOST
+    from dagmagic.engine.run.queries import STOPPED_BY_YOU
+    from dagmagic.store.experiments import ExperimentSummary
+    from dagmagic.store.lease import HOST
 
     store = notebook.store()
     numbers = {run_id: number for number, run_id in enumerate(notebook.numbers, 1)}

@@ -13,9 +13,9 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from dagmagic.engine.run import DagRun
-    from dagmagic.engine.session import DagSession
+    from dagmagic.engine.run.dag_run import DagRun
     from dagmagic.notebook.session import NotebookSession
+    from dagmagic.session import DagSession
     from dagmagic.testing import ScriptedLLM, ScriptedRequest
 
 __all__ = ["DEMO_GOAL", "demo_session", "run_demo"]
@@ -136,7 +136,7 @@ def demo_options() -> dict[str, Any]:
 
 def demo_session() -> DagSession:
     """A session over the demo model and its two tools."""
-    from dagmagic.engine.session import DagSession
+    from dagmagic.session import DagSession
 
     return DagSession(**demo_options())
 

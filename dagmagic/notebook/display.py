@@ -21,7 +21,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from dagmagic.engine.run import DagRun
+from dagmagic.engine.run.dag_run import DagRun
 from dagmagic.notebook.fallbacks import run_mimebundle
 
 __all__ = [

@@ -23,7 +23,7 @@ from dagmagic.notebook.answering import AnsweringWidget, Reply
 from dagmagic.notebook.experiment_view import progress_line, summary_header, summary_rows
 
 if TYPE_CHECKING:
-    from dagmagic.engine.run import DagRun
+    from dagmagic.engine.run.dag_run import DagRun
     from dagmagic.evaluation.experiment import Experiment
 
 __all__ = ["ExperimentWidget", "experiment_display", "experiment_state"]

@@ -22,7 +22,7 @@ from traitlets import Bool, Float, Int, Unicode
 from dagmagic.notebook.session import NO_MODEL_HELP, NotebookSession
 
 if TYPE_CHECKING:  # the engine loads on the first %%dag, not with the extension: loading must stay fast
-    from dagmagic.engine.run import DagRun
+    from dagmagic.engine.run.dag_run import DagRun
 
 __all__ = ["NO_MODEL_HELP", "DagMagics", "last_run", "register", "run_dag_cell", "run_dag_line"]
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dagmagic.engine.queries import STOPPED_BY_YOU
-from dagmagic.engine.run import DagRun
+from dagmagic.engine.run.dag_run import DagRun
+from dagmagic.engine.run.queries import STOPPED_BY_YOU
 from dagmagic.events import (
     AnswerCleared,
     AnswerReady,

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 from dagmagic.notebook.commands import when
 
 if TYPE_CHECKING:
-    from dagmagic.engine.run import DagRun
-    from dagmagic.engine.store import RunSummary
+    from dagmagic.engine.run.dag_run import DagRun
     from dagmagic.notebook.session import NotebookSession
+    from dagmagic.store import RunSummary
 
 __all__ = ["interrupted_run", "offer_in_widget", "offer_resume"]
 
@@ -31,7 +31,7 @@ def offer_resume(
     notebook: NotebookSession, goal: str, summary: RunSummary, options: dict[str, Any], args: Any, line: str
 ) -> DagRun:
     """Show the interrupted run, read back, with Resume and Start over; the cell ends at once."""
-    from dagmagic.engine.run import DagRun
+    from dagmagic.engine.run.dag_run import DagRun
 
     store = notebook.session(options).store_for(options["settings"])
     assert store is not None

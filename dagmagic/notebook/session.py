@@ -15,14 +15,14 @@ from IPython.core.error import UsageError
 from dagmagic.errors import ConfigurationError, DagError
 
 if TYPE_CHECKING:  # the engine loads on the first %%dag, not with the extension: loading must stay fast
-    from dagmagic.engine.mcp import MCPServer
-    from dagmagic.engine.run import DagRun
-    from dagmagic.engine.session import DagSession
-    from dagmagic.engine.store import RunStore
+    from dagmagic.engine.run.dag_run import DagRun
+    from dagmagic.engine.tools.mcp import MCPServer
     from dagmagic.evaluation import Experiment
     from dagmagic.llm.registry import ModelRegistry
     from dagmagic.notebook.magics import DagMagics
+    from dagmagic.session import DagSession
     from dagmagic.settings import DagSettings
+    from dagmagic.store import RunStore
 
 __all__ = ["NO_MODEL_HELP", "NO_STORE", "NotebookSession", "names"]
 
@@ -78,7 +78,7 @@ class NotebookSession:
         session's (how many finished runs it keeps in memory follows ``%dag config``).
         """
         if self._session is None:
-            from dagmagic.engine.session import DagSession
+            from dagmagic.session import DagSession
 
             options = options or self.run_options(self.magics.parse(""))
             self._session = DagSession(options["models"], options["settings"])
@@ -229,9 +229,9 @@ class NotebookSession:
         """
         from pathlib import Path
 
-        from dagmagic.engine.store import RunStore
         from dagmagic.errors import DagError
         from dagmagic.settings import DagSettings
+        from dagmagic.store import RunStore
 
         path = DagSettings(**self.overrides).store_path
         if path is None or (isinstance(path, Path) and not path.exists()):
@@ -262,7 +262,7 @@ class NotebookSession:
                 f"runs_in_memory) and there is no run store to read it back from: {NO_STORE}"
             )
         if store is not None:
-            from dagmagic.engine.run import DagRun
+            from dagmagic.engine.run.dag_run import DagRun
 
             try:
                 stored = store.load(self.stored_id(store, key))

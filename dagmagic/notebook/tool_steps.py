@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dagmagic.engine.tool_steps import REFERENCE
+from dagmagic.engine.steps.tool_steps import REFERENCE
 from dagmagic.models import PlanStep, ToolCallRecord
 
 __all__ = ["call_text", "direct_call", "fell_back", "is_tool_step"]

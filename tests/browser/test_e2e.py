@@ -449,7 +449,7 @@ def test_a_tool_step_shows_its_call_with_the_values_it_got(notebook: NotebookPag
     s3's direct call failed and an agent ran it.
     """
     state = tool_step_run().state.model_dump_json()
-    show = "from dagmagic.engine.run import DagRun\nfrom dagmagic.models import RunState\n"
+    show = "from dagmagic.engine.run.dag_run import DagRun\nfrom dagmagic.models import RunState\n"
     show += f"DagRun(RunState.model_validate_json({state!r}), read_only=True)"
     notebook.open("tool_steps", ["%load_ext dagmagic", show])
     notebook.run_all()
@@ -870,7 +870,7 @@ def test_a_wide_plan_reads_in_plan_order_at_a_readable_size_in_a_narrow_window(j
     """
     tab = jupyterlab
     tab.page.set_viewport_size({"width": 700, "height": 900})
-    show = "from dagmagic.engine.run import DagRun\nfrom dagmagic.models import RunState\n"
+    show = "from dagmagic.engine.run.dag_run import DagRun\nfrom dagmagic.models import RunState\n"
     show += f"DagRun(RunState.model_validate_json({wide_run().state.model_dump_json()!r}), read_only=True)"
     tab.open("wide", ["%load_ext dagmagic", show])
     tab.page.evaluate("() => window.jupyterapp.commands.execute('filebrowser:activate')")

@@ -1,5 +1,5 @@
 """An MCP server written with the SDK's own ``MCPServer`` (FastMCP in mcp 1.x), for the tests of
-``dagmagic.engine.mcp``: run as ``python mcp_server.py`` it serves on stdio, ``python mcp_server.py http PORT``
+``dagmagic.engine.tools.mcp``: run as ``python mcp_server.py`` it serves on stdio, ``python mcp_server.py http PORT``
 over streamable HTTP.
 """
 

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 from dagmagic import DagRun, DagSession, DagSettings, ModelRegistry, errors
-from dagmagic.engine import prompts
-from dagmagic.engine.agent import COMPLETION_CHECK, FORCE_ANSWER, REPEAT_WARNING, SHORT_ANSWER_CHARS
-from dagmagic.engine.citations import extract_citations
-from dagmagic.engine.tools import Tool
+from dagmagic.engine.calls import prompts
+from dagmagic.engine.calls.citations import extract_citations
+from dagmagic.engine.steps.agent import COMPLETION_CHECK, FORCE_ANSWER, REPEAT_WARNING, SHORT_ANSWER_CHARS
+from dagmagic.engine.tools.functions import Tool
 from dagmagic.events import Event, RunWarning, StepIteration, Verification, Verifying
 from dagmagic.testing import ScriptedLLM, ScriptedRequest, ToolCall
 from tests.fake_provider import Provider

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from dagmagic.engine.analyzer import SAFE_DEFAULT, Analyzer, Verdict, contradiction, regex_analysis
+from dagmagic.engine.calls.analyzer import SAFE_DEFAULT, Analyzer, Verdict, contradiction, regex_analysis
 from dagmagic.events import LLMCallRecorded, RunWarning
 from dagmagic.llm import ChatModel, ModelRegistry
 from dagmagic.models import AnalysisResult, PlanStep

@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 
 from dagmagic import DagSession, DagSettings, ModelRegistry
-from dagmagic.engine.code_tool import CodeWorkspace, python_tool
-from dagmagic.engine.tools import Tool, tool
+from dagmagic.engine.tools.code import CodeWorkspace, python_tool
+from dagmagic.engine.tools.functions import Tool, tool
 from dagmagic.events import RunWarning
 from dagmagic.testing import ScriptedLLM, ToolCall
 
@@ -106,7 +106,7 @@ def lookup(query: str) -> str:
 
 
 def sandbox_problem() -> str | None:
-    from dagmagic.engine import _code_sandbox
+    from dagmagic.engine.tools import _code_sandbox
 
     return _code_sandbox.sandbox_problem()
 
@@ -125,7 +125,7 @@ def sandboxed() -> None:
 @pytest.fixture
 def unsandboxed(monkeypatch: pytest.MonkeyPatch) -> None:
     """As on a machine without bubblewrap."""
-    from dagmagic.engine import _code_sandbox
+    from dagmagic.engine.tools import _code_sandbox
 
     monkeypatch.setattr(_code_sandbox, "BWRAP", "/nonexistent/bwrap")
 
@@ -474,8 +474,8 @@ async def test_cancelling_the_call_kills_a_child_that_left_the_process_group(tmp
 KERNEL_THAT_DIES = """
 import asyncio, sys
 from pathlib import Path
-from dagmagic.engine import _code_sandbox
-from dagmagic.engine.code_tool import python_tool
+from dagmagic.engine.tools import _code_sandbox
+from dagmagic.engine.tools.code import python_tool
 if sys.argv[3:] == ["unsandboxed"]:
     _code_sandbox.BWRAP = "/nonexistent/bwrap"
 asyncio.run(python_tool(timeout=60, workdir=Path(sys.argv[1])).run({"code": sys.argv[2]}, timeout=90))
@@ -674,7 +674,7 @@ def test_the_directory_is_gone_at_interpreter_exit() -> None:
 FAKE_KERNEL = """
 import asyncio, sys
 from pathlib import Path
-from dagmagic.engine.code_tool import python_tool
+from dagmagic.engine.tools.code import python_tool
 outcome = asyncio.run(python_tool(timeout=30, workdir=Path(sys.argv[1])).run({"code": sys.argv[2]}, timeout=60))
 print(outcome.observation)
 """
@@ -971,7 +971,7 @@ async def test_a_script_that_kills_both_supervisors_ends_the_call_and_escapes_on
 def test_a_bwrap_that_cannot_make_a_sandbox_is_named_with_its_reason(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dagmagic.engine import _code_sandbox
+    from dagmagic.engine.tools import _code_sandbox
 
     refusing = tmp_path / "bwrap"
     refusing.write_text("#!/bin/sh\necho 'bwrap: No permissions to create a new namespace' >&2\nexit 1\n")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dagmagic.engine.context import (
+from dagmagic.engine.calls.context import (
     TRUNCATION_MARKER,
     Exchange,
     dependency_context,

@@ -13,7 +13,7 @@ import pytest
 
 import dagmagic
 from dagmagic import DagError, DagRun, DagSession, DagSettings, ModelRegistry
-from dagmagic.engine.executor import SKIPPED_BY_USER
+from dagmagic.engine.steps.executor import SKIPPED_BY_USER
 from dagmagic.events import StepPaused
 from dagmagic.models import RoundDiff
 from dagmagic.testing import ScriptedLLM, ScriptedRequest

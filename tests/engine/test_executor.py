@@ -14,7 +14,7 @@ from itertools import pairwise
 
 import pytest
 
-from dagmagic.engine.executor import STOPPED_REASON, DagExecutor, StepFailure
+from dagmagic.engine.steps.executor import STOPPED_REASON, DagExecutor, StepFailure
 from dagmagic.events import Event, StepCompleted, StepQueued, StepStarted
 from dagmagic.models import ExecutionPlan, PlanStep
 
@@ -463,7 +463,7 @@ class Flaky:
 
 
 def retrying(p: ExecutionPlan, flaky: Flaky, *, delays: tuple[float, ...] = (0.3, 5.0), **kw: object) -> DagExecutor:
-    from dagmagic.engine.retries import RetryPolicy
+    from dagmagic.engine.steps.retries import RetryPolicy
     from dagmagic.errors import TransientProviderError
 
     return DagExecutor(
@@ -484,7 +484,7 @@ def rate_limited() -> BaseException:
 
 
 def test_the_retry_policy_counts_its_tiers() -> None:
-    from dagmagic.engine.retries import RetryPolicy
+    from dagmagic.engine.steps.retries import RetryPolicy
 
     policy = RetryPolicy(immediate=1, delays=(30.0, 120.0, 600.0))
     assert [policy.delay_after(n) for n in range(1, 6)] == [0.0, 30.0, 120.0, 600.0, None]

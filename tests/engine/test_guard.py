@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from dagmagic import DagSession
-from dagmagic.engine.context import Exchange, enriched_query, format_history
-from dagmagic.engine.guard import ContextGuard
+from dagmagic.engine.calls.context import Exchange, enriched_query, format_history
+from dagmagic.engine.calls.guard import ContextGuard
 from dagmagic.events import Event, LLMCallRecorded, RunWarning
 from dagmagic.llm import ChatModel, ModelRegistry
 from dagmagic.llm.tokens import count_tokens, request_tokens
@@ -425,7 +425,7 @@ async def test_a_compaction_asked_for_a_task_that_quotes_a_long_goal_fits_the_fa
 
 
 def test_water_fill_keeps_small_sizes_and_splits_the_rest() -> None:
-    from dagmagic.engine.guard import water_fill
+    from dagmagic.engine.calls.guard import water_fill
 
     assert water_fill([10, 100, 1000], 300) == [10, 100, 190]
     assert water_fill([10, 100, 1000], 5000) == [10, 100, 1000]

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from dagmagic import DagError, DagSession, DagSettings, ModelRegistry
-from dagmagic.engine.inbox import EFFECTS, INTERRUPTED, Effect, Inbox
-from dagmagic.engine.phases import AwaitingApproval, Executing, Phase
-from dagmagic.engine.planning import Planning
+from dagmagic.engine.loop.phases import AwaitingApproval, Executing, Phase
+from dagmagic.engine.loop.planning_phase import Planning
+from dagmagic.engine.run.inbox import EFFECTS, INTERRUPTED, Effect, Inbox
 from dagmagic.errors import RateLimitError
 from dagmagic.events import UserAction
 from dagmagic.messages import (

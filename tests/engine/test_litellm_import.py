@@ -53,7 +53,7 @@ LITELLM_RUN = TICKER + textwrap.dedent(
 SCRIPTED_RUN = TICKER + textwrap.dedent(
     """
     from dagmagic import DagSession, DagSettings, ModelRegistry
-    from dagmagic.engine.context import Exchange
+    from dagmagic.engine.calls.context import Exchange
     from dagmagic.testing import ScriptedLLM
 
     PROSE = "The 2023 census counted 2,102,650 people in Paris and 3,755,251 in Berlin; growth was 0.4 % a year. "
@@ -124,7 +124,7 @@ def test_the_engine_leaves_litellm_to_the_model_seam() -> None:
     import dagmagic.engine
 
     engine = Path(dagmagic.engine.__file__).parent
-    for path in sorted(engine.glob("*.py")):
+    for path in sorted(engine.rglob("*.py")):
         source = path.read_text(encoding="utf-8")
         for name in ("LiteLLMBackend", "_litellm", "import litellm"):
             assert name not in source, f"{path.name} names {name}: backends are reached through the registry"

@@ -18,8 +18,8 @@ import pytest
 
 import dagmagic
 from dagmagic import DagRun, DagSession, DagSettings, ModelRegistry
-from dagmagic.engine.store import RunStore
 from dagmagic.errors import RateLimitError
+from dagmagic.store import RunStore
 from dagmagic.testing import ScriptedLLM, ScriptedRequest, ToolCall
 
 from .conftest import plan_reply, verdict
@@ -198,9 +198,9 @@ async def test_a_run_awaited_has_its_answer_in_the_history_and_older_runs_out_of
     """The waiter wakes often here, so that a wake-up meets the run's end: before the fix a third of the runs
     returned before the session's bookkeeping (history, runs kept) had run.
     """
-    import dagmagic.engine.run
+    import dagmagic.engine.run.dag_run
 
-    monkeypatch.setattr(dagmagic.engine.run, "WAKE_EVERY", 0.001)
+    monkeypatch.setattr(dagmagic.engine.run.dag_run, "WAKE_EVERY", 0.001)
     script = {**few_steps_script(), "plan": [plan_reply(("s1", []))], "step": ["r"], "synthesize": [["a"]]}
     settings = DagSettings(store="none", domain_routing=False, runs_in_memory=2)
     session = DagSession(ModelRegistry().register("scripted", ScriptedLLM(script)), settings)

@@ -6,10 +6,10 @@ from typing import Any
 import pytest
 
 from dagmagic import errors
-from dagmagic.engine import prompts
-from dagmagic.engine.executor import FOLLOWED_UP_REASON
-from dagmagic.engine.loop import decide, replan_context
-from dagmagic.engine.synthesis import NOT_ACHIEVED
+from dagmagic.engine.calls import prompts
+from dagmagic.engine.calls.synthesis import NOT_ACHIEVED
+from dagmagic.engine.loop.driver import decide, replan_context
+from dagmagic.engine.steps.executor import FOLLOWED_UP_REASON
 from dagmagic.errors import AuthenticationError
 from dagmagic.events import AnswerDelta, AnswerReady, Event, Replanning, RunWarning, StepStarted
 from dagmagic.models import AnalysisResult, ExecutionPlan, PlanStep, RoundRecord, Usage

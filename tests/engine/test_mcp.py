@@ -21,8 +21,8 @@ import psutil
 import pytest
 
 from dagmagic import DagSession, DagSettings, MCPServer, ModelRegistry, tool
-from dagmagic.engine.mcp.connections import MCPConnections
-from dagmagic.engine.mcp.tools import MCPTool, observation_of
+from dagmagic.engine.tools.mcp.connections import MCPConnections
+from dagmagic.engine.tools.mcp.tools import MCPTool, observation_of
 from dagmagic.errors import ConfigurationError, MCPServerError
 from dagmagic.testing import ScriptedLLM, ToolCall
 
@@ -370,7 +370,7 @@ def test_a_server_line_is_a_command_or_a_url() -> None:
 async def test_every_page_of_a_tool_listing_is_read_and_odd_names_made_callable() -> None:
     import mcp.types as types
 
-    from dagmagic.engine.mcp.connections import _Connection
+    from dagmagic.engine.tools.mcp.connections import _Connection
 
     class TwoPages:
         def __init__(self) -> None:

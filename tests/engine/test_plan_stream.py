@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from dagmagic.engine import plan_stream as plan_stream_module
-from dagmagic.engine import planner as planner_module
-from dagmagic.engine import prompts
-from dagmagic.engine.executor import DagExecutor
-from dagmagic.engine.plan_stream import PlanStream, StreamedPlan
-from dagmagic.engine.planner import Planner
+from dagmagic.engine.calls import plan_stream as plan_stream_module
+from dagmagic.engine.calls import planner as planner_module
+from dagmagic.engine.calls import prompts
+from dagmagic.engine.calls.plan_stream import PlanStream, StreamedPlan
+from dagmagic.engine.calls.planner import Planner
+from dagmagic.engine.steps.executor import DagExecutor
 from dagmagic.events import LLMCallRecorded, PlanReady, RunWarning, StepPlanned, StepStarted
 from dagmagic.llm import ChatModel, ModelRegistry, extraction
 from dagmagic.llm.backend import StreamChunk, ToolCallDelta

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from dagmagic import errors
-from dagmagic.engine import prompts
-from dagmagic.engine.planner import (
+from dagmagic.engine.calls import prompts
+from dagmagic.engine.calls.planner import (
     PlanDraft,
     Planner,
     StepDraft,
@@ -19,7 +19,7 @@ from dagmagic.engine.planner import (
     recover_steps,
     validate_steps,
 )
-from dagmagic.engine.tools import Tool
+from dagmagic.engine.tools.functions import Tool
 from dagmagic.events import LLMCallRecorded, RunWarning
 from dagmagic.llm import ChatModel, ModelRegistry
 from dagmagic.llm.registry import STANDARD_ROLES

@@ -358,7 +358,7 @@ async def test_steps_waiting_to_retry_on_a_model_that_went_silent_do_not_wait_ou
 
 async def test_a_server_whose_streaming_is_broken_still_gets_the_answer_written(warm_provider: Provider) -> None:
     """llama.cpp's server here: a streamed request gets one chunk with the role, then ``[DONE]``."""
-    from dagmagic.engine.synthesis import synthesize
+    from dagmagic.engine.calls.synthesis import synthesize
     from dagmagic.models import AnalysisResult, PlanStep
 
     provider = warm_provider

@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 
 from dagmagic import DagError, DagSession, DagSettings, ModelRegistry
-from dagmagic.engine import prompts
-from dagmagic.engine.loop import INTERRUPTED_WHILE_PLANNING
-from dagmagic.engine.store import RunStore
+from dagmagic.engine.calls import prompts
+from dagmagic.engine.loop.driver import INTERRUPTED_WHILE_PLANNING
 from dagmagic.errors import RateLimitError
 from dagmagic.events import PlanReady
 from dagmagic.llm.backend import ChatRequest, StreamChunk
+from dagmagic.store import RunStore
 from dagmagic.testing import ScriptedLLM, ScriptedRequest, ToolCall
 
 from ..stored import step_statuses

@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 from dagmagic import ConfigurationError, DagError, DagRun, DagSession, DagSettings
-from dagmagic.engine.executor import STOPPED_REASON
+from dagmagic.engine.steps.executor import STOPPED_REASON
 from dagmagic.testing import ScriptedLLM, ScriptedRequest
 
 from .conftest import plan_reply, session_for, verdict
@@ -182,7 +182,7 @@ async def test_step_models_follow_their_hints() -> None:
 
 async def test_a_long_history_is_summarized_once_per_run_and_reused_while_it_is_unchanged() -> None:
     from dagmagic import ModelRegistry
-    from dagmagic.engine.context import Exchange
+    from dagmagic.engine.calls.context import Exchange
 
     smart = ScriptedLLM(script("r", analyze=[verdict(False, 0.3, "not yet")]))
     fast = ScriptedLLM({"history_summary": lambda r: f"summary {r.index}", "step": ["r"]})

@@ -19,13 +19,13 @@ import pytest
 
 import dagmagic
 from dagmagic import DagError, DagRun, DagSession, DagSettings, ModelRegistry
-from dagmagic.engine.context import Exchange
-from dagmagic.engine.store import SCHEMA_VERSION, RunStore
-from dagmagic.engine.store.schema import _MIGRATIONS as MIGRATIONS
-from dagmagic.engine.store.schema import APPLICATION_ID
+from dagmagic.engine.calls.context import Exchange
 from dagmagic.errors import StoreError
 from dagmagic.events import RunFinished, RunWarning, StepCompleted
 from dagmagic.models import RunState
+from dagmagic.store import SCHEMA_VERSION, RunStore
+from dagmagic.store.sqlite import _MIGRATIONS as MIGRATIONS
+from dagmagic.store.sqlite import APPLICATION_ID
 from dagmagic.store_url import store_location
 from dagmagic.testing import ScriptedLLM, ScriptedRequest
 
@@ -309,7 +309,7 @@ async def test_a_run_whose_driver_is_gone_shows_interrupted_and_resumes(
 async def test_a_long_run_keeps_its_lease_while_it_runs_and_gives_it_back_when_it_ends(
     store_path: Path | str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dagmagic.engine.store import lease
+    from dagmagic.store import lease
 
     monkeypatch.setattr(lease, "LEASE_SECONDS", 1.5)  # a loaded 2-core machine may delay a heartbeat by a second
     monkeypatch.setattr(lease, "HEARTBEAT_SECONDS", 0.05)
@@ -479,7 +479,7 @@ async def test_a_long_session_stores_each_run_once_and_grows_linearly(tmp_path: 
 async def test_changes_that_waited_are_written_together_and_one_refused_is_undone_alone(
     store_path: Path | str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dagmagic.engine.store.writer import StoreWriter
+    from dagmagic.store.writer import StoreWriter
 
     batches: list[int] = []
     together = StoreWriter._commit_together

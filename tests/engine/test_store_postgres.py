@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from dagmagic import DagSession, DagSettings, ModelRegistry
-from dagmagic.engine.store import SCHEMA_VERSION, RunStore
-from dagmagic.engine.store.lease import HOST
 from dagmagic.errors import StoreError, StoreUnavailable
+from dagmagic.store import SCHEMA_VERSION, RunStore
+from dagmagic.store.lease import HOST
 from dagmagic.testing import ScriptedLLM, ScriptedRequest
 
 from ..stored import connect, step_statuses
@@ -30,7 +30,7 @@ from .conftest import plan_reply, verdict
 MACHINE = textwrap.dedent(
     """
     import asyncio, json, sys
-    from dagmagic.engine.store import lease
+    from dagmagic.store import lease
 
     store, host, mode, run_id = sys.argv[1:5]
     lease.HOST = host  # as if on another machine
@@ -244,8 +244,8 @@ async def test_a_run_whose_postgres_store_cannot_be_reached_goes_on_unsaved_and_
 async def test_a_write_lock_held_by_another_connection_holds_up_nothing_and_loses_nothing(
     postgres: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dagmagic.engine.store import run_store, writer
-    from dagmagic.engine.store.schema import APPLICATION_ID
+    from dagmagic.store import run_store, writer
+    from dagmagic.store.sqlite import APPLICATION_ID
 
     monkeypatch.setattr(run_store, "SETTLE_SECONDS", 0.3)  # the end of a run waits this long
     monkeypatch.setattr(writer, "STALL_SECONDS", 0.1)  # then a run going on is told its changes wait

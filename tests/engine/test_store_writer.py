@@ -16,7 +16,7 @@ import pytest
 
 import dagmagic
 from dagmagic import DagError, DagRun
-from dagmagic.engine.store import RunStore, StoreUnavailable, run_store, writer
+from dagmagic.store import RunStore, StoreUnavailable, run_store, writer
 from dagmagic.testing import ScriptedLLM, ScriptedRequest
 
 from .test_store import interrupted_run, script, session
@@ -261,7 +261,7 @@ async def test_a_copy_exported_while_a_run_goes_on_reads_back(tmp_path: Path) ->
 async def test_a_store_deleted_while_a_run_goes_on_gets_the_runs_lease_conversation_and_calls_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dagmagic.engine.store import lease
+    from dagmagic.store import lease
 
     monkeypatch.setattr(lease, "LEASE_SECONDS", 1.5)  # a loaded 2-core machine may delay a heartbeat by a second
     monkeypatch.setattr(lease, "HEARTBEAT_SECONDS", 0.05)

@@ -8,7 +8,7 @@ from typing import Any
 
 import dagmagic
 from dagmagic import DagRun, DagSession, DagSettings, ModelRegistry
-from dagmagic.engine import prompts
+from dagmagic.engine.calls import prompts
 from dagmagic.testing import ScriptedLLM, ScriptedRequest
 
 from .conftest import verdict

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from dagmagic import DagSession, DagSettings, ModelRegistry, errors
-from dagmagic.engine import tool_steps
-from dagmagic.engine.tools import Tool
+from dagmagic.engine.steps import tool_steps
+from dagmagic.engine.tools.functions import Tool
 from dagmagic.events import LLMCallRecorded, RunWarning, StepIteration, StepStarted
 from dagmagic.models import PlanStep, ToolCallRecord
 from dagmagic.testing import ScriptedLLM, ScriptedRequest

@@ -19,8 +19,8 @@ import pytest
 from pydantic import BaseModel, Field
 
 from dagmagic import ConfigurationError
-from dagmagic.engine.tool_threads import ToolThreads, ToolThreadsExhausted, ToolTimeout
-from dagmagic.engine.tools import Tool, ToolOutcome, as_tools, tool
+from dagmagic.engine.tools.functions import Tool, ToolOutcome, as_tools, tool
+from dagmagic.engine.tools.threads import ToolThreads, ToolThreadsExhausted, ToolTimeout
 
 
 class Address(BaseModel):

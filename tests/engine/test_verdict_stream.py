@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dagmagic import DagSession, DagSettings, ModelRegistry
-from dagmagic.engine.analyzer import Analyzer
-from dagmagic.engine.store import RunStore
+from dagmagic.engine.calls.analyzer import Analyzer
 from dagmagic.errors import ServerError
 from dagmagic.events import (
     AnalysisReady,
@@ -24,6 +23,7 @@ from dagmagic.events import (
 from dagmagic.llm import ChatModel
 from dagmagic.llm.backend import StreamChunk, ToolCallDelta
 from dagmagic.models import AnalysisResult, PlanStep
+from dagmagic.store import RunStore
 from dagmagic.testing import ScriptedLLM
 
 from .conftest import plan_reply, session_for, verdict

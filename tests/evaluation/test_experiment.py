@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from dagmagic import DagError, DagSession, DagSettings, ModelRegistry
-from dagmagic.engine.run import DagRun
+from dagmagic.engine.run.dag_run import DagRun
 from dagmagic.evaluation import Case, Cell, Experiment, llm_judge
 from dagmagic.testing import ScriptedLLM, ScriptedRequest
 

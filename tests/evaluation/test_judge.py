@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from dagmagic import ModelRegistry
-from dagmagic.engine.run import DagRun
+from dagmagic.engine.run.dag_run import DagRun
 from dagmagic.errors import ScorerError
 from dagmagic.evaluation import Case, llm_judge
 from dagmagic.models import RunState

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from dagmagic import DagSession, DagSettings, ModelRegistry
-from dagmagic.engine.run import DagRun
-from dagmagic.engine.tools import Tool
+from dagmagic.engine.run.dag_run import DagRun
+from dagmagic.engine.tools.functions import Tool
 from dagmagic.errors import ScorerError
 from dagmagic.evaluation import (
     Case,

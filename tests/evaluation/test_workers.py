@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from dagmagic import DagSession, DagSettings, ModelRegistry
-from dagmagic.engine.store import RunStore
 from dagmagic.errors import StoreError
 from dagmagic.evaluation import load_experiment
+from dagmagic.store import RunStore
 from dagmagic.testing import ScriptedLLM
 
 pytestmark = pytest.mark.timeout(120)
@@ -247,7 +247,7 @@ def test_a_killed_workers_cells_are_finished_by_another_its_cut_run_resumed(stor
 
 async def test_a_claim_from_another_machine_holds_until_it_is_not_heard_from(tmp_path: Path) -> None:
     """Another host's process cannot be looked up: its claim lasts as long as it is heard from (the lease's time)."""
-    from dagmagic.engine.store import experiments, lease
+    from dagmagic.store import experiments, lease
 
     store = tmp_path / "runs.sqlite"
     await worker(store, scripted()).evaluate(GOALS[:2], name="elsewhere", shard=(0, 1))

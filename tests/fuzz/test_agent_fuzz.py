@@ -8,10 +8,10 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from dagmagic.engine.agent import StepAgent
-from dagmagic.engine.executor import StepFailure
-from dagmagic.engine.steps import StepRequest
-from dagmagic.engine.tools import tool
+from dagmagic.engine.steps.agent import StepAgent
+from dagmagic.engine.steps.executor import StepFailure
+from dagmagic.engine.steps.runner import StepRequest
+from dagmagic.engine.tools.functions import tool
 from dagmagic.models import PlanStep
 from dagmagic.settings import DagSettings
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from dagmagic.engine.analyzer import Analyzer, regex_analysis
+from dagmagic.engine.calls.analyzer import Analyzer, regex_analysis
 from dagmagic.models import AnalysisResult, PlanStep
 
 from .harness import CAPABILITIES, SETTINGS, FuzzLLM, assert_sane_verdict, chat_model

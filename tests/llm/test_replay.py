@@ -278,7 +278,7 @@ async def test_a_replay_on_another_day_matches() -> None:
     run, _ = await recorded_run()
     models = replay(run)
     later = DagSession(models, DagSettings(store="none"), tools=[lookup])
-    import dagmagic.engine.planner as planner_module
+    import dagmagic.engine.calls.planner as planner_module
 
     original = planner_module.dt.date
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dagmagic.engine.run import DagRun
+from dagmagic.engine.run.dag_run import DagRun
 from dagmagic.models import (
     AnalysisResult,
     ExecutionPlan,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from dagmagic.engine.run import DagRun
+from dagmagic.engine.run.dag_run import DagRun
 from tests.fake_ollama import CHAT_REFUSAL, fake_ollama, tag
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from dagmagic import DagSession, DagSettings, ModelRegistry
-from dagmagic.engine.run import DagRun
+from dagmagic.engine.run.dag_run import DagRun
 from dagmagic.evaluation import Case, Experiment, contains
 from dagmagic.notebook.answering import AnsweringWidget
 from dagmagic.notebook.display import WIDGET_VIEW, widget_for

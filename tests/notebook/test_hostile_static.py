@@ -15,7 +15,7 @@ import pytest
 from markdown_it import MarkdownIt
 
 from dagmagic import DagSession, DagSettings, ModelRegistry, tool
-from dagmagic.engine.run import DagRun
+from dagmagic.engine.run.dag_run import DagRun
 from dagmagic.models import AnalysisResult, Decision, ExecutionPlan, PlanStep, RoundRecord, RunState, ToolCallRecord
 from dagmagic.notebook.fallbacks import inert_markdown, run_html, run_markdown, svg
 from dagmagic.testing import ScriptedLLM, ToolCall

@@ -8,7 +8,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-from dagmagic.engine.run import DagRun
+from dagmagic.engine.run.dag_run import DagRun
 from dagmagic.models import AnalysisResult, ExecutionPlan, PlanStep, RoundRecord, RunState
 from dagmagic.notebook.fallbacks import run_html, run_markdown, run_mimebundle, svg
 from dagmagic.notebook.layout import layout

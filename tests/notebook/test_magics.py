@@ -295,7 +295,7 @@ def test_history_names_the_machine_of_each_run_once_the_store_holds_another_mach
     request: pytest.FixtureRequest,
     backend: str,
 ) -> None:
-    from dagmagic.engine.store.lease import HOST
+    from dagmagic.store.lease import HOST
 
     from ..stored import connect
 

@@ -1,0 +1,1 @@
+"""The loop's model calls and what they read: planner, analyzer, verdict, synthesis, prompts, context guard."""

@@ -1,0 +1,391 @@
+"""The step agent: a fresh, memoryless ReAct loop per step.
+
+Native tool calling when the step's model supports it, else a JSON action format parsed like structured
+output; a call a model offered native tools writes as text instead (``{"name": ..., "arguments": ...}``,
+the JSON action, ``<tool_call>...</tool_call>``) is recognised and run too. The loop ends when the model
+answers without calling a tool. Guards: the same call with the same arguments a second time gets a warning
+instead of a result; a third time the model is asked once, without tools, for its answer from what it has
+(else the step fails, keeping its notes); observations are capped; at ``step_max_iterations`` the step fails,
+keeping its notes. Then, optionally, a completion check (3+ tools used, a short answer) and a citation check
+with one re-run on failure; a check that cannot run leaves the result standing, flagged as not verified.
+A step tried again (a transient error) or resumed goes on from the tool calls it recorded
+(``dagmagic.engine.steps.transcript``): a call that returned is not made again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from dagmagic._secrets import mask_secrets
+from dagmagic.engine.calls.citations import CitationVerdict, extract_citations, verify_citations
+from dagmagic.engine.calls.context import truncate
+from dagmagic.engine.steps.executor import StepFailure
+from dagmagic.engine.steps.runner import StepRequest, step_messages
+from dagmagic.engine.steps.transcript import (
+    RequestedCall,
+    assistant_message,
+    observation_message,
+    record_call,
+    recorded_turns,
+)
+from dagmagic.engine.tools.functions import Tool, ToolInterrupted, ToolOutcome, capped
+from dagmagic.errors import RUN_ENDING
+from dagmagic.events import RunWarning, Verification, Verifying
+from dagmagic.llm import ChatModel, extract_json, structured_llm_call
+
+__all__ = ["SHORT_ANSWER_CHARS", "StepAgent", "ToolSelection"]
+
+log = logging.getLogger("dagmagic")
+
+SHORT_ANSWER_CHARS = 300
+"""An answer shorter than this after 3+ tool calls gets one completion check."""
+
+JSON_ACTIONS = """\
+You can call these tools:
+{tools}
+
+To call a tool, reply with only a JSON object: {{"tool": "<name>", "arguments": {{...}}}}
+You will get its result back. When you have everything, reply with your final answer as plain text."""
+
+REPEAT_WARNING = (
+    "You already called {name} with exactly these arguments; its result is above. Use it, or try different "
+    "arguments or another tool. Calling it again the same way ends this step."
+)
+
+COMPLETION_CHECK = (
+    "You used {count} tools but your answer is short. Check it against your task and the results above, "
+    "then reply with the complete final answer (plain text, no tool calls)."
+)
+
+FORCE_ANSWER = (
+    "You called {name} three times with the same arguments. Do not call any tool again: reply now with your "
+    "final answer to your task from the results above, as plain text."
+)
+
+NOT_VERIFIED = "citations not verified: the check failed ({error})"
+
+_TOOL_CALL_TAG = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+
+CITATION_FEEDBACK = (
+    "\n\nA reviewer checked the citations in your previous answer and found problems:\n{feedback}\n"
+    "Correct them; cite only what you can verify."
+)
+
+
+class ToolSelection(BaseModel):
+    """The tools a step needs."""
+
+    tools: list[str] = Field(description="Names of the tools this step needs, most useful first.")
+
+
+class StepAgent:
+    """Runs a step with tools; with no tools it is a single LLM call on the step's context."""
+
+    def __init__(self, tools: Sequence[Tool] = ()) -> None:
+        self.tools = {t.name: t for t in tools}
+
+    async def __call__(self, request: StepRequest) -> str:
+        """The step's result (``StepFailure`` with its notes when it cannot finish)."""
+        tools = await self._select(request)
+        result = await self._react(request, tools)
+        settings = request.settings
+        if not settings.citation_verification or request.smart is None:
+            return result
+        citations = extract_citations(result)
+        if not citations:
+            return result
+        step = request.step
+        request.emit(Verifying(round=request.round, step_id=step.id))
+        try:
+            verdict = await self._check_citations(request, result, citations)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a check that cannot run never costs the step its result (not even a
+            # wrong key: the result exists already, and the run's next call meets the key and ends the run)
+            note = mask_secrets(NOT_VERIFIED.format(error=f"{type(exc).__name__}: {exc}"))
+            step.warnings.append(note)
+            request.emit(Verification(round=request.round, step_id=step.id, passed=False, feedback=note))
+            return result
+        feedback = verdict.feedback or "; ".join(verdict.problems)
+        request.emit(Verification(round=request.round, step_id=step.id, passed=verdict.valid, feedback=feedback))
+        if verdict.valid:
+            return result
+        return await self._react(request, tools, feedback=CITATION_FEEDBACK.format(feedback=feedback))
+
+    @staticmethod
+    async def _check_citations(request: StepRequest, result: str, citations: list[str]) -> CitationVerdict:
+        step, smart = request.step, request.smart
+        assert smart is not None
+        checked = result
+        if request.guard is not None:  # the checker reads the answer beside its instructions and the citations
+            checked = await request.guard.fit(
+                result,
+                smart,
+                budget=request.guard.budget(smart) // 2,
+                task=f"checking these citations: {', '.join(citations)}",
+                round=request.round,
+                step_id=step.id,
+            )
+        return await verify_citations(smart, step.task, checked, citations, round=request.round, step_id=step.id)
+
+    async def _select(self, request: StepRequest) -> list[Tool]:
+        """All tools, or at most ``tool_selection_max`` picked by the step's model above the threshold."""
+        tools = list(self.tools.values())
+        settings = request.settings
+        if len(tools) <= settings.tool_selection_threshold:
+            return tools
+        listing = "\n".join(f"- {t.name}: {t.description}" for t in tools)
+        messages = [
+            {
+                "role": "system",
+                "content": f"Pick the tools (at most {settings.tool_selection_max}) this task needs, from:\n{listing}",
+            },
+            {"role": "user", "content": request.step.task},
+        ]
+        try:
+            outcome = await structured_llm_call(
+                request.model,
+                messages,
+                ToolSelection,
+                purpose="tool_selection",
+                round=request.round,
+                step_id=request.step.id,
+            )
+        except RUN_ENDING:
+            raise
+        except Exception as exc:  # selection only narrows the list: on any failure the step gets every tool
+            _all_tools(request, f"{type(exc).__name__}: {exc}", len(tools))
+            return tools
+        picked = [name for name in dict.fromkeys(outcome.value.tools) if name in self.tools]
+        if not picked:
+            _all_tools(request, "it named none of the tools", len(tools))
+            return tools
+        hint = request.step.tool_hint
+        if hint in self.tools and hint not in picked[: settings.tool_selection_max]:
+            # the planner's hint always stays, in place of the model's last pick: the cap holds
+            picked = [*[name for name in picked if name != hint][: settings.tool_selection_max - 1], hint]
+        picked = picked[: settings.tool_selection_max]
+        return [self.tools[name] for name in picked]
+
+    async def _react(self, request: StepRequest, tools: list[Tool], feedback: str = "") -> str:
+        model = request.model
+        step = request.step
+        native = bool(tools) and model.entry.capabilities.tool_call
+        messages: list[dict[str, Any]] = step_messages(request)
+        if feedback:
+            messages[-1] = {**messages[-1], "content": messages[-1]["content"] + feedback}
+        if tools and not native:
+            listing = "\n".join(f"- {t.name}: {t.description} Arguments: {json.dumps(t.parameters)}" for t in tools)
+            messages[0] = {
+                **messages[0],
+                "content": f"{messages[0]['content']}\n\n{JSON_ACTIONS.format(tools=listing)}",
+            }
+        schemas = [t.schema() for t in tools] if native else None
+        # a step tried again, or resumed, goes on from the calls it made: none that returned is made again (a
+        # tool step's direct call, turn 0, was the executor's: its prompt says how it failed)
+        made = [call for call in step.tool_calls if call.turn != 0]
+        turns, done = recorded_turns(made, native)
+        messages.extend(turns)
+        seen: Counter[str] = Counter(_call_key(c.name, c.arguments) for c in made)
+        notes = [_note(c.name, c.arguments, c.observation) for c in made]
+        used = len(made)
+        settings = request.settings
+        for iteration in range(done + 1, settings.step_max_iterations + 1):
+            await _fit(request, messages, schemas)
+            reply = await model.chat(
+                messages,
+                purpose="step",
+                round=request.round,
+                step_id=step.id,
+                tools=schemas,
+                tool_choice="auto" if native else None,
+            )
+            calls = _native_calls(reply.response.tool_calls) or _text_calls(reply.content, tools)
+            if not calls:
+                answer = reply.content.strip()
+                if used >= 3 and len(answer) < SHORT_ANSWER_CHARS:
+                    answer = await self._completion_check(request, messages, answer, used) or answer
+                if not answer:
+                    raise StepFailure("the model returned an empty answer", notes=_notes(notes))
+                return answer
+            messages.append(assistant_message(reply.content, calls, native))
+            for call in calls:
+                key = _call_key(call.name, call.arguments)
+                seen[key] += 1
+                if seen[key] >= 3:
+                    notes.append(f"Stopped: {call.name} was called a third time with the same arguments.")
+                    return await self._forced_answer(request, messages, call.name, tools, notes)
+                try:
+                    outcome = await self._call(call, tools, request, repeated=seen[key] == 2)
+                except ToolInterrupted as exc:
+                    raise StepFailure(str(exc), notes=_notes(notes)) from exc
+                used += 1
+                record_call(
+                    request.step,
+                    call.name,
+                    call.arguments,
+                    outcome,
+                    turn=iteration,
+                    round=request.round,
+                    emit=request.emit,
+                )
+                notes.append(_note(call.name, call.arguments, outcome.observation))
+                messages.append(observation_message(call, outcome.observation, native))
+        raise StepFailure(
+            f"iteration limit ({settings.step_max_iterations}) reached without a final answer", notes=_notes(notes)
+        )
+
+    @staticmethod
+    async def _forced_answer(
+        request: StepRequest, messages: list[dict[str, Any]], name: str, tools: list[Tool], notes: list[str]
+    ) -> str:
+        """A stuck step's last chance: its answer from what it has, asked once without tools."""
+        turn = max(i for i, message in enumerate(messages) if message.get("role") == "assistant")
+        messages = messages[:turn]  # this turn's calls stay unanswered: most providers refuse that
+        ask = [*messages, {"role": "user", "content": FORCE_ANSWER.format(name=name)}]
+        await _fit(request, ask, None)
+        reply = await request.model.chat(ask, purpose="step", round=request.round, step_id=request.step.id)
+        answer = reply.content.strip()
+        if not answer or _text_calls(answer, tools):
+            raise StepFailure(
+                f"stuck: {name} was called three times with the same arguments, and no answer came after",
+                notes=_notes(notes),
+            )
+        return answer
+
+    async def _call(
+        self, call: RequestedCall, tools: list[Tool], request: StepRequest, *, repeated: bool
+    ) -> ToolOutcome:
+        if repeated:
+            return ToolOutcome(REPEAT_WARNING.format(name=call.name), error="repeated call")
+        available = {t.name: t for t in tools}
+        chosen = available.get(call.name)
+        if chosen is None:
+            names = ", ".join(available) or "none"
+            return ToolOutcome(f"There is no tool named {call.name!r}. Available tools: {names}.", error="unknown tool")
+        settings = request.settings
+        outcome = await chosen.run(
+            call.arguments, timeout=settings.tool_timeout, threads=settings.tool_threads, late=_late_notice(request)
+        )
+        return capped(outcome, settings.observation_max_chars)
+
+    @staticmethod
+    async def _completion_check(
+        request: StepRequest, messages: list[dict[str, Any]], answer: str, used: int
+    ) -> str | None:
+        check = [
+            *messages,
+            {"role": "assistant", "content": answer},
+            {"role": "user", "content": COMPLETION_CHECK.format(count=used)},
+        ]
+        await _fit(request, check, None)
+        model: ChatModel = request.model
+        reply = await model.chat(check, purpose="step", round=request.round, step_id=request.step.id)
+        return reply.content.strip() or None
+
+
+async def _fit(request: StepRequest, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> None:
+    """Shorten the conversation in place when it outgrows the step model's window (older observations first)."""
+    if request.guard is not None:
+        await request.guard.fit_transcript(
+            messages,
+            request.model,
+            tools=tools,
+            task=request.step.task,
+            round=request.round,
+            step_id=request.step.id,
+        )
+
+
+def _late_notice(request: StepRequest) -> Callable[[str], None]:
+    """Says, while the run lasts, that a tool the step stopped waiting for has returned after all."""
+
+    def late(message: str) -> None:
+        if request.run_ended():
+            log.warning("[dagmagic] %s", message)
+        else:
+            request.emit(RunWarning(message=message, round=request.round, step_id=request.step.id))
+
+    return late
+
+
+def _all_tools(request: StepRequest, cause: str, count: int) -> None:
+    message = f"Tool selection for {request.step.id} failed ({cause}): the step is given all {count} tools."
+    request.emit(RunWarning(message=message, round=request.round, step_id=request.step.id))
+
+
+def _native_calls(tool_calls: Sequence[Any]) -> list[RequestedCall]:
+    calls = []
+    for tc in tool_calls:
+        try:
+            arguments: Any = json.loads(tc.arguments) if tc.arguments else {}
+        # ValueError: broken JSON or an integer too long to convert; RecursionError: nested past the parser
+        except (ValueError, RecursionError):
+            arguments = tc.arguments  # validation turns this into an observation the model can fix
+        calls.append(RequestedCall(tc.id, tc.name, arguments))
+    return calls
+
+
+def _text_calls(content: str, tools: list[Tool]) -> list[RequestedCall]:
+    """Tool calls written in the reply's text: the JSON action format (``{"tool": ..., "arguments": ...}``),
+    an OpenAI-style call (``{"name": ..., "arguments": ...}``, or under ``"function"``), a list of them, or
+    Qwen's ``<tool_call>...</tool_call>``; only calls naming a tool the step was offered count.
+    """
+    if not tools or not content.strip():
+        return []
+    offered = {tool.name for tool in tools}
+    tagged = [match.group(1) for match in _TOOL_CALL_TAG.finditer(content)]
+    calls: list[RequestedCall] = []
+    for text in tagged or [content]:
+        try:
+            value = extract_json(text)
+        except ValueError:
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            call = _as_call(item, len(calls))
+            if call is not None and call.name in offered:
+                calls.append(call)
+    return calls
+
+
+def _as_call(item: Any, index: int) -> RequestedCall | None:
+    if not isinstance(item, dict):
+        return None
+    if isinstance(item.get("function"), dict):
+        item = item["function"]
+    name = item.get("tool", item.get("name"))
+    if not isinstance(name, str):
+        return None
+    arguments = item.get("arguments", item.get("parameters", {}))
+    if isinstance(arguments, str):
+        # left as text (broken, too long a number, too deep), validation tells the model what is wrong
+        with contextlib.suppress(ValueError, RecursionError):
+            arguments = json.loads(arguments) if arguments.strip() else {}
+    return RequestedCall(f"call_text_{index}", name, arguments)
+
+
+def _call_key(name: str, arguments: Any) -> str:
+    return f"{name}:{json.dumps(arguments, sort_keys=True, default=str)}"
+
+
+def _note(name: str, arguments: Any, observation: str) -> str:
+    return f"{name}({_arguments_text(arguments)}) -> {truncate(observation, 500)}"
+
+
+def _arguments_text(arguments: Any) -> str:
+    if isinstance(arguments, dict):
+        return ", ".join(f"{k}={v!r}" for k, v in arguments.items())
+    return repr(arguments)
+
+
+def _notes(notes: list[str]) -> str:
+    return "Partial notes (tool calls so far):\n" + "\n".join(f"- {note}" for note in notes) if notes else ""
