@@ -27,6 +27,7 @@ __all__ = [
     "Continue",
     "FollowUp",
     "Message",
+    "Origin",
     "Reject",
     "Rerun",
     "RetryNow",
@@ -188,6 +189,10 @@ class Rerun(_StepMessage):
     step: str
     task: str | None = None
     model: str | None = None
+
+
+Origin = Literal["new", "resume"] | Rerun
+"""Where a drive starts: a new run, a resumed one, or the re-run of a step."""
 
 
 Message = Annotated[

@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, computed_field, field_validator
@@ -17,6 +18,7 @@ __all__ = [
     "CallStatus",
     "Decision",
     "Divergence",
+    "Exchange",
     "ExecutionPlan",
     "LLMCall",
     "PlanStep",
@@ -75,6 +77,14 @@ _DIGITS = re.compile(r"(\d+)")
 def natural_key(text: str) -> tuple[tuple[int, int | str], ...]:
     """Sort key that orders numbers by value: ``s2`` before ``s10``."""
     return tuple((0, int(part)) if part.isdigit() else (1, part) for part in _DIGITS.split(text) if part)
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One earlier run of a session: its goal and its answer."""
+
+    goal: str
+    answer: str
 
 
 class Usage(BaseModel):

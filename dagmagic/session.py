@@ -12,9 +12,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, TypedDict, Unpack
 
-from dagmagic.engine.calls.context import Exchange
 from dagmagic.engine.calls.guard import HistoryDigests
-from dagmagic.engine.loop.driver import GoalLoop, Origin
+from dagmagic.engine.loop.driver import GoalLoop
 from dagmagic.engine.run.dag_run import DagRun
 from dagmagic.engine.steps.agent import StepAgent
 from dagmagic.engine.steps.runner import StepRunner
@@ -27,8 +26,8 @@ from dagmagic.events import RunWarning
 from dagmagic.llm import ModelRegistry
 from dagmagic.llm.cache import cached_registry
 from dagmagic.llm.replay import cassette_registry
-from dagmagic.messages import Rerun
-from dagmagic.models import RunState
+from dagmagic.messages import Origin, Rerun
+from dagmagic.models import Exchange, RunState
 from dagmagic.settings import DagSettings
 from dagmagic.store import RunStore, StoredRun, StoreUnavailable
 from dagmagic.store_url import StoreURL

@@ -13,7 +13,6 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from dagmagic.engine.calls.context import Exchange
 from dagmagic.events import (
     AnswerCleared,
     AnswerDelta,
@@ -25,7 +24,7 @@ from dagmagic.events import (
     RunFinished,
     UserAction,
 )
-from dagmagic.models import AnalysisResult, Decision, ExecutionPlan, LLMCall, PlanStep, RoundRecord, RunState
+from dagmagic.models import AnalysisResult, Decision, Exchange, ExecutionPlan, LLMCall, PlanStep, RoundRecord, RunState
 from dagmagic.store import lease
 from dagmagic.store.backend import Connection
 from dagmagic.store.writer import Statements

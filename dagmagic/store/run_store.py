@@ -47,7 +47,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from dagmagic.engine.calls.context import Exchange
 from dagmagic.errors import ConfigurationError, DagError, StoreUnavailable
 from dagmagic.events import (
     EVENTS,
@@ -59,7 +58,7 @@ from dagmagic.events import (
     RunStarted,
     RunWarning,
 )
-from dagmagic.models import LLMCall, PlanStep, RunState
+from dagmagic.models import Exchange, LLMCall, PlanStep, RunState
 from dagmagic.store import experiments, lease, rows
 from dagmagic.store.backend import Connection, Location, open_backend
 from dagmagic.store.experiments import ExperimentSummary

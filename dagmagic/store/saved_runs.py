@@ -18,8 +18,8 @@ from dagmagic.events import RunWarning
 from dagmagic.store.writer import Change, StoreWriter
 
 if TYPE_CHECKING:
-    from dagmagic.engine.calls.context import Exchange
     from dagmagic.engine.run.dag_run import DagRun
+    from dagmagic.models import Exchange
     from dagmagic.store.backend import Location
 
 __all__ = ["SavedRuns"]

@@ -6,7 +6,6 @@ import pytest
 
 from dagmagic.engine.calls.context import (
     TRUNCATION_MARKER,
-    Exchange,
     dependency_context,
     enriched_query,
     format_results,
@@ -14,7 +13,7 @@ from dagmagic.engine.calls.context import (
     result_blocks,
     truncate_middle,
 )
-from dagmagic.models import PlanStep
+from dagmagic.models import Exchange, PlanStep
 from dagmagic.settings import DagSettings
 
 SETTINGS = DagSettings(max_message_chars=1000, structured_context_multiplier=3.0, llm_retries=0)

@@ -13,14 +13,13 @@ from typing import Any
 import pytest
 
 from dagmagic import DagError, DagRun, DagSession, DagSettings, ModelRegistry
-from dagmagic.engine.calls.context import Exchange
 from dagmagic.engine.calls.synthesis import NOT_ACHIEVED
 from dagmagic.engine.loop.driver import FOLLOW_UP_WHILE_ANSWERING, FOLLOW_UP_WHILE_PLANNING
 from dagmagic.engine.run.inbox import EFFECTS, INTERRUPTED, Inbox
 from dagmagic.engine.steps.executor import STOPPED_REASON
 from dagmagic.events import AnswerCleared, AnswerDelta, AnswerReady, PhaseChanged, Replanning, RunFinished
 from dagmagic.messages import FollowUp, Stop
-from dagmagic.models import RunPhase, RunState
+from dagmagic.models import Exchange, RunPhase, RunState
 from dagmagic.testing import ScriptedLLM, ScriptedRequest
 
 from .conftest import plan_reply, session_for, verdict

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 from dagmagic import DagSession, DagSettings, ModelRegistry, errors, load_run, tool
-from dagmagic.engine.calls.context import Exchange
 from dagmagic.engine.run.dag_run import DagRun
 from dagmagic.engine.tools.functions import Tool
 from dagmagic.events import RunWarning
+from dagmagic.models import Exchange
 from dagmagic.notebook.fallbacks import run_mimebundle
 from dagmagic.notebook.widget import widget_state
 from dagmagic.testing import ScriptedLLM, ScriptedRequest

@@ -7,11 +7,12 @@ from typing import Any
 import pytest
 
 from dagmagic import DagSession
-from dagmagic.engine.calls.context import Exchange, enriched_query, format_history
+from dagmagic.engine.calls.context import enriched_query, format_history
 from dagmagic.engine.calls.guard import ContextGuard
 from dagmagic.events import Event, LLMCallRecorded, RunWarning
 from dagmagic.llm import ChatModel, ModelRegistry
 from dagmagic.llm.tokens import count_tokens, request_tokens
+from dagmagic.models import Exchange
 from dagmagic.settings import DagSettings
 from dagmagic.testing import ScriptedLLM, ScriptedRequest, ToolCall
 

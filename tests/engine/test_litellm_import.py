@@ -53,7 +53,7 @@ LITELLM_RUN = TICKER + textwrap.dedent(
 SCRIPTED_RUN = TICKER + textwrap.dedent(
     """
     from dagmagic import DagSession, DagSettings, ModelRegistry
-    from dagmagic.engine.calls.context import Exchange
+    from dagmagic.models import Exchange
     from dagmagic.testing import ScriptedLLM
 
     PROSE = "The 2023 census counted 2,102,650 people in Paris and 3,755,251 in Berlin; growth was 0.4 % a year. "

@@ -182,7 +182,7 @@ async def test_step_models_follow_their_hints() -> None:
 
 async def test_a_long_history_is_summarized_once_per_run_and_reused_while_it_is_unchanged() -> None:
     from dagmagic import ModelRegistry
-    from dagmagic.engine.calls.context import Exchange
+    from dagmagic.models import Exchange
 
     smart = ScriptedLLM(script("r", analyze=[verdict(False, 0.3, "not yet")]))
     fast = ScriptedLLM({"history_summary": lambda r: f"summary {r.index}", "step": ["r"]})

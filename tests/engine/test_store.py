@@ -19,10 +19,9 @@ import pytest
 
 import dagmagic
 from dagmagic import DagError, DagRun, DagSession, DagSettings, ModelRegistry
-from dagmagic.engine.calls.context import Exchange
 from dagmagic.errors import StoreError
 from dagmagic.events import RunFinished, RunWarning, StepCompleted
-from dagmagic.models import RunState
+from dagmagic.models import Exchange, RunState
 from dagmagic.store import SCHEMA_VERSION, RunStore
 from dagmagic.store.sqlite import _MIGRATIONS as MIGRATIONS
 from dagmagic.store.sqlite import APPLICATION_ID

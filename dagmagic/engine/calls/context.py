@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
-from dagmagic.models import PlanStep
+from dagmagic.models import Exchange, PlanStep
 from dagmagic.settings import DagSettings
 
 __all__ = [
     "TRUNCATION_MARKER",
-    "Exchange",
     "compose_query",
     "dependency_context",
     "enriched_query",
@@ -34,14 +32,6 @@ _STRUCTURED = re.compile(
     r"|§\s*\d|\bArt(?:icle|\.)\s*\d|\bRFC\s*\d{3,}|\b10\.\d{4,9}/\S+|\bdoi:|\bU\.S\.C\.|\bC\.F\.R\.|\bv\.\s+[A-Z]",
     re.MULTILINE | re.IGNORECASE,
 )
-
-
-@dataclass(frozen=True)
-class Exchange:
-    """One earlier run of a session: its goal and its answer."""
-
-    goal: str
-    answer: str
 
 
 def enriched_query(goal: str, history: Sequence[Exchange] = (), follow_ups: Sequence[str] = ()) -> str:

@@ -18,13 +18,13 @@ from collections.abc import Callable, MutableMapping, Sequence
 from typing import Any
 
 from dagmagic.engine.calls import prompts
-from dagmagic.engine.calls.context import Exchange, compose_query, format_history, truncate_middle
+from dagmagic.engine.calls.context import compose_query, format_history, truncate_middle
 from dagmagic.errors import RUN_ENDING
 from dagmagic.events import Event, RunWarning
 from dagmagic.llm import ChatModel, ModelRegistry
 from dagmagic.llm.breaker import CircuitBreakers
 from dagmagic.llm.tokens import context_window, count_tokens, fits, request_tokens
-from dagmagic.models import Purpose
+from dagmagic.models import Exchange, Purpose
 from dagmagic.settings import DagSettings
 
 __all__ = [

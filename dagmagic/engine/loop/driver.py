@@ -18,10 +18,9 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from dagmagic._secrets import mask_secrets, scrub_exception
-from dagmagic.engine.calls.context import Exchange
 from dagmagic.engine.calls.guard import HistoryDigests
 from dagmagic.engine.calls.synthesis import fallback_answer
 from dagmagic.engine.loop.decisions import (
@@ -44,7 +43,8 @@ from dagmagic.llm.breaker import CircuitBreakers
 from dagmagic.llm.budget import CURRENT_BUDGET, CostBudget
 from dagmagic.llm.client import CURRENT_RUN
 from dagmagic.llm.replay import model_cards
-from dagmagic.messages import Rerun
+from dagmagic.messages import Origin, Rerun
+from dagmagic.models import Exchange
 from dagmagic.settings import DagSettings
 
 if TYPE_CHECKING:
@@ -55,14 +55,10 @@ __all__ = [
     "FOLLOW_UP_WHILE_PLANNING",
     "INTERRUPTED_WHILE_PLANNING",
     "GoalLoop",
-    "Origin",
     "decide",
     "replan_context",
     "visible_results",
 ]
-
-Origin = Literal["new", "resume"] | Rerun
-"""Where a drive starts: a new run, a resumed one, or the re-run of a step."""
 
 
 @dataclass

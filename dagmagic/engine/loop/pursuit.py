@@ -48,8 +48,9 @@ from dagmagic.messages import Rerun
 from dagmagic.models import AnalysisResult, Decision, ExecutionPlan, PlanStep, RoundRecord
 
 if TYPE_CHECKING:
-    from dagmagic.engine.loop.driver import GoalLoop, Origin
+    from dagmagic.engine.loop.driver import GoalLoop
     from dagmagic.engine.run.dag_run import DagRun
+    from dagmagic.messages import Origin
 
 __all__ = ["Budget", "Pursuit"]
 

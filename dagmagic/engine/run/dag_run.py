@@ -52,8 +52,8 @@ from dagmagic.models import (
 )
 
 if TYPE_CHECKING:
-    from dagmagic.engine.calls.context import Exchange
-    from dagmagic.engine.loop.driver import Origin
+    from dagmagic.messages import Origin
+    from dagmagic.models import Exchange
     from dagmagic.store import RunStore
 
 __all__ = ["DagRun", "Listener", "RunDriver"]
