@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         (
             "dagmagic._secrets",
             "dagmagic.models",
+            "dagmagic.diff",
             "dagmagic.messages",
             "dagmagic.events",
             "dagmagic.errors",
@@ -35,14 +36,24 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("llm", ("dagmagic.llm",)),
     ("store", ("dagmagic.store",)),
     ("engine", ("dagmagic.engine",)),
-    ("session", ("dagmagic.session", "dagmagic.evaluation", "dagmagic.tracing", "dagmagic.diff", "dagmagic.testing")),
-    ("notebook", ("dagmagic.notebook", "dagmagic.server", "dagmagic.__main__", "dagmagic.compare")),
-    ("package", ("dagmagic",)),
+    ("session", ("dagmagic.session", "dagmagic.evaluation", "dagmagic.tracing", "dagmagic.testing")),
+    ("notebook", ("dagmagic.notebook", "dagmagic.server")),
+    ("package", ("dagmagic", "dagmagic.__main__")),
 ]
-# Same-rank layers that must not see each other either (the store never imports the engine, nor it the store).
-SIBLINGS_APART = {("store", "engine"), ("engine", "store")}
+# Arrows forbidden besides those pointing up: (importer prefix, imported prefix, why).
+FORBIDDEN: list[tuple[str, str, str]] = [
+    ("dagmagic.engine", "dagmagic.store", "the engine saves a run through its own protocol, never the store's code"),
+    ("dagmagic.store", "dagmagic.engine", "the store takes a run's id, state and events, never the engine's run"),
+    ("dagmagic.evaluation", "dagmagic.session", "evaluation depends on a protocol of the session, not on DagSession"),
+    ("dagmagic.session", "dagmagic.testing", "production code does not import the test doubles"),
+    ("dagmagic.evaluation", "dagmagic.testing", "production code does not import the test doubles"),
+    ("dagmagic.tracing", "dagmagic.testing", "production code does not import the test doubles"),
+]
+# The notebook (and the command line) use the public API: top-level modules and package fronts, never a module
+# inside a subpackage.
+FRONT_ONLY = ("dagmagic.notebook", "dagmagic.server", "dagmagic.__main__")
 # The one place a cycle is allowed: the loop's state machine (a phase names the phases it may return).
-CYCLES_ALLOWED_UNDER = "dagmagic.engine.loop.driver"
+CYCLES_ALLOWED_UNDER = "dagmagic.engine.loop"
 
 
 @dataclass(frozen=True)
@@ -154,6 +165,17 @@ def cycles(graph: Graph) -> list[list[str]]:
     return sorted(sorted(group) for group in groups if len(group) > 1)
 
 
+def _under(module: str, prefixes: str | tuple[str, ...]) -> bool:
+    return any(
+        module == p or module.startswith(p + ".") for p in ((prefixes,) if isinstance(prefixes, str) else prefixes)
+    )
+
+
+def is_front(graph: Graph, module: str) -> bool:
+    """A top-level module or a package's ``__init__``: what other layers' users may import."""
+    return module.count(".") <= 1 or graph.modules[module].name == "__init__.py"
+
+
 def layer_of(module: str) -> tuple[int, str]:
     best: tuple[int, int, str] | None = None
     for rank, (layer, prefixes) in enumerate(LAYERS):
@@ -170,11 +192,16 @@ def violations(graph: Graph) -> list[str]:
     found: list[str] = []
     for imp in graph.imports:
         (src_rank, src_layer), (dst_rank, dst_layer) = layer_of(imp.source), layer_of(imp.target)
-        if imp.target == PACKAGE and imp.source.startswith(PACKAGE + "."):
-            found.append(f"{imp.source}:{imp.line} imports the package root {PACKAGE} ({imp.hidden or 'module level'})")
-        elif dst_rank > src_rank or (src_layer, dst_layer) in SIBLINGS_APART:
-            how = imp.hidden or "module level"
-            found.append(f"{imp.source}:{imp.line} ({src_layer}) imports {imp.target} ({dst_layer}), {how}")
+        where = (
+            f"{imp.source}:{imp.line} ({src_layer}) imports {imp.target} ({dst_layer}), {imp.hidden or 'module level'}"
+        )
+        if dst_rank > src_rank:
+            found.append(f"{where}: an arrow up the layers")
+        for importer, imported, why in FORBIDDEN:
+            if _under(imp.source, importer) and _under(imp.target, imported):
+                found.append(f"{where}: {why}")
+        if _under(imp.source, FRONT_ONLY) and not _under(imp.target, FRONT_ONLY) and not is_front(graph, imp.target):
+            found.append(f"{where}: the notebook uses the public API (a package's front), not its insides")
     for component in cycles(graph):
         if not all(m == CYCLES_ALLOWED_UNDER or m.startswith(CYCLES_ALLOWED_UNDER + ".") for m in component):
             found.append(f"import cycle: {' <-> '.join(component)}")
@@ -200,7 +227,8 @@ def report(graph: Graph) -> str:
         kind: len({(i.source, i.line) for i in graph.imports if i.hidden == kind})
         for kind in ("type_checking", "function")
     }
-    looks_public = [m for m in graph.modules if not any(part.startswith("_") for part in m.split(".")[1:])]
+    no_underscore = [m for m in graph.modules if not any(part.startswith("_") for part in m.split(".")[1:])]
+    looks_public = [m for m in no_underscore if is_front(graph, m)]
     found = cycles(graph)
     out = [
         f"modules: {len(graph.modules)}, lines: {sum(lines_of.values())}",
@@ -211,7 +239,8 @@ def report(graph: Graph) -> str:
         f"function-local {hidden['function']}",
         f"import cycles (hidden imports counted): {len(found)}",
         *(f"  {len(c)}: {', '.join(c)}" for c in found),
-        f"modules that look public: {len(looks_public)} of {len(graph.modules)}",
+        f"modules that look public (a top-level module or a package's front, no underscore): {len(looks_public)}"
+        f" of {len(graph.modules)}; with no underscore in their path: {len(no_underscore)}",
         "largest modules: " + ", ".join(f"{m} {n}" for n, m in sorted(((n, m) for m, n in lines_of.items()))[-5:]),
         "largest classes: " + ", ".join(f"{c} {n}" for n, c in _largest_classes(graph, 5)),
     ]

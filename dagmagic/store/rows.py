@@ -30,7 +30,7 @@ from dagmagic.store.backend import Connection
 from dagmagic.store.writer import Statements
 
 if TYPE_CHECKING:
-    from dagmagic.engine.run.dag_run import DagRun
+    from dagmagic.store.live_run import LiveRun
 
 __all__ = [
     "ROUND_EVENTS",
@@ -65,7 +65,7 @@ _RUN_TABLES = ("rounds", "steps", "calls", "events")
 """The tables holding a run's rows besides ``runs``."""
 
 
-def put_whole(db: Statements, run: DagRun, history: list[Exchange]) -> None:
+def put_whole(db: Statements, run: LiveRun, history: list[Exchange]) -> None:
     """The run as it is now, in place of whatever the file held of it: its rows, conversation, calls and events."""
     run_id = run.run_id
     for table in _RUN_TABLES:
@@ -86,7 +86,7 @@ def put_whole(db: Statements, run: DagRun, history: list[Exchange]) -> None:
         put_event(db, run_id, event, reference)
 
 
-def put_state(db: Statements, run: DagRun, history: list[Exchange]) -> None:
+def put_state(db: Statements, run: LiveRun, history: list[Exchange]) -> None:
     """The run's row (pointing to its conversation), rounds and steps."""
     put_run(db, run.state, history=history)
     for record in run.state.rounds:
@@ -165,7 +165,7 @@ def put_plan(db: Statements, run_id: str, record: RoundRecord) -> None:
         put_step(db, run_id, record.index, step, position)
 
 
-def put_step_of(db: Statements, run: DagRun, event: Event, round_index: int) -> None:
+def put_step_of(db: Statements, run: LiveRun, event: Event, round_index: int) -> None:
     """The step ``event`` is about, as the run holds it now (nothing when it holds no such step)."""
     step_id = getattr(event, "step_id", None) or getattr(getattr(event, "step", None), "id", None)
     step = run.step_of(round_index, step_id) if step_id is not None else None
@@ -254,7 +254,7 @@ def _digest(exchange: Exchange) -> str:
 _digests: weakref.WeakKeyDictionary[Exchange, str] = weakref.WeakKeyDictionary()
 
 
-def run_round(run: DagRun, index: int) -> RoundRecord | None:
+def run_round(run: LiveRun, index: int) -> RoundRecord | None:
     """The run's round ``index`` (its latest record), None when it has none."""
     for record in reversed(run.state.rounds):
         if record.index == index:

@@ -68,7 +68,7 @@ from dagmagic.store.writer import Change, Statements, StoreWriter, Withdrawn
 from dagmagic.store_url import StoreURL, store_location
 
 if TYPE_CHECKING:
-    from dagmagic.engine.run.dag_run import DagRun
+    from dagmagic.store.live_run import LiveRun
 
 __all__ = ["LEASE_WAIT_SECONDS", "SETTLE_SECONDS", "RunStore", "RunSummary", "StoredRun"]
 
@@ -180,7 +180,7 @@ class RunStore:
 
     # --- writing, as a run's events happen
 
-    def attach(self, run: DagRun, history: list[Exchange]) -> None:
+    def attach(self, run: LiveRun, history: list[Exchange]) -> None:
         """Take the run's lease and save ``run`` from now on: all of it now (its state, when the file holds it
         already), then every event as it is emitted. A run with a past (resumed, or re-run) may be driven
         elsewhere: this waits for the writer's verdict, ``LEASE_WAIT_SECONDS`` at most, and raises ``RunDriven``
@@ -276,7 +276,7 @@ class RunStore:
         except DagError:  # closed
             self._renewing.clear()
 
-    def record(self, run: DagRun, event: Event) -> None:
+    def record(self, run: LiveRun, event: Event) -> None:
         """Queue what ``event`` changed, then the event, as one change (one transaction), written only while the
         run's lease is not another's; its run's end gives the lease back.
         """
@@ -311,7 +311,7 @@ class RunStore:
             change.after = lambda: lease.forget(held)
         self._writer.put(change)
 
-    async def settle(self, run: DagRun) -> None:
+    async def settle(self, run: LiveRun) -> None:
         """Wait until what ``run`` did is written and the store checkpointed, so that the ``.sqlite`` file alone
         holds it; after ``SETTLE_SECONDS`` (another program holds the lock) the run says what is not on disk yet.
         """
@@ -338,7 +338,7 @@ class RunStore:
             )
         return copy_store(source, target, self._backend.errors)
 
-    def _whole(self, run: DagRun, history: list[Exchange]) -> Change:
+    def _whole(self, run: LiveRun, history: list[Exchange]) -> Change:
         """The run as it is now, replacing whatever the file held of it: its lease (this store's), rows,
         conversation, calls and events.
         """

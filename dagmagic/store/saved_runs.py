@@ -18,19 +18,19 @@ from dagmagic.events import RunWarning
 from dagmagic.store.writer import Change, StoreWriter
 
 if TYPE_CHECKING:
-    from dagmagic.engine.run.dag_run import DagRun
     from dagmagic.models import Exchange
     from dagmagic.store.backend import Location
+    from dagmagic.store.live_run import LiveRun
 
 __all__ = ["SavedRuns"]
 
-Whole = Callable[["DagRun", "list[Exchange]"], Change]
+Whole = Callable[["LiveRun", "list[Exchange]"], Change]
 """The run as it is now, as one change that writes it whole."""
 
 
 @dataclass
 class _Saved:
-    run: weakref.ref[DagRun]
+    run: weakref.ref[LiveRun]
     history: list[Exchange]
     """The conversation the run is planned in (part of the run's row)."""
     loop: asyncio.AbstractEventLoop | None
@@ -49,7 +49,7 @@ class SavedRuns:
         self._whole = whole
         self._saved: dict[str, _Saved] = {}
 
-    def add(self, run: DagRun, history: list[Exchange]) -> None:
+    def add(self, run: LiveRun, history: list[Exchange]) -> None:
         """Save ``run`` from now on (``history``: the conversation it is planned in)."""
         run_id = run.run_id
         try:
@@ -58,7 +58,7 @@ class SavedRuns:
             loop = None
         self._saved[run_id] = _Saved(weakref.ref(run, lambda _: self._forget(run_id)), history, loop)
 
-    async def settle(self, run: DagRun, seconds: float) -> None:
+    async def settle(self, run: LiveRun, seconds: float) -> None:
         """Wait until what ``run`` did is written and the store checkpointed, so that the ``.sqlite`` file alone
         holds it; after ``seconds`` (another program holds the lock) the run says what is not on disk yet.
         """
@@ -120,7 +120,7 @@ class SavedRuns:
         for run_id in run_ids:
             self._on_loop(run_id, lambda run: None if run.done() else run.emit(RunWarning(message=message)))
 
-    def _on_loop(self, run_id: str, action: Callable[[DagRun], object]) -> None:
+    def _on_loop(self, run_id: str, action: Callable[[LiveRun], object]) -> None:
         saved = self._saved.get(run_id)
         if saved is None or saved.loop is None:
             return
@@ -133,7 +133,7 @@ class SavedRuns:
         with suppress(RuntimeError):  # its loop is closed: nobody is left to tell
             saved.loop.call_soon_threadsafe(act)
 
-    def _rewrite(self, run: DagRun) -> None:
+    def _rewrite(self, run: LiveRun) -> None:
         saved = self._saved.get(run.run_id)
         if saved is not None and self.writer is not None:
             with suppress(DagError):  # closed meanwhile
