@@ -9,17 +9,15 @@ moved while open (SQLite's) and a write-ahead log to checkpoint.
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from dagmagic.errors import ConfigurationError
 from dagmagic.store_url import StoreURL
 
-__all__ = ["Backend", "Connection", "Cursor", "Dialect", "Location", "Watch", "open_backend"]
+__all__ = ["Backend", "Connection", "Cursor", "Dialect", "Location", "Watch"]
 
 Location = Path | StoreURL
 """Where a store lives: a SQLite file's path, or a PostgreSQL database's URL."""
@@ -141,19 +139,3 @@ class Backend(Protocol):
     def checkpoint(self, db: Connection) -> None:
         """Make what is committed durable in the store's main file (SQLite's write-ahead log); never waits."""
         ...
-
-
-def open_backend(location: Location) -> Backend:
-    """The backend for ``location``; a PostgreSQL URL needs psycopg (the ``postgres`` extra)."""
-    if isinstance(location, StoreURL):
-        if importlib.util.find_spec("psycopg") is None:
-            raise ConfigurationError(
-                f"DAG_STORE is a PostgreSQL URL ({location}), but psycopg, its driver, is not installed: "
-                'pip install "dagmagic[postgres]" (or set DAG_STORE to a file path, for a SQLite store).'
-            )
-        from dagmagic.store import postgres
-
-        return postgres.PostgresBackend(location)
-    from dagmagic.store import sqlite as schema
-
-    return schema.SQLiteBackend(location)

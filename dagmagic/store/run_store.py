@@ -37,19 +37,16 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import json
 import logging
 import os
 import threading
 import time
 from contextlib import suppress
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from dagmagic.errors import ConfigurationError, DagError, StoreUnavailable
 from dagmagic.events import (
-    EVENTS,
     AnswerDelta,
     CallProgress,
     Event,
@@ -58,11 +55,13 @@ from dagmagic.events import (
     RunStarted,
     RunWarning,
 )
-from dagmagic.models import Exchange, LLMCall, PlanStep, RunState
-from dagmagic.store import experiments, lease, rows
-from dagmagic.store.backend import Connection, Location, open_backend
+from dagmagic.models import Exchange
+from dagmagic.store import experiments, lease, reading, rows
+from dagmagic.store.backend import Connection, Location
 from dagmagic.store.experiments import ExperimentSummary
 from dagmagic.store.export import copy_store
+from dagmagic.store.opening import open_backend
+from dagmagic.store.reading import RunSummary, StoredRun
 from dagmagic.store.saved_runs import SavedRuns
 from dagmagic.store.writer import Change, Statements, StoreWriter, Withdrawn
 from dagmagic.store_url import StoreURL, store_location
@@ -83,37 +82,6 @@ _CLOSE_SECONDS = 5.0
 LEASE_WAIT_SECONDS = 1.0
 """How long resuming (or re-running) a run waits for the writer to take its lease: another program holding the
 store's write lock longer refuses the resume, with a message saying so."""
-
-
-@dataclass(frozen=True)
-class RunSummary:
-    """One stored run, as ``%dag history`` lists it."""
-
-    run_id: str
-    goal: str
-    status: str
-    """As stored; a run still ``running`` whose process is gone was interrupted (see ``interrupted``)."""
-    started_at: float | None
-    finished_at: float | None
-    cost: float | None
-    interrupted: bool
-    """It did not end and nothing drives it: its process died, or it was cancelled; ``session.resume(run_id)``
-    continues it."""
-    driver: str | None = None
-    """Who drives it now (``pid 123 on host, since ...``), None when no one does."""
-    stopped_by_user: bool = False
-    """The user's Stop ended it (its status is ``done``; ``%dag history`` says "stopped by you")."""
-    host: str = ""
-    """The machine that last started or resumed it (a shared store holds runs of many)."""
-
-
-@dataclass
-class StoredRun:
-    """A run read back from the store: its state, and the conversation it was planned in."""
-
-    state: RunState
-    history: list[Exchange]
-    events: list[Event]
 
 
 class RunStore:
@@ -434,58 +402,7 @@ class RunStore:
 
     def load(self, run_id: str) -> StoredRun:
         """The stored run ``run_id``; ``KeyError`` when there is none."""
-        db = self._read(run_id)
-        row = db.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-        if row is None:
-            raise KeyError(run_id)
-        run = dict(zip([c[0] for c in db.execute("SELECT * FROM runs LIMIT 0").description], row, strict=True))
-        steps: dict[int, list[PlanStep]] = {}
-        for step_round, data in db.execute(
-            "SELECT round, data FROM steps WHERE run_id = ? ORDER BY round, position", (run_id,)
-        ):
-            steps.setdefault(step_round, []).append(PlanStep.model_validate_json(data))
-        rounds = [
-            rows.round_of(row, steps.get(row[0], []))
-            for row in db.execute(
-                """SELECT idx, goal, analysis, decision, error, warnings, free, extra FROM rounds
-                   WHERE run_id = ? ORDER BY idx""",
-                (run_id,),
-            )
-        ]
-        calls_by_seq = {
-            seq: LLMCall.model_validate_json(data)
-            for seq, data in db.execute("SELECT seq, data FROM calls WHERE run_id = ? ORDER BY seq", (run_id,))
-        }
-        calls = list(calls_by_seq.values())
-        state = RunState(
-            run_id=run_id,
-            goal=run["goal"],
-            status=run["status"],
-            phase=run["phase"],
-            rounds=rounds,
-            answer=run["answer"],
-            follow_ups=json.loads(run["follow_ups"]),
-            pending_follow_ups=json.loads(run["pending"]),
-            calls=calls,
-            error=run["error"],
-            started_at=run["started_at"] or 0.0,
-            finished_at=run["finished_at"],
-            domain=run["domain"],
-            routed=bool(run["routed"]),
-        )
-        if run["conversation"] is None:  # a row of schema 2: its own copy
-            history = [Exchange(goal=goal, answer=answer) for goal, answer in json.loads(run["history"])]
-        else:
-            history = rows.conversation(db, run["conversation"])
-        events = [
-            EVENTS.validate_json(data)
-            if call is None
-            else EVENTS.validate_python({**json.loads(data), "call": calls_by_seq[call]})
-            for data, call in db.execute("SELECT data, call FROM events WHERE run_id = ? ORDER BY seq", (run_id,))
-        ]
-        started = (event for event in events if isinstance(event, RunStarted) and not event.depth)
-        state.replay_of = next((event.replay_of for event in started), None)  # kept in its event: no column
-        return StoredRun(state=state, history=history, events=events)
+        return reading.load(self._read(run_id), run_id)
 
     def runs(self, limit: int = 50, *, goal: str | None = None) -> list[RunSummary]:
         """The latest ``limit`` runs (of ``goal`` only, when given), newest first."""
@@ -496,48 +413,7 @@ class RunStore:
         return next(iter(self._summaries("r.run_id = ?", (run_id,), 1)), None)
 
     def _summaries(self, where: str, params: tuple[object, ...], limit: int) -> list[RunSummary]:
-        dialect = self._backend.dialect
-        found = (
-            self._read()
-            .execute(
-                f"""SELECT r.run_id, r.goal, r.status, r.started_at, r.finished_at, r.updated_at, r.host, r.pid,
-                      (SELECT SUM(cost) FROM calls c WHERE c.run_id = r.run_id),
-                      (SELECT {dialect.json_flag("e.data", "stopped_by_user")} FROM events e
-                       WHERE e.run_id = r.run_id AND e.type = 'run_finished'
-                         AND COALESCE({dialect.json_number("e.data", "depth")}, 0) = 0
-                       ORDER BY e.seq DESC LIMIT 1),
-                      l.token, l.host, l.pid, l.since, l.heartbeat, l.expires
-               FROM runs r LEFT JOIN leases l ON l.run_id = r.run_id
-               WHERE {where} ORDER BY r.started_at DESC NULLS LAST LIMIT ?""",
-                (*params, limit),
-            )
-            .fetchall()
-        )
-        now = time.time()
-        summaries = []
-        for run_id, goal, status, started, finished, updated, host, pid, cost, stopped, *held in found:
-            if held[0] is not None:
-                driver: lease.Lease | None = lease.Lease(run_id, *held)
-            elif status == "running":  # a row of schema 2, or one whose lease was just given back
-                driver = lease.legacy(run_id, host, pid, started, updated)
-            else:
-                driver = None
-            live = driver is not None and driver.live(now)
-            summaries.append(
-                RunSummary(
-                    run_id=run_id,
-                    goal=goal,
-                    status=status,
-                    started_at=started,
-                    finished_at=finished,
-                    cost=cost,
-                    interrupted=status == "cancelled" or (status == "running" and not live),
-                    driver=driver.owner() if driver is not None and live else None,
-                    stopped_by_user=status == "done" and bool(stopped),
-                    host=host,
-                )
-            )
-        return summaries
+        return reading.summaries(self._read(), self._backend.dialect, where, params, limit)
 
     def _read(self, run_id: str | None = None) -> Connection:
         """The reading connection, once the changes made so far are written (``_READ_SECONDS`` at most), to the
