@@ -1,48 +1,37 @@
-"""``DagSession``: the conversation runs belong to; it starts runs, drives them, and remembers their answers."""
+"""``DagSession``: the conversation runs belong to; it starts runs, drives them, and remembers their answers.
+
+The front door over the engine (goal loop), the run store, evaluation and tracing; its parts live in
+``dagmagic/_session/`` (stores, tools, the conversation and its runs, each run's driver, replays, evaluations).
+"""
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Iterable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self, TypedDict, Unpack
+from typing import Any, Self, TypedDict, Unpack
 
-from dagmagic.engine.calls.guard import HistoryDigests
-from dagmagic.engine.loop.driver import GoalLoop
+from dagmagic._session.conversation import Conversation
+from dagmagic._session.driving import RunDriver, SessionParts
+from dagmagic._session.evaluations import EvaluationOptions, ResumeOptions, SessionEvaluations
+from dagmagic._session.replays import replayable
+from dagmagic._session.stores import SessionStores
+from dagmagic._session.toolbox import Toolbox, ToolLike
 from dagmagic.engine.run.dag_run import DagRun
 from dagmagic.engine.steps.agent import StepAgent
 from dagmagic.engine.steps.runner import StepRunner
-from dagmagic.engine.tools.code import CodeWorkspace
-from dagmagic.engine.tools.functions import Tool, as_tools
-from dagmagic.engine.tools.mcp.connections import MCPConnections
-from dagmagic.engine.tools.mcp.server import MCPServer
-from dagmagic.errors import ConfigurationError, DagError
-from dagmagic.events import RunWarning
+from dagmagic.engine.tools.functions import Tool
+from dagmagic.errors import DagError
+from dagmagic.evaluation.experiment import Experiment
 from dagmagic.llm import ModelRegistry
-from dagmagic.llm.cache import cached_registry
-from dagmagic.llm.replay import cassette_registry
-from dagmagic.messages import Origin, Rerun
 from dagmagic.models import Exchange, RunState
 from dagmagic.settings import DagSettings
-from dagmagic.store import RunStore, StoredRun, StoreUnavailable
-from dagmagic.store_url import StoreURL
-from dagmagic.tracing import RunTracer, run_tracer
-
-if TYPE_CHECKING:
-    from dagmagic.evaluation.experiment import Experiment
-    from dagmagic.evaluation.runner import CellListener, Evaluation
-    from dagmagic.evaluation.scorers import ScoreFunction
+from dagmagic.store import RunStore, StoredRun
+from dagmagic.testing import replay as replay_registry
 
 __all__ = ["DagSession", "RunOptions"]
-
-log = logging.getLogger("dagmagic")
-
-ToolLike = Tool | Callable[..., Any] | MCPServer
 
 _CLOSE_SECONDS = 5.0
 """How long closing a session outside an event loop waits for its stores' writes (another program's lock)."""
@@ -93,36 +82,38 @@ class DagSession:
         self.models.for_role("smart")  # an empty registry fails here, with the message that says what to set
         self.allow_code = allow_code
         """Steps may run model-written code with the ``python`` tool."""
-        self._code: CodeWorkspace | None = None
-        self._warned_without_sandbox = False
-        self._tools = list(tools)
-        self._mcp = MCPConnections()
-        self._step_runner = step_runner
         self.approve_plans = approve_plans
         """Every plan waits for ``run.approve()`` (perhaps with an edited plan) or ``run.reject(why)``."""
         self.step_through = step_through
         """Every step pauses before it runs until ``run.step_over()``, ``run.resume_step()`` or ``run.skip(id)``."""
-        self.history: list[Exchange] = []
-        self.runs: list[DagRun] = []
+        self._step_runner = step_runner
+        self._toolbox = Toolbox(tools, self.settings)
+        self._stores = SessionStores()
+        self._conversation = Conversation(lambda: self.settings.runs_in_memory)
+        self._evaluations = SessionEvaluations()
+
+    @property
+    def history(self) -> list[Exchange]:
+        """The conversation so far: each finished run's goal and answer, oldest first."""
+        return self._conversation.history
+
+    @history.setter
+    def history(self, exchanges: list[Exchange]) -> None:
+        self._conversation.history = exchanges
+
+    @property
+    def runs(self) -> list[DagRun]:
         """Runs started here, the latest ``settings.runs_in_memory`` finished ones and every running one; older
-        ones are read back with ``dagmagic.load_run(run_id)`` (or taken back with ``reopen(run_id)``)."""
-        self._digests: HistoryDigests = {}
-        self._active: set[asyncio.Task[None]] = set()
-        self._stores: dict[Path | StoreURL, RunStore] = {}
-        self._store_problems: dict[Path | StoreURL | None, str] = {}
-        self._in_history: dict[str, int] = {}
-        """Where each run's exchange sits in the history (a re-run replaces it)."""
-        self._outside: set[str] = set()
-        """Runs started outside the conversation: their answers do not join it."""
-        self._evaluations: dict[str, Evaluation] = {}
-        """Experiments started here, by id, with their configs and scorers (``resume_evaluation`` needs them)."""
+        ones are read back with ``dagmagic.load_run(run_id)`` (or taken back with ``reopen(run_id)``).
+        """
+        return self._conversation.runs
 
     @property
     def tools(self) -> list[Tool]:
         """The tools steps may call (``python`` only with ``allow_code=True``); an MCP server's join each run
         once the server started.
         """
-        return self._toolset(self._tools, self.allow_code)
+        return self._toolbox.toolset(self._toolbox.given, self.allow_code)
 
     @property
     def step_runner(self) -> StepRunner:
@@ -141,10 +132,8 @@ class DagSession:
         driver = self._driver(list(self.history) if conversation else [], options)
         driver.check_store()
         state = RunState(run_id=uuid.uuid4().hex[:12], goal=goal, started_at=time.time())
-        if not conversation:
-            self._outside.add(state.run_id)
-        step_through = options.get("step_through", self.step_through)
-        return self._keep(DagRun(state, driver=driver, origin="new", step_through=step_through))
+        run = DagRun(state, driver=driver, origin="new", step_through=options.get("step_through", self.step_through))
+        return self._conversation.keep(run, outside=not conversation)
 
     async def run(self, goal: str, **options: Any) -> DagRun:
         """Pursue ``goal`` to its end and return the finished run (``options``: as ``start``'s). Cancelling
@@ -160,7 +149,7 @@ class DagSession:
         _running_loop("DagSession.start_resume()", "asyncio.run(session.resume(run_id))")
         if any(run.run_id == run_id and not run.done() for run in self.runs):
             raise DagError(f"run {run_id} is running in this session already")
-        stored = self._stored(run_id, options.get("settings"), "resume", f"{run_id!r} from")
+        stored = self._stores.load(run_id, options.get("settings") or self.settings, "resume", f"{run_id!r} from")
         if stored.state.status in ("done", "failed"):
             raise DagError(f"run {run_id} ended ({stored.state.status}): there is nothing to resume")
         state = stored.state.model_copy(
@@ -169,7 +158,7 @@ class DagSession:
         driver = self._driver(stored.history, options)
         step_through = options.get("step_through", self.step_through)
         run = DagRun(state, events=stored.events, driver=driver, origin="resume", step_through=step_through)
-        return self._keep(run)
+        return self._conversation.keep(run)
 
     async def resume(self, run_id: str, **options: Any) -> DagRun:
         """Continue the stored run ``run_id`` to its end (see ``start_resume``) and return it."""
@@ -198,94 +187,47 @@ class DagSession:
         conversation: its answer does not join it. A run the user steered (follow-ups, a re-run, an edited
         plan) diverges where the user acted.
         """
-        from dagmagic.testing import replay  # a recording answers: the same seam as in a test
-
         _running_loop("DagSession.start_replay()", "asyncio.run(session.replay(run_id))")
         if "models" in options:
             raise TypeError("a replay's models answer from the recording; pass fallback= for calls it lacks")
-        original, history = self._original(run, options.get("settings"))
-        run_id = original.state.run_id
-        if original.state.status == "running":
-            raise DagError(f"run {run_id} has not ended: replay it once it has (or resume it first)")
-        if not original.state.calls:
-            raise DagError(f"run {run_id} made no model call: there is nothing to replay")
+        original, history = replayable(run, self._stores, options.get("settings") or self.settings)
         if fallback is None and not strict:
             fallback = self.models
-        models = replay(original, strict=strict, fallback=fallback, timing=timing)
+        models = replay_registry(original, strict=strict, fallback=fallback, timing=timing)
         own: RunOptions = {"approve_plans": False, "step_through": False, **options, "models": models}
         driver = self._driver(history, own, replaying=True)
         driver.check_store()
         state = RunState(run_id=uuid.uuid4().hex[:12], goal=original.state.goal, started_at=time.time())
-        state.replay_of = run_id
-        self._outside.add(state.run_id)
-        step_through = own.get("step_through", False)
-        return self._keep(DagRun(state, driver=driver, origin="new", step_through=step_through))
+        state.replay_of = original.state.run_id
+        replayed = DagRun(state, driver=driver, origin="new", step_through=own.get("step_through", False))
+        return self._conversation.keep(replayed, outside=True)
 
     async def replay(self, run: str | DagRun | StoredRun, **options: Any) -> DagRun:
         """Replay the run ``run`` to the end (see ``start_replay``) and return the replay."""
         return await self.start_replay(run, **options).wait(cancel_with_waiter=True)
-
-    def _original(self, run: str | DagRun | StoredRun, settings: DagSettings | None) -> tuple[Any, list[Exchange]]:
-        """The run to replay (with its state, events and calls) and the conversation it was planned in."""
-        if isinstance(run, str):
-            stored = self._stored(run, settings, "replay", f"run {run!r} from")
-            return stored, stored.history
-        if isinstance(run, StoredRun):
-            return run, run.history
-        if not isinstance(run, DagRun):
-            raise TypeError(f"replay() takes a run, a run read back or a run id, got {type(run).__name__}")
-        conversation = run.conversation
-        if conversation is None:  # read back: the store holds the conversation it was planned in
-            conversation = self._stored(run.run_id, settings, "replay", f"run {run.run_id!r} from").history
-        return run, conversation
 
     def reopen(self, run_id: str, **options: Unpack[RunOptions]) -> DagRun:
         """A stored run that ended, taken back into this session so that its steps can be re-run
         (``run.rerun``): for a run no longer in memory (see ``DagSettings.runs_in_memory``). Nothing runs yet.
         ``options``: as ``start``'s, for its re-runs.
         """
-        stored = self._stored(run_id, options.get("settings"), "read", f"run {run_id!r} back from")
+        settings = options.get("settings") or self.settings
+        stored = self._stores.load(run_id, settings, "read", f"run {run_id!r} back from")
         if stored.state.status == "running":
             raise DagError(f"run {run_id} did not end: continue it with `session.resume({run_id!r})`")
         driver = self._driver(stored.history, options)
         step_through = options.get("step_through", self.step_through)
-        return self._keep(DagRun(stored.state, events=stored.events, driver=driver, step_through=step_through))
+        run = DagRun(stored.state, events=stored.events, driver=driver, step_through=step_through)
+        return self._conversation.keep(run)
 
     # --- evaluations
 
-    def start_evaluation(
-        self,
-        cases: Any,
-        *,
-        goal: str | None = None,
-        configs: Mapping[str, Any] | None = None,
-        scorers: Iterable[ScoreFunction] = (),
-        repeat: int = 1,
-        concurrency: int | None = None,
-        max_cost: float | None = None,
-        name: str | None = None,
-        on_cell: CellListener | None = None,
-        shard: tuple[int, int] | None = None,
-    ) -> Experiment:
+    def start_evaluation(self, cases: Any, **options: Unpack[EvaluationOptions]) -> Experiment:
         """Start evaluating this session's workflow over ``cases`` as a task on the running loop; the
         ``Experiment`` at once (``await`` it for the end). See ``evaluate``.
         """
-        from dagmagic.evaluation.runner import Evaluation  # the evaluation package builds on the session
-
         _running_loop("DagSession.start_evaluation()", "asyncio.run(session.evaluate(cases))")
-        evaluation = Evaluation.new(
-            self,
-            cases,
-            goal=goal,
-            configs=configs,
-            scorers=scorers,
-            repeat=repeat,
-            max_cost=max_cost,
-            name=name,
-            shard=shard,
-        )
-        self._evaluations[evaluation.experiment.id] = evaluation
-        return evaluation.start(concurrency, on_cell)
+        return self._evaluations.start(self, cases, options)
 
     async def evaluate(self, cases: Any, **options: Any) -> Experiment:
         """Run every cell (case × config × repetition) of an experiment and score it; the experiment once all ended.
@@ -308,38 +250,14 @@ class DagSession:
     @property
     def experiments(self) -> list[Experiment]:
         """The experiments this session started or resumed (each once, as it is now), oldest first."""
-        return [evaluation.experiment for evaluation in self._evaluations.values()]
+        return self._evaluations.experiments
 
-    def start_resume_evaluation(
-        self,
-        name_or_id: str,
-        *,
-        configs: Mapping[str, Any] | None = None,
-        scorers: Iterable[ScoreFunction] | None = None,
-        concurrency: int | None = None,
-        max_cost: float | None = None,
-        on_cell: CellListener | None = None,
-    ) -> Experiment:
+    def start_resume_evaluation(self, name_or_id: str, **options: Unpack[ResumeOptions]) -> Experiment:
         """Start running the cells of the experiment ``name_or_id`` that did not end, as a task on the running
         loop; the ``Experiment`` at once (``await`` it for the end). See ``resume_evaluation``.
         """
-        from dagmagic.evaluation.runner import Evaluation
-
         _running_loop("DagSession.start_resume_evaluation()", "asyncio.run(session.resume_evaluation(name))")
-        mine = [
-            evaluation
-            for evaluation in self._evaluations.values()
-            if name_or_id in (evaluation.experiment.id, evaluation.experiment.name)
-        ]
-        if mine:
-            latest = max(mine, key=lambda found: found.experiment.definition.created_at)
-            evaluation = Evaluation.again(self, latest.experiment, configs, scorers, previous=latest)
-        else:
-            evaluation = Evaluation.stored(self, name_or_id, configs, scorers)
-        self._evaluations[evaluation.experiment.id] = evaluation
-        if max_cost is not None:
-            evaluation.raise_budget(max_cost)
-        return evaluation.start(concurrency, on_cell)
+        return self._evaluations.resume(self, name_or_id, options)
 
     async def resume_evaluation(self, name_or_id: str, **options: Any) -> Experiment:
         """Run the cells of the experiment ``name_or_id`` that did not end (a cell cut mid-run is resumed like any
@@ -350,161 +268,59 @@ class DagSession:
         """
         return await self.start_resume_evaluation(name_or_id, **options).wait()
 
-    def _stored(self, run_id: str, settings: DagSettings | None, verb: str, what: str) -> StoredRun:
-        store = self.store_for(settings or self.settings)
-        if store is None:
-            raise DagError(f"there is no run store to {verb} {what} ({self.store_problem(settings)})")
-        try:
-            return store.load(run_id)
-        except KeyError:
-            hint = "; `%dag history` lists the stored runs" if verb in ("resume", "replay") else ""
-            raise DagError(f"no run {run_id!r} in the run store {store.path}{hint}") from None
+    # --- stores
 
     @property
     def store(self) -> RunStore | None:
         """The run store runs are saved to (``DAG_STORE``), None when it is off or cannot be written."""
-        return self.store_for(self.settings)
+        return self._stores.store_for(self.settings)
 
     def store_for(self, settings: DagSettings) -> RunStore | None:
         """The run store ``settings`` name, opened once; None when it is off or cannot be written."""
-        path = settings.store_path
-        if path is None:
-            self._store_problems[None] = "DAG_STORE is none"
-            return None
-        if path in self._stores and self._stores[path].closed:  # closed meanwhile (by a test, say): open again
-            del self._stores[path]
-        if path not in self._stores and path not in self._store_problems:
-            try:
-                self._stores[path] = RunStore.open(path)
-            except StoreUnavailable as exc:
-                self._store_problems[path] = str(exc)
-        return self._stores.get(path)
+        return self._stores.store_for(settings)
 
     def store_problem(self, settings: DagSettings | None = None) -> str | None:
         """Why runs with ``settings`` are not saved, None when they are."""
-        settings = settings or self.settings
-        return None if self.store_for(settings) is not None else self._store_problems.get(settings.store_path)
+        return self._stores.problem(settings or self.settings)
 
-    def _driver(self, history: list[Exchange], options: RunOptions, *, replaying: bool = False) -> _Driver:
-        """What drives one run: the session's goal loop, or one with the run's own options (``replaying``: its
-        models answer from a run's recording, which neither the response cache nor a cassette of the settings
-        may answer for: a divergence would be hidden).
-        """
-        settings = options.get("settings") or self.settings
-        models = options.get("models", self.models)
-        models.for_role("smart")
-        if not replaying:
-            models = cassette_registry(cached_registry(models, settings), settings)
-        tools = options.get("tools")
-        chosen = self._tools if tools is None else list(tools)
-        toolset = self._toolset(chosen, options.get("allow_code", self.allow_code))
-        runner = self._step_runner if self._step_runner is not None and tools is None else StepAgent(toolset)
-        own_runner = runner is not self._step_runner
-        servers = [item for item in chosen if isinstance(item, MCPServer)]
-        loop = GoalLoop(
-            models,
-            settings,
-            runner,
-            history=tuple(history),
-            tool_names=[tool.name for tool in toolset],
-            tools=toolset,
-            digests=self._digests,
-            approve_plans=options.get("approve_plans", self.approve_plans),
-            connect=self._connector(servers, own_runner) if servers else None,
-        )
-        return _Driver(self, loop, history)
+    def _driver(self, history: list[Exchange], options: RunOptions, *, replaying: bool = False) -> RunDriver:
+        """What drives one run: the session's goal loop, or one with the run's own ``options`` (see ``drive_with``)."""
+        mine = RunOptions(models=self.models, settings=self.settings, allow_code=self.allow_code)
+        mine["approve_plans"] = self.approve_plans
+        parts = SessionParts(self._toolbox, self._stores, self._conversation, self._step_runner)
+        return RunDriver.of(parts, history, {**mine, **options}, replaying=replaying)
 
-    def _connector(self, servers: list[MCPServer], own_runner: bool) -> Callable[[GoalLoop], Awaitable[None]]:
-        """What joins the tools of ``servers`` to a run's loop, starting the servers not running yet."""
-
-        async def connect(loop: GoalLoop) -> None:
-            served = await self._mcp.tools(servers)
-            names = [tool.name for tool in [*loop.tools, *served]]
-            if repeated := sorted({name for name in names if names.count(name) > 1}):
-                raise ConfigurationError(
-                    f"the tool name {', '.join(repeated)} is listed by an MCP server and given again (by another "
-                    "server or a function): a model could not tell them apart; leave one of them out of tools="
-                )
-            toolset = as_tools([*loop.tools, *served])
-            loop.tools, loop.tool_names = toolset, [tool.name for tool in toolset]
-            if own_runner:
-                loop.step_runner = StepAgent(toolset)
-
-        return connect
-
-    def _toolset(self, tools: list[ToolLike], allow_code: bool) -> list[Tool]:
-        functions = [item for item in tools if not isinstance(item, MCPServer)]  # theirs join once they started
-        if allow_code and self._code is None:
-            self._code = CodeWorkspace(self.settings.code_timeout, network=self.settings.code_network)
-        extra = [self._code.tool()] if allow_code and self._code is not None else []
-        return as_tools([*functions, *extra])
-
-    def _unsandboxed_code_warning(self) -> str | None:
-        """Once per session, when its ``python`` tool runs scripts without a sandbox: what that means."""
-        if self._code is None or self._code.sandbox_problem is None or self._warned_without_sandbox:
-            return None
-        self._warned_without_sandbox = True
-        return (
-            f"The python tool runs scripts without a sandbox: {self._code.sandbox_problem}. They run as your"
-            " user: they can read and change your files, see your processes and use the network (whatever"
-            " DAG_CODE_NETWORK says). What still holds: their environment has no keys or DAG_* variables, and"
-            " every process they start is ended with the call (unless a script kills its supervisors on purpose)."
-        )
-
-    def _keep(self, run: DagRun) -> DagRun:
-        if all(kept is not run for kept in self.runs):
-            self.runs.append(run)
-        self._forget_finished()
-        return run
-
-    def _started(self, run: DagRun, task: asyncio.Task[None]) -> None:
-        self._active.add(task)  # the loop keeps only weak references to tasks
-        task.add_done_callback(lambda finished: self._finished(run, finished))
-        self._keep(run)
+    # --- the session's lifetime
 
     def reset(self) -> None:
         """Forget the conversation: later runs start without history."""
-        self.history.clear()
-        self._digests.clear()
-
-    def _forget_finished(self) -> None:
-        """Keep the latest ``runs_in_memory`` finished runs (and every running one); older ones stay in the store."""
-        finished = [run for run in self.runs if run.done() and not run.driven]
-        dropped = {id(run) for run in finished[: max(len(finished) - self.settings.runs_in_memory, 0)]}
-        if dropped:
-            self.runs[:] = [run for run in self.runs if id(run) not in dropped]
-
-    def _finished(self, run: DagRun, task: asyncio.Task[None]) -> None:
-        self._active.discard(task)
-        self._forget_finished()
-        if not task.cancelled():
-            task.exception()  # retrieved: the loop records failures on the run itself
-        if run.status in ("done", "failed") and run.answer and run.run_id not in self._outside:
-            exchange = Exchange(goal=run.objective, answer=run.answer)  # a follow-up sent just before a Stop counts
-            place = self._in_history.get(run.run_id)
-            if place is not None and place < len(self.history):  # a re-run: its new answer replaces the old
-                self.history[place] = exchange
-            else:
-                self._in_history[run.run_id] = len(self.history)
-                self.history.append(exchange)
+        self._conversation.reset()
 
     def close(self) -> None:
-        """Stop the MCP servers, kill the ``python`` tool's scripts still running and remove its working directory,
-        and checkpoint the run stores (outside an event loop: once what waits is written); idempotent. On the
-        servers' event loop they stop once the caller yields (``async with`` or ``await aclose()`` waits).
-
-        Garbage collection and interpreter exit do the same for a session never closed.
+        """Cancel the runs still going, then stop the MCP servers, end the ``python`` tool's scripts (its directory
+        removed) and checkpoint the stores; idempotent. On the session's loop this happens once the runs ended,
+        after the caller yields (``aclose()`` waits). Garbage collection and interpreter exit do the same.
         """
-        self._mcp.close()
-        if self._code is not None:
-            self._code.close()
+        ending = self._conversation.cancel_runs()
         try:
-            asyncio.get_running_loop()
-            wait = 0.0  # never stall the loop: the store's writer checkpoints once what waits is written
-        except RuntimeError:
-            wait = _CLOSE_SECONDS
-        for store in self._stores.values():
-            store.checkpoint(wait)
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop: no run's task can run any more, and the stores may take their time
+            self._release(_CLOSE_SECONDS)
+            return
+        if ending:
+            self._closing = loop.create_task(self._aclose(ending), name="dagmagic:session-close")
+        else:
+            self._release(0.0)
+
+    async def _aclose(self, runs: list[asyncio.Task[None]], *, servers: bool = False) -> None:
+        await asyncio.gather(*runs, return_exceptions=True)  # never stop what a run still uses
+        if servers:
+            await self._toolbox.aclose()
+        self._release(0.0)
+
+    def _release(self, wait: float) -> None:
+        self._toolbox.close()
+        self._stores.checkpoint(wait)  # on a loop (0 s), never stall it: the writer checkpoints once all is written
 
     def __enter__(self) -> Self:
         return self
@@ -515,17 +331,14 @@ class DagSession:
         self.close()
 
     async def aclose(self) -> None:
-        """``close()``, waiting until the MCP servers stopped (their processes ended)."""
-        await self._mcp.aclose()
-        self.close()
+        """``close()``, waiting until the runs still going ended (cancelled, their ends saved) and then the MCP
+        servers stopped (their processes ended).
+        """
+        await self._aclose(self._conversation.cancel_runs(), servers=True)
 
     async def __aenter__(self) -> Self:
         """Start the session's MCP servers now: one that cannot start raises ``MCPServerError`` here."""
-        try:
-            await self._mcp.tools(item for item in self._tools if isinstance(item, MCPServer))
-        except BaseException:
-            await self._mcp.aclose()  # those that did start: nothing will close this session
-            raise
+        await self._toolbox.start_servers()
         return self
 
     async def __aexit__(
@@ -535,66 +348,6 @@ class DagSession:
 
     def __repr__(self) -> str:
         return f"DagSession(models={[entry.name for entry in self.models]}, runs={len(self.runs)})"
-
-
-@dataclass
-class _Driver:
-    """What drives one run of a session (``dagmagic.engine.run.dag_run.RunDriver``): its goal loop, the conversation
-    it is planned in, and the session's bookkeeping of the run's tasks.
-    """
-
-    session: DagSession
-    loop: GoalLoop
-    history: list[Exchange]
-
-    @property
-    def registry(self) -> ModelRegistry:
-        """The run's models."""
-        return self.loop.registry
-
-    def check_store(self) -> None:
-        """Open the run's store now: a foreign or damaged file raises ``StoreError`` before anything runs."""
-        self.session.store_for(self.loop.settings)
-
-    def start(self, run: DagRun, origin: Origin) -> asyncio.Task[None]:
-        """Save the run (when its store can be written; else it says why not) and drive it as a task."""
-        settings = self.loop.settings
-        tracer = run_tracer(settings)  # DAG_OTEL=1 without OpenTelemetry: ConfigurationError, before anything
-        store = self.session.store_for(settings)
-        if store is not None:  # takes the run's lease: refused (DagError, naming the driver) while another holds it
-            run.save_to(store, self.history)
-        elif settings.store_path is not None and not isinstance(origin, Rerun):
-            run.emit(RunWarning(message=f"This run is not saved: {self.session.store_problem(settings)}"))
-        if "python" in self.loop.tool_names and (warning := self.session._unsandboxed_code_warning()):
-            run.emit(RunWarning(message=warning))
-        if tracer is not None:
-            tracer.follow(run)
-        task = asyncio.get_running_loop().create_task(
-            self._drive(run, origin, tracer), name=f"dagmagic:run:{run.run_id}"
-        )
-        token = store.lease_token(run.run_id) if store is not None else None
-        if store is not None and token is not None:  # the run's end gives it back; this, if the end was not saved
-            task.add_done_callback(lambda _: _release(store, run.run_id, token))
-        self.session._started(run, task)
-        return task
-
-    async def _drive(self, run: DagRun, origin: Origin, tracer: RunTracer | None = None) -> None:
-        """Drive the run; it ends once what it did is on disk (the store checkpointed), or says what is not,
-        and its spans are exported.
-        """
-        try:
-            await self.loop.drive(run, origin)
-        finally:
-            await run._settle_store()
-            if tracer is not None:
-                await tracer.close()
-
-
-def _release(store: RunStore, run_id: str, token: str) -> None:
-    try:
-        store.release(run_id, token)
-    except Exception:  # the store failed: the lease expires by itself
-        log.warning("[dagmagic] the lease on run %s could not be given back; it expires by itself", run_id)
 
 
 def _running_loop(what: str, elsewhere: str) -> asyncio.AbstractEventLoop:

@@ -205,3 +205,54 @@ async def test_a_long_history_is_summarized_once_per_run_and_reused_while_it_is_
     await session.run("another goal")
     assert len(fast.requests_for("history_summary")) == 2  # unchanged history: its summary is reused
     assert "summary 1" in smart.requests_for("plan")[-1].prompt
+
+
+class _ClosingWatch:
+    """Notes, when the session stops what runs use (its tools: MCP servers, the python tool), whether each run
+    had ended by then.
+    """
+
+    def __init__(self, session: DagSession, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.seen: list[tuple[str, list[str]]] = []
+        self.closed = asyncio.Event()
+        toolbox = session._toolbox
+        for name in ("close", "aclose"):
+            monkeypatch.setattr(toolbox, name, self._noting(name, getattr(toolbox, name), session))
+
+    def _noting(self, name: str, original: Any, session: DagSession) -> Any:
+        def noted(*args: Any) -> Any:
+            self.seen.append((name, [run.status for run in session.runs]))
+            self.closed.set()
+            return original(*args)
+
+        return noted
+
+
+async def test_aclose_cancels_and_awaits_a_background_run_before_it_stops_what_the_run_uses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    gate = Gate(hold=60.0)
+    session = session_for(ScriptedLLM(script(gate.step)))
+    watch = _ClosingWatch(session, monkeypatch)
+    run = session.start("goal")  # a --bg run: nobody awaits it
+    await gate.running.wait()
+    await session.aclose()
+    assert run.done() and run.status == "cancelled"
+    assert "s1" in gate.cancelled  # its step was cancelled, not left running
+    assert watch.seen and all(statuses == ["cancelled"] for _, statuses in watch.seen), watch.seen
+    assert not our_tasks()
+
+
+async def test_close_on_the_loop_cancels_a_background_run_and_stops_its_tools_once_it_ended(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    gate = Gate(hold=60.0)
+    session = session_for(ScriptedLLM(script(gate.step)))
+    watch = _ClosingWatch(session, monkeypatch)
+    run = session.start("goal")
+    await gate.running.wait()
+    session.close()  # synchronous, on the run's own loop: it cannot wait here
+    assert not watch.seen  # nothing the run uses is stopped while it still runs
+    await asyncio.wait_for(watch.closed.wait(), 30)
+    assert run.done() and run.status == "cancelled"
+    assert watch.seen == [("close", ["cancelled"])]

@@ -1,0 +1,45 @@
+"""Which run a replay re-executes, and the conversation it was planned in."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dagmagic._session.stores import SessionStores
+from dagmagic.engine.run.dag_run import DagRun
+from dagmagic.errors import DagError
+from dagmagic.models import Exchange
+from dagmagic.settings import DagSettings
+from dagmagic.store import StoredRun
+
+__all__ = ["replayable"]
+
+
+def replayable(
+    run: str | DagRun | StoredRun, stores: SessionStores, settings: DagSettings
+) -> tuple[Any, list[Exchange]]:
+    """The run to replay (with its state, events and calls) and the conversation it was planned in; a
+    ``DagError`` when it has not ended or made no model call.
+    """
+    original, history = _original(run, stores, settings)
+    run_id = original.state.run_id
+    if original.state.status == "running":
+        raise DagError(f"run {run_id} has not ended: replay it once it has (or resume it first)")
+    if not original.state.calls:
+        raise DagError(f"run {run_id} made no model call: there is nothing to replay")
+    return original, history
+
+
+def _original(
+    run: str | DagRun | StoredRun, stores: SessionStores, settings: DagSettings
+) -> tuple[Any, list[Exchange]]:
+    if isinstance(run, str):
+        stored = stores.load(run, settings, "replay", f"run {run!r} from")
+        return stored, stored.history
+    if isinstance(run, StoredRun):
+        return run, run.history
+    if not isinstance(run, DagRun):
+        raise TypeError(f"replay() takes a run, a run read back or a run id, got {type(run).__name__}")
+    conversation = run.conversation
+    if conversation is None:  # read back: the store holds the conversation it was planned in
+        conversation = stores.load(run.run_id, settings, "replay", f"run {run.run_id!r} from").history
+    return run, conversation
