@@ -13,7 +13,7 @@ from dagmagic.evaluation.experiment import (
     ScoreSummary,
 )
 from dagmagic.evaluation.judge import JudgeVerdict, LLMJudge, llm_judge
-from dagmagic.evaluation.runner import load_experiment, scorer_name
+from dagmagic.evaluation.loading import load_experiment
 from dagmagic.evaluation.scorers import (
     Score,
     ScoreFunction,
@@ -26,6 +26,7 @@ from dagmagic.evaluation.scorers import (
     numeric,
     used_tool,
 )
+from dagmagic.evaluation.scoring import scorer_name
 
 __all__ = [
     "Case",

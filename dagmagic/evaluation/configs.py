@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 
+from dagmagic.evaluation._session import CellOptions, EvaluationSession
 from dagmagic.llm import ModelRegistry
 from dagmagic.settings import DagSettings
-
-if TYPE_CHECKING:
-    from dagmagic.session import DagSession, RunOptions
 
 __all__ = ["DEFAULT_CONFIG", "Config", "as_configs"]
 
@@ -31,9 +29,9 @@ class Config:
     settings: DagSettings | None = None
     tools: tuple[Any, ...] | None = None
 
-    def options(self) -> RunOptions:
+    def options(self) -> CellOptions:
         """The run options of a cell run with this configuration."""
-        options: RunOptions = {}
+        options: CellOptions = {}
         if self.models is not None:
             options["models"] = self.models
         if self.settings is not None:
@@ -43,7 +41,7 @@ class Config:
         return options
 
 
-def as_configs(configs: Mapping[str, Any] | None, session: DagSession) -> list[Config]:
+def as_configs(configs: Mapping[str, Any] | None, session: EvaluationSession) -> list[Config]:
     """The configurations named in ``configs`` (``{"small": {"models": {"smart": "openai/gpt-4o-mini"}}}``), each
     built over the session's own: ``models`` a ``ModelRegistry`` or role → model (a model string or a backend;
     the roles not named fall back among the given models), ``settings`` a ``DagSettings`` or a dict of its fields
@@ -57,7 +55,7 @@ def as_configs(configs: Mapping[str, Any] | None, session: DagSession) -> list[C
     return [_config(str(name), spec, session) for name, spec in configs.items()]
 
 
-def _config(name: str, spec: Any, session: DagSession) -> Config:
+def _config(name: str, spec: Any, session: EvaluationSession) -> Config:
     if not isinstance(spec, Mapping):
         raise TypeError(f"config {name!r} must be a dict of any of {', '.join(_KEYS)}; got {type(spec).__name__}")
     if unknown := sorted(set(map(str, spec)) - set(_KEYS)):
