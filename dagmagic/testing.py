@@ -35,15 +35,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dagmagic.errors import ConfigurationError, ReplayMismatch
 from dagmagic.events import Event, ModelsReady
-from dagmagic.llm.backend import (
-    Capabilities,
-    ChatRequest,
-    ChatResponse,
-    StreamChunk,
-    ToolCallData,
-    response_pieces,
-)
 from dagmagic.llm.cassette import Cassette, Interaction
+from dagmagic.llm.protocol import Capabilities, ChatRequest, ChatResponse, StreamChunk, ToolCallData, response_pieces
 from dagmagic.llm.registry import ModelRegistry
 from dagmagic.llm.replay import ReplayLLM, replay_registry
 from dagmagic.llm.tokens import approximate_tokens

@@ -19,16 +19,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dagmagic import errors
-from dagmagic.llm.backend import (
-    Capabilities,
-    ChatBackend,
-    ChatRequest,
-    ChatResponse,
-    LiteLLMBackend,
-    StreamChunk,
-    response_pieces,
-    router_deployments,
-)
 from dagmagic.llm.cassette import (
     Cassette,
     Interaction,
@@ -38,6 +28,8 @@ from dagmagic.llm.cassette import (
     request_key,
     tool_names,
 )
+from dagmagic.llm.litellm_backend import LiteLLMBackend, router_deployments
+from dagmagic.llm.protocol import Capabilities, ChatBackend, ChatRequest, ChatResponse, StreamChunk, response_pieces
 from dagmagic.llm.registry import ModelEntry, ModelRegistry
 from dagmagic.llm.tokens import approximate_tokens, context_window
 from dagmagic.llm.wrapping import WrappingBackend, provider_backend
