@@ -198,7 +198,7 @@ class DagSession:
         conversation: its answer does not join it. A run the user steered (follow-ups, a re-run, an edited
         plan) diverges where the user acted.
         """
-        from dagmagic.testing import replay  # a recording answers: the same seam as in a test
+        from dagmagic.store.replay import replay  # a recording answers: the same seam as in a test
 
         _running_loop("DagSession.start_replay()", "asyncio.run(session.replay(run_id))")
         if "models" in options:
