@@ -23,7 +23,7 @@ in order, the last one repeating, or to a callable ``(request) -> reply``, sync 
 - a list of strings: pieces of a streamed reply (an exception in the list is raised at that point).
 
 Replaying a recorded run lives elsewhere and is re-exported here, where tests look for it: ``replay`` and
-``recording_of`` (``dagmagic.store.replay``), ``ReplayLLM`` (``dagmagic.llm.replay``) and ``Cassette``.
+``recording_of`` (``dagmagic.store.replay``), ``ReplayLLM`` (``dagmagic.llm.replay_backend``) and ``Cassette``.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from dagmagic.errors import ReplayMismatch
 from dagmagic.llm.cassette import Cassette
 from dagmagic.llm.protocol import Capabilities, ChatRequest, ChatResponse, StreamChunk, ToolCallData, response_pieces
-from dagmagic.llm.replay import ReplayLLM
+from dagmagic.llm.replay_backend import ReplayLLM
 from dagmagic.llm.tokens import approximate_tokens
 from dagmagic.models import Purpose
 from dagmagic.store.replay import recording_of, replay

@@ -12,7 +12,7 @@ from dagmagic.errors import ConfigurationError
 from dagmagic.events import Event, ModelsReady
 from dagmagic.llm.cassette import Cassette, Interaction
 from dagmagic.llm.registry import ModelRegistry
-from dagmagic.llm.replay import replay_registry
+from dagmagic.llm.replay_backend import replay_registry
 from dagmagic.models import RunState
 from dagmagic.settings import DagSettings
 from dagmagic.store.run_store import RunStore
