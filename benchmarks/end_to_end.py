@@ -53,7 +53,7 @@ from typing import Annotated, Any, TypedDict
 from dagmagic import DagSession, DagSettings, ModelRegistry, tool
 from dagmagic.engine.calls.analyzer import Verdict
 from dagmagic.events import AnswerDelta
-from dagmagic.llm.backend import Capabilities, ChatRequest, ChatResponse, StreamChunk
+from dagmagic.llm.protocol import Capabilities, ChatRequest, ChatResponse, StreamChunk
 from dagmagic.llm.tokens import approximate_tokens
 from dagmagic.testing import ScriptedLLM, ScriptedRequest, ToolCall
 

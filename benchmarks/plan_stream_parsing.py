@@ -37,7 +37,7 @@ from typing import Any
 from dagmagic.engine.calls.plan_stream import PlanStream
 from dagmagic.engine.calls.planner import Planner
 from dagmagic.llm import ChatModel, ModelRegistry
-from dagmagic.llm.backend import Capabilities, ChatRequest, ChatResponse, StreamChunk
+from dagmagic.llm.protocol import Capabilities, ChatRequest, ChatResponse, StreamChunk
 from dagmagic.models import PlanStep
 from dagmagic.settings import DagSettings
 from dagmagic.testing import ScriptedLLM

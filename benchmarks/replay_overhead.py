@@ -28,8 +28,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dagmagic import DagSession, DagSettings, ModelRegistry, tool
-from dagmagic.llm.backend import ChatRequest
 from dagmagic.llm.cassette import Cassette, Interaction, request_key
+from dagmagic.llm.protocol import ChatRequest
 from dagmagic.llm.replay import ReplayLLM, forget_cassettes
 from dagmagic.testing import ScriptedLLM, ToolCall, recording_of, replay
 

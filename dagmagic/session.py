@@ -29,7 +29,7 @@ from dagmagic.llm import ModelRegistry
 from dagmagic.models import Exchange, RunState
 from dagmagic.settings import DagSettings
 from dagmagic.store import RunStore, StoredRun
-from dagmagic.testing import replay as replay_registry
+from dagmagic.store.replay import replay as replay_registry
 
 __all__ = ["DagSession", "RunOptions"]
 

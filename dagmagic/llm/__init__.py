@@ -1,18 +1,18 @@
 """The LLM layer: every model call goes through ``ChatModel``; only this package touches litellm."""
 
 from dagmagic.errors import StructuredOutputError
-from dagmagic.llm.backend import (
+from dagmagic.llm.client import ChatModel, ChatResult, EventSink, as_chat_model
+from dagmagic.llm.extraction import extract_json
+from dagmagic.llm.litellm_backend import LiteLLMBackend
+from dagmagic.llm.protocol import (
     Capabilities,
     ChatBackend,
     ChatRequest,
     ChatResponse,
-    LiteLLMBackend,
     StreamChunk,
     ToolCallData,
     ToolCallDelta,
 )
-from dagmagic.llm.client import ChatModel, ChatResult, EventSink, as_chat_model
-from dagmagic.llm.extraction import extract_json
 from dagmagic.llm.registry import STANDARD_ROLES, ModelEntry, ModelRegistry
 from dagmagic.llm.structured import StructuredResult, structured_llm_call
 

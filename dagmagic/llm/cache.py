@@ -29,7 +29,7 @@ from typing import ClassVar
 
 from dagmagic._secrets import mask_secrets
 from dagmagic.errors import ConfigurationError
-from dagmagic.llm.backend import ChatBackend, ChatRequest, ChatResponse, StreamChunk, response_pieces
+from dagmagic.llm.protocol import ChatBackend, ChatRequest, ChatResponse, StreamChunk, response_pieces
 from dagmagic.llm.registry import ModelEntry, ModelRegistry
 from dagmagic.llm.wrapping import WrappingBackend
 from dagmagic.settings import DagSettings

@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from dagmagic._secrets import mask_secrets
 from dagmagic.errors import ConfigurationError
-from dagmagic.llm.backend import ChatRequest, ChatResponse, ToolCallDelta
+from dagmagic.llm.protocol import ChatRequest, ChatResponse, ToolCallDelta
 from dagmagic.models import LLMCall, ModelCard, Purpose, StructuredLevel
 
 __all__ = [

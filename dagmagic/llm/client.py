@@ -26,10 +26,10 @@ from dagmagic import errors
 from dagmagic._secrets import mask_secrets
 from dagmagic.events import CallProgress, Event, LLMCallRecorded, RunWarning
 from dagmagic.llm._litellm import translate_error
-from dagmagic.llm.backend import ChatBackend, ChatRequest, ChatResponse, StreamChunk
 from dagmagic.llm.breaker import NO_ANSWER, CircuitBreaker
 from dagmagic.llm.budget import CURRENT_BUDGET
 from dagmagic.llm.cassette import request_digest, tool_names
+from dagmagic.llm.protocol import ChatBackend, ChatRequest, ChatResponse, StreamChunk
 from dagmagic.llm.registry import ModelEntry, ModelRegistry
 from dagmagic.models import LLMCall, Purpose, StructuredLevel, Usage
 from dagmagic.settings import DagSettings

@@ -10,8 +10,9 @@ from typing import Any
 from dagmagic._secrets import is_secret_option, remember_secrets
 from dagmagic.errors import ConfigurationError
 from dagmagic.llm._litellm import import_litellm
-from dagmagic.llm.backend import Capabilities, ChatBackend, LiteLLMBackend, is_router, router_deployments
 from dagmagic.llm.defaults import default_models, ollama_base_url
+from dagmagic.llm.litellm_backend import LiteLLMBackend, is_router, router_deployments
+from dagmagic.llm.protocol import Capabilities, ChatBackend
 from dagmagic.llm.wrapping import provider_backend
 
 __all__ = ["ROLE_ENV", "STANDARD_ROLES", "ModelEntry", "ModelRegistry"]

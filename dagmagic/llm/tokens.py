@@ -116,11 +116,6 @@ def approximate_tokens(text: str) -> int:
     return -(-twentieths // 20)
 
 
-def _digit_surplus(text: str) -> int:
-    """Tokens a per-digit tokenizer spends on numbers beyond tiktoken's three digits a token."""
-    return sum(len(run) - (len(run) + 2) // 3 for run in _DIGITS.findall(text))
-
-
 def _remembered(entry: ModelEntry) -> _Counts:
     with _counts_lock:
         counts = _counts.get(entry)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from dagmagic.llm.backend import Capabilities, ChatBackend, ChatRequest, ChatResponse, StreamChunk
+from dagmagic.llm.protocol import Capabilities, ChatBackend, ChatRequest, ChatResponse, StreamChunk
 
 __all__ = ["WrappingBackend", "provider_backend"]
 

@@ -461,7 +461,7 @@ async def replay(notebook: NotebookSession, line: str) -> DagRun:
     try:
         session = notebook.session()
     except UsageError:  # no model is configured: a replay needs none, the session starts on the recording's
-        from dagmagic.testing import replay as recorded
+        from dagmagic.store.replay import replay as recorded
 
         session = notebook.session({"models": recorded(original), "settings": settings})
     allow_code = notebook.magics.allow_code

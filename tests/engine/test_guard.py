@@ -262,7 +262,7 @@ def request_tokens_measured(request: ScriptedRequest) -> int:
 
     import litellm
 
-    from dagmagic.llm.tokens import _digit_surplus
+    from dagmagic.llm.litellm_backend import _digit_surplus
 
     tokens = int(litellm.token_counter(model="", messages=request.messages, tools=request.tools or None))
     return tokens + _digit_surplus(json.dumps([request.messages, request.tools]))

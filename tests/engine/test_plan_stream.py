@@ -17,7 +17,7 @@ from dagmagic.engine.calls.planner import Planner
 from dagmagic.engine.steps.executor import DagExecutor
 from dagmagic.events import LLMCallRecorded, PlanReady, RunWarning, StepPlanned, StepStarted
 from dagmagic.llm import ChatModel, ModelRegistry, extraction
-from dagmagic.llm.backend import StreamChunk, ToolCallDelta
+from dagmagic.llm.protocol import StreamChunk, ToolCallDelta
 from dagmagic.models import ExecutionPlan, PlanStep
 from dagmagic.settings import DagSettings
 from dagmagic.testing import ScriptedLLM

@@ -24,7 +24,7 @@ from dagmagic.engine.calls import prompts
 from dagmagic.engine.loop.driver import INTERRUPTED_WHILE_PLANNING
 from dagmagic.errors import RateLimitError
 from dagmagic.events import PlanReady
-from dagmagic.llm.backend import ChatRequest, StreamChunk
+from dagmagic.llm.protocol import ChatRequest, StreamChunk
 from dagmagic.store import RunStore
 from dagmagic.testing import ScriptedLLM, ScriptedRequest, ToolCall
 

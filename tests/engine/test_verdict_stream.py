@@ -21,7 +21,7 @@ from dagmagic.events import (
     RunWarning,
 )
 from dagmagic.llm import ChatModel
-from dagmagic.llm.backend import StreamChunk, ToolCallDelta
+from dagmagic.llm.protocol import StreamChunk, ToolCallDelta
 from dagmagic.models import AnalysisResult, PlanStep
 from dagmagic.store import RunStore
 from dagmagic.testing import ScriptedLLM

@@ -7,7 +7,7 @@ from collections.abc import Collection
 from typing import Any
 
 from dagmagic.llm import ChatModel, ModelRegistry
-from dagmagic.llm.backend import ChatRequest, ToolCallData
+from dagmagic.llm.protocol import ChatRequest, ToolCallData
 from dagmagic.models import AnalysisResult, ExecutionPlan
 from dagmagic.settings import DagSettings
 from dagmagic.testing import ScriptedLLM

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from dagmagic.engine.calls.plan_stream import PlanStream
 from dagmagic.engine.calls.planner import PlanDraft, Planner, recover_steps
 from dagmagic.events import RunWarning
-from dagmagic.llm.backend import StreamChunk, ToolCallDelta
+from dagmagic.llm.protocol import StreamChunk, ToolCallDelta
 from dagmagic.llm.structured import echoes_schema
 from dagmagic.models import ExecutionPlan, PlanStep
 from dagmagic.settings import DagSettings

@@ -12,8 +12,8 @@ import pytest
 
 from dagmagic import ConfigurationError, DagSession, DagSettings, ModelRegistry, errors
 from dagmagic.llm import ChatModel
-from dagmagic.llm.backend import ChatRequest
 from dagmagic.llm.cache import CachingBackend, ResponseCache, cached_registry, request_key
+from dagmagic.llm.protocol import ChatRequest
 from dagmagic.testing import ScriptedLLM
 from tests.engine.conftest import plan_reply, verdict
 

@@ -12,7 +12,8 @@ import pytest
 
 from dagmagic import DagSession, DagSettings, ModelRegistry
 from dagmagic.llm._litellm import import_litellm
-from dagmagic.llm.backend import ChatRequest, call_metadata
+from dagmagic.llm.litellm_backend import call_metadata
+from dagmagic.llm.protocol import ChatRequest
 from tests.fake_provider import Provider
 from tests.llm.test_replay import GOAL, answer_like_a_model
 

@@ -11,7 +11,7 @@ import pytest
 
 from dagmagic import DagSession, DagSettings, ModelRegistry, tool
 from dagmagic.errors import ConfigurationError, ReplayMismatch
-from dagmagic.llm.backend import ChatRequest
+from dagmagic.llm.protocol import ChatRequest
 from dagmagic.llm.replay import cassette_registry, forget_cassettes
 from dagmagic.testing import Cassette, ReplayLLM, ScriptedLLM, ToolCall, recording_of, replay
 from tests.engine.conftest import plan_reply, verdict

@@ -13,8 +13,8 @@ import pytest
 
 from dagmagic import ModelRegistry
 from dagmagic.llm import Capabilities, ChatBackend, ChatRequest, ChatResponse, StreamChunk
+from dagmagic.llm.litellm_backend import _digit_surplus
 from dagmagic.llm.tokens import (
-    _digit_surplus,
     approximate_tokens,
     context_window,
     count_tokens,

@@ -33,8 +33,8 @@ from dagmagic.engine.calls.planner import (
 )
 from dagmagic.engine.steps.tool_steps import references
 from dagmagic.errors import TransientProviderError
-from dagmagic.llm.backend import StreamChunk
 from dagmagic.llm.extraction import extract_json, parse_json
+from dagmagic.llm.protocol import StreamChunk
 from dagmagic.llm.structured import OutputShape, echoes_schema, with_instruction
 from dagmagic.models import PlanStep, StructuredLevel, split_round_reference
 

@@ -19,7 +19,7 @@ import pydantic_core
 
 from dagmagic.errors import TransientProviderError
 from dagmagic.llm import ChatModel, extract_json
-from dagmagic.llm.backend import StreamChunk
+from dagmagic.llm.protocol import StreamChunk
 from dagmagic.llm.structured import OutputShape, with_instruction
 from dagmagic.models import AnalysisResult, StructuredLevel
 
