@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         (
             "dagmagic._secrets",
             "dagmagic.models",
+            "dagmagic.diff",
             "dagmagic.messages",
             "dagmagic.events",
             "dagmagic.errors",
@@ -35,7 +36,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("llm", ("dagmagic.llm",)),
     ("store", ("dagmagic.store",)),
     ("engine", ("dagmagic.engine",)),
-    ("session", ("dagmagic.session", "dagmagic.evaluation", "dagmagic.tracing", "dagmagic.diff", "dagmagic.testing")),
+    ("session", ("dagmagic.session", "dagmagic.evaluation", "dagmagic.tracing", "dagmagic.testing")),
     ("notebook", ("dagmagic.notebook", "dagmagic.server", "dagmagic.__main__", "dagmagic.compare")),
     ("package", ("dagmagic",)),
 ]
