@@ -7,25 +7,17 @@ A keyword wins over the environment; an unset variable leaves the default. A bad
 from __future__ import annotations
 
 import os
-import warnings
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, Literal
 
-import annotated_types
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
+from dagmagic._settings_env import configuration_error, deprecated_env_var, env, env_var_names, values_from_env
 from dagmagic.errors import ConfigurationError
 from dagmagic.store_url import StoreURL, store_location
 
 __all__ = ["DagSettings", "settings_table"]
-
-
-def _env(*names: str, deprecated: str | None = None) -> dict[str, Any]:
-    """The variables a field is read from, in order; a ``deprecated`` one last, read with a warning."""
-    return {"env": [*names, *([deprecated] if deprecated else [])], "deprecated_env": deprecated}
 
 
 class DagSettings(BaseModel):
@@ -37,20 +29,20 @@ class DagSettings(BaseModel):
     smart_model: str | None = Field(
         None,
         description="Model for planning, analysis, synthesis and checks.",
-        json_schema_extra=_env("DAG_SMART_MODEL"),
+        json_schema_extra=env("DAG_SMART_MODEL"),
     )
     general_model: str | None = Field(
-        None, description="Default model for steps.", json_schema_extra=_env("DAG_GENERAL_MODEL")
+        None, description="Default model for steps.", json_schema_extra=env("DAG_GENERAL_MODEL")
     )
     fast_model: str | None = Field(
         None,
         description="Model for steps hinted `fast`, compaction and history summaries.",
-        json_schema_extra=_env("DAG_FAST_MODEL"),
+        json_schema_extra=env("DAG_FAST_MODEL"),
     )
     reasoning_model: str | None = Field(
         None,
         description="Model for steps hinted `reasoning` and domain escalation.",
-        json_schema_extra=_env("DAG_REASONING_MODEL"),
+        json_schema_extra=env("DAG_REASONING_MODEL"),
     )
 
     # --- goal loop
@@ -58,7 +50,7 @@ class DagSettings(BaseModel):
         3,
         ge=1,
         description="Autonomous rounds at most: the first plan plus up to N-1 replans.",
-        json_schema_extra=_env("DAG_MAX_REPLAN_ROUNDS"),
+        json_schema_extra=env("DAG_MAX_REPLAN_ROUNDS"),
     )
     max_cost: float | None = Field(
         None,
@@ -68,43 +60,43 @@ class DagSettings(BaseModel):
             "call starts; calls under way finish, and the run answers from what completed, marked partial. Calls "
             "whose price litellm does not know cannot be counted (a warning says so). Unset: no budget."
         ),
-        json_schema_extra=_env("DAG_MAX_COST"),
+        json_schema_extra=env("DAG_MAX_COST"),
     )
     replan_stop_confidence: float = Field(
         0.8,
         ge=0.0,
         le=1.0,
         description="A round not achieved but at least this confident stops replanning.",
-        json_schema_extra=_env("DAG_REPLAN_STOP_CONFIDENCE"),
+        json_schema_extra=env("DAG_REPLAN_STOP_CONFIDENCE"),
     )
 
     # --- planner
     plan_min_steps: int = Field(
-        2, ge=1, description="Fewest steps the planner is asked for.", json_schema_extra=_env("DAG_PLAN_MIN_STEPS")
+        2, ge=1, description="Fewest steps the planner is asked for.", json_schema_extra=env("DAG_PLAN_MIN_STEPS")
     )
     plan_max_steps: int = Field(
         6,
         ge=1,
         description="Most steps a plan may have; more triggers one re-ask.",
-        json_schema_extra=_env("DAG_PLAN_MAX_STEPS"),
+        json_schema_extra=env("DAG_PLAN_MAX_STEPS"),
     )
     planner_input_tokens: int = Field(
         16000,
         ge=1000,
         description="Above this many tokens the history is summarized before planning.",
-        json_schema_extra=_env("DAG_PLANNER_INPUT_TOKENS"),
+        json_schema_extra=env("DAG_PLANNER_INPUT_TOKENS"),
     )
     history_fallback_chars: int = Field(
         20000,
         ge=1000,
         description="History kept (last characters) when it cannot be summarized.",
-        json_schema_extra=_env("DAG_HISTORY_FALLBACK_CHARS"),
+        json_schema_extra=env("DAG_HISTORY_FALLBACK_CHARS"),
     )
 
     streaming_planner: bool = Field(
         True,
         description="Start steps while the plan still streams, when the smart model can stream.",
-        json_schema_extra=_env("DAG_STREAMING_PLANNER"),
+        json_schema_extra=env("DAG_STREAMING_PLANNER"),
     )
 
     # --- executor
@@ -112,7 +104,7 @@ class DagSettings(BaseModel):
         5,
         ge=1,
         description="Steps running at once.",
-        json_schema_extra=_env("DAG_MAX_CONCURRENCY", deprecated="MAX_CONCURRENCY"),
+        json_schema_extra=env("DAG_MAX_CONCURRENCY", deprecated="MAX_CONCURRENCY"),
     )
     max_depth: int = Field(
         1,
@@ -121,35 +113,35 @@ class DagSettings(BaseModel):
             "How deep subruns nest: the planner may mark a step `subplan` to run it as a subrun, a DAG of its "
             "own, down to this depth; 0 turns subruns off."
         ),
-        json_schema_extra=_env("DAG_MAX_DEPTH"),
+        json_schema_extra=env("DAG_MAX_DEPTH"),
     )
     step_timeout: float = Field(
-        600.0, gt=0, description="Seconds a step may run before it fails.", json_schema_extra=_env("DAG_STEP_TIMEOUT")
+        600.0, gt=0, description="Seconds a step may run before it fails.", json_schema_extra=env("DAG_STEP_TIMEOUT")
     )
     max_message_chars: int = Field(
         50000,
         ge=1000,
         description="Dependency context a step sees, in characters.",
-        json_schema_extra=_env("DAG_MAX_MESSAGE_CHARS"),
+        json_schema_extra=env("DAG_MAX_MESSAGE_CHARS"),
     )
     structured_context_multiplier: float = Field(
         3.0,
         ge=1.0,
         description="Context allowance multiplier when a dependency holds a table, code or citation.",
-        json_schema_extra=_env("DAG_STRUCTURED_CONTEXT_MULTIPLIER"),
+        json_schema_extra=env("DAG_STRUCTURED_CONTEXT_MULTIPLIER"),
     )
     context_floor_tokens: int = Field(
         4000,
         ge=500,
         description="Smallest token budget the context guard assumes for any model.",
-        json_schema_extra=_env("DAG_CONTEXT_FLOOR_TOKENS"),
+        json_schema_extra=env("DAG_CONTEXT_FLOOR_TOKENS"),
     )
     default_context_tokens: int = Field(
         8192,
         ge=1000,
         description="Context window assumed for a model whose window is unknown (local servers); "
         "`register(..., context_window=N)` sets one model's.",
-        json_schema_extra=_env("DAG_DEFAULT_CONTEXT_TOKENS"),
+        json_schema_extra=env("DAG_DEFAULT_CONTEXT_TOKENS"),
     )
 
     # --- step agent
@@ -157,28 +149,28 @@ class DagSettings(BaseModel):
         15,
         ge=1,
         description="Tool-calling turns a step may take before it fails.",
-        json_schema_extra=_env("DAG_STEP_MAX_ITERATIONS"),
+        json_schema_extra=env("DAG_STEP_MAX_ITERATIONS"),
     )
     tool_selection_threshold: int = Field(
         12,
         ge=1,
         description="Above this many tools a step first selects the relevant ones.",
-        json_schema_extra=_env("DAG_TOOL_SELECTION_THRESHOLD"),
+        json_schema_extra=env("DAG_TOOL_SELECTION_THRESHOLD"),
     )
     tool_selection_max: int = Field(
-        6, ge=1, description="Tools kept by tool selection.", json_schema_extra=_env("DAG_TOOL_SELECTION_MAX")
+        6, ge=1, description="Tools kept by tool selection.", json_schema_extra=env("DAG_TOOL_SELECTION_MAX")
     )
     observation_max_chars: int = Field(
         8000,
         ge=100,
         description="A tool observation is cut to this many characters.",
-        json_schema_extra=_env("DAG_OBSERVATION_MAX_CHARS"),
+        json_schema_extra=env("DAG_OBSERVATION_MAX_CHARS"),
     )
     tool_timeout: float = Field(
         60.0,
         gt=0,
         description="Seconds one tool call may take before it returns a timeout observation.",
-        json_schema_extra=_env("DAG_TOOL_TIMEOUT"),
+        json_schema_extra=env("DAG_TOOL_TIMEOUT"),
     )
     tool_threads: int = Field(
         16,
@@ -188,29 +180,29 @@ class DagSettings(BaseModel):
             "Threads sync tools may hold at once, apart from the model calls' threads; a tool past its timeout "
             "holds its thread until it returns."
         ),
-        json_schema_extra=_env("DAG_TOOL_THREADS"),
+        json_schema_extra=env("DAG_TOOL_THREADS"),
     )
     code_timeout: float = Field(
         30.0,
         gt=0,
         description="Seconds the opt-in `python` tool's process may run before it is killed.",
-        json_schema_extra=_env("DAG_CODE_TIMEOUT"),
+        json_schema_extra=env("DAG_CODE_TIMEOUT"),
     )
     code_network: bool = Field(
         False,
         description="Let the opt-in `python` tool's scripts use the network (a sandboxed script has none without it).",
-        json_schema_extra=_env("DAG_CODE_NETWORK"),
+        json_schema_extra=env("DAG_CODE_NETWORK"),
     )
     domain_routing: bool = Field(
         True,
         description="The first plan call also says the goal's domain (legal, medical, financial), which steers "
         "precise steps to the reasoning model.",
-        json_schema_extra=_env("DAG_DOMAIN_ROUTING"),
+        json_schema_extra=env("DAG_DOMAIN_ROUTING"),
     )
     citation_verification: bool = Field(
         True,
         description="Check citation-like strings in step results with the smart model.",
-        json_schema_extra=_env("DAG_CITATION_VERIFICATION"),
+        json_schema_extra=env("DAG_CITATION_VERIFICATION"),
     )
 
     # --- analyzer, replanning and synthesis
@@ -218,25 +210,25 @@ class DagSettings(BaseModel):
         10000,
         ge=100,
         description="Each step result the analyzer sees, in characters.",
-        json_schema_extra=_env("DAG_ANALYZER_RESULT_CHARS"),
+        json_schema_extra=env("DAG_ANALYZER_RESULT_CHARS"),
     )
     synthesis_result_chars: int = Field(
         10000,
         ge=100,
         description="Each step result synthesis sees, in characters.",
-        json_schema_extra=_env("DAG_SYNTHESIS_RESULT_CHARS"),
+        json_schema_extra=env("DAG_SYNTHESIS_RESULT_CHARS"),
     )
     replan_preview_chars: int = Field(
         500,
         ge=50,
         description="Result preview per step of the latest round in the replan context.",
-        json_schema_extra=_env("DAG_REPLAN_PREVIEW_CHARS"),
+        json_schema_extra=env("DAG_REPLAN_PREVIEW_CHARS"),
     )
     replan_older_preview_chars: int = Field(
         200,
         ge=50,
         description="Result preview per step of older rounds in the replan context.",
-        json_schema_extra=_env("DAG_REPLAN_OLDER_PREVIEW_CHARS"),
+        json_schema_extra=env("DAG_REPLAN_OLDER_PREVIEW_CHARS"),
     )
 
     # --- retries
@@ -245,20 +237,20 @@ class DagSettings(BaseModel):
         gt=0,
         description="Seconds one LLM call may take (a stream: between two pieces) before it counts as timed out "
         "and is retried; raise it for slow local models.",
-        json_schema_extra=_env("DAG_LLM_TIMEOUT"),
+        json_schema_extra=env("DAG_LLM_TIMEOUT"),
     )
     llm_retries: int = Field(
         2,
         ge=0,
         description="Retries of one LLM call on a rate limit, timeout, 5xx or connection error.",
-        json_schema_extra=_env("DAG_LLM_RETRIES"),
+        json_schema_extra=env("DAG_LLM_RETRIES"),
     )
     llm_retry_backoff: float = Field(
         1.0,
         ge=0,
         description="Seconds before the first LLM call retry; doubles each time, plus a random jitter of up to as "
         "much (parallel calls hit by one rate limit spread out). A provider's Retry-After (up to 60 s) wins.",
-        json_schema_extra=_env("DAG_LLM_RETRY_BACKOFF"),
+        json_schema_extra=env("DAG_LLM_RETRY_BACKOFF"),
     )
     llm_rate_limit_wait: float = Field(
         600.0,
@@ -267,7 +259,7 @@ class DagSettings(BaseModel):
         "(a deployment's rpm/tpm, also shared through Redis, or its parallel requests) before sending it: it waits "
         "for the next minute's window (or a free slot) without spending a retry; past this the call fails rate "
         "limited.",
-        json_schema_extra=_env("DAG_LLM_RATE_LIMIT_WAIT"),
+        json_schema_extra=env("DAG_LLM_RATE_LIMIT_WAIT"),
     )
     llm_unanswered_limit: int = Field(
         4,
@@ -277,7 +269,7 @@ class DagSettings(BaseModel):
             "after which the run stops calling that model: its calls fail at once, and the run answers from what "
             "completed, naming it. Any answer starts the count again."
         ),
-        json_schema_extra=_env("DAG_LLM_UNANSWERED_LIMIT"),
+        json_schema_extra=env("DAG_LLM_UNANSWERED_LIMIT"),
     )
     step_immediate_retries: int = Field(
         1,
@@ -286,7 +278,7 @@ class DagSettings(BaseModel):
             "Immediate re-runs of a step after a transient error (rate limit, timeout, 5xx, connection), once the "
             "LLM call's own retries are spent; the step keeps its slot."
         ),
-        json_schema_extra=_env("DAG_STEP_IMMEDIATE_RETRIES"),
+        json_schema_extra=env("DAG_STEP_IMMEDIATE_RETRIES"),
     )
     step_retry_delays: tuple[float, ...] = Field(
         (30.0, 120.0, 600.0),
@@ -294,7 +286,7 @@ class DagSettings(BaseModel):
             "Then delayed re-runs, seconds each (comma-separated): the step waits `retrying` with its slot free "
             "(`run.retry_now(id)` skips the wait); then it fails for good and only its dependents are skipped."
         ),
-        json_schema_extra=_env("DAG_STEP_RETRY_DELAYS"),
+        json_schema_extra=env("DAG_STEP_RETRY_DELAYS"),
     )
 
     # --- durability
@@ -307,7 +299,7 @@ class DagSettings(BaseModel):
             '`pip install "dagmagic[postgres]"`); `%dag resume` and `session.resume(run_id)` continue a run from '
             "it. `none` disables it."
         ),
-        json_schema_extra=_env("DAG_STORE"),
+        json_schema_extra=env("DAG_STORE"),
     )
     cassette: str = Field(
         "none",
@@ -316,7 +308,7 @@ class DagSettings(BaseModel):
             "Cassette file (JSON lines) model calls are recorded to or replayed from, as `record` says; `none`: "
             "every call goes to its model."
         ),
-        json_schema_extra=_env("DAG_CASSETTE"),
+        json_schema_extra=env("DAG_CASSETTE"),
     )
     record: Literal["once", "new_episodes", "none", "all"] = Field(
         "once",
@@ -325,7 +317,7 @@ class DagSettings(BaseModel):
             "what matches and records the rest; `none` only replays (a call not recorded ends the run: for CI); "
             "`all` records it anew."
         ),
-        json_schema_extra=_env("DAG_RECORD"),
+        json_schema_extra=env("DAG_RECORD"),
     )
     runs_in_memory: int = Field(
         10,
@@ -335,7 +327,7 @@ class DagSettings(BaseModel):
             "read back from the run store when asked for (`dagmagic.load_run(run_id)`, `%dag show N`). Their "
             "answers stay in the conversation."
         ),
-        json_schema_extra=_env("DAG_RUNS_IN_MEMORY"),
+        json_schema_extra=env("DAG_RUNS_IN_MEMORY"),
     )
 
     # --- cache
@@ -346,7 +338,7 @@ class DagSettings(BaseModel):
             "tools and parameters) with no call and no cost: `on` (`.dagmagic/cache.sqlite`, relative to the "
             "working directory), a path, or `off`."
         ),
-        json_schema_extra=_env("DAG_CACHE"),
+        json_schema_extra=env("DAG_CACHE"),
     )
 
     # --- traces
@@ -357,15 +349,15 @@ class DagSettings(BaseModel):
             '`OTEL_EXPORTER_OTLP_*` variables say; needs `pip install "dagmagic[otel]"`. A `TracerProvider` your '
             "program sets gets the spans without it."
         ),
-        json_schema_extra=_env("DAG_OTEL"),
+        json_schema_extra=env("DAG_OTEL"),
     )
 
     def __init__(self, **data: Any) -> None:
-        from_env = _read_env(type(self).model_fields, data.keys(), os.environ)
+        from_env = values_from_env(type(self).model_fields, data.keys(), os.environ)
         try:
             super().__init__(**{**{name: raw for name, (_, raw) in from_env.items()}, **data})
         except ValidationError as exc:
-            raise _configuration_error(exc, from_env, data) from None
+            raise configuration_error(exc, DagSettings.model_fields, from_env, data) from None
         try:
             self.store_path  # noqa: B018 (a URL of a scheme the store does not support is refused now)
         except ValueError as exc:
@@ -432,118 +424,6 @@ _OFF = frozenset({"none", "off", "false", ""})
 DEFAULT_CACHE_PATH = Path(".dagmagic/cache.sqlite")
 """Where ``cache=on`` keeps model answers."""
 _MIN_MAX_FIELDS = ("plan_min_steps", "plan_max_steps")
-_SHOWN_CHARS = 40
-"""A value longer than this is shown by its start and its length (a pasted blob is not echoed whole)."""
-
-
-def _env_names(field: FieldInfo) -> list[str]:
-    extra = field.json_schema_extra
-    names = extra.get("env", []) if isinstance(extra, dict) else []
-    return [str(name) for name in names] if isinstance(names, list) else []
-
-
-def _read_env(fields: Mapping[str, FieldInfo], given: Any, environ: Mapping[str, str]) -> dict[str, tuple[str, str]]:
-    """Field name -> (variable, raw value) for every field not given as a keyword and set in the environment."""
-    found: dict[str, tuple[str, str]] = {}
-    for name, field in fields.items():
-        if name in given:
-            continue
-        for variable in _env_names(field):
-            if variable in environ:
-                found[name] = (variable, environ[variable])
-                if variable == _deprecated_env(field):
-                    warnings.warn(
-                        f"{variable} is deprecated (other tools use that name too): set {_env_names(field)[0]} "
-                        "instead.",
-                        FutureWarning,
-                        stacklevel=4,
-                    )
-                break
-    return found
-
-
-def _deprecated_env(field: FieldInfo) -> str | None:
-    extra = field.json_schema_extra
-    deprecated = extra.get("deprecated_env") if isinstance(extra, dict) else None
-    return deprecated if isinstance(deprecated, str) else None
-
-
-def _shown(value: object) -> str:
-    text = repr(value)
-    if len(text) <= _SHOWN_CHARS:
-        return text
-    length = len(value) if isinstance(value, str) else len(text)
-    return f"{text[:_SHOWN_CHARS]}… ({length:,} characters)"
-
-
-_BOUNDS = (
-    (annotated_types.Ge, "ge", ">="),
-    (annotated_types.Gt, "gt", ">"),
-    (annotated_types.Le, "le", "<="),
-    (annotated_types.Lt, "lt", "<"),
-    (annotated_types.MinLen, "min_length", "of length >="),
-)
-
-
-def _accepted(field: FieldInfo) -> str:
-    """What a field accepts, in words, from its type and constraints."""
-    kinds = {int: "an integer", float: "a number", bool: "true or false", str: "text"}
-    annotation = field.annotation
-    if annotation in kinds:
-        words = kinds[annotation]
-    elif get_origin(annotation) is Literal:
-        words = "one of " + ", ".join(str(choice) for choice in get_args(annotation))
-    elif annotation == float | None:
-        words = "a number"
-    elif annotation == tuple[float, ...]:
-        words = "numbers of seconds separated by commas (e.g. 30,120,600)"
-    else:
-        words = "a litellm model string (e.g. openai/gpt-4.1-mini)"
-    bounds = [
-        f"{sign} {getattr(meta, attr)}"
-        for meta in field.metadata
-        for kind, attr, sign in _BOUNDS
-        if isinstance(meta, kind)
-    ]
-    accepted = " ".join([words, " and ".join(bounds)]).strip()
-    return f"{accepted}, or none" if annotation == float | None else accepted
-
-
-def _configuration_error(
-    exc: ValidationError, from_env: Mapping[str, tuple[str, str]], given: Mapping[str, Any]
-) -> ConfigurationError:
-    fields = DagSettings.model_fields
-
-    def source_of(name: str) -> str | None:
-        if name in from_env:
-            variable, raw = from_env[name]
-            return f"{variable}={_shown(raw)}"
-        if name in given:
-            return f"DagSettings({name}={_shown(given[name])})"
-        return None
-
-    lines = []
-    for error in exc.errors():
-        name = str(error["loc"][0]) if error["loc"] else ""
-        source = source_of(name)
-        if source is None:
-            involved = error.get("ctx", {}).get("fields", ())
-            sources = [source_of(field) or _left_at_default(field) for field in involved]
-            lines.append(
-                f"{error['msg']}: from {' and '.join(sources)}." if sources else f"DagSettings: {error['msg']}"
-            )
-            continue
-        if name not in fields:
-            lines.append(f"{source}: unknown setting; known settings are {', '.join(sorted(fields))}")
-            continue
-        field = fields[name]
-        lines.append(f"{source} is not accepted: expected {_accepted(field)} (default {field.default!r}).")
-    return ConfigurationError("\n".join(lines))
-
-
-def _left_at_default(name: str) -> str:
-    field = DagSettings.model_fields[name]
-    return f"{name} left at its default {field.default!r} ({_env_names(field)[0]})"
 
 
 def settings_table() -> str:
@@ -553,7 +433,7 @@ def settings_table() -> str:
         default = field.default
         shown = ",".join(f"{d:g}" for d in default) if isinstance(default, tuple) else default
         variables = " / ".join(
-            f"`{v}` (deprecated)" if v == _deprecated_env(field) else f"`{v}`" for v in _env_names(field)
+            f"`{v}` (deprecated)" if v == deprecated_env_var(field) else f"`{v}`" for v in env_var_names(field)
         )
         rows.append(f"| `{name}` | {variables} | `{shown}` | {field.description} |")
     return "\n".join(rows)

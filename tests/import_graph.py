@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "dagmagic.events",
             "dagmagic.errors",
             "dagmagic.settings",
+            "dagmagic._settings_env",
             "dagmagic.store_url",
         ),
     ),

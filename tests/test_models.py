@@ -3,13 +3,13 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel
 
+from dagmagic.diff import RoundDiff
 from dagmagic.models import (
     AnalysisResult,
     Decision,
     ExecutionPlan,
     LLMCall,
     PlanStep,
-    RoundDiff,
     RoundRecord,
     RunState,
     ToolCallRecord,

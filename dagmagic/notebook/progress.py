@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dagmagic.diff import Divergence
 from dagmagic.engine.run.dag_run import DagRun
 from dagmagic.engine.run.queries import STOPPED_BY_YOU
 from dagmagic.events import (
@@ -16,7 +17,7 @@ from dagmagic.events import (
     StepPaused,
     StepStarted,
 )
-from dagmagic.models import Divergence, PlanStep, RoundRecord, ToolCallRecord, Usage
+from dagmagic.models import PlanStep, RoundRecord, ToolCallRecord, Usage
 from dagmagic.notebook.tool_steps import call_text, direct_call, is_tool_step
 
 __all__ = ["follow_in_terminal", "print_progress", "progress_line", "trace_table"]

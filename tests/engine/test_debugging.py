@@ -13,9 +13,9 @@ import pytest
 
 import dagmagic
 from dagmagic import DagError, DagRun, DagSession, DagSettings, ModelRegistry
+from dagmagic.diff import RoundDiff
 from dagmagic.engine.steps.executor import SKIPPED_BY_USER
 from dagmagic.events import StepPaused
-from dagmagic.models import RoundDiff
 from dagmagic.testing import ScriptedLLM, ScriptedRequest
 
 from .conftest import plan_reply, session_for, verdict

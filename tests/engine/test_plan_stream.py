@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from dagmagic.engine.calls import plan_drafts as planner_module
 from dagmagic.engine.calls import plan_stream as plan_stream_module
-from dagmagic.engine.calls import planner as planner_module
 from dagmagic.engine.calls import prompts
 from dagmagic.engine.calls.plan_stream import PlanStream, StreamedPlan
 from dagmagic.engine.calls.planner import Planner

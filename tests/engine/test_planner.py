@@ -10,15 +10,9 @@ import pytest
 
 from dagmagic import errors
 from dagmagic.engine.calls import prompts
-from dagmagic.engine.calls.planner import (
-    PlanDraft,
-    Planner,
-    StepDraft,
-    plan_schema,
-    recover_plan,
-    recover_steps,
-    validate_steps,
-)
+from dagmagic.engine.calls.plan_drafts import PlanDraft, StepDraft, plan_schema, recover_plan, recover_steps
+from dagmagic.engine.calls.plan_validation import validate_steps
+from dagmagic.engine.calls.planner import Planner
 from dagmagic.engine.tools.functions import Tool
 from dagmagic.events import LLMCallRecorded, RunWarning
 from dagmagic.llm import ChatModel, ModelRegistry

@@ -11,8 +11,8 @@ import pytest
 
 import dagmagic
 from dagmagic import DagRun, DagSession, DagSettings, ModelRegistry, tool
+from dagmagic.diff import Divergence, RunDiff
 from dagmagic.errors import DagError, ReplayMismatch
-from dagmagic.models import Divergence, RunDiff
 from dagmagic.testing import ScriptedLLM
 from tests.engine.conftest import plan_reply, verdict
 from tests.llm.test_replay import GOAL, lookup, provider, shape

@@ -10,8 +10,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from dagmagic.engine.calls.plan_drafts import PlanDraft, recover_steps
 from dagmagic.engine.calls.plan_stream import PlanStream
-from dagmagic.engine.calls.planner import PlanDraft, Planner, recover_steps
+from dagmagic.engine.calls.planner import Planner
 from dagmagic.events import RunWarning
 from dagmagic.llm.protocol import StreamChunk, ToolCallDelta
 from dagmagic.llm.structured import echoes_schema

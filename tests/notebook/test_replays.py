@@ -11,7 +11,7 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from dagmagic import DagRun
-from dagmagic.models import RunDiff
+from dagmagic.diff import RunDiff
 from dagmagic.notebook.fallbacks import run_html, run_markdown
 from dagmagic.notebook.transformer import rewrite_dag_cell
 from dagmagic.notebook.widget import widget_state

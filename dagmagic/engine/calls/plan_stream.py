@@ -20,17 +20,9 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from dagmagic.engine.calls.planner import (
-    Domain,
-    Planner,
-    StepDraft,
-    names_itself,
-    normalize_step,
-    plan_schema,
-    recover_plan,
-    step_hints,
-    usable_tool_args,
-)
+from dagmagic.engine.calls.plan_drafts import Domain, StepDraft, normalize_step, plan_schema, recover_plan
+from dagmagic.engine.calls.plan_validation import names_itself, step_hints, usable_tool_args
+from dagmagic.engine.calls.planner import Planner
 from dagmagic.engine.steps.tool_steps import references
 from dagmagic.errors import TransientProviderError
 from dagmagic.llm.extraction import extract_json, parse_json

@@ -27,7 +27,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from dagmagic.engine.calls.analyzer import Analyzer
-from dagmagic.engine.calls.planner import Planner, recover_steps
+from dagmagic.engine.calls.plan_drafts import recover_steps
+from dagmagic.engine.calls.planner import Planner
 from dagmagic.engine.calls.synthesis import synthesize
 from dagmagic.engine.loop.decisions import (
     FOLLOW_UP_WHILE_ANSWERING,

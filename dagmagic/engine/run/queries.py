@@ -9,17 +9,15 @@ import importlib
 import re
 from typing import Any, Final, Literal, overload
 
+from dagmagic.diff import Divergence, RoundDiff, RunDiff
 from dagmagic.errors import DagError
 from dagmagic.events import Event, RunFinished
 from dagmagic.models import (
     AnalysisResult,
-    Divergence,
     ExecutionPlan,
     LLMCall,
     PlanStep,
-    RoundDiff,
     RoundRecord,
-    RunDiff,
     RunPhase,
     RunState,
     RunStatus,
