@@ -14,6 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any, Final
 
 from dagmagic.engine.calls import prompts
+from dagmagic.engine.run.dag_run import DagRun
 from dagmagic.engine.steps.executor import StepFailure
 from dagmagic.engine.steps.runner import StepRequest
 from dagmagic.events import Event, LLMCallRecorded
@@ -30,8 +31,6 @@ SUBPLAN: Final = "subplan"
 
 async def run_subrun(pursuit: Pursuit, step: PlanStep, request: StepRequest) -> str:
     """Run ``step`` as a subrun; its answer (``StepFailure`` when it failed or gave none)."""
-    from dagmagic.engine.run.dag_run import DagRun  # the run module builds on the engine's phases
-
     run = pursuit.run
     goal = prompts.SUBRUN_GOAL.format(task=step.task, goal=request.goal)
     if request.context:
