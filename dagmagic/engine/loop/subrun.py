@@ -21,7 +21,7 @@ from dagmagic.events import Event, LLMCallRecorded
 from dagmagic.models import PlanStep, RunState
 
 if TYPE_CHECKING:
-    from dagmagic.engine.loop.pursuit import Pursuit
+    from dagmagic.engine.loop.drive import Drive
 
 __all__ = ["SUBPLAN", "run_subrun"]
 
@@ -29,9 +29,9 @@ SUBPLAN: Final = "subplan"
 """The ``tool_hint`` with which the planner marks a step to run as a subrun."""
 
 
-async def run_subrun(pursuit: Pursuit, step: PlanStep, request: StepRequest) -> str:
+async def run_subrun(drive: Drive, step: PlanStep, request: StepRequest) -> str:
     """Run ``step`` as a subrun; its answer (``StepFailure`` when it failed or gave none)."""
-    run = pursuit.run
+    run = drive.run
     goal = prompts.SUBRUN_GOAL.format(task=step.task, goal=request.goal)
     if request.context:
         goal += f"\n\nResults it may use:\n{request.context}"
@@ -55,14 +55,14 @@ async def run_subrun(pursuit: Pursuit, step: PlanStep, request: StepRequest) -> 
 
     child.subscribe(forward)
     watcher = asyncio.get_running_loop().create_task(stop_with_parent(), name=f"dagmagic:subrun-stop:{step.id}")
-    loop = pursuit.loop
+    loop = drive.services.loop
     nested = dataclasses.replace(
         loop,
         settings=loop.settings.model_copy(update={"domain_routing": False}),
         history=(),
         depth=loop.depth + 1,
         approve_plans=False,
-        breakers=pursuit.breakers,
+        breakers=drive.services.breakers,
     )
     try:
         await nested.drive(child)
