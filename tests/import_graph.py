@@ -42,7 +42,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 # Same-rank layers that must not see each other either (the store never imports the engine, nor it the store).
 SIBLINGS_APART = {("store", "engine"), ("engine", "store")}
 # The one place a cycle is allowed: the loop's state machine (a phase names the phases it may return).
-CYCLES_ALLOWED_UNDER = "dagmagic.engine.loop.driver"
+CYCLES_ALLOWED_UNDER = "dagmagic.engine.loop"
 
 
 @dataclass(frozen=True)

@@ -145,12 +145,13 @@ class Execution:
         messages, tools = step_messages(request), list(self.drive.services.loop.tool_names)
         self.drive.run.emit(StepPaused(round=self.plan.round, step_id=step.id, messages=messages, tools=tools))
         word = self._pauses[step.id] = asyncio.get_running_loop().create_future()
-        stop = asyncio.ensure_future(inbox.round_stop.wait())
+        stop = asyncio.get_running_loop().create_task(inbox.round_stop.wait(), name=f"dagmagic:pause:{step.id}")
         try:
             await asyncio.wait([word, stop], return_when=asyncio.FIRST_COMPLETED)
         finally:
-            stop.cancel()
             self._pauses.pop(step.id, None)
+            stop.cancel()
+            await asyncio.wait([stop])  # the pause ends with its watcher: no task of it is left pending
         how, task = word.result() if word.done() else ("skip", None)
         if task and task.strip() and task.strip() != step.task:
             step.task = task.strip()

@@ -68,6 +68,7 @@ async def run_subrun(drive: Drive, step: PlanStep, request: StepRequest) -> str:
         await nested.drive(child)
     finally:
         watcher.cancel()
+        await asyncio.wait([watcher])  # the subrun ends with its watcher: no task of it is left pending
     if child.status == "failed" or not child.answer:
         raise StepFailure(f"its subrun ended {child.status}: {child.error or 'no answer'}", child.answer or None)
     return child.answer
