@@ -8,8 +8,8 @@ where they decide. Under a cost budget (``DAG_MAX_COST``) the drive holds the ru
 reached no phase begins, and a call refused for it ends the phase it was in; either way the run answers from
 what completed (``Drive.out_of_budget``).
 
-What a round decides, and what earlier rounds tell later ones, is in ``dagmagic.engine.loop.decisions`` (``decide``,
-``replan_context`` and ``visible_results`` are re-exported here, the loop's own vocabulary).
+What a round decides, and what earlier rounds tell later ones, is in ``dagmagic.engine.loop.decisions``; what a
+drive uses and what it changes, and the transitions phases share, in ``dagmagic.engine.loop.drive``.
 """
 
 from __future__ import annotations
@@ -23,15 +23,7 @@ from typing import TYPE_CHECKING
 from dagmagic._secrets import mask_secrets, scrub_exception
 from dagmagic.engine.calls.guard import HistoryDigests
 from dagmagic.engine.calls.synthesis import fallback_answer
-from dagmagic.engine.loop.decisions import (
-    FOLLOW_UP_WHILE_ANSWERING,
-    FOLLOW_UP_WHILE_PLANNING,
-    INTERRUPTED_WHILE_PLANNING,
-    completed,
-    decide,
-    replan_context,
-    visible_results,
-)
+from dagmagic.engine.loop.decisions import completed
 from dagmagic.engine.loop.drive import Drive
 from dagmagic.engine.loop.phases import Finished, Phase
 from dagmagic.engine.steps.runner import StepRunner
@@ -50,15 +42,7 @@ from dagmagic.settings import DagSettings
 if TYPE_CHECKING:
     from dagmagic.engine.run.dag_run import DagRun
 
-__all__ = [
-    "FOLLOW_UP_WHILE_ANSWERING",
-    "FOLLOW_UP_WHILE_PLANNING",
-    "INTERRUPTED_WHILE_PLANNING",
-    "GoalLoop",
-    "decide",
-    "replan_context",
-    "visible_results",
-]
+__all__ = ["GoalLoop"]
 
 
 @dataclass

@@ -21,7 +21,7 @@ names for the phase the run is in:
 The user's word is the only state messages leave, and only ``put`` changes it: ``stopped`` (a Stop that no
 later follow-up overrode), the follow-ups no plan and no answer has seen yet (``pending``, kept in the run's
 state), breakpoints, stepping through, and steps skipped before they started. Phases read it where they
-decide (``dagmagic.engine.loop.driver.decide``); the latest word wins: a follow-up after a Stop starts a new round,
+decide (``dagmagic.engine.loop.decisions.decide``); the latest word wins: a follow-up after a Stop starts a new round,
 a Stop after a follow-up answers now, and that answer sees the follow-up.
 """
 
