@@ -14,7 +14,7 @@ import pytest
 
 from dagmagic import DagError, DagRun, DagSession, DagSettings, ModelRegistry
 from dagmagic.engine.calls.synthesis import NOT_ACHIEVED
-from dagmagic.engine.loop.driver import FOLLOW_UP_WHILE_ANSWERING, FOLLOW_UP_WHILE_PLANNING
+from dagmagic.engine.loop.decisions import FOLLOW_UP_WHILE_ANSWERING, FOLLOW_UP_WHILE_PLANNING
 from dagmagic.engine.run.inbox import EFFECTS, INTERRUPTED, Inbox
 from dagmagic.engine.steps.executor import STOPPED_REASON
 from dagmagic.events import AnswerCleared, AnswerDelta, AnswerReady, PhaseChanged, Replanning, RunFinished

@@ -8,7 +8,7 @@ import pytest
 from dagmagic import errors
 from dagmagic.engine.calls import prompts
 from dagmagic.engine.calls.synthesis import NOT_ACHIEVED
-from dagmagic.engine.loop.driver import decide, replan_context
+from dagmagic.engine.loop.decisions import decide, replan_context
 from dagmagic.engine.steps.executor import FOLLOWED_UP_REASON
 from dagmagic.errors import AuthenticationError
 from dagmagic.events import AnswerDelta, AnswerReady, Event, Replanning, RunWarning, StepStarted

@@ -21,7 +21,7 @@ import pytest
 
 from dagmagic import DagError, DagSession, DagSettings, ModelRegistry
 from dagmagic.engine.calls import prompts
-from dagmagic.engine.loop.driver import INTERRUPTED_WHILE_PLANNING
+from dagmagic.engine.loop.decisions import INTERRUPTED_WHILE_PLANNING
 from dagmagic.errors import RateLimitError
 from dagmagic.events import PlanReady
 from dagmagic.llm.protocol import ChatRequest, StreamChunk

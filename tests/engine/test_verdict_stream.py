@@ -1,5 +1,5 @@
 """Verdict and answer in one call: the verdict streams, and when the goal is reached its ``final_answer`` is the
-run's answer, shown while it is written (``engine/verdict_stream.py``, ``Analyzer.analyze``, ``Pursuit.act``).
+run's answer, shown while it is written (``engine/verdict_stream.py``, ``Analyzer.analyze``, ``Drive.act``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The analyzer: did the round reach the goal, and how sure is it? It asks the smart model at temperature 0,
 and when the goal is reached its ``final_answer`` is the answer itself, written for the user: the run is
-answered from it, with no separate synthesis (``Pursuit.act``). A model that streams writes the verdict as a
+answered from it, with no separate synthesis (``Drive.act``). A model that streams writes the verdict as a
 stream, its answer shown while it is written (``dagmagic.engine.calls.verdict_stream``); a broken stream or an
 unreadable reply is asked for again without streaming.
 

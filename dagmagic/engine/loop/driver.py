@@ -6,10 +6,10 @@ call also says the goal's domain); a resumed one where it was; a re-run at the r
 What the user says on the way arrives in the run's inbox (``dagmagic.engine.run.inbox``), which the phases read
 where they decide. Under a cost budget (``DAG_MAX_COST``) the drive holds the run's ``CostBudget``: once it is
 reached no phase begins, and a call refused for it ends the phase it was in; either way the run answers from
-what completed (``Pursuit.out_of_budget``).
+what completed (``Drive.out_of_budget``).
 
-What a round decides, and what earlier rounds tell later ones, is in ``dagmagic.engine.loop.decisions`` (``decide``,
-``replan_context`` and ``visible_results`` are re-exported here, the loop's own vocabulary).
+What a round decides, and what earlier rounds tell later ones, is in ``dagmagic.engine.loop.decisions``; what a
+drive uses and what it changes, and the transitions phases share, in ``dagmagic.engine.loop.drive``.
 """
 
 from __future__ import annotations
@@ -23,17 +23,9 @@ from typing import TYPE_CHECKING
 from dagmagic._secrets import mask_secrets, scrub_exception
 from dagmagic.engine.calls.guard import HistoryDigests
 from dagmagic.engine.calls.synthesis import fallback_answer
-from dagmagic.engine.loop.decisions import (
-    FOLLOW_UP_WHILE_ANSWERING,
-    FOLLOW_UP_WHILE_PLANNING,
-    INTERRUPTED_WHILE_PLANNING,
-    completed,
-    decide,
-    replan_context,
-    visible_results,
-)
-from dagmagic.engine.loop.phases import FINISHED
-from dagmagic.engine.loop.pursuit import Pursuit
+from dagmagic.engine.loop.decisions import completed
+from dagmagic.engine.loop.drive import Drive
+from dagmagic.engine.loop.phases import Finished, Phase
 from dagmagic.engine.steps.runner import StepRunner
 from dagmagic.engine.tools.functions import Tool
 from dagmagic.errors import BudgetExceeded, ConfigurationError, ReplayMismatch
@@ -50,15 +42,7 @@ from dagmagic.settings import DagSettings
 if TYPE_CHECKING:
     from dagmagic.engine.run.dag_run import DagRun
 
-__all__ = [
-    "FOLLOW_UP_WHILE_ANSWERING",
-    "FOLLOW_UP_WHILE_PLANNING",
-    "INTERRUPTED_WHILE_PLANNING",
-    "GoalLoop",
-    "decide",
-    "replan_context",
-    "visible_results",
-]
+__all__ = ["GoalLoop"]
 
 
 @dataclass
@@ -117,7 +101,7 @@ class GoalLoop:
             run.state.status = "failed"
             if not run.state.answer and not isinstance(exc, ReplayMismatch):  # a replay shows where it diverged
                 why = "The run failed before its answer was written"
-                Pursuit.answer(run, fallback_answer(run.analysis, completed(run.rounds), why), fallback=True)
+                Drive.answer(run, fallback_answer(run.analysis, completed(run.rounds), why), fallback=True)
         finally:
             if current is not None:
                 CURRENT_RUN.reset(current)
@@ -147,17 +131,17 @@ class GoalLoop:
 
     async def _pursue(self, run: DagRun, origin: Origin) -> None:
         """The run's phases, one after the other, from ``origin`` until it is finished."""
-        pursuit = Pursuit(self, run)
-        phase = pursuit.first_phase(origin)
-        while phase is not FINISHED:
-            if pursuit.out_of_money:
-                phase = pursuit.out_of_budget()
+        drive = Drive.of(self, run)
+        phase: Phase = drive.first_phase(origin)
+        while not isinstance(phase, Finished):
+            if drive.services.out_of_money:
+                phase = drive.out_of_budget()
                 continue
             run.inbox.enter(phase)
             try:
-                phase = await phase.run(pursuit)
+                phase = await phase.run(drive)
             except BudgetExceeded:  # a call of the phase was refused: the phase cannot go on
-                phase = pursuit.out_of_budget()
+                phase = drive.out_of_budget()
 
     def _check_credentials(self) -> None:
         """A model whose provider key is not set fails the run before its first call, naming the variable."""

@@ -28,7 +28,7 @@ from dagmagic.messages import Continue, Message, RetryNow, Skip, Step
 from dagmagic.models import ExecutionPlan, PlanStep
 
 if TYPE_CHECKING:
-    from dagmagic.engine.loop.pursuit import Pursuit
+    from dagmagic.engine.loop.drive import Drive
 
 __all__ = ["Execution"]
 
@@ -37,25 +37,25 @@ Release = tuple[str, str | None]
 
 
 class Execution:
-    """The execution of ``plan`` for ``pursuit``'s run (``open_ended``: steps still arrive, the plan streams)."""
+    """The execution of ``plan`` for ``drive``'s run (``open_ended``: steps still arrive, the plan streams)."""
 
     def __init__(
-        self, pursuit: Pursuit, plan: ExecutionPlan, earlier: dict[str, PlanStep], *, open_ended: bool = False
+        self, drive: Drive, plan: ExecutionPlan, earlier: dict[str, PlanStep], *, open_ended: bool = False
     ) -> None:
-        self.pursuit = pursuit
+        self.drive = drive
         self.plan = plan
-        self.objective = (pursuit.run.goal, pursuit.run.follow_ups_so_far)
+        self.objective = (drive.run.goal, drive.run.follow_ups_so_far)
         """What the steps work towards: the goal and the follow-ups the plan was made for."""
         self._prepared: dict[str, StepRequest] = {}
         self._pauses: dict[str, asyncio.Future[Release]] = {}
-        settings = pursuit.loop.settings
+        settings = drive.services.settings
         self.executor = DagExecutor(
             plan,
             self._run_step,
             max_concurrency=settings.max_concurrency,
             step_timeout=settings.step_timeout,
-            emit=pursuit.run.emit,
-            stop=pursuit.run.inbox.round_stop,
+            emit=drive.run.emit,
+            stop=drive.run.inbox.round_stop,
             earlier=earlier,
             open_ended=open_ended,
             fatal=RUN_ENDING,
@@ -68,13 +68,13 @@ class Execution:
 
     def _stop_reason(self) -> str:
         """Why the steps the round's stop skips were skipped: the user's Stop, or a follow-up that changes the goal."""
-        stopped_by = self.pursuit.run.inbox.round_stopped_by
+        stopped_by = self.drive.run.inbox.round_stopped_by
         return FOLLOWED_UP_REASON if stopped_by == "follow_up" else STOPPED_REASON
 
     async def run(self) -> None:
         """Run every step that can run, until each has a final state."""
-        unsubscribe = self.pursuit.breakers.subscribe(self._stopped_answering)
-        budget = self.pursuit.cost_budget
+        unsubscribe = self.drive.services.breakers.subscribe(self._stopped_answering)
+        budget = self.drive.services.cost_budget
         unsubscribe_budget = budget.subscribe(self._out_of_budget) if budget is not None else None
         try:
             if budget is not None and budget.reached:
@@ -119,7 +119,7 @@ class Execution:
         paused = [sid for sid, word in self._pauses.items() if not word.done()]
         if step_id is None:
             if not paused:
-                raise DagError(f"no step is paused (the run is {self.pursuit.run.phase})")
+                raise DagError(f"no step is paused (the run is {self.drive.run.phase})")
             return paused[0]
         if step_id not in paused:
             raise DagError(f"step {step_id!r} is not paused; paused now: {', '.join(paused) or 'none'}")
@@ -135,22 +135,23 @@ class Execution:
         """Whether the step runs: the user may have skipped it, or it pauses at a breakpoint (slot free,
         showing what it is about to send) until the user's word or the round's end.
         """
-        inbox = self.pursuit.run.inbox
+        inbox = self.drive.run.inbox
         if inbox.skipped(step.id):
             return False
         if not inbox.breaks_before(step.id):
             return True
         request = self._prepared[step.id] = await self._prepare(step, dependencies)
         step.status = "paused"
-        messages, tools = step_messages(request), list(self.pursuit.loop.tool_names)
-        self.pursuit.run.emit(StepPaused(round=self.plan.round, step_id=step.id, messages=messages, tools=tools))
+        messages, tools = step_messages(request), list(self.drive.services.loop.tool_names)
+        self.drive.run.emit(StepPaused(round=self.plan.round, step_id=step.id, messages=messages, tools=tools))
         word = self._pauses[step.id] = asyncio.get_running_loop().create_future()
-        stop = asyncio.ensure_future(inbox.round_stop.wait())
+        stop = asyncio.get_running_loop().create_task(inbox.round_stop.wait(), name=f"dagmagic:pause:{step.id}")
         try:
             await asyncio.wait([word, stop], return_when=asyncio.FIRST_COMPLETED)
         finally:
-            stop.cancel()
             self._pauses.pop(step.id, None)
+            stop.cancel()
+            await asyncio.wait([stop])  # the pause ends with its watcher: no task of it is left pending
         how, task = word.result() if word.done() else ("skip", None)
         if task and task.strip() and task.strip() != step.task:
             step.task = task.strip()
@@ -158,10 +159,10 @@ class Execution:
         return how != "skip"
 
     async def _run_step(self, step: PlanStep, dependencies: dict[str, PlanStep]) -> str:
-        loop = self.pursuit.loop
+        loop = self.drive.services.loop
         prepared = self._prepared.pop(step.id, None)
         if step.tool_hint == SUBPLAN and loop.depth < loop.settings.max_depth:
-            return await run_subrun(self.pursuit, step, prepared or await self._prepare(step, dependencies))
+            return await run_subrun(self.drive, step, prepared or await self._prepare(step, dependencies))
         tool = loop.tool(step.tool_hint) if step.tool_args is not None else None
         failed_call = None
         if tool is not None:  # a tool step: one call, no model (its agent runs only when the call fails)
@@ -171,9 +172,9 @@ class Execution:
                     tool,
                     dependencies,
                     settings=loop.settings,
-                    emit=self.pursuit.run.emit,
+                    emit=self.drive.run.emit,
                     round=self.plan.round,
-                    run_ended=self.pursuit.run.done,
+                    run_ended=self.drive.run.done,
                 )
             except DirectCallFailed as failure:
                 failed_call = failure_note(failure)
@@ -186,33 +187,33 @@ class Execution:
         """A warning on the step, once (a step tried again does not repeat it)."""
         if message not in step.warnings:
             step.warnings.append(message)
-            self.pursuit.run.emit(RunWarning(message=message, round=self.plan.round, step_id=step.id))
+            self.drive.run.emit(RunWarning(message=message, round=self.plan.round, step_id=step.id))
 
     async def _prepare(
         self, step: PlanStep, dependencies: dict[str, PlanStep], *, failed_call: str | None = None
     ) -> StepRequest:
         """The step's request: the objective, its task, and its dependencies' results fitted into its window."""
-        pursuit = self.pursuit
-        model, guard = pursuit.model(step.model_hint), pursuit.guard
+        drive = self.drive
+        model, guard = drive.services.model(step.model_hint), drive.services.guard
         request = StepRequest(
             goal=guard.objective_text(*self.objective, model, round=self.plan.round),
             step=step,
             context="",
             model=model,
             round=self.plan.round,
-            settings=pursuit.loop.settings,
-            emit=pursuit.run.emit,
-            smart=pursuit.model("smart"),
+            settings=drive.services.settings,
+            emit=drive.run.emit,
+            smart=drive.services.model("smart"),
             guard=guard,
-            run_ended=pursuit.run.done,
+            run_ended=drive.run.done,
             failed_call=failed_call,
         )
         if dependencies:
             # the step's instructions, and a third of the window for its tool turns, come first
-            reserve = guard.budget(model) // 3 if pursuit.loop.tool_names else 0
+            reserve = guard.budget(model) // 3 if drive.services.loop.tool_names else 0
             room = guard.room(model, step_messages(request), reserve=reserve)
             request.context = await guard.fit(
-                dependency_context(dependencies, pursuit.loop.settings),
+                dependency_context(dependencies, drive.services.settings),
                 model,
                 budget=room,
                 task=step.task,

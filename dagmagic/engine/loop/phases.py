@@ -9,7 +9,7 @@ user's messages that the inbox's table delivers to it (``dagmagic.engine.run.inb
                     │  │                                                      │ └─> Synthesizing ──> FINISHED
                     │  │                                                      │ replan    │ follow-up
                     │  └──────────────────────────────────────────────────────┴───────────┘
-                    └── next round (``Pursuit.next_round``)
+                    └── next round (``Drive.next_round``)
 
 The verdict and the answer are one call: when the goal is reached, ``Analyzing`` has the answer already,
 streamed while the verdict was written. ``Synthesizing`` writes an answer apart only where the verdict cannot:
@@ -17,14 +17,14 @@ a partial answer, a run that stops without reaching the goal, a re-run round not
 verdict, a smart model that cannot stream.
 
 Planning lives in ``dagmagic.engine.loop.planning_phase``; the transitions several phases share (another round, the
-answer now, a decision carried out) in ``dagmagic.engine.loop.pursuit``.
+answer now, a decision carried out) in ``dagmagic.engine.loop.drive``.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from dagmagic.engine.calls.analyzer import Analyzer
 from dagmagic.engine.calls.plan_drafts import recover_steps
@@ -46,9 +46,10 @@ from dagmagic.messages import Approve, Message, Reject
 from dagmagic.models import AnalysisResult, ExecutionPlan, PlanStep, RoundRecord, RunPhase
 
 if TYPE_CHECKING:
-    from dagmagic.engine.loop.pursuit import Pursuit
+    from dagmagic.engine.loop.drive import Drive
+    from dagmagic.engine.loop.planning_phase import Planning
 
-__all__ = ["FINISHED", "Analyzing", "AwaitingApproval", "Executing", "Phase", "Starting", "Synthesizing"]
+__all__ = ["FINISHED", "Analyzing", "AwaitingApproval", "Executing", "Finished", "Phase", "Starting", "Synthesizing"]
 
 
 STOPPED_BEFORE_APPROVAL = "Skipped — you stopped the run before approving the plan"
@@ -62,7 +63,7 @@ class Phase:
     round: int | None = None
     """The round it works for (None before the first)."""
 
-    async def run(self, pursuit: Pursuit) -> Phase:
+    async def run(self, drive: Drive) -> Phase:
         """Do this phase's work; the phase that follows (``FINISHED`` when the run is answered)."""
         raise NotImplementedError
 
@@ -76,12 +77,14 @@ class Phase:
         return f"{type(self).__name__}(round={self.round})"
 
 
-class _Finished(Phase):
+class Finished(Phase):
+    """The phase after the last: the run is answered (or failed, or was cancelled)."""
+
     name = "finished"
 
 
-FINISHED: Phase = _Finished()
-"""The phase after the last: the run is answered (or failed, or was cancelled)."""
+FINISHED: Final = Finished()
+"""The one ``Finished`` phase."""
 
 
 class Starting(Phase):
@@ -89,15 +92,17 @@ class Starting(Phase):
 
     name = "starting"
 
-    def __init__(self, then: Callable[[Pursuit], Phase] | None = None) -> None:
+    def __init__(
+        self, then: Callable[[Drive], Planning | AwaitingApproval | Executing | Synthesizing | Finished] | None = None
+    ) -> None:
         self.then = then
         """Where to go on from (a resumed run's round); a new round when None."""
 
-    async def run(self, pursuit: Pursuit) -> Phase:  # noqa: D102
+    async def run(self, drive: Drive) -> Planning | AwaitingApproval | Executing | Synthesizing | Finished:  # noqa: D102
         if self.then is not None:
-            return self.then(pursuit)
-        await pursuit.past()
-        return pursuit.next_round()
+            return self.then(drive)
+        await drive.past()
+        return drive.next_round()
 
 
 class AwaitingApproval(Phase):
@@ -110,9 +115,9 @@ class AwaitingApproval(Phase):
         self.round = record.index
         self._verdict: asyncio.Future[tuple[str, Any]] | None = None
 
-    async def run(self, pursuit: Pursuit) -> Phase:  # noqa: D102
-        record, plan, run = self.record, self.plan, pursuit.run
-        pursuit.assign_models(plan)
+    async def run(self, drive: Drive) -> Planning | Executing | Synthesizing | Finished:  # noqa: D102
+        record, plan, run = self.record, self.plan, drive.run
+        drive.services.assign_models(plan)
         record.plan, record.approval = plan, "pending"
         run.emit(PlanReady(round=record.index, plan=plan))
         run.emit(ApprovalRequested(round=record.index))
@@ -121,18 +126,18 @@ class AwaitingApproval(Phase):
         if isinstance(verdict, Interrupted):
             record.approval = None
             _skip_all(plan, STOPPED_BEFORE_APPROVAL if run.inbox.stopped else DROPPED_FOR_FOLLOW_UP)
-            return pursuit.plan_interrupted(record, awaiting_approval=True)
+            return drive.plan_interrupted(record, awaiting_approval=True)
         word, detail = verdict
         if word == "reject":
             record.approval = "rejected"
             _skip_all(plan, "Skipped — the user rejected the plan")
             record.decision = rejected(detail)
             run.emit(Replanning(round=record.index, reason=record.decision.reason))
-            pursuit.budget.next_free = True
-            return pursuit.next_round()
+            drive.state.budget.next_free = True
+            return drive.next_round()
         record.approval = "approved"
         approved = plan if detail is None else plan.model_copy(update={"steps": detail})
-        return Executing.of(pursuit, record, approved, self.earlier)
+        return Executing.of(drive, record, approved, self.earlier)
 
     def on(self, message: Message) -> bool:  # noqa: D102
         if self._verdict is None:
@@ -179,7 +184,7 @@ class Executing(Phase):
         *,
         started: asyncio.Task[None] | None = None,
         announce: bool = True,
-        then: Callable[[Pursuit], Phase] | None = None,
+        then: Callable[[Drive], Planning | Synthesizing | Finished] | None = None,
     ) -> None:
         self.record, self.execution, self.round = record, execution, record.index
         self.started = started
@@ -191,21 +196,21 @@ class Executing(Phase):
     @classmethod
     def of(
         cls,
-        pursuit: Pursuit,
+        drive: Drive,
         record: RoundRecord,
         plan: ExecutionPlan,
         earlier: dict[str, PlanStep],
         *,
-        then: Callable[[Pursuit], Phase] | None = None,
+        then: Callable[[Drive], Planning | Synthesizing | Finished] | None = None,
     ) -> Executing:
         """A whole plan, to run as the round's."""
-        pursuit.assign_models(plan)
+        drive.services.assign_models(plan)
         record.plan = plan
-        return cls(record, Execution(pursuit, plan, earlier), then=then)
+        return cls(record, Execution(drive, plan, earlier), then=then)
 
-    async def run(self, pursuit: Pursuit) -> Phase:  # noqa: D102
+    async def run(self, drive: Drive) -> Analyzing | Planning | Synthesizing | Finished:  # noqa: D102
         if self.announce:
-            pursuit.run.emit(PlanReady(round=self.record.index, plan=self.record.plan))
+            drive.run.emit(PlanReady(round=self.record.index, plan=self.record.plan))
         task = self.started or asyncio.get_running_loop().create_task(
             self.execution.run(), name=f"dagmagic:round:{self.record.index}"
         )
@@ -215,7 +220,7 @@ class Executing(Phase):
             if not task.done():
                 task.cancel()
                 await asyncio.wait([task])
-        return self.then(pursuit) if self.then is not None else Analyzing(self.record)
+        return self.then(drive) if self.then is not None else Analyzing(self.record)
 
     def on(self, message: Message) -> bool:  # noqa: D102
         return self.execution.on(message)
@@ -223,7 +228,7 @@ class Executing(Phase):
 
 class Analyzing(Phase):
     """The round's verdict, and the decision it leads to. When the goal is reached the verdict's
-    ``final_answer`` is the answer: streamed while the verdict is written, it ends the run (``Pursuit.act``);
+    ``final_answer`` is the answer: streamed while the verdict is written, it ends the run (``Drive.act``);
     otherwise what it wrote is dropped.
     """
 
@@ -232,11 +237,11 @@ class Analyzing(Phase):
     def __init__(self, record: RoundRecord) -> None:
         self.record, self.round = record, record.index
 
-    async def run(self, pursuit: Pursuit) -> Phase:  # noqa: D102
-        record, inbox, budget = self.record, pursuit.run.inbox, pursuit.budget
+    async def run(self, drive: Drive) -> Planning | Synthesizing | Finished:  # noqa: D102
+        record, inbox, budget = self.record, drive.run.inbox, drive.state.budget
         if not record.free:
             budget.used += 1
-        analysis = await self._judge(pursuit)
+        analysis = await self._judge(drive)
         if record.rerun_of is not None:
             decision = answer_rerun(record, stopped=inbox.stopped)
         else:
@@ -245,23 +250,27 @@ class Analyzing(Phase):
                 follow_up=bool(inbox.pending),
                 stopped=inbox.stopped,
                 autonomous_rounds=budget.used,
-                settings=pursuit.loop.settings,
-                unanswered=pursuit.unanswered(record),
+                settings=drive.services.settings,
+                unanswered=drive.services.unanswered(record),
             )
         record.analysis, record.decision = analysis, decision
-        pursuit.run.emit(AnalysisReady(round=record.index, analysis=analysis, decision=decision))
-        pursuit.settle_draft(record, decision)  # a verdict's answer that is not the run's goes before a new round
+        drive.run.emit(AnalysisReady(round=record.index, analysis=analysis, decision=decision))
+        drive.settle_draft(record, decision)  # a verdict's answer that is not the run's goes before a new round
         if decision.action == "replan":
-            pursuit.run.emit(Replanning(round=record.index, reason=decision.reason, follow_up=pursuit.latest_follow_up))
-        return pursuit.act(record, decision)
+            drive.run.emit(
+                Replanning(round=record.index, reason=decision.reason, follow_up=drive.state.latest_follow_up)
+            )
+        return drive.act(record, decision)
 
-    async def _judge(self, pursuit: Pursuit) -> AnalysisResult:
+    async def _judge(self, drive: Drive) -> AnalysisResult:
         """The verdict against the goal and every follow-up so far, its answer shown as it is written; judged
         again (what it wrote dropped) when a follow-up arrives meanwhile.
         """
-        run, index = pursuit.run, self.record.index
+        run, index = drive.run, self.record.index
         inbox = run.inbox
-        analyzer = Analyzer(pursuit.model("smart"), pursuit.loop.settings, emit=run.emit, guard=pursuit.guard)
+        analyzer = Analyzer(
+            drive.services.model("smart"), drive.services.settings, emit=run.emit, guard=drive.services.guard
+        )
 
         def on_delta(text: str) -> None:
             if inbox.interrupted:  # outdated: the cancellation lands at the stream's next pause
@@ -270,24 +279,24 @@ class Analyzing(Phase):
             run.emit(AnswerDelta(text=text))
 
         def on_discard(why: str) -> None:
-            pursuit.clear_answer(run, why)
+            drive.clear_answer(run, why)
 
         while True:
             waiting = len(inbox.pending)
             verdict = await inbox.interruptible(
                 analyzer.analyze(
-                    pursuit.objective(analyzer.model, round=index),
+                    drive.objective(analyzer.model, round=index),
                     visible_results(run.rounds),
                     round=index,
                     on_delta=on_delta,
                     on_discard=on_discard,
                 ),
                 name=f"dagmagic:analyze:{index}",
-                on_interrupt=lambda: pursuit.clear_answer(run, FOLLOW_UP_WHILE_JUDGING),
+                on_interrupt=lambda: drive.clear_answer(run, FOLLOW_UP_WHILE_JUDGING),
             )
             if not isinstance(verdict, Interrupted) and len(inbox.pending) == waiting:
                 return verdict
-            pursuit.clear_answer(run, FOLLOW_UP_WHILE_JUDGING)  # a follow-up came as the verdict ended
+            drive.clear_answer(run, FOLLOW_UP_WHILE_JUDGING)  # a follow-up came as the verdict ended
 
 
 class Synthesizing(Phase):
@@ -304,8 +313,8 @@ class Synthesizing(Phase):
         self.unreached = unreached
         """The run stops without reaching the goal: the answer says what is missing."""
 
-    async def run(self, pursuit: Pursuit) -> Phase:  # noqa: D102
-        run = pursuit.run
+    async def run(self, drive: Drive) -> Planning | Synthesizing | Finished:  # noqa: D102
+        run = drive.run
         inbox = run.inbox
         waiting = len(inbox.pending)
 
@@ -315,27 +324,27 @@ class Synthesizing(Phase):
             run.state.answer += text
             run.emit(AnswerDelta(text=text))
 
-        writer = pursuit.model("smart")
+        writer = drive.services.model("smart")
         outcome = await inbox.interruptible(
             synthesize(
                 writer,
-                pursuit.objective(writer, round=self.round),
+                drive.objective(writer, round=self.round),
                 visible_results(run.rounds),
                 self.analysis,
-                pursuit.loop.settings,
+                drive.services.settings,
                 round=self.round or 1,
                 on_delta=on_delta,
-                guard=pursuit.guard,
+                guard=drive.services.guard,
                 partial=self.partial,
                 unreached=self.unreached,
             ),
             name=f"dagmagic:synthesize:{self.round}",
-            on_interrupt=lambda: pursuit.clear_answer(run),
+            on_interrupt=lambda: drive.clear_answer(run),
         )
         if isinstance(outcome, Interrupted) or len(inbox.pending) > waiting:
-            pursuit.clear_answer(run)
-            return pursuit.users_round(FOLLOW_UP_WHILE_ANSWERING)
+            drive.clear_answer(run)
+            return drive.users_round(FOLLOW_UP_WHILE_ANSWERING)
         run.state.follow_ups.extend(inbox.seen(waiting))
         answer, fallback = outcome
-        pursuit.answer(run, answer, fallback=fallback, partial=self.partial)
+        drive.answer(run, answer, fallback=fallback, partial=self.partial)
         return FINISHED

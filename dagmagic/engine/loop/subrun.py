@@ -14,13 +14,14 @@ import time
 from typing import TYPE_CHECKING, Any, Final
 
 from dagmagic.engine.calls import prompts
+from dagmagic.engine.run.dag_run import DagRun
 from dagmagic.engine.steps.executor import StepFailure
 from dagmagic.engine.steps.runner import StepRequest
 from dagmagic.events import Event, LLMCallRecorded
 from dagmagic.models import PlanStep, RunState
 
 if TYPE_CHECKING:
-    from dagmagic.engine.loop.pursuit import Pursuit
+    from dagmagic.engine.loop.drive import Drive
 
 __all__ = ["SUBPLAN", "run_subrun"]
 
@@ -28,11 +29,9 @@ SUBPLAN: Final = "subplan"
 """The ``tool_hint`` with which the planner marks a step to run as a subrun."""
 
 
-async def run_subrun(pursuit: Pursuit, step: PlanStep, request: StepRequest) -> str:
+async def run_subrun(drive: Drive, step: PlanStep, request: StepRequest) -> str:
     """Run ``step`` as a subrun; its answer (``StepFailure`` when it failed or gave none)."""
-    from dagmagic.engine.run.dag_run import DagRun  # the run module builds on the engine's phases
-
-    run = pursuit.run
+    run = drive.run
     goal = prompts.SUBRUN_GOAL.format(task=step.task, goal=request.goal)
     if request.context:
         goal += f"\n\nResults it may use:\n{request.context}"
@@ -56,19 +55,20 @@ async def run_subrun(pursuit: Pursuit, step: PlanStep, request: StepRequest) -> 
 
     child.subscribe(forward)
     watcher = asyncio.get_running_loop().create_task(stop_with_parent(), name=f"dagmagic:subrun-stop:{step.id}")
-    loop = pursuit.loop
+    loop = drive.services.loop
     nested = dataclasses.replace(
         loop,
         settings=loop.settings.model_copy(update={"domain_routing": False}),
         history=(),
         depth=loop.depth + 1,
         approve_plans=False,
-        breakers=pursuit.breakers,
+        breakers=drive.services.breakers,
     )
     try:
         await nested.drive(child)
     finally:
         watcher.cancel()
+        await asyncio.wait([watcher])  # the subrun ends with its watcher: no task of it is left pending
     if child.status == "failed" or not child.answer:
         raise StepFailure(f"its subrun ended {child.status}: {child.error or 'no answer'}", child.answer or None)
     return child.answer

@@ -54,9 +54,8 @@ from dagmagic.models import (
 if TYPE_CHECKING:
     from dagmagic.messages import Origin
     from dagmagic.models import Exchange
-    from dagmagic.store import RunStore
 
-__all__ = ["DagRun", "Listener", "RunDriver"]
+__all__ = ["DagRun", "Listener", "RunDriver", "RunRecorder"]
 
 log = logging.getLogger("dagmagic")
 
@@ -81,6 +80,22 @@ class RunDriver(Protocol):
 
     def start(self, run: DagRun, origin: Origin) -> asyncio.Task[None]:
         """Start driving ``run`` from ``origin`` as a task on the running loop."""
+        ...
+
+
+class RunRecorder(Protocol):
+    """What a run asks of the store that saves it (``dagmagic.store.RunStore`` is one): the run never imports it."""
+
+    def attach(self, run: DagRun, history: list[Exchange]) -> None:
+        """Save ``run`` from now on (``history``: the conversation it is planned in)."""
+        ...
+
+    def record(self, run: DagRun, event: Event) -> None:
+        """Save what ``event`` changed, and the event."""
+        ...
+
+    async def settle(self, run: DagRun) -> None:
+        """Wait until what ``run`` did is written."""
         ...
 
 
@@ -124,7 +139,7 @@ class DagRun(RunQueries):
         """Where the user's messages arrive; the goal loop reads the user's word from it."""
         self._listeners: list[Listener] = []
         self._steps_by_round = {(record.index, step.id): step for record in state.rounds for step in record.plan.steps}
-        self._store: RunStore | None = None
+        self._store: RunRecorder | None = None
         self._pauses: dict[tuple[int, str], StepPaused] = {}
         self._driver = driver
         self._task: asyncio.Task[None] | None = None
@@ -180,7 +195,7 @@ class DagRun(RunQueries):
         elif not event.depth:
             self.calls_under_way[(event.purpose, event.round, event.step_id, event.started_at)] = event
 
-    def save_to(self, store: RunStore, history: list[Any]) -> None:
+    def save_to(self, store: RunRecorder, history: list[Any]) -> None:
         """Checkpoint this run to ``store`` from now on (``history``: the conversation it is planned in)."""
         store.attach(self, history)
         self._store = store

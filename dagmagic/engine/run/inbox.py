@@ -13,7 +13,7 @@ names for the phase the run is in:
 - ``skip``: kept, and the round's steps not started are skipped; running ones finish.
 - ``interrupt``: kept, the round's steps not started are skipped, and the phase's work (a plan, the wait
   for approval, a verdict, an answer) is dropped now: it was for a request that just changed.
-- ``deliver``: the phase acts on it (``Phase.on``): the waiting plan is approved, a paused step goes on, a
+- ``deliver``: the phase acts on it (``ReceivingPhase.on``): the waiting plan is approved, a paused step goes on, a
   step waiting to retry wakes.
 - ``cancel``: the run's task is cancelled.
 - ``relaunch``: the run goes on from a new round that re-runs a step.
@@ -21,7 +21,7 @@ names for the phase the run is in:
 The user's word is the only state messages leave, and only ``put`` changes it: ``stopped`` (a Stop that no
 later follow-up overrode), the follow-ups no plan and no answer has seen yet (``pending``, kept in the run's
 state), breakpoints, stepping through, and steps skipped before they started. Phases read it where they
-decide (``dagmagic.engine.loop.driver.decide``); the latest word wins: a follow-up after a Stop starts a new round,
+decide (``dagmagic.engine.loop.decisions.decide``); the latest word wins: a follow-up after a Stop starts a new round,
 a Stop after a follow-up answers now, and that answer sees the follow-up.
 """
 
@@ -51,7 +51,7 @@ from dagmagic.messages import (
 )
 from dagmagic.models import PlanStep, RunPhase, RunState
 
-__all__ = ["EFFECTS", "INTERRUPTED", "Effect", "Inbox", "Interrupted", "Phase", "Word"]
+__all__ = ["EFFECTS", "INTERRUPTED", "Effect", "Inbox", "Interrupted", "ReceivingPhase", "Word"]
 
 T = TypeVar("T")
 
@@ -112,9 +112,9 @@ class Interrupted:
 INTERRUPTED: Final = Interrupted()
 
 
-class Phase(Protocol):
-    """A phase of the goal loop, as the inbox sees it: its name and round, and what it does with a message the
-    table delivers to it.
+class ReceivingPhase(Protocol):
+    """A phase of the goal loop as the inbox sees it: its name (which ``EFFECTS`` is keyed by), its round, and
+    what it does with a message the table delivers to it.
     """
 
     @property
@@ -206,7 +206,7 @@ class Inbox:
         """Set when the current round's steps not started must be skipped."""
         self.round_stopped_by: ActionKind | None = None
         """The message that set ``round_stop`` last: ``stop`` or ``follow_up`` (what the skipped steps say)."""
-        self._phase: Phase = _Idle(state.phase)
+        self._phase: ReceivingPhase = _Idle(state.phase)
         self._work: asyncio.Task[Any] | None = None
         self._on_interrupt: Callable[[], object] | None = None
         self._interrupted = False
@@ -308,11 +308,11 @@ class Inbox:
     # --- where the loop is
 
     @property
-    def phase(self) -> Phase:
+    def phase(self) -> ReceivingPhase:
         """The phase the run is in."""
         return self._phase
 
-    def enter(self, phase: Phase) -> None:
+    def enter(self, phase: ReceivingPhase) -> None:
         """The run is in ``phase`` now (an event tells the views when its name changes)."""
         self._phase = phase
         if phase.name != self.state.phase:

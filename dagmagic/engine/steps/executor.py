@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Final
 
 from dagmagic._secrets import mask_secrets
+from dagmagic.engine.steps.deadlines import StepDeadlines
 from dagmagic.engine.steps.retries import RetryPolicy
 from dagmagic.events import Event, StepCompleted, StepQueued, StepRetrying, StepStarted
 from dagmagic.models import ExecutionPlan, PlanStep, StepStatus
@@ -114,10 +115,7 @@ class DagExecutor:
         self.before_step = before_step
         self._wakeups: dict[str, asyncio.Event] = {}  # steps waiting for a delayed retry
         self._withdrawn: set[int] = set()  # ids of step objects taken out of the plan: they report nothing
-        # One timer serves every running step's deadline: steps share one timeout and enter in start order,
-        # so the first entry is the earliest (a timer per step costs ~5 us and leaves a cancelled heap entry).
-        self._deadlines: dict[str, tuple[float, asyncio.Timeout]] = {}
-        self._deadline_timer: asyncio.TimerHandle | None = None
+        self._deadlines = StepDeadlines(step_timeout)
 
     async def execute(self) -> ExecutionPlan:
         """Run every step that can run; return the plan with every step in a final state."""
@@ -144,10 +142,9 @@ class DagExecutor:
             await self._cancel_all()
             raise
         finally:
+            self._deadlines.close()
             watcher.cancel()
-            if self._deadline_timer is not None:
-                self._deadline_timer.cancel()
-                self._deadline_timer = None
+            await asyncio.wait([watcher])  # it ends with the execution: no task of it is left pending
         for step in self._steps.values():
             if step.status in _UNSTARTED:  # only a plan that skipped validation can get here
                 waiting_on = [d for d in step.dependencies if self._status_of(d) != "completed"]
@@ -284,12 +281,11 @@ class DagExecutor:
         dependencies = {d: self._steps.get(d) or self.earlier[d] for d in step.dependencies}
         try:
             async with asyncio.timeout(None) as deadline:
-                self._deadlines[step.id] = (asyncio.get_running_loop().time() + self.step_timeout, deadline)
-                self._arm_deadline_timer()
+                self._deadlines.add(step.id, deadline)
                 try:
                     result = await self.run_step(step, dependencies)
                 finally:
-                    self._deadlines.pop(step.id, None)
+                    self._deadlines.discard(step.id)
         except asyncio.CancelledError:
             self._finish(step, "cancelled", "Cancelled")
             raise
@@ -421,22 +417,6 @@ class DagExecutor:
                 self._waiting[child_id] -= 1
                 if self._waiting[child_id] == 0:
                     self._dispatch(child)
-
-    def _arm_deadline_timer(self) -> None:
-        if self._deadline_timer is None and self._deadlines:
-            when = next(iter(self._deadlines.values()))[0]
-            self._deadline_timer = asyncio.get_running_loop().call_at(when, self._expire_deadlines)
-
-    def _expire_deadlines(self) -> None:
-        """Expire the scope of every step past its deadline (it raises TimeoutError, ``expired()`` true)."""
-        self._deadline_timer = None
-        now = asyncio.get_running_loop().time()
-        for sid, (when, scope) in list(self._deadlines.items()):
-            if when > now:
-                break
-            del self._deadlines[sid]
-            scope.reschedule(now)
-        self._arm_deadline_timer()
 
     async def _watch_stop(self) -> None:
         await self.stop.wait()

@@ -1,20 +1,19 @@
-"""``Pursuit``: one drive of a run, what its phases share, and the transitions several of them make.
+"""``Drive``: one drive of a run as its phases get it, the services it uses and the state it changes (as
+pydantic_graph's ``GraphRunContext`` has ``deps`` and ``state``), and the transitions several phases make.
 
 A drive starts at the phase its origin chooses (``first_phase``): a new run plans; a resumed one goes on from the
 round it was in; a re-run starts at the round that re-runs a step. From any phase the run may need another round
 (``next_round``, ``users_round``), an answer now (``answer_now``; ``out_of_budget`` when the run's cost budget is
 spent, with no model), or a round's decision carried out (``act``): the answer its verdict wrote, another round, the
 best answer so far, or an answer written apart (``Synthesizing``), what the verdict wrote of an answer dropped first
-when it is not the run's.
+when it is not the run's. Each transition's return type is the list of phases it may lead to.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dagmagic.engine.calls.guard import ContextGuard
-from dagmagic.engine.calls.planner import Planner
 from dagmagic.engine.calls.synthesis import fallback_answer
 from dagmagic.engine.loop.decisions import (
     FOLLOW_UP_WHILE_ANSWERING,
@@ -22,7 +21,6 @@ from dagmagic.engine.loop.decisions import (
     NOT_REACHED,
     RERUN,
     STOPPED_BEFORE_ROUND,
-    completed,
     out_of_budget,
     planned_again,
     reusable,
@@ -30,8 +28,11 @@ from dagmagic.engine.loop.decisions import (
     users_round,
     visible_results,
 )
-from dagmagic.engine.loop.phases import FINISHED, AwaitingApproval, Executing, Phase, Starting, Synthesizing
+from dagmagic.engine.loop.drive_state import DriveState
+from dagmagic.engine.loop.phases import FINISHED, AwaitingApproval, Executing, Finished, Starting, Synthesizing
 from dagmagic.engine.loop.planning_phase import Planning
+from dagmagic.engine.loop.services import DriveServices
+from dagmagic.engine.run.dag_run import DagRun
 from dagmagic.events import (
     AnswerCleared,
     AnswerReady,
@@ -42,150 +43,67 @@ from dagmagic.events import (
     StepCompleted,
 )
 from dagmagic.llm import ChatModel
-from dagmagic.llm.breaker import CircuitBreakers
-from dagmagic.llm.budget import CURRENT_BUDGET, CostBudget
 from dagmagic.messages import Rerun
 from dagmagic.models import AnalysisResult, Decision, ExecutionPlan, PlanStep, RoundRecord
 
 if TYPE_CHECKING:
     from dagmagic.engine.loop.driver import GoalLoop
-    from dagmagic.engine.run.dag_run import DagRun
     from dagmagic.messages import Origin
 
-__all__ = ["Budget", "Pursuit"]
+__all__ = ["Drive"]
 
 UNFINISHED_PLAN = "Cancelled — the run stopped before the plan was whole; the plan was made again"
 
 
 @dataclass
-class Budget:
-    """The autonomous rounds a run has used, and whether the coming round is the user's (free)."""
+class Drive:
+    """One drive of a run: ``services`` it uses, ``state`` it changes."""
 
-    used: int = 0
-    next_free: bool = False
+    services: DriveServices
+    state: DriveState
 
     @classmethod
-    def of(cls, rounds: list[RoundRecord]) -> Budget:
-        """The budget a run has used so far: rounds judged that were not the user's."""
-        used = sum(1 for record in rounds if record.analysis is not None and not record.free)
-        last = rounds[-1].decision if rounds else None
-        return cls(used=used, next_free=last is not None and not last.counts_against_budget)
+    def of(cls, loop: GoalLoop, run: DagRun) -> Drive:
+        """A drive of ``run`` by ``loop``."""
+        return cls(DriveServices(loop, run.emit), DriveState.of(run))
 
-
-@dataclass
-class Pursuit:
-    """One drive of ``run`` by ``loop``."""
-
-    loop: GoalLoop
-    run: DagRun
-    budget: Budget = field(init=False)
-    guard: ContextGuard = field(init=False)
-    breakers: CircuitBreakers = field(init=False)
-    """Which models stopped answering in this drive (shared with its subruns): they are not called again."""
-    cost_budget: CostBudget | None = field(init=False)
-    """The run's cost budget (``DAG_MAX_COST``; shared with its subruns), None when it has none."""
-    _planner: Planner | None = field(default=None, init=False)
-    _past: str | None = field(default=None, init=False)
-    _past_known: bool = field(default=False, init=False)
-
-    def __post_init__(self) -> None:
-        loop = self.loop
-        self.budget = Budget.of(self.run.rounds)
-        self.cost_budget = CURRENT_BUDGET.get()
-        self.breakers = (
-            loop.breakers if loop.breakers is not None else CircuitBreakers(loop.settings.llm_unanswered_limit)
-        )
-        self.guard = ContextGuard(
-            loop.registry, loop.settings, emit=self.run.emit, digests=loop.digests, breakers=self.breakers
-        )
-
-    # --- services
-
-    def model(self, role: str | None) -> ChatModel:
-        """The model a role (or a registered model's name) resolves to, reporting to this run."""
-        entry = self.loop.entry(role)
-        return ChatModel(entry, settings=self.loop.settings, emit=self.run.emit, breaker=self.breakers.of(entry.name))
+    @property
+    def run(self) -> DagRun:
+        """The run being driven (the state's)."""
+        return self.state.run
 
     def objective(self, model: ChatModel, *, round: int | None) -> str:
         """The goal with every follow-up so far, as ``model`` reads it: cut to fit when too long (a warning says)."""
         run = self.run
-        return self.guard.objective_text(run.goal, run.follow_ups_so_far, model, round=round)
-
-    def unanswered(self, record: RoundRecord) -> list[str]:
-        """The models the round's steps ran on that stopped answering: another round would meet them again."""
-        return sorted({step.model for step in record.plan.steps if step.model and self.breakers.is_open(step.model)})
-
-    @property
-    def planner(self) -> Planner:
-        """The smart model's planner for this run (subruns are offered only below the depth limit)."""
-        if self._planner is None:
-            loop = self.loop
-            self._planner = Planner(
-                self.model("smart"),
-                loop.settings,
-                emit=self.run.emit,
-                tool_names=loop.tool_names,
-                tools=loop.tools,
-                roles=loop.registry.roles.keys(),
-                subruns=loop.depth < loop.settings.max_depth,
-            )
-        return self._planner
-
-    @property
-    def streams(self) -> bool:
-        """Whether plans stream (steps starting before the plan is whole)."""
-        return self.loop.settings.streaming_planner and self.planner.model.entry.capabilities.stream
-
-    @property
-    def domain(self) -> str | None:
-        """The goal's domain, when a plan said one."""
-        return self.run.state.domain
+        return self.services.guard.objective_text(run.goal, run.follow_ups_so_far, model, round=round)
 
     @property
     def asks_domain(self) -> bool:
         """Whether the next plan call must say the goal's domain: routing is on and no plan has said it yet
         (a resumed run keeps what its first plan said).
         """
-        return self.loop.settings.domain_routing and not self.run.state.routed
-
-    def route(self, domain: str | None) -> None:
-        """The goal's domain, as the first plan said it: later rounds' plans are steered by it."""
-        self.run.state.domain, self.run.state.routed = domain, True
+        return self.services.settings.domain_routing and not self.run.state.routed
 
     async def past(self) -> str | None:
         """The conversation before this run, fitted for the planner (summarized once, when it is long)."""
-        if not self._past_known:
-            guard = self.guard
+        state = self.state
+        if not state.past_known:
+            guard, history = self.services.guard, self.services.loop.history
             limit, round = guard.history_limit(), len(self.run.rounds) + 1
-            self._past, self._past_known = await guard.history(self.loop.history, limit=limit, round=round), True
-        return self._past
-
-    def assign_models(self, plan: ExecutionPlan) -> None:
-        """Name the model each step of ``plan`` will run on."""
-        for step in plan.steps:
-            step.model = self.loop.entry(step.model_hint).name
-
-    def completed(self) -> list[tuple[str, PlanStep]]:
-        """Every completed step of the run so far."""
-        return completed(self.run.rounds)
-
-    @property
-    def latest_follow_up(self) -> str | None:
-        """The newest follow-up no plan has seen yet."""
-        pending = self.run.inbox.pending
-        return pending[-1] if pending else None
+            state.past, state.past_known = await guard.history(history, limit=limit, round=round), True
+        return state.past
 
     # --- where a drive starts
 
-    def first_phase(self, origin: Origin) -> Phase:
+    def first_phase(self, origin: Origin) -> Starting | Executing:
         """The phase a drive from ``origin`` starts in."""
         if isinstance(origin, Rerun):
             return self.rerun(origin)
         if origin == "resume" and self.run.rounds:
-            return Starting(then=Pursuit.resumed)
+            return Starting(then=Drive.resumed)
         return Starting()
 
-    def resumed(self) -> Phase:
+    def resumed(self) -> Planning | AwaitingApproval | Executing | Synthesizing | Finished:
         """Where a resumed run goes on: its last round, from where it was."""
         record, inbox = self.run.rounds[-1], self.run.inbox
         inbox.new_round()
@@ -198,14 +116,14 @@ class Pursuit:
             return self._plan_again(record)
         earlier = reusable(self.run.rounds[:-1])
         if record.approval == "pending":  # it waited for the user's word: it waits again
-            return AwaitingApproval(record, record.plan, self.planner, earlier)
+            return AwaitingApproval(record, record.plan, self.services.planner, earlier)
         for step in record.plan.steps:  # what had not completed runs again; a retry keeps its tier and time
             if step.status in ("pending", "queued", "paused", "running", "cancelled"):
                 step.status = "retrying" if step.retry_at is not None else "pending"
                 step.error = None
         return Executing.of(self, record, record.plan, earlier)
 
-    def _plan_again(self, record: RoundRecord) -> Phase:
+    def _plan_again(self, record: RoundRecord) -> Planning | Synthesizing | Finished:
         """A round whose plan was still streaming when the run stopped: it ends here, what completed stays
         reusable (``rN.id``) and what did not is cancelled, and the next round plans the goal again in its place
         (free if it was: no verdict was reached, so no budget was used).
@@ -217,11 +135,13 @@ class Pursuit:
                     StepCompleted(round=record.index, step_id=step.id, status="cancelled", error=UNFINISHED_PLAN)
                 )
         record.decision = planned_again(record.free)
-        self.run.emit(Replanning(round=record.index, reason=record.decision.reason, follow_up=self.latest_follow_up))
-        self.budget.next_free = record.free
+        self.run.emit(
+            Replanning(round=record.index, reason=record.decision.reason, follow_up=self.state.latest_follow_up)
+        )
+        self.state.budget.next_free = record.free
         return self.next_round()
 
-    def rerun(self, message: Rerun) -> Phase:
+    def rerun(self, message: Rerun) -> Executing:
         """A new round that re-runs ``message.step`` of the latest one (with its new task or model) and every
         step downstream of it, keeping the other results; then it is judged and answered again.
         """
@@ -254,22 +174,24 @@ class Pursuit:
 
     # --- transitions
 
-    def next_round(self) -> Phase:
+    def next_round(self) -> Planning | Synthesizing | Finished:
         """Another round; after a Stop, the answer instead."""
         if self.run.inbox.stopped:
             return self.answer_now(STOPPED_BEFORE_ROUND)
         return Planning(len(self.run.rounds) + 1)
 
-    def users_round(self, reason: str) -> Phase:
+    def users_round(self, reason: str) -> Planning | Synthesizing | Finished:
         """A follow-up asks for another round, outside the budget: the last round's decision says so."""
         decision = users_round(reason)
         if self.run.rounds:
             self.run.rounds[-1].decision = decision
-        self.run.emit(Replanning(round=len(self.run.rounds), reason=reason, follow_up=self.latest_follow_up))
-        self.budget.next_free = True
+        self.run.emit(Replanning(round=len(self.run.rounds), reason=reason, follow_up=self.state.latest_follow_up))
+        self.state.budget.next_free = True
         return self.next_round()
 
-    def plan_interrupted(self, record: RoundRecord, *, awaiting_approval: bool = False) -> Phase:
+    def plan_interrupted(
+        self, record: RoundRecord, *, awaiting_approval: bool = False
+    ) -> Planning | Synthesizing | Finished:
         """What follows a round whose plan a Stop or a follow-up dropped (no verdict, no budget used), while it
         was made or while it waited for approval.
         """
@@ -290,7 +212,7 @@ class Pursuit:
             and verdict is not None
             and verdict.achieved
             and bool(verdict.final_answer and verdict.final_answer.strip())
-            and self.loop.entry("smart").capabilities.stream
+            and self.services.entry("smart").capabilities.stream
         )
 
     def settle_draft(self, record: RoundRecord, decision: Decision) -> None:
@@ -299,7 +221,7 @@ class Pursuit:
             achieved = record.analysis is not None and record.analysis.achieved
             self.clear_answer(self.run, decision.reason if achieved else NOT_REACHED)
 
-    def act(self, record: RoundRecord, decision: Decision) -> Phase:
+    def act(self, record: RoundRecord, decision: Decision) -> Planning | Synthesizing | Finished:
         """Carry out a round's decision: the answer the verdict wrote, another round, or an answer written
         apart (from what completed, saying what is missing, when the run stops without reaching the goal).
         """
@@ -311,40 +233,35 @@ class Pursuit:
             return FINISHED
         self.settle_draft(record, decision)
         if decision.action == "replan":
-            self.budget.next_free = not decision.counts_against_budget
+            self.state.budget.next_free = not decision.counts_against_budget
             return self.next_round()
         analysis = record.analysis or AnalysisResult()
-        if decision.action == "stop" and not self.completed():  # nothing to write an answer from
+        if decision.action == "stop" and not self.state.completed():  # nothing to write an answer from
             self.answer(self.run, fallback_answer(analysis, ()), fallback=True)
             return FINISHED
         # no more rounds (or a re-run round) short of the goal: the answer says what is missing
         unreached = record.analysis is not None and not record.analysis.achieved
         return Synthesizing(analysis, record.index, partial=decision.partial, unreached=unreached)
 
-    def answer_now(self, reason: str) -> Phase:
+    def answer_now(self, reason: str) -> Synthesizing | Finished:
         """After a Stop with no new verdict to go on: an answer written from whatever completed, if anything
         did (a follow-up while it is written overrides the Stop: the run goes on).
         """
         run = self.run
-        if not self.completed():
+        if not self.state.completed():
             self.answer(run, fallback_answer(AnalysisResult(reasoning=reason), ()), fallback=True, partial=True)
             return FINISHED
         analysis = run.analysis or AnalysisResult(reasoning=reason)
         return Synthesizing(analysis, max(len(run.rounds), 1), partial=True)
 
-    @property
-    def out_of_money(self) -> bool:
-        """Whether the run's cost budget is spent: no call may start."""
-        return self.cost_budget is not None and self.cost_budget.reached
-
-    def out_of_budget(self) -> Phase:
+    def out_of_budget(self) -> Finished:
         """The run's cost budget is spent: no call starts, so the answer is the completed results as they are
         (the fallback answer's listing, written with no model), marked partial and saying why. The last round's
         decision says it too (whatever it was: its replan, say, will not happen). A verdict that reached the goal
         and wrote its answer, which was only to be written again apart (a smart model that cannot stream), gives
         that answer instead.
         """
-        run, budget = self.run, self.cost_budget
+        run, budget = self.run, self.services.cost_budget
         assert budget is not None
         verdict = run.rounds[-1].analysis if run.rounds else None
         if verdict is not None and verdict.achieved and verdict.final_answer and verdict.final_answer.strip():
