@@ -37,7 +37,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("llm", ("dagmagic.llm",)),
     ("store", ("dagmagic.store",)),
     ("engine", ("dagmagic.engine",)),
-    ("session", ("dagmagic.session", "dagmagic.evaluation", "dagmagic.tracing", "dagmagic.testing")),
+    (
+        "session",
+        ("dagmagic.session", "dagmagic._session", "dagmagic.evaluation", "dagmagic.tracing", "dagmagic.testing"),
+    ),
     ("notebook", ("dagmagic.notebook", "dagmagic.server")),
     ("package", ("dagmagic", "dagmagic.__main__")),
 ]
@@ -206,7 +209,7 @@ def violations(graph: Graph) -> list[str]:
     for component in cycles(graph):
         if not all(m == CYCLES_ALLOWED_UNDER or m.startswith(CYCLES_ALLOWED_UNDER + ".") for m in component):
             found.append(f"import cycle: {' <-> '.join(component)}")
-    return found
+    return list(dict.fromkeys(found))
 
 
 def _largest_classes(graph: Graph, top: int) -> list[tuple[int, str]]:
