@@ -20,7 +20,7 @@ from typing import Any
 
 import traitlets
 
-from dagmagic.engine.run.dag_run import DagRun
+from dagmagic.engine import DagRun
 from dagmagic.errors import DagError
 from dagmagic.events import Event, RunFinished
 from dagmagic.models import ExecutionPlan, LLMCall, PlanStep, RoundRecord, natural_key
