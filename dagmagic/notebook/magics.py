@@ -3,7 +3,7 @@
 A ``%%dag`` cell is rewritten by an input transformer into a top-level ``await`` (see ``transformer.py``),
 so it runs on the kernel's own event loop: Interrupt cancels it cleanly and, on ipykernel >= 7.4, the
 widget's Stop and follow-up messages arrive while it runs. The kernel's runs, their numbers and the
-conversation live in one ``NotebookSession`` (``session.py``); the ``%dag`` subcommands in ``commands.py``;
+conversation live in one ``NotebookSession`` (``session.py``); the ``%dag`` subcommands in ``commands/``;
 the offers to resume an interrupted run in ``resume_offer.py``.
 """
 
