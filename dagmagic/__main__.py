@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from dagmagic.engine.run.dag_run import DagRun
+    from dagmagic.engine import DagRun
     from dagmagic.evaluation import Cell, Experiment
     from dagmagic.events import Event
 
@@ -72,7 +72,8 @@ def _eval_worker(parser: argparse.ArgumentParser, file: str, shard_text: str, co
 
 
 async def _run_worker(spec: dict[str, object], shard: tuple[int, int], concurrency: int | None) -> Experiment:
-    from dagmagic import DagSession, ModelRegistry
+    from dagmagic.llm import ModelRegistry
+    from dagmagic.session import DagSession
 
     models = spec.get("models")
     session = DagSession(models if isinstance(models, ModelRegistry) else None)

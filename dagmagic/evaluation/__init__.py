@@ -4,6 +4,7 @@
 """
 
 from dagmagic.evaluation.cases import Case
+from dagmagic.evaluation.cases import _is_dataframe as is_dataframe
 from dagmagic.evaluation.experiment import (
     CaseComparison,
     Cell,
@@ -43,6 +44,7 @@ __all__ = [
     "Scorer",
     "contains",
     "exact_match",
+    "is_dataframe",
     "llm_judge",
     "load_experiment",
     "matches",

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from dagmagic.engine.run.dag_run import DagRun
+    from dagmagic.engine import DagRun
     from dagmagic.notebook.session import NotebookSession
     from dagmagic.session import DagSession
     from dagmagic.testing import ScriptedLLM, ScriptedRequest
@@ -126,7 +126,7 @@ def demo_model() -> ScriptedLLM:
 
 def demo_options() -> dict[str, Any]:
     """The demo's models, settings and tools, as ``DagSession`` and ``DagSession.start`` take them."""
-    from dagmagic.llm.registry import ModelRegistry
+    from dagmagic.llm import ModelRegistry
     from dagmagic.settings import DagSettings
 
     registry = ModelRegistry().register("demo-model", demo_model(), roles=["smart", "general", "fast"])

@@ -21,10 +21,11 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from dagmagic.engine.run.dag_run import DagRun
+from dagmagic.engine import DagRun
 from dagmagic.notebook.fallbacks import run_mimebundle
 
 __all__ = [
+    "WIDGET_VIEW",
     "front_end_known",
     "marker",
     "marker_of_experiment",
@@ -35,6 +36,7 @@ __all__ = [
     "settle_live_view_once_seen",
     "show_live",
     "widget_for",
+    "widget_view",
 ]
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -90,9 +92,16 @@ def front_end_known() -> bool:
 
 def _widget_bundle(run: DagRun) -> dict[str, Any]:
     """The run widget's view alone."""
-    from dagmagic.notebook.evaluation_cell import widget_view
-
     return widget_view(widget_for(run))
+
+
+def widget_view(widget: Any) -> dict[str, Any]:
+    """A widget's view alone (ipywidgets returns it as ``(data, metadata)`` or alone, with a ``text/plain`` repr
+    that the static views' replaces).
+    """
+    bundle = widget._repr_mimebundle_()
+    data = bundle[0] if isinstance(bundle, tuple) else bundle
+    return {WIDGET_VIEW: data[WIDGET_VIEW]}
 
 
 def marker(run: DagRun) -> dict[str, Any]:

@@ -19,10 +19,11 @@ from IPython.core.error import UsageError
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from dagmagic.errors import DagError
-from dagmagic.notebook.session import names
+from dagmagic.notebook._arguments import names, usd
+from dagmagic.notebook.display import widget_view
 
 if TYPE_CHECKING:
-    from dagmagic.evaluation.experiment import Cell, Experiment
+    from dagmagic.evaluation import Cell, Experiment
     from dagmagic.notebook.experiment_widget import ExperimentWidget
     from dagmagic.notebook.session import NotebookSession
 
@@ -43,18 +44,12 @@ def _shard(text: str) -> tuple[int, int]:
     return int(index), int(workers)
 
 
-def _usd(text: str) -> float:
-    from dagmagic.notebook.magics import _usd as usd
-
-    return usd(text)
-
-
 @magic_arguments("%dag eval")  # the usage line reads "%%dag eval [--cases VAR] ..."
 @argument("--cases", metavar="VAR", help="Goals, dicts with a 'goal' (or the template's keys), or a DataFrame.")
 @argument("--configs", metavar="VAR", help='A dict of named configs: {"small": {"models": {...}}, ...}.')
 @argument("--scorers", metavar="a,b", help="Notebook functions (case, run) -> score, or built-in scorer names.")
 @argument("--repeat", type=int, default=1, metavar="N", help="Runs of each case with each config.")
-@argument("--max-cost", type=_usd, metavar="USD", help="No cell starts once this much was spent.")
+@argument("--max-cost", type=usd, metavar="USD", help="No cell starts once this much was spent.")
 @argument("--concurrency", type=int, metavar="N", help="Cells running at once.")
 @argument("--models", metavar="VAR", help="A ModelRegistry (or one model) for configs that name no models.")
 @argument("--name", metavar="NAME", help="The experiment's name (resume it by this name).")
@@ -88,10 +83,10 @@ def eval_cases(cases: Any, template: str) -> Any:
     """What ``session.evaluate`` takes as cases, and its ``goal=``: a DataFrame with the template, or a list whose
     dicts (or goals, as ``{goal}``) filled the template (``UsageError`` for what does not fit).
     """
-    from dagmagic.evaluation.cases import _is_dataframe
+    from dagmagic.evaluation import is_dataframe
 
     template = template.strip()
-    if _is_dataframe(cases):
+    if is_dataframe(cases):
         if len(cases) == 0:
             raise UsageError("--cases: the DataFrame has no rows to evaluate")
         return cases, template or None
@@ -321,14 +316,3 @@ class EvalCell:
         drawn = self._widget.front_end or front_end_known()
         bundle = {**self._static(experiment), **(widget_view(self._widget) if drawn else {})}
         update_display(bundle, raw=True, metadata=metadata, display_id=self._display_id)
-
-
-def widget_view(widget: Any) -> dict[str, Any]:
-    """A widget's view alone (ipywidgets returns it as ``(data, metadata)`` or alone, with a ``text/plain`` repr
-    that the static views' replaces).
-    """
-    from dagmagic.notebook.display import WIDGET_VIEW
-
-    bundle = widget._repr_mimebundle_()
-    data = bundle[0] if isinstance(bundle, tuple) else bundle
-    return {WIDGET_VIEW: data[WIDGET_VIEW]}

@@ -15,7 +15,7 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from dagmagic.evaluation.experiment import Cell, Experiment
+    from dagmagic.evaluation import Cell, Experiment
 
 __all__ = [
     "experiment_html",

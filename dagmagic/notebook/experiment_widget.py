@@ -23,8 +23,8 @@ from dagmagic.notebook.answering import AnsweringWidget, Reply
 from dagmagic.notebook.experiment_view import progress_line, summary_header, summary_rows
 
 if TYPE_CHECKING:
-    from dagmagic.engine.run.dag_run import DagRun
-    from dagmagic.evaluation.experiment import Experiment
+    from dagmagic.engine import DagRun
+    from dagmagic.evaluation import Experiment
 
 __all__ = ["ExperimentWidget", "experiment_display", "experiment_state"]
 
@@ -147,8 +147,7 @@ def experiment_display(experiment: Experiment) -> tuple[dict[str, Any], dict[str
     widgets and the experiment has stopped, its grid widget too (one per experiment), whose cells open their runs.
     A running one shows as it is now: only the cell that runs it keeps a grid up to date.
     """
-    from dagmagic.notebook.display import front_end_known, marker_of_experiment
-    from dagmagic.notebook.evaluation_cell import widget_view
+    from dagmagic.notebook.display import front_end_known, marker_of_experiment, widget_view
     from dagmagic.notebook.experiment_view import experiment_mimebundle
 
     bundle: dict[str, Any] = experiment_mimebundle(experiment)

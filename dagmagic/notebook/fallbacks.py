@@ -21,7 +21,7 @@ import textwrap
 import nh3
 from markdown_it import MarkdownIt
 
-from dagmagic.engine.run.dag_run import DagRun
+from dagmagic.engine import DagRun
 from dagmagic.models import ExecutionPlan, PlanCut, PlanStep, RoundRecord, split_round_reference
 from dagmagic.notebook.layout import layout
 from dagmagic.notebook.tool_steps import call_text, direct_call, fell_back, is_tool_step

@@ -3,13 +3,12 @@
 A ``%%dag`` cell is rewritten by an input transformer into a top-level ``await`` (see ``transformer.py``),
 so it runs on the kernel's own event loop: Interrupt cancels it cleanly and, on ipykernel >= 7.4, the
 widget's Stop and follow-up messages arrive while it runs. The kernel's runs, their numbers and the
-conversation live in one ``NotebookSession`` (``session.py``); the ``%dag`` subcommands in ``commands.py``;
+conversation live in one ``NotebookSession`` (``session.py``); the ``%dag`` subcommands in ``commands/``;
 the offers to resume an interrupted run in ``resume_offer.py``.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -19,10 +18,11 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_exp
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from traitlets import Bool, Float, Int, Unicode
 
+from dagmagic.notebook._arguments import usd
 from dagmagic.notebook.session import NO_MODEL_HELP, NotebookSession
 
 if TYPE_CHECKING:  # the engine loads on the first %%dag, not with the extension: loading must stay fast
-    from dagmagic.engine.run.dag_run import DagRun
+    from dagmagic.engine import DagRun
 
 __all__ = ["NO_MODEL_HELP", "DagMagics", "last_run", "register", "run_dag_cell", "run_dag_line"]
 
@@ -103,17 +103,6 @@ def last_run() -> DagRun | None:
     return _active.runs[-1] if _active is not None and _active.runs else None
 
 
-def _usd(text: str) -> float:
-    """An amount of USD, 0 or more, as ``--max-cost`` takes it (argparse shows the error's words)."""
-    try:
-        amount = float(text.strip().removeprefix("$"))
-    except ValueError:
-        amount = float("nan")
-    if not amount >= 0 or amount == float("inf"):  # NaN fails every comparison
-        raise argparse.ArgumentTypeError(f"takes an amount in USD, 0 or more (e.g. 0.05), not {text!r}")
-    return amount
-
-
 @magics_class
 class DagMagics(Magics):
     """The ``%%dag`` cell magic and ``%dag`` line magic. Defaults are configurable:
@@ -167,7 +156,7 @@ class DagMagics(Magics):
     @argument("--step-timeout", type=float, metavar="S", help="Seconds a step may run.")
     @argument(
         "--max-cost",
-        type=_usd,
+        type=usd,
         metavar="USD",
         help="Cost budget of the run: no LLM call starts once it is spent; the answer is made from what completed.",
     )

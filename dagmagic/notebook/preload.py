@@ -13,7 +13,6 @@ it always did.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import threading
 import time
@@ -90,10 +89,9 @@ def _import_after(cells: _CellsRunning | None, do_import: Callable[[], None]) ->
 
 
 def _import_quietly() -> None:
-    # the LLM layer's package first, as a run imports it: a thread that took a submodule's import lock before
+    # through the LLM layer's package, as a run imports it: a thread that took a submodule's import lock before
     # its package's could meet the run's thread holding the package's (Python breaks that tie with an error)
     with contextlib.suppress(Exception):  # the run's warm-up imports again, and says what went wrong
-        importlib.import_module("dagmagic.llm")
-        from dagmagic.llm._litellm import import_litellm
+        from dagmagic.llm import import_litellm
 
         import_litellm()

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from dagmagic.diff import Divergence
-from dagmagic.engine.run.dag_run import DagRun
-from dagmagic.engine.run.queries import STOPPED_BY_YOU
+from dagmagic.engine import STOPPED_BY_YOU, DagRun
 from dagmagic.events import (
     AnswerCleared,
     AnswerReady,

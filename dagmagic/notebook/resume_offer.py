@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dagmagic.notebook.commands import when
+from dagmagic.notebook._arguments import when
 
 if TYPE_CHECKING:
-    from dagmagic.engine.run.dag_run import DagRun
+    from dagmagic.engine import DagRun
     from dagmagic.notebook.session import NotebookSession
     from dagmagic.store import RunSummary
 
@@ -31,7 +31,7 @@ def offer_resume(
     notebook: NotebookSession, goal: str, summary: RunSummary, options: dict[str, Any], args: Any, line: str
 ) -> DagRun:
     """Show the interrupted run, read back, with Resume and Start over; the cell ends at once."""
-    from dagmagic.engine.run.dag_run import DagRun
+    from dagmagic.engine import DagRun
 
     store = notebook.session(options).store_for(options["settings"])
     assert store is not None

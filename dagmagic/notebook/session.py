@@ -8,23 +8,22 @@ the options of the cell that started it (``%dag resume`` reuses them) and what `
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from IPython.core.error import UsageError
 
 from dagmagic.errors import ConfigurationError, DagError
+from dagmagic.notebook._arguments import names
 
 if TYPE_CHECKING:  # the engine loads on the first %%dag, not with the extension: loading must stay fast
-    from dagmagic.engine.run.dag_run import DagRun
-    from dagmagic.engine.tools.mcp import MCPServer
+    from dagmagic.engine import DagRun, MCPServer
     from dagmagic.evaluation import Experiment
-    from dagmagic.llm.registry import ModelRegistry
-    from dagmagic.notebook.magics import DagMagics
+    from dagmagic.llm import ModelRegistry
     from dagmagic.session import DagSession
     from dagmagic.settings import DagSettings
     from dagmagic.store import RunStore
 
-__all__ = ["NO_MODEL_HELP", "NO_STORE", "NotebookSession", "names"]
+__all__ = ["NO_MODEL_HELP", "NO_STORE", "CellMagics", "NotebookSession", "names"]
 
 NO_MODEL_HELP = (
     "No model is configured for %%dag, and none could be picked: no OPENAI_API_KEY, ANTHROPIC_API_KEY or "
@@ -39,12 +38,51 @@ ROLES = ("smart", "general", "fast", "reasoning")
 _CONTEXT_CHARS = 1000
 
 
+class CellMagics(Protocol):
+    """What the kernel's state and the subcommands use of the ``%%dag`` magics (``DagMagics``, which sit above
+    them): the shell, the defaults ``%config DagMagics`` sets (and ``{role}_model``, read by name), how a cell's
+    options are parsed and how a run is shown as a cell's.
+    """
+
+    shell: Any
+    allow_code: bool
+    widget: bool
+
+    @property
+    def max_concurrency(self) -> int | None:
+        """Steps running at once (None: the settings')."""
+        ...
+
+    @property
+    def max_rounds(self) -> int | None:
+        """Autonomous rounds at most (None: the settings')."""
+        ...
+
+    @property
+    def step_timeout(self) -> float | None:
+        """Seconds a step may run (None: the settings')."""
+        ...
+
+    @property
+    def max_cost(self) -> float | None:
+        """Cost budget of a run in USD (None: the settings')."""
+        ...
+
+    def parse(self, line: str) -> Any:
+        """The options of a ``%%dag`` line."""
+        ...
+
+    async def present(self, run: DagRun, args: Any, line: str = "", *, again: bool = False) -> DagRun:
+        """Show the run as a cell's and, unless ``--bg``, await it."""
+        ...
+
+
 class NotebookSession:
     """The kernel's runs, their numbers, each one's cell options, the settings ``%dag config`` set, and the
     one ``DagSession`` that runs them all.
     """
 
-    def __init__(self, magics: DagMagics) -> None:
+    def __init__(self, magics: CellMagics) -> None:
         self.magics = magics
         self.overrides: dict[str, Any] = {}
         """Settings set with ``%dag config key=value``."""
@@ -131,7 +169,7 @@ class NotebookSession:
         """The cell's models: ``--models``, else the role options, the magic's traits, ``DAG_*_MODEL``, else
         the models picked from a provider key or a local Ollama.
         """
-        from dagmagic.llm.registry import ModelRegistry
+        from dagmagic.llm import ModelRegistry
 
         flags = {role: getattr(args, role, None) for role in ROLES if getattr(args, role, None)}
         if getattr(args, "models", None) and flags:
@@ -151,7 +189,7 @@ class NotebookSession:
 
     def _registry_of(self, specs: dict[str, Any]) -> ModelRegistry:
         """One entry per distinct model; a spec naming a notebook variable uses that object."""
-        from dagmagic.llm.registry import ModelRegistry
+        from dagmagic.llm import ModelRegistry
 
         registry = ModelRegistry()
         grouped: dict[int, tuple[str, Any, list[str]]] = {}
@@ -262,7 +300,7 @@ class NotebookSession:
                 f"runs_in_memory) and there is no run store to read it back from: {NO_STORE}"
             )
         if store is not None:
-            from dagmagic.engine.run.dag_run import DagRun
+            from dagmagic.engine import DagRun
 
             try:
                 stored = store.load(self.stored_id(store, key))
@@ -312,14 +350,9 @@ class NotebookSession:
         raise UsageError("no plan is waiting for approval (run a cell with --approve, and --bg to act from here)")
 
 
-def names(text: str | None) -> list[str]:
-    """``"a, b"`` -> ``["a", "b"]``."""
-    return [name.strip() for name in (text or "").split(",") if name.strip()]
-
-
 def default_registry() -> ModelRegistry:
     """The models picked from a provider key or a local Ollama when none is chosen (``dagmagic.llm.defaults``)."""
-    from dagmagic.llm.registry import ModelRegistry
+    from dagmagic.llm import ModelRegistry
 
     try:
         return ModelRegistry.from_env()

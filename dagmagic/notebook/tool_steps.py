@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dagmagic.engine.steps.tool_steps import REFERENCE
+from dagmagic.engine import STEP_REFERENCE
 from dagmagic.models import PlanStep, ToolCallRecord
 
 __all__ = ["call_text", "direct_call", "fell_back", "is_tool_step"]
@@ -19,7 +19,7 @@ __all__ = ["call_text", "direct_call", "fell_back", "is_tool_step"]
 
 def _whole_reference(value: Any) -> bool:
     """An argument that is one step's result as a whole (``$s1``, ``$r1.s2``): shown bare, and its value as text."""
-    return isinstance(value, str) and REFERENCE.fullmatch(value.strip()) is not None
+    return isinstance(value, str) and STEP_REFERENCE.fullmatch(value.strip()) is not None
 
 
 def is_tool_step(step: PlanStep) -> bool:

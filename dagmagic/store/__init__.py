@@ -9,13 +9,17 @@ SQLite file and the migrations, ``postgres`` a PostgreSQL database, ``rows`` wha
 from __future__ import annotations
 
 from dagmagic.errors import StoreUnavailable
+from dagmagic.store.experiments import ExperimentSummary
+from dagmagic.store.lease import HOST
 from dagmagic.store.run_store import LEASE_WAIT_SECONDS, SETTLE_SECONDS, RunStore, RunSummary, StoredRun
 from dagmagic.store.sqlite import SCHEMA_VERSION
 
 __all__ = [
+    "HOST",
     "LEASE_WAIT_SECONDS",
     "SCHEMA_VERSION",
     "SETTLE_SECONDS",
+    "ExperimentSummary",
     "RunStore",
     "RunSummary",
     "StoreUnavailable",
