@@ -121,7 +121,8 @@ async def test_native_tool_calls_in_sequence_feed_each_other_and_the_answer() ->
         (1, "capital", {"country": "France"}, "Paris"),
         (2, "population", {"city": "Paris"}, "2102650"),
     ]
-    assert iterations[1].duration >= 0.04 and iterations[0].duration < iterations[1].duration
+    assert iterations[1].duration >= 0.04  # each iteration tells its own call's duration
+    assert [e.duration for e in iterations] == [c.duration for c in step.tool_calls]
 
     requests = llm.requests_for("step", "s1")
     assert len(requests) == 3

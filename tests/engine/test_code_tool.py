@@ -834,10 +834,15 @@ async def test_nothing_outlives_a_script_that_kills_its_supervisor(either: str, 
             assert not call.done(), call.result()
             await asyncio.sleep(0.02)
         assert len(processes_with(token)) >= 2, "the script and its grandchild are running"
+        loop = asyncio.get_running_loop()
         (tmp_path / "go").touch()
+        told = loop.time()
         outcome = await call
+        ended = loop.time() - told
         assert await none_left(token), f"{processes_with(token)} outlived the call ({either})"
-        assert outcome.duration < 0.25 * timeout, f"the call took {outcome.duration:.1f}s of its {timeout}s"
+        assert f"ran longer than {timeout:g}s" not in outcome.observation, outcome.observation  # not the timeout
+        # from the supervisor's death, not from a start a loaded machine makes slow
+        assert ended < 0.5 * timeout, f"the call ended {ended:.1f}s after the script was told to go, of {timeout}s"
 
 
 RUNAWAY_FAMILY = """
@@ -957,8 +962,8 @@ async def test_a_script_that_kills_both_supervisors_ends_the_call_and_escapes_on
         outcome = await python_tool(timeout=timeout).run(
             {"code": KILL_BOTH_SUPERVISORS.format(token=token)}, timeout=60
         )
-        assert outcome.duration < 0.25 * timeout, f"the call took {outcome.duration:.1f}s of its {timeout}s"
-        assert outcome.observation.startswith("Ended without an exit code"), outcome.observation
+        assert outcome.duration < 0.5 * timeout, f"the call took {outcome.duration:.1f}s of its {timeout}s"
+        assert outcome.observation.startswith("Ended without an exit code"), outcome.observation  # not the timeout
         if either == "sandboxed":
             assert await none_left(token), f"{processes_with(token)} outlived the call"
             assert "the sandbox ended every process the script started" in outcome.observation

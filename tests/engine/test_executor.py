@@ -161,7 +161,8 @@ async def test_a_step_starts_when_its_last_dependency_completes_beside_a_straggl
     assert set(statuses(p).values()) == {"completed"}
     a, b, slow = p.step("a"), p.step("b"), p.step("slow")
     assert a.completed_at and b.started_at and b.completed_at and slow.completed_at
-    assert b.started_at - a.completed_at < 0.05  # dispatched at a's completion, not at a level barrier
+    barrier_wait = slow.completed_at - a.completed_at  # what a level barrier would have held b back
+    assert b.started_at - a.completed_at < barrier_wait / 2  # dispatched at a's completion, not at a level barrier
     assert b.completed_at < slow.completed_at  # the chain finished while the straggler ran
     critical_path = max(0.05 + 0.1 + 0.1, 0.6)
     assert makespan(p) / critical_path < 1.10
@@ -175,7 +176,7 @@ async def test_a_step_waits_for_its_last_dependency_not_its_first() -> None:
     s2, s3 = p.step("s2"), p.step("s3")
     assert s3.started_at and s2.completed_at
     assert s3.started_at >= s2.completed_at
-    assert s3.started_at - s2.completed_at < 0.05
+    assert s2.run_time is not None and s3.started_at - s2.completed_at < s2.run_time / 2  # in s2's wake
     assert set(rec.seen_deps["s3"]) == {"s1", "s2"}
     assert rec.seen_deps["s3"]["s2"].result == "result of s2"
     assert all(d.status == "completed" for d in rec.seen_deps["s3"].values())
@@ -189,12 +190,13 @@ async def test_queue_time_and_run_time_are_recorded_apart() -> None:
     s1, s2 = p.step("s1"), p.step("s2")
     assert s1.queue_time is not None and s1.run_time is not None
     assert s2.queue_time is not None and s2.run_time is not None
-    assert s1.queue_time < 0.05  # s1 got the slot at once
-    assert abs(s2.queue_time - s1.run_time) < 0.05  # s2 waited exactly while s1 ran
+    assert s1.queue_time < s2.queue_time / 4  # s1 got the slot at once
+    assert s1.completed_at is not None and s2.started_at is not None
+    assert s1.completed_at <= s2.started_at  # s2 waited while s1 ran (and, below, for about as long)
     assert 0.8 < s2.queue_time / s1.run_time < 1.25
     assert s2.run_time / s1.run_time < 0.8  # s2's own run is the shorter one, not counting its wait
     assert s1.queued_at is not None and s2.queued_at is not None
-    assert abs(s2.queued_at - s1.queued_at) < 0.05  # both became ready at the start
+    assert s1.started_at is not None and s2.queued_at <= s1.started_at  # both became ready at the start
 
 
 # --- failures

@@ -83,9 +83,14 @@ SCRIPTED_RUN = TICKER + textwrap.dedent(
         run = await session.run("Which city has more people?")
         took = time.monotonic() - started
         gap = ticker.stop()
+        imported = "litellm" in sys.modules
+        started = time.monotonic()  # the freeze this run avoided, measured on this machine as loaded as it is now
+        import litellm
+        freeze = time.monotonic() - started
         print(json.dumps({
-            "status": run.status, "litellm": "litellm" in sys.modules, "with_dagmagic": imported_with_dagmagic,
+            "status": run.status, "litellm": imported, "with_dagmagic": imported_with_dagmagic,
             "prompt": max(len(r.prompt) for r in llm.requests), "counted": llm.counted, "took": took, "gap": gap,
+            "freeze": freeze,
         }))
 
     asyncio.run(main())
@@ -116,8 +121,9 @@ def test_a_scripted_run_with_long_prompts_never_imports_litellm_nor_holds_the_lo
     assert not seen["litellm"] and not seen["with_dagmagic"], seen
     # Importing litellm on the loop held it 4.1-4.8 s here (10-12 s in a kernel); counting these texts without
     # it takes milliseconds: the largest gap measured was 0.04-0.07 s (the whole run 0.08-0.12 s) on a shared
-    # 2-core machine. 0.5 s is 7x that, room for a slower CI machine, and still 8x below the shortest freeze.
-    assert seen["gap"] < 0.5, seen
+    # 2-core machine. An eighth of the import, timed in the same process just after, is 7x that, and a load
+    # that slows the run slows the import as much.
+    assert seen["gap"] < seen["freeze"] / 8, seen
 
 
 def test_the_engine_leaves_litellm_to_the_model_seam() -> None:

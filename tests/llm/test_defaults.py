@@ -157,7 +157,7 @@ def test_a_closed_port_answers_nothing_without_waiting_out_the_timeout(closed_po
     timeout = 30.0
     started = time.monotonic()
     assert ollama_models(f"http://127.0.0.1:{closed_port}", timeout=timeout) == []
-    assert time.monotonic() - started < timeout / 10
+    assert time.monotonic() - started < timeout / 2  # refused at once, not waited out
 
 
 def test_a_silent_server_is_given_up_on_after_the_timeout() -> None:
