@@ -3,7 +3,7 @@
 One scenario reaches all eight purposes (a long history to summarize, a plan, 13 tools to select from, a step
 whose long result must be compacted for its dependent, a result with a citation, a verdict, a streamed
 answer). Its verdict reaches the goal but writes no answer, so a synthesis writes it (a verdict that writes the
-answer makes no synthesis call: ``tests/engine/test_verdict_stream.py``). One purpose at a time then meets one
+answer makes no synthesis call: ``tests/engine/calls/test_verdict_stream.py``). One purpose at a time then meets one
 fault on *every* call it makes; the rest of the script stays healthy. Whatever the cell, the run ends (nothing hangs), every completed step result is in
 ``run.steps`` and in the store, and the answer is never empty.
 """

@@ -15,7 +15,7 @@ from .test_kernel import started_kernel
 pytest.importorskip("mcp")
 pytestmark = pytest.mark.timeout(120)
 
-SERVER = Path(__file__).parents[1] / "engine" / "mcp_server.py"
+SERVER = Path(__file__).parents[1] / "engine" / "tools" / "mcp_server.py"
 
 SETUP = textwrap.dedent(
     f"""

@@ -17,7 +17,7 @@ from dagmagic import DagRun, MCPServer
 
 pytest.importorskip("mcp")
 
-SERVER = Path(__file__).parents[1] / "engine" / "mcp_server.py"
+SERVER = Path(__file__).parents[1] / "engine" / "tools" / "mcp_server.py"
 
 
 @pytest.fixture

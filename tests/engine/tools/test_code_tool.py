@@ -32,8 +32,7 @@ from dagmagic.engine.tools.code import CodeWorkspace, python_tool
 from dagmagic.engine.tools.functions import Tool, tool
 from dagmagic.events import RunWarning
 from dagmagic.testing import ScriptedLLM, ToolCall
-
-from .conftest import plan_reply, verdict
+from tests.engine.conftest import plan_reply, verdict
 
 RUNAWAY = """
 import os

@@ -18,9 +18,8 @@ import dagmagic
 from dagmagic import DagError, DagRun
 from dagmagic.store import RunStore, StoreUnavailable, run_store, writer
 from dagmagic.testing import ScriptedLLM, ScriptedRequest
-
-from .test_store import interrupted_run, script, session
-from .test_store import without_deltas as as_saved
+from tests.store.test_store import interrupted_run, script, session
+from tests.store.test_store import without_deltas as as_saved
 
 
 def on_disk(path: Path, run_id: str) -> tuple[str, list[str]] | None:

@@ -25,10 +25,9 @@ from dagmagic.engine.steps.agent import COMPLETION_CHECK, FORCE_ANSWER, REPEAT_W
 from dagmagic.engine.tools.functions import Tool
 from dagmagic.events import Event, RunWarning, StepIteration, Verification, Verifying
 from dagmagic.testing import ScriptedLLM, ScriptedRequest, ToolCall
+from tests.engine.conftest import plan_reply, verdict
 from tests.fake_provider import Provider
-
-from ..stored import step_statuses
-from .conftest import plan_reply, verdict
+from tests.stored import step_statuses
 
 ONE_STEP = plan_reply(("s1", [], "find how many people live in the capital of France"))
 NO_TOOL_CALLING = ("json_mode", "stream")

@@ -25,15 +25,14 @@ from dagmagic.engine.tools.mcp.connections import MCPConnections
 from dagmagic.engine.tools.mcp.tools import MCPTool, observation_of
 from dagmagic.errors import ConfigurationError, MCPServerError
 from dagmagic.testing import ScriptedLLM, ToolCall
-
-from .conftest import plan_reply, verdict
+from tests.engine.conftest import plan_reply, verdict
 
 pytest.importorskip("mcp")
 
 HERE = Path(__file__).parent
 SERVER = HERE / "mcp_server.py"
 FILESYSTEM = (
-    HERE.parents[1] / "js" / "node_modules" / "@modelcontextprotocol" / "server-filesystem" / "dist" / "index.js"
+    HERE.parents[2] / "js" / "node_modules" / "@modelcontextprotocol" / "server-filesystem" / "dist" / "index.js"
 )
 
 

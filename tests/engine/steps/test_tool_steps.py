@@ -14,8 +14,7 @@ from dagmagic.engine.tools.functions import Tool
 from dagmagic.events import LLMCallRecorded, RunWarning, StepIteration, StepStarted
 from dagmagic.models import PlanStep, ToolCallRecord
 from dagmagic.testing import ScriptedLLM, ScriptedRequest
-
-from .conftest import verdict
+from tests.engine.conftest import verdict
 
 WHOLE_PLANNER = ("tool_call", "json_mode")
 """A planner model that cannot stream: the plan is made whole."""

@@ -21,8 +21,7 @@ from dagmagic.events import AnswerCleared, AnswerDelta, AnswerReady, PhaseChange
 from dagmagic.messages import FollowUp, Stop
 from dagmagic.models import Exchange, RunPhase, RunState
 from dagmagic.testing import ScriptedLLM, ScriptedRequest
-
-from .conftest import plan_reply, session_for, verdict
+from tests.engine.conftest import plan_reply, session_for, verdict
 
 TWO_STEPS = plan_reply(("s1", []), ("s2", ["s1"]))
 FOLLOW_UP = "also cover Spain"

@@ -25,8 +25,7 @@ from dagmagic.llm.protocol import StreamChunk, ToolCallDelta
 from dagmagic.models import AnalysisResult, PlanStep
 from dagmagic.store import RunStore
 from dagmagic.testing import ScriptedLLM
-
-from .conftest import plan_reply, session_for, verdict
+from tests.engine.conftest import plan_reply, session_for, verdict
 
 ANSWER = "Paris has about **2.1 million** people (INSEE, 2024)."
 TWO_STEPS = plan_reply(("s1", []), ("s2", ["s1"]))

@@ -15,8 +15,7 @@ from dagmagic.engine.steps.executor import DagExecutor
 from dagmagic.events import Event, StepCompleted, StepPaused, StepStarted
 from dagmagic.models import ExecutionPlan, PlanStep
 from dagmagic.testing import ScriptedLLM, ScriptedRequest
-
-from .conftest import plan_reply, verdict
+from tests.engine.conftest import plan_reply, verdict
 
 NESTED = "This is one step of a larger goal"
 

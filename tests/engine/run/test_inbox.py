@@ -40,8 +40,7 @@ from dagmagic.messages import (
 )
 from dagmagic.models import ExecutionPlan, PlanStep, RoundRecord, RunPhase, RunState
 from dagmagic.testing import ScriptedLLM, ScriptedRequest
-
-from .conftest import plan_reply, session_for, verdict
+from tests.engine.conftest import plan_reply, session_for, verdict
 
 PHASES: tuple[RunPhase, ...] = typing.get_args(RunPhase)
 

@@ -8,8 +8,7 @@ import pytest
 from dagmagic import ConfigurationError, DagError, DagRun, DagSession, DagSettings
 from dagmagic.engine.steps.executor import STOPPED_REASON
 from dagmagic.testing import ScriptedLLM, ScriptedRequest
-
-from .conftest import plan_reply, session_for, verdict
+from tests.engine.conftest import plan_reply, session_for, verdict
 
 PARALLEL = plan_reply(("s1", []), ("s2", []), ("s3", ["s1", "s2"]))
 

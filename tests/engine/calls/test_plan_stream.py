@@ -21,8 +21,7 @@ from dagmagic.llm.protocol import StreamChunk, ToolCallDelta
 from dagmagic.models import ExecutionPlan, PlanStep
 from dagmagic.settings import DagSettings
 from dagmagic.testing import ScriptedLLM
-
-from .conftest import session_for, verdict
+from tests.engine.conftest import session_for, verdict
 
 PARALLEL_QA = {
     "steps": [

@@ -15,8 +15,7 @@ from dagmagic.events import AnswerDelta, AnswerReady, Event, Replanning, RunWarn
 from dagmagic.models import AnalysisResult, ExecutionPlan, PlanStep, RoundRecord, Usage
 from dagmagic.settings import DagSettings
 from dagmagic.testing import ScriptedLLM, ScriptedRequest
-
-from .conftest import plan_reply, session_for, verdict
+from tests.engine.conftest import plan_reply, session_for, verdict
 
 TWO_STEPS = plan_reply(("s1", []), ("s2", ["s1"]))
 

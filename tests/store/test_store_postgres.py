@@ -1,6 +1,6 @@
 """The run store on PostgreSQL: a run resumed on another machine once its lease expired, runs of every machine
 listed with their host, what it refuses, and a copy into a SQLite file. (The rest of the store's suite runs on
-both backends: ``store_path`` in tests/engine/test_store.py and test_resume.py.)
+both backends: ``store_path`` in tests/store/test_store.py and test_resume.py.)
 """
 
 from __future__ import annotations
@@ -23,9 +23,8 @@ from dagmagic.errors import StoreError, StoreUnavailable
 from dagmagic.store import SCHEMA_VERSION, RunStore
 from dagmagic.store.lease import HOST
 from dagmagic.testing import ScriptedLLM, ScriptedRequest
-
-from ..stored import connect, step_statuses
-from .conftest import plan_reply, verdict
+from tests.engine.conftest import plan_reply, verdict
+from tests.stored import connect, step_statuses
 
 MACHINE = textwrap.dedent(
     """

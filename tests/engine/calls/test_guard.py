@@ -15,8 +15,7 @@ from dagmagic.llm.tokens import count_tokens, request_tokens
 from dagmagic.models import Exchange
 from dagmagic.settings import DagSettings
 from dagmagic.testing import ScriptedLLM, ScriptedRequest, ToolCall
-
-from .conftest import plan_reply, verdict
+from tests.engine.conftest import plan_reply, verdict
 
 SETTINGS = DagSettings(max_message_chars=1000, structured_context_multiplier=3.0, llm_retries=0)
 

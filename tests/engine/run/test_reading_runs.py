@@ -9,8 +9,7 @@ import pytest
 
 from dagmagic.models import Usage, money
 from dagmagic.testing import ScriptedLLM
-
-from .conftest import plan_reply, session_for, verdict
+from tests.engine.conftest import plan_reply, session_for, verdict
 
 
 async def two_rounds() -> Any:

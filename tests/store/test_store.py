@@ -27,9 +27,8 @@ from dagmagic.store.sqlite import _MIGRATIONS as MIGRATIONS
 from dagmagic.store.sqlite import APPLICATION_ID
 from dagmagic.store_url import store_location
 from dagmagic.testing import ScriptedLLM, ScriptedRequest
-
-from ..stored import connect, table_rows
-from .conftest import plan_reply, verdict
+from tests.engine.conftest import plan_reply, verdict
+from tests.stored import connect, table_rows
 
 THREE = plan_reply(("s1", []), ("s2", []), ("s3", ["s1", "s2"]))
 

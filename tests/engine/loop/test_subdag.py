@@ -10,8 +10,7 @@ import dagmagic
 from dagmagic import DagRun, DagSession, DagSettings, ModelRegistry
 from dagmagic.engine.calls import prompts
 from dagmagic.testing import ScriptedLLM, ScriptedRequest
-
-from .conftest import verdict
+from tests.engine.conftest import verdict
 
 NESTED = "This is one step of a larger goal"
 OUTER = {
