@@ -76,6 +76,7 @@ class Graph:
 
     modules: dict[str, Path] = field(default_factory=dict)
     imports: list[Import] = field(default_factory=list)
+    root: Path = ROOT
 
     def edges(self) -> dict[str, set[str]]:
         out: dict[str, set[str]] = {name: set() for name in self.modules}
@@ -85,8 +86,8 @@ class Graph:
         return out
 
 
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -122,10 +123,11 @@ def _resolve(name: str, modules: dict[str, Path]) -> str | None:
     return None
 
 
-def build(package_dir: Path | None = None) -> Graph:
-    graph = Graph()
-    for path in sorted((package_dir or ROOT / PACKAGE).rglob("*.py")):
-        graph.modules[module_name(path)] = path
+def build(package_dir: Path | None = None, root: Path = ROOT) -> Graph:
+    """The graph of the package at ``package_dir`` (default: this checkout's), module names relative to ``root``."""
+    graph = Graph(root=root)
+    for path in sorted((package_dir or root / PACKAGE).rglob("*.py")):
+        graph.modules[module_name(path, root)] = path
     for name, path in graph.modules.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         is_package = path.name == "__init__.py"
@@ -225,7 +227,7 @@ def report(graph: Graph) -> str:
     lines_of = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in graph.modules.items()}
     folders: dict[str, list[str]] = {}
     for name, path in graph.modules.items():
-        folders.setdefault(str(path.parent.relative_to(ROOT)), []).append(name)
+        folders.setdefault(str(path.parent.relative_to(graph.root)), []).append(name)
     biggest_folder = max(folders, key=lambda f: sum(lines_of[m] for m in folders[f]))
     hidden = {
         kind: len({(i.source, i.line) for i in graph.imports if i.hidden == kind})
@@ -252,7 +254,9 @@ def report(graph: Graph) -> str:
 
 
 def main(argv: list[str]) -> int:
-    graph = build(Path(argv[0]) if argv else None)
+    """``python -m tests.import_graph [CHECKOUT]``: the report of this checkout (or another one's)."""
+    root = Path(argv[0]).resolve() if argv else ROOT
+    graph = build(root=root)
     print(report(graph))
     broken = violations(graph)
     for line in broken:
