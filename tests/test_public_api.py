@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import types
 
 import dagmagic
 import dagmagic.llm
@@ -18,6 +19,48 @@ def test_all_is_sorted_and_every_name_exists() -> None:
         assert list(module.__all__) == sorted(module.__all__, key=_isort_order)
         for name in module.__all__:
             assert hasattr(module, name), name
+
+
+PUBLIC = {
+    # DESIGN §2: the session, the run, settings, models and tools
+    "DagSession",
+    "DagRun",
+    "DagSettings",
+    "ModelRegistry",
+    "tool",
+    "Tool",
+    "MCPServer",
+    # the data of a run
+    "AnalysisResult",
+    "ExecutionPlan",
+    "LLMCall",
+    "PlanStep",
+    "RoundRecord",
+    "Usage",
+    # errors a user catches
+    "ConfigurationError",
+    "DagError",
+    "ProviderError",
+    "StructuredOutputError",
+    # the store, the notebook
+    "export_store",
+    "load_run",
+    "last_run",
+    "load_ipython_extension",
+    "unload_ipython_extension",
+}
+
+
+def test_all_is_the_public_surface_and_nothing_public_is_left_out() -> None:
+    assert set(dagmagic.__all__) == PUBLIC
+    defined_here = {
+        name
+        for name in dir(dagmagic)
+        if not name.startswith("_")
+        and not isinstance(getattr(dagmagic, name), types.ModuleType)
+        and getattr(getattr(dagmagic, name), "__module__", "").startswith("dagmagic")
+    }
+    assert defined_here == PUBLIC
 
 
 def test_the_contract_names_available_so_far() -> None:
