@@ -528,7 +528,7 @@ async def test_a_call_cancelled_when_recorded_is_cancelled_again_by_the_same_tim
 
 
 async def test_a_run_with_a_subrun_is_replayed_from_the_store(tmp_path: Path) -> None:
-    from tests.engine import test_subdag
+    from tests.engine.loop import test_subdag
 
     store = tmp_path / "runs.sqlite"
     recorded_session, llm = test_subdag.session(store)
