@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import threading
 import time
 from types import ModuleType
@@ -57,10 +58,20 @@ async def import_litellm_off_the_loop() -> None:
         await asyncio.to_thread(import_litellm)
 
 
-def _litellm_classes() -> list[tuple[type[BaseException], type[errors.ProviderError]]]:
+def _raised_by_litellm(exc: BaseException) -> ModuleType | None:
+    """litellm, when ``exc`` is one of its exceptions: a backend of the user's (or a ``ScriptedLLM`` injecting
+    faults) may raise them though dagmagic never imported litellm itself, so what decides is the exception's class,
+    whose module is then loaded already.
+    """
+    if any(cls.__module__.partition(".")[0] == "litellm" for cls in type(exc).__mro__):
+        return sys.modules.get("litellm")
+    return None
+
+
+def _litellm_classes(exc: BaseException) -> list[tuple[type[BaseException], type[errors.ProviderError]]]:
     """Litellm exception -> ours, most specific first (Timeout subclasses APIConnectionError)."""
-    litellm = _litellm
-    if litellm is None:  # nothing can have raised litellm's exceptions (an import under way is not done)
+    litellm = _litellm or _raised_by_litellm(exc)
+    if litellm is None:  # not litellm's: nothing here can match it
         return []
     return [
         (litellm.AuthenticationError, errors.AuthenticationError),
@@ -121,7 +132,7 @@ def translate_error(exc: BaseException, model: str | None) -> BaseException:
     if isinstance(exc, (errors.ProviderError, asyncio.CancelledError)):
         return exc
     message = mask_secrets(str(exc)).removeprefix("litellm.").strip()
-    for theirs, ours in _litellm_classes():
+    for theirs, ours in _litellm_classes(exc):
         if isinstance(exc, theirs):
             if ours is errors.BadRequestError and "LLM Provider NOT provided" in message:
                 ours = errors.UnknownModelError
