@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any, Literal, get_args, get_origin
 
 import annotated_types
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 from dagmagic.errors import ConfigurationError
@@ -93,6 +93,9 @@ def _accepted(field: FieldInfo) -> str:
         words = "a number"
     elif annotation == tuple[float, ...]:
         words = "numbers of seconds separated by commas (e.g. 30,120,600)"
+    elif isinstance(annotation, type) and issubclass(annotation, BaseModel):  # a value per key (llm_max_tokens)
+        keys = ", ".join(annotation.model_fields)
+        words = f"key=integer pairs separated by commas, an integer >= 1 or off each (keys: {keys}), or off"
     else:
         words = "a litellm model string (e.g. openai/gpt-4.1-mini)"
     bounds = [
@@ -136,7 +139,9 @@ def configuration_error(
             lines.append(f"{source}: unknown setting; known settings are {', '.join(sorted(fields))}")
             continue
         field = fields[name]
-        lines.append(f"{source} is not accepted: expected {_accepted(field)} (default {field.default!r}).")
+        default = field.get_default(call_default_factory=True)
+        shown = repr(default) if field.default_factory is None else f"'{default}'"
+        lines.append(f"{source} is not accepted: expected {_accepted(field)} (default {shown}).")
     return ConfigurationError("\n".join(lines))
 
 

@@ -8,16 +8,48 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from dagmagic._settings_env import configuration_error, deprecated_env_var, env, env_var_names, values_from_env
 from dagmagic.errors import ConfigurationError
+from dagmagic.models import Purpose
 from dagmagic.store_url import StoreURL, store_location
 
-__all__ = ["DagSettings", "settings_table"]
+__all__ = ["DagSettings", "MaxTokens", "settings_table"]
+
+
+_Cap = Annotated[int | None, Field(ge=1)]
+
+
+class MaxTokens(BaseModel):
+    """The ``max_tokens`` each purpose's calls are sent (None: none): far above what each call needs (a reasoning
+    model spends part of it thinking), far below a reply that never ends. The verdict and the synthesis write
+    the answer: theirs are the largest. A purpose not given keeps its default.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    history_summary: _Cap = 4096
+    plan: _Cap = 8192
+    tool_selection: _Cap = 4096
+    step: _Cap = 8192
+    compaction: _Cap = 4096
+    analyze: _Cap = 16384
+    synthesize: _Cap = 16384
+    citation_check: _Cap = 4096
+    route: _Cap = 1024
+    judge: _Cap = 4096
+
+    def of(self, purpose: Purpose) -> int | None:
+        """The cap of ``purpose``'s calls."""
+        cap: int | None = getattr(self, purpose)
+        return cap
+
+    def __str__(self) -> str:
+        return ",".join(f"{name}={value if value is not None else 'off'}" for name, value in self)
 
 
 class DagSettings(BaseModel):
@@ -239,6 +271,21 @@ class DagSettings(BaseModel):
         "and is retried; raise it for slow local models.",
         json_schema_extra=env("DAG_LLM_TIMEOUT"),
     )
+    llm_total_timeout: float = Field(
+        600.0,
+        gt=0,
+        description="Seconds one try of an LLM call may take in all, from its request to its reply's last piece, "
+        "however steadily a stream keeps coming (a model that never stops writing): past it the call fails timed "
+        "out, keeping what arrived.",
+        json_schema_extra=env("DAG_LLM_TOTAL_TIMEOUT"),
+    )
+    llm_max_tokens: MaxTokens = Field(
+        default_factory=MaxTokens,
+        description="The `max_tokens` each kind of call is sent (`purpose=tokens`, comma-separated; a purpose not "
+        "named keeps its default, `off` sends none), so that a reply that never ends is cut; at most what "
+        "litellm knows the model can write. A model's own `max_tokens` (`register(..., max_tokens=N)`) wins.",
+        json_schema_extra=env("DAG_LLM_MAX_TOKENS"),
+    )
     llm_retries: int = Field(
         2,
         ge=0,
@@ -376,6 +423,17 @@ class DagSettings(BaseModel):
             return None
         return value
 
+    @field_validator("llm_max_tokens", mode="before")
+    @classmethod
+    def _caps_from_text(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.lower() in _OFF:
+                return dict.fromkeys(MaxTokens.model_fields)
+            pairs = (part.partition("=") for part in text.split(",") if part.strip())
+            return {name.strip(): None if cap.strip().lower() in _OFF else cap.strip() for name, _, cap in pairs}
+        return value
+
     @field_validator("step_retry_delays", mode="before")
     @classmethod
     def _split_delays(cls, value: Any) -> Any:
@@ -432,6 +490,8 @@ def settings_table() -> str:
     for name, field in DagSettings.model_fields.items():
         default = field.default
         shown = ",".join(f"{d:g}" for d in default) if isinstance(default, tuple) else default
+        if field.default_factory is not None:
+            shown = str(field.get_default(call_default_factory=True))
         variables = " / ".join(
             f"`{v}` (deprecated)" if v == deprecated_env_var(field) else f"`{v}`" for v in env_var_names(field)
         )

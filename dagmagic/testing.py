@@ -20,7 +20,9 @@ in order, the last one repeating, or to a callable ``(request) -> reply``, sync 
 - a ``ToolCall`` or a list of them: a request to call tools (a JSON action in the text when the model
   lacks tool calling);
 - an exception instance: raised, for fault injection;
-- a list of strings: pieces of a streamed reply (an exception in the list is raised at that point).
+- a list of strings: pieces of a streamed reply (an exception in the list is raised at that point);
+- an iterator of strings (a generator, ``itertools.repeat("la ")``): pieces taken as they are streamed, so it
+  may never end, like a model that never stops writing (not streamed, the reply never comes).
 
 Replaying a recorded run lives elsewhere and is re-exported here, where tests look for it: ``replay`` and
 ``recording_of`` (``dagmagic.store.replay``), ``ReplayLLM`` (``dagmagic.llm.replay_backend``) and ``Cassette``.
@@ -31,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -69,7 +71,7 @@ class ToolCall(BaseModel):
         super().__init__(name=name, arguments=arguments or {}, id=id)
 
 
-Reply: TypeAlias = str | dict[str, Any] | list[Any] | ToolCall | BaseException
+Reply: TypeAlias = str | dict[str, Any] | list[Any] | ToolCall | BaseException | Iterator[str]
 ScriptEntry: TypeAlias = Reply | Sequence[Reply] | Callable[["ScriptedRequest"], Any]
 
 
@@ -91,6 +93,8 @@ class ScriptedRequest(BaseModel):
     tools: list[dict[str, Any]] = Field(default_factory=list)
     tool_choice: str | dict[str, Any] | None = None
     temperature: float | None = None
+    max_tokens: int | None = None
+    """The cap the request was sent (``DagSettings.llm_max_tokens``)."""
     stream: bool = False
     index: int = 0
     """How many earlier requests this script key answered."""
@@ -192,6 +196,7 @@ class ScriptedLLM:
             tools=request.tools or [],
             tool_choice=request.tool_choice,
             temperature=request.temperature,
+            max_tokens=request.max_tokens,
             stream=stream,
             index=index,
         )
@@ -201,6 +206,12 @@ class ScriptedLLM:
         reply, _ = await self._reply(request, stream=False)
         if isinstance(reply, BaseException):
             raise reply
+        if isinstance(reply, Iterator):  # the whole of it, however long it takes to write
+            written: list[str] = []
+            for piece in reply:
+                written.append(piece)
+                await asyncio.sleep(self.chunk_delay)
+            reply = "".join(written)
         if isinstance(reply, list) and all(isinstance(piece, str | BaseException) for piece in reply):
             for piece in reply:
                 if isinstance(piece, BaseException):
@@ -212,11 +223,16 @@ class ScriptedLLM:
         reply, _ = await self._reply(request, stream=True)
         if isinstance(reply, BaseException):
             raise reply
-        pieces: list[Any] = reply if _is_chunk_list(reply) else response_pieces(self._response(request, reply))
+        lazy = isinstance(reply, Iterator)
+        pieces: Iterable[Any] = (
+            reply if lazy or _is_chunk_list(reply) else response_pieces(self._response(request, reply))
+        )
         text: list[str] = []
         for number, piece in enumerate(pieces):
             if number and self.chunk_delay:
                 await asyncio.sleep(self.chunk_delay)
+            elif lazy:
+                await asyncio.sleep(0)  # an endless one leaves the loop to others between pieces
             if isinstance(piece, BaseException):
                 raise piece
             if isinstance(piece, StreamChunk):
@@ -225,7 +241,8 @@ class ScriptedLLM:
             else:
                 text.append(str(piece))
                 yield StreamChunk(text=str(piece))
-        final = self._response(request, "".join(text)) if _is_chunk_list(reply) else self._response(request, reply)
+        whole = lazy or _is_chunk_list(reply)
+        final = self._response(request, "".join(text)) if whole else self._response(request, reply)
         yield StreamChunk(final=final)
 
     def _response(self, request: ChatRequest, reply: Any) -> ChatResponse:

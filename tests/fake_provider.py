@@ -6,7 +6,9 @@ echoes the key it was sent, as some providers do), ``reset`` (the connection res
 ``broken`` (a stream reset after its first piece; a JSON body cut short), ``empty`` (an empty reply or a stream
 with no text), ``role_only`` (llama.cpp's broken streaming: one chunk with the role, then ``[DONE]``, no finish
 reason; a reply in full when not streamed), ``huge`` (a 1 MB reply), ``slow`` (the reply after
-``slow_seconds``) and ``never`` (accepted, no reply until the test ends). ``reply`` is the text an ``ok``
+``slow_seconds``), ``never`` (accepted, no reply until the test ends) and ``endless`` (a stream of ``reply``
+, numbered, every ``piece_seconds``, that never ends: a model that never stops writing; ``stopped`` holds when each such
+stream stopped being written, the client having gone). ``reply`` is the text an ``ok``
 request gets, or ``answer(body)`` when set (a function of the request's JSON body); a stream comes in pieces of
 ``piece_size`` characters. A ``429`` carries a ``Retry-After`` header when ``retry_after`` is set; ``times``
 holds each request's arrival (``time.monotonic()``).
@@ -14,6 +16,7 @@ holds each request's arrival (``time.monotonic()``).
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
 import struct
@@ -50,6 +53,8 @@ class Provider:
         self.answer: Callable[[dict[str, Any]], str] | None = None
         self.piece_size = 65536
         self.slow_seconds = 5.0
+        self.piece_seconds = 0.01
+        self.stopped: list[float] = []
         self.requests = 0
         self.times: list[float] = []
         self.retry_after: str | None = None
@@ -111,6 +116,8 @@ class Provider:
         if mode == "broken":  # the first piece, then the connection is gone
             _piece(handler, sse_chunk("A partial "))
             return _reset(handler)
+        if mode == "endless":
+            return self._endless(handler, reply)
         if mode == "role_only":
             role = {"index": 0, "delta": {"role": "assistant", "content": None}, "finish_reason": None}
             body = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m", "choices": [role]}
@@ -125,6 +132,18 @@ class Provider:
         _piece(handler, b"data: [DONE]\n\n")
         handler.wfile.write(b"0\r\n\r\n")
         handler.wfile.flush()
+
+    def _endless(self, handler: BaseHTTPRequestHandler, reply: str) -> None:
+        """Pieces of ``reply``, numbered (litellm ends a stream that repeats one piece a hundred times)."""
+        try:
+            for number in itertools.count():
+                if self.release.is_set():
+                    break
+                _piece(handler, sse_chunk(f"{reply}{number} "))
+                time.sleep(self.piece_seconds)
+        except OSError:  # the client closed the connection
+            pass
+        self.stopped.append(time.monotonic())
 
     def close(self) -> None:
         self.release.set()

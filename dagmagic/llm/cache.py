@@ -40,7 +40,7 @@ log = logging.getLogger("dagmagic")
 
 _APPLICATION_ID = 0x44414743  # "DAGC": marks the file as a dagmagic response cache
 _SCHEMA_VERSION = 1
-_KEYED_FIELDS = ("messages", "tools", "tool_choice", "response_format", "temperature")
+_KEYED_FIELDS = ("messages", "tools", "tool_choice", "response_format", "temperature", "max_tokens")
 _WAIT_SECONDS = 10.0
 """How long a write waits for another process writing the same file."""
 

@@ -1,9 +1,9 @@
 """Recorded model calls: what a request was (normalized, so a replay can recognize it) and what answered it,
 and cassette files holding them (JSON lines: a header naming the models, then one call per line).
 
-A request is recognized by its purpose, step, model and a digest of its normalized messages and of what else
-it asked (tool schemas, tool choice, response format, temperature). Normalizing drops what differs between two
-runs of the same thing: the date the planner is told, ids and timestamps.
+A request is recognized by its purpose, step, model, its ``max_tokens`` and a digest of its normalized messages
+and of what else it asked (tool schemas, tool choice, response format, temperature). Normalizing drops what
+differs between two runs of the same thing: the date the planner is told, ids and timestamps.
 """
 
 from __future__ import annotations
@@ -102,6 +102,8 @@ class RequestKey(BaseModel, frozen=True):
     """Digest of the normalized messages."""
     asked: str
     """``request_digest``."""
+    max_tokens: int | None = None
+    """The cap the request was sent: a reply recorded under another cap may have been cut elsewhere."""
 
 
 def request_key(model: str, request: ChatRequest) -> RequestKey:
@@ -112,6 +114,7 @@ def request_key(model: str, request: ChatRequest) -> RequestKey:
         step_id=request.step_id,
         messages=_digest(normalized_messages(request.messages)),
         asked=request_digest(request),
+        max_tokens=request.max_tokens,
     )
 
 
@@ -142,6 +145,9 @@ class Interaction(BaseModel):
     temperature: float | None = None
     asked: str = ""
     """``request_digest`` of the request."""
+    max_tokens: int | None = None
+    """The ``max_tokens`` it was sent; None in a recording made before calls were capped, which answers a
+    request whatever its cap (its reply was not cut by one)."""
     structured_level: StructuredLevel | None = None
     """The structured-output level the call tried (read from a run store: it tells what the model supported)."""
     stream: bool = False
@@ -163,6 +169,7 @@ class Interaction(BaseModel):
             step_id=self.step_id,
             messages=_digest(normalized_messages(self.messages)),
             asked=self.asked,
+            max_tokens=self.max_tokens,
         )
 
     @classmethod
@@ -193,6 +200,7 @@ class Interaction(BaseModel):
             response_format=request.response_format,
             temperature=request.temperature,
             asked=request_digest(request),
+            max_tokens=request.max_tokens,
             stream=stream,
             outcome=outcome,
             response=response,
@@ -225,6 +233,7 @@ class Interaction(BaseModel):
             messages=call.messages,
             tool_names=call.tools,
             asked=call.request_digest or "",
+            max_tokens=call.max_tokens,
             structured_level=call.structured_level,
             stream=call.stream,
             outcome=outcome,

@@ -51,6 +51,8 @@ _RETRY_AFTER_LIMIT = 60.0
 one is the step's retry policy's business, not one call's."""
 _RETRY_WAIT_LIMIT = 60.0
 """The longest wait between two tries of one call."""
+_OWN_CAPS = frozenset({"max_tokens", "max_completion_tokens"})
+"""litellm keywords by which a model registered with them caps its replies itself."""
 _SLOT_WAIT = 0.25
 """About how long a call refused a Router's parallel-request slot waits before asking again: a slot frees as soon
 as a call in flight ends."""
@@ -104,8 +106,17 @@ class ChatModel:
             purpose=purpose,
             options=self.entry.options,
             run_id=CURRENT_RUN.get(),
+            max_tokens=self._max_tokens(purpose),
             **fields,
         )
+
+    def _max_tokens(self, purpose: Purpose) -> int | None:
+        """The cap ``purpose``'s calls are sent; None when the model was registered with a cap of its own, which
+        litellm gets with every call instead.
+        """
+        if _OWN_CAPS & self.entry.options.keys():
+            return None
+        return self.settings.llm_max_tokens.of(purpose)
 
     def _record(
         self,
@@ -140,6 +151,7 @@ class ChatModel:
             status="cancelled" if cancelled else "failed" if error is not None else "ok",
             tools=tool_names(request.tools),
             request_digest=request_digest(request),
+            max_tokens=request.max_tokens,
             cached=response.cached,
             response_model=response.model,
         )
@@ -239,6 +251,12 @@ class ChatModel:
 
     def _translate(self, exc: BaseException) -> BaseException:
         """Our error for a backend's exception; a timeout of our own bound says which bound it was."""
+        if isinstance(exc, _Overran):
+            return errors.ProviderTimeoutError(
+                f"the reply was still coming after {self.settings.llm_total_timeout:g} s "
+                "(DAG_LLM_TOTAL_TIMEOUT): cut there",
+                model=self.name,
+            )
         if isinstance(exc, TimeoutError) and not str(exc):
             return errors.ProviderTimeoutError(
                 f"no reply within {self.settings.llm_timeout:g} s (DAG_LLM_TIMEOUT)", model=self.name
@@ -297,8 +315,15 @@ class ChatModel:
         """One try of a completion; its failure translated (and told to the breaker)."""
 
         async def complete() -> ChatResponse:
-            async with asyncio.timeout(self.settings.llm_timeout):
-                return await self.entry.backend.complete(request)
+            total = self.settings.llm_total_timeout
+            if total >= self.settings.llm_timeout:
+                async with asyncio.timeout(self.settings.llm_timeout):
+                    return await self.entry.backend.complete(request)
+            try:
+                async with asyncio.timeout(total):
+                    return await self.entry.backend.complete(request)
+            except TimeoutError:
+                raise _Overran from None
 
         try:
             if retry:
@@ -330,14 +355,23 @@ class ChatModel:
             await asyncio.sleep(wait)
             self._check_may_call()  # the budget may have been spent, or the breaker opened, meanwhile
 
-    async def _first_piece(self, request: ChatRequest) -> tuple[AsyncIterator[StreamChunk], StreamChunk | None]:
-        """A stream of the reply to ``request``, and its first piece."""
+    async def _first_piece(self, request: ChatRequest) -> tuple[AsyncIterator[StreamChunk], StreamChunk | None, float]:
+        """A stream of the reply to ``request``, its first piece, and when (loop time) the try must end."""
+        deadline = asyncio.get_running_loop().time() + self.settings.llm_total_timeout
         pieces = aiter(self.entry.backend.stream(request))
-        return pieces, await self._next(pieces)
+        return pieces, await self._next(pieces, deadline), deadline
 
-    async def _next(self, pieces: AsyncIterator[StreamChunk]) -> StreamChunk | None:
-        """The stream's next piece, waited for at most ``llm_timeout`` seconds."""
-        return await _next_within(pieces, self.settings.llm_timeout)
+    async def _next(self, pieces: AsyncIterator[StreamChunk], deadline: float) -> StreamChunk | None:
+        """The stream's next piece, waited for at most ``llm_timeout`` seconds, and not past ``deadline``: pieces
+        that keep coming must not hold the call for ever (a local model can write until its context is full).
+        """
+        left = deadline - asyncio.get_running_loop().time()
+        if left >= self.settings.llm_timeout:
+            return await _next_within(pieces, self.settings.llm_timeout)
+        try:
+            return await _next_within(pieces, max(left, 0.0))
+        except TimeoutError:
+            raise _Overran from None
 
     async def stream(
         self,
@@ -383,7 +417,8 @@ class ChatModel:
                     try:
                         if retries:
                             self._check_may_call()
-                        pieces, chunk = await self._in_turn(functools.partial(self._first_piece, request))
+                        first = await self._in_turn(functools.partial(self._first_piece, request))
+                        pieces, chunk, deadline = first
                     except Exception as exc:
                         raise self._tally(self._translate(exc), request) from None
             self._answered()
@@ -397,13 +432,14 @@ class ChatModel:
                         text.append(chunk.text)
                         tell(len(text))
                         yield chunk
-                chunk = await self._next(pieces)
+                chunk = await self._next(pieces, deadline)
         except asyncio.CancelledError:
             cancelled = True
             raise
         except Exception as exc:
             failure = self._translate(exc)
-            if flowing:  # a failure before the first piece was told to the breaker on the way
+            # a failure before the first piece was told to the breaker on the way; one that overran was answering
+            if flowing and not isinstance(exc, _Overran):
                 failure = self._tally(failure, request)
             raise failure from None
         finally:
@@ -435,6 +471,10 @@ def _usage(response: ChatResponse) -> Usage:
         requests=1,
         cost=response.cost,
     )
+
+
+class _Overran(Exception):
+    """A try still under way when ``llm_total_timeout`` ran out."""
 
 
 async def _next_within(pieces: AsyncIterator[StreamChunk], seconds: float) -> StreamChunk | None:

@@ -68,6 +68,13 @@ class LiteLLMBackend:
             stream=True,
         )
 
+    def _within_output_limit(self, model: str, cap: int) -> int:
+        """``cap``, lowered to the fewest output tokens litellm knows any of ``model``'s deployments to allow: a
+        provider refuses a ``max_tokens`` above its model's (gpt-3.5-turbo: 4096) rather than cutting it.
+        """
+        limits = [limit for target in self._deployments(model) if (limit := _output_limit(target))]
+        return min([cap, *limits])
+
     def _deployments(self, model: str) -> list[str]:
         if self.router is None:
             return [model]
@@ -80,8 +87,10 @@ class LiteLLMBackend:
             "messages": request.messages,
             "drop_params": True,
             "num_retries": 0,  # retries happen once, above the boundary, for every backend alike
-            **request.options,
         }
+        if request.max_tokens is not None:
+            arguments["max_tokens"] = self._within_output_limit(request.model, request.max_tokens)
+        arguments.update(request.options)  # the model's own keywords win (its own max_tokens among them)
         for name in ("tools", "tool_choice", "response_format", "temperature"):
             value = getattr(request, name)
             if value is not None:
@@ -153,6 +162,16 @@ def _tiktoken_is_exact(model: str) -> bool:
     except Exception:  # a model string litellm cannot place
         return False
     return provider in _TIKTOKEN_PROVIDERS and (name in litellm.model_cost or model in litellm.model_cost)
+
+
+@functools.lru_cache(maxsize=256)
+def _output_limit(model: str) -> int | None:
+    """The most output tokens litellm's model map gives ``model``; None when it does not know the model."""
+    try:
+        limit = import_litellm().get_model_info(model).get("max_output_tokens")
+    except Exception:  # models missing from litellm's map
+        return None
+    return int(limit) if isinstance(limit, int) and limit > 0 else None
 
 
 def is_router(model: Any) -> bool:

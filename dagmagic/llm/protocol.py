@@ -59,6 +59,9 @@ class ChatRequest(BaseModel):
     tool_choice: str | dict[str, Any] | None = None
     response_format: dict[str, Any] | None = None
     temperature: float | None = None
+    max_tokens: int | None = None
+    """Most tokens the reply may have (``DagSettings.llm_max_tokens`` of its purpose): a reply that never ends
+    is cut there. None: the provider's own limit."""
     purpose: Purpose
     round: int | None = None
     step_id: str | None = None

@@ -67,6 +67,8 @@ class RecordedCalls:
         recorded = self.cassette.interactions[index]
         if recorded.asked and recorded.asked != key.asked:
             return False
+        if recorded.max_tokens is not None and recorded.max_tokens != key.max_tokens:
+            return False
         return _same_step(recorded.step_id, key.step_id)
 
     def record(self, interaction: Interaction) -> None:
@@ -82,8 +84,8 @@ class RecordedCalls:
 
 
 def _loose(key: RequestKey) -> RequestKey:
-    """The key without what ``_fits`` checks: what else was asked, and the step (a path in a subrun)."""
-    return key.model_copy(update={"asked": "", "step_id": None})
+    """The key without what ``_fits`` checks: what else was asked, its cap, and the step (a path in a subrun)."""
+    return key.model_copy(update={"asked": "", "step_id": None, "max_tokens": None})
 
 
 def _same_step(recorded: str | None, asked: str | None) -> bool:
@@ -168,6 +170,8 @@ def _changes(recorded: Interaction, asked: RequestKey, request: ChatRequest) -> 
     elif recorded.asked and recorded.asked != asked.asked:
         changes.append("tools or options: the same tool names, but their schemas, the tool choice, the response "
                        "format or the temperature changed")  # fmt: skip
+    if recorded.max_tokens is not None and recorded.max_tokens != asked.max_tokens:
+        changes.append(f"max_tokens: recorded {recorded.max_tokens}, now {asked.max_tokens} (DAG_LLM_MAX_TOKENS)")
     before = _message_text(recorded.messages).splitlines()
     after = _message_text(request.messages).splitlines()
     diff = list(difflib.unified_diff(before, after, "recorded", "now", n=1, lineterm=""))

@@ -94,6 +94,8 @@ class LLMCall(BaseModel):
     request_digest: str | None = None
     """A digest of what the request asked besides its messages (tool schemas, tool choice, response format,
     temperature), so that a replay can tell a changed tool from an unchanged one."""
+    max_tokens: int | None = None
+    """The ``max_tokens`` the call was sent (None: none, or a model's own from its registration)."""
     cached: bool = False
     """Answered from the response cache (``DAG_CACHE``): no provider was called, so ``usage`` counts the request
     with no tokens and cost 0, and what the answer first cost as ``saved_cost``."""
