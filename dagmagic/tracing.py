@@ -24,14 +24,13 @@ dagmagic's output (``dagmagic._secrets.mask_secrets``): no key reaches a span.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from dagmagic._secrets import mask_secrets
 from dagmagic.errors import ConfigurationError
@@ -54,7 +53,10 @@ from dagmagic.models import LLMCall, Usage
 from dagmagic.settings import DagSettings
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import TracerProvider
+    from collections.abc import Sequence
+
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
     from opentelemetry.trace import Span, Tracer
 
     from dagmagic.engine.run.dag_run import DagRun
@@ -70,7 +72,9 @@ INSTALL_HINT = 'pip install "dagmagic[otel]"'
 WORKFLOW = "dagmagic"
 """``gen_ai.workflow.name`` of a run (and the default ``service.name`` of dagmagic's own provider)."""
 FLUSH_MILLIS = 5_000
-"""How long a run's end waits for its spans to be exported by dagmagic's own provider."""
+"""How long the flush a run's end asks of dagmagic's own provider may wait for the export (off the run's path)."""
+OTLP_LOGGER = "opentelemetry.exporter.otlp.proto.http.trace_exporter"
+"""Where the OTLP/HTTP exporter logs each failed try (several a batch, a batch a run)."""
 
 _ON = {"1", "true", "yes", "on", "span_only", "span_and_event"}
 # litellm's provider prefixes whose name in the conventions differs
@@ -101,6 +105,13 @@ _FAMILIES = {
 
 _own_provider: TracerProvider | None = None
 _own_provider_lock = threading.Lock()
+_flush_lock = threading.Lock()
+_flushing = False
+_to_flush: TracerProvider | None = None
+"""The provider to flush once the flush under way ends (a run ended meanwhile)."""
+_PROBLEM_CHARS = 300
+_exporting = threading.local()
+"""``exporter``: the ``_ToldOnce`` exporting on this thread, whose exporter's own complaints it keeps."""
 
 
 def capture_content() -> bool:
@@ -147,9 +158,99 @@ def _own_otlp_provider() -> TracerProvider:
                 ) from None
             named = {} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": WORKFLOW}
             provider = TracerProvider(resource=Resource.create(named))
-            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+            # a SpanExporter by its methods, not a subclass: the SDK is optional when this module is imported
+            exporter = cast("SpanExporter", _ToldOnce(OTLPSpanExporter(), _otlp_endpoint()))
+            provider.add_span_processor(BatchSpanProcessor(exporter))
             _own_provider = provider
         return _own_provider
+
+
+def _otlp_endpoint() -> str:
+    """Where the OTLP/HTTP exporter sends spans, as the standard variables say."""
+    traces = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+    base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip() or "http://localhost:4318"
+    return traces or base.rstrip("/") + "/v1/traces"
+
+
+class _ToldOnce:
+    """The OTLP exporter, whose failures are told once, by dagmagic, not at every try of every run's batch."""
+
+    def __init__(self, inner: SpanExporter, endpoint: str) -> None:
+        self.inner = inner
+        self.endpoint = endpoint
+        self.problem = ""
+        """The exporter's first complaint in the export under way (what failed), kept for the one warning."""
+        self._told = False
+        _quiet_exporter_logs()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        _exporting.exporter = self
+        self.problem = ""
+        try:
+            result = self.inner.export(spans)
+        finally:
+            _exporting.exporter = None
+        if result is not SpanExportResult.SUCCESS and not self._told:
+            self._told = True
+            log.warning(
+                "[dagmagic] Traces could not be exported to %s (%s); runs go on, and later failures to export "
+                "there are not reported.",
+                mask_secrets(self.endpoint),
+                mask_secrets(self.problem or "no reason given"),
+            )
+        return result
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+
+def _quiet_exporter_logs() -> None:
+    """Keep the exporter's own complaints from being logged while a ``_ToldOnce`` exports (its thread only: a
+    program's own OTLP exporter still logs as it does).
+    """
+    logger = logging.getLogger(OTLP_LOGGER)
+    if not any(isinstance(known, _KeptByExporter) for known in logger.filters):
+        logger.addFilter(_KeptByExporter())
+
+
+class _KeptByExporter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        exporter: _ToldOnce | None = getattr(_exporting, "exporter", None)
+        if exporter is None:
+            return True
+        exporter.problem = exporter.problem or record.getMessage()[:_PROBLEM_CHARS]
+        return False
+
+
+def _flush_soon(provider: TracerProvider) -> None:
+    """Export what the provider holds, on a thread of its own: a collector that is down or never answers holds
+    that thread (up to the exporter's timeout), never a run or the cell awaiting it. One flush at a time; a run
+    ending meanwhile gets one more.
+    """
+    global _flushing, _to_flush
+    with _flush_lock:
+        if _flushing:
+            _to_flush = provider
+            return
+        _flushing = True
+    threading.Thread(target=_flush_until_done, args=(provider,), name="dagmagic-trace-flush", daemon=True).start()
+
+
+def _flush_until_done(provider: TracerProvider | None) -> None:
+    global _flushing, _to_flush
+    while provider is not None:
+        try:
+            provider.force_flush(FLUSH_MILLIS)
+        except Exception:  # an exporter's failure is its own to tell (once, by _ToldOnce)
+            log.debug("[dagmagic] flushing the traces failed", exc_info=True)
+        with _flush_lock:
+            provider, _to_flush = _to_flush, None
+            _flushing = provider is not None
 
 
 def run_tracer(settings: DagSettings) -> RunTracer | None:
@@ -437,16 +538,16 @@ class RunTracer:
         opened.span.end(_nanoseconds(at))
 
     async def close(self) -> None:
-        """Stop listening, end what the run left open, and (with dagmagic's own provider) export its spans."""
+        """Stop listening, end what the run left open, and (with dagmagic's own provider) have its spans exported
+        in the background.
+        """
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
         for scope, frame in list(self._frames.items()):
             self._run_finished(scope, frame, RunFinished(status="cancelled"))
         if self.provider is not None:
-            provider = self.provider
-            # a short run's spans would otherwise wait for the next batch (or the kernel's exit)
-            await asyncio.to_thread(provider.force_flush, FLUSH_MILLIS)
+            _flush_soon(self.provider)  # a short run's spans would otherwise wait for the next batch (or the exit)
 
 
 def _failed(span: Span, error: str) -> None:

@@ -413,7 +413,7 @@ async def test_dag_otel_exports_the_run_to_a_real_otlp_receiver(phoenix: str, mo
     monkeypatch.setenv("DAGMAGIC_TEST_API_KEY", ENV_SECRET)
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "600000")  # no batch leaves on its own during the test
     monkeypatch.setenv("DAG_OTEL", "1")
-    run: DagRun = await _session().start(f"capital of France? ({KEY})")  # returns once its spans are exported
+    run: DagRun = await _session().start(f"capital of France? ({KEY})")  # its end has its spans exported, apart
     assert run.status == "done", run.error
     provider = tracing_module._own_provider
     assert provider is not None
