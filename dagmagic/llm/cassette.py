@@ -3,8 +3,8 @@ and cassette files holding them (JSON lines: a header naming the models, then on
 records a model the header does not name appends a header line naming it: the file is only appended to).
 
 A request is recognized by its purpose, step, model and a digest of its normalized messages and of what else
-it asked (tool schemas, tool choice, response format, temperature). Normalizing drops what differs between two
-runs of the same thing: the date the planner is told, ids and timestamps.
+it asked (tool schemas, tool choice, response format, temperature). Normalizing drops what dagmagic itself puts
+into a request that differs between two runs of the same thing (``_VOLATILE``), never the user's content.
 """
 
 from __future__ import annotations
@@ -49,13 +49,12 @@ CASSETTE_VERSION = 1
 
 _VOLATILE = (
     (re.compile(r"Today is \d{4}-\d{2}-\d{2} \(the year is \d{4}\)"), "Today is <date> (the year is <year>)"),
-    (re.compile(r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?\b"), "<timestamp>"),
-    (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"), "<uuid>"),
-    (re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{12}(?:[0-9a-f]{20})?\b"), "<id>"),
-    (re.compile(r"dagmagic-[A-Za-z0-9_]+-[A-Za-z0-9_]{6,}"), "dagmagic-<tmp>"),
+    (re.compile(r"(?:[^\s\"'`<>()\[\]]*[/\\])?dagmagic-code-[a-z0-9_]{8}\b"), "<python tool directory>"),
 )
-"""What differs between two runs of the same request: the planner's date, timestamps, uuids, run ids (12 or 32
-hex digits, with a digit and a letter), and the names of temporary directories."""
+"""What dagmagic itself puts into a request that differs between two runs of the same thing: the date the
+planner is told, and the python tool's temporary working directory (``tempfile``'s name, wherever the temporary
+directory is). Nothing else: ids, hashes and timestamps in a goal or a tool's result are what it is about, and a
+request about another commit must not be answered from the recording of the first."""
 
 
 def _normalized_text(text: str) -> str:
