@@ -37,6 +37,7 @@ __all__ = [
     "Interaction",
     "RecordedChunk",
     "RequestKey",
+    "messages_digest",
     "normalized_messages",
     "request_digest",
     "request_key",
@@ -48,8 +49,16 @@ log = logging.getLogger("dagmagic")
 CASSETTE_VERSION = 1
 
 _VOLATILE = (
-    (re.compile(r"Today is \d{4}-\d{2}-\d{2} \(the year is \d{4}\)"), "Today is <date> (the year is <year>)"),
-    (re.compile(r"(?:[^\s\"'`<>()\[\]]*[/\\])?dagmagic-code-[a-z0-9_]{8}\b"), "<python tool directory>"),
+    (
+        "Today is ",
+        re.compile(r"Today is \d{4}-\d{2}-\d{2} \(the year is \d{4}\)"),
+        "Today is <date> (the year is <year>)",
+    ),
+    (
+        "dagmagic-code-",
+        re.compile(r"(?:[^\s\"'`<>()\[\]]*[/\\])?dagmagic-code-[a-z0-9_]{8}\b"),
+        "<python tool directory>",
+    ),
 )
 """What dagmagic itself puts into a request that differs between two runs of the same thing: the date the
 planner is told, and the python tool's temporary working directory (``tempfile``'s name, wherever the temporary
@@ -57,9 +66,15 @@ directory is). Nothing else: ids, hashes and timestamps in a goal or a tool's re
 request about another commit must not be answered from the recording of the first."""
 
 
+_NORMALIZING = "n2"
+"""The version of ``_VOLATILE`` a recorded ``Interaction.digest`` was made with: a digest made under other rules
+is not trusted (it is computed again)."""
+
+
 def _normalized_text(text: str) -> str:
-    for pattern, replacement in _VOLATILE:
-        text = pattern.sub(replacement, text)
+    for marker, pattern, replacement in _VOLATILE:
+        if marker in text:  # a plain search first: most texts hold neither, and a long one costs its regex seconds
+            text = pattern.sub(replacement, text)
     return text
 
 
@@ -112,13 +127,18 @@ class RequestKey(BaseModel, frozen=True):
     """``request_digest``."""
 
 
+def messages_digest(messages: Sequence[dict[str, Any]]) -> str:
+    """The digest of ``messages`` normalized (``RequestKey.messages``)."""
+    return _digest(normalized_messages(messages))
+
+
 def request_key(model: str, request: ChatRequest) -> RequestKey:
     """The key of ``request`` made to the registry entry named ``model``."""
     return RequestKey(
         model=model,
         purpose=request.purpose,
         step_id=request.step_id,
-        messages=_digest(normalized_messages(request.messages)),
+        messages=messages_digest(request.messages),
         asked=request_digest(request),
     )
 
@@ -141,6 +161,10 @@ class Interaction(BaseModel):
     purpose: Purpose
     round: int | None = None
     step_id: str | None = None
+    digest: str = ""
+    """``messages_digest`` of the messages when recorded, after the version of the normalizing (``n2:…``): a
+    replay indexes the calls by it without reading their messages, however long (written before them). A line
+    whose messages are edited by hand needs it removed."""
     messages: list[dict[str, Any]] = Field(default_factory=list)
     tools: list[dict[str, Any]] | None = None
     """The tool schemas offered (None in a recording read from a run store, which keeps only ``tool_names``)."""
@@ -165,11 +189,12 @@ class Interaction(BaseModel):
     @property
     def key(self) -> RequestKey:
         """What a replay matches this by."""
+        version, _, digest = self.digest.partition(":")
         return RequestKey(
             model=self.model,
             purpose=self.purpose,
             step_id=self.step_id,
-            messages=_digest(normalized_messages(self.messages)),
+            messages=digest if version == _NORMALIZING and digest else messages_digest(self.messages),
             asked=self.asked,
         )
 
@@ -194,6 +219,7 @@ class Interaction(BaseModel):
             purpose=request.purpose,
             round=request.round,
             step_id=request.step_id,
+            digest=_stamped(messages_digest(request.messages)),
             messages=request.messages,
             tools=request.tools,
             tool_names=tool_names(request.tools),
@@ -230,6 +256,7 @@ class Interaction(BaseModel):
             purpose=call.purpose,
             round=call.round,
             step_id=call.step_id,
+            digest=_stamped(messages_digest(call.messages)),
             messages=call.messages,
             tool_names=call.tools,
             asked=call.request_digest or "",
@@ -255,6 +282,10 @@ class Interaction(BaseModel):
         if self.round:
             where.append(f"round {self.round}")
         return " · ".join(where) + f" · model {self.model!r}"
+
+
+def _stamped(digest: str) -> str:
+    return f"{_NORMALIZING}:{digest}"
 
 
 def tool_names(tools: Iterable[dict[str, Any]] | None) -> list[str]:
