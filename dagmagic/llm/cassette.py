@@ -1,19 +1,23 @@
 """Recorded model calls: what a request was (normalized, so a replay can recognize it) and what answered it,
-and cassette files holding them (JSON lines: a header naming the models, then one call per line).
+and cassette files holding them (JSON lines: a header naming the models, then one call per line; a kernel that
+records a model the header does not name appends a header line naming it: the file is only appended to).
 
-A request is recognized by its purpose, step, model, its ``max_tokens`` and a digest of its normalized messages
-and of what else it asked (tool schemas, tool choice, response format, temperature). Normalizing drops what
-differs between two runs of the same thing: the date the planner is told, ids and timestamps.
+A request is recognized by its purpose, step, model, its ``max_tokens`` and a digest of its normalized messages and of what else
+it asked (tool schemas, tool choice, response format, temperature). Normalizing drops what dagmagic itself puts
+into a request that differs between two runs of the same thing (``_VOLATILE``), never the user's content.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
+import sys
 import threading
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,34 +28,53 @@ from dagmagic.errors import ConfigurationError
 from dagmagic.llm.protocol import ChatRequest, ChatResponse, ToolCallDelta
 from dagmagic.models import LLMCall, ModelCard, Purpose, StructuredLevel
 
+if sys.platform != "win32":
+    import fcntl
+
 __all__ = [
     "CASSETTE_VERSION",
     "Cassette",
     "Interaction",
     "RecordedChunk",
     "RequestKey",
+    "messages_digest",
     "normalized_messages",
     "request_digest",
     "request_key",
     "tool_names",
 ]
 
+log = logging.getLogger("dagmagic")
+
 CASSETTE_VERSION = 1
 
 _VOLATILE = (
-    (re.compile(r"Today is \d{4}-\d{2}-\d{2} \(the year is \d{4}\)"), "Today is <date> (the year is <year>)"),
-    (re.compile(r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?\b"), "<timestamp>"),
-    (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"), "<uuid>"),
-    (re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{12}(?:[0-9a-f]{20})?\b"), "<id>"),
-    (re.compile(r"dagmagic-[A-Za-z0-9_]+-[A-Za-z0-9_]{6,}"), "dagmagic-<tmp>"),
+    (
+        "Today is ",
+        re.compile(r"Today is \d{4}-\d{2}-\d{2} \(the year is \d{4}\)"),
+        "Today is <date> (the year is <year>)",
+    ),
+    (
+        "dagmagic-code-",
+        re.compile(r"(?:[^\s\"'`<>()\[\]]*[/\\])?dagmagic-code-[a-z0-9_]{8}\b"),
+        "<python tool directory>",
+    ),
 )
-"""What differs between two runs of the same request: the planner's date, timestamps, uuids, run ids (12 or 32
-hex digits, with a digit and a letter), and the names of temporary directories."""
+"""What dagmagic itself puts into a request that differs between two runs of the same thing: the date the
+planner is told, and the python tool's temporary working directory (``tempfile``'s name, wherever the temporary
+directory is). Nothing else: ids, hashes and timestamps in a goal or a tool's result are what it is about, and a
+request about another commit must not be answered from the recording of the first."""
+
+
+_NORMALIZING = "n2"
+"""The version of ``_VOLATILE`` a recorded ``Interaction.digest`` was made with: a digest made under other rules
+is not trusted (it is computed again)."""
 
 
 def _normalized_text(text: str) -> str:
-    for pattern, replacement in _VOLATILE:
-        text = pattern.sub(replacement, text)
+    for marker, pattern, replacement in _VOLATILE:
+        if marker in text:  # a plain search first: most texts hold neither, and a long one costs its regex seconds
+            text = pattern.sub(replacement, text)
     return text
 
 
@@ -106,13 +129,18 @@ class RequestKey(BaseModel, frozen=True):
     """The cap the request was sent: a reply recorded under another cap may have been cut elsewhere."""
 
 
+def messages_digest(messages: Sequence[dict[str, Any]]) -> str:
+    """The digest of ``messages`` normalized (``RequestKey.messages``)."""
+    return _digest(normalized_messages(messages))
+
+
 def request_key(model: str, request: ChatRequest) -> RequestKey:
     """The key of ``request`` made to the registry entry named ``model``."""
     return RequestKey(
         model=model,
         purpose=request.purpose,
         step_id=request.step_id,
-        messages=_digest(normalized_messages(request.messages)),
+        messages=messages_digest(request.messages),
         asked=request_digest(request),
         max_tokens=request.max_tokens,
     )
@@ -136,6 +164,10 @@ class Interaction(BaseModel):
     purpose: Purpose
     round: int | None = None
     step_id: str | None = None
+    digest: str = ""
+    """``messages_digest`` of the messages when recorded, after the version of the normalizing (``n2:…``): a
+    replay indexes the calls by it without reading their messages, however long (written before them). A line
+    whose messages are edited by hand needs it removed."""
     messages: list[dict[str, Any]] = Field(default_factory=list)
     tools: list[dict[str, Any]] | None = None
     """The tool schemas offered (None in a recording read from a run store, which keeps only ``tool_names``)."""
@@ -163,11 +195,12 @@ class Interaction(BaseModel):
     @property
     def key(self) -> RequestKey:
         """What a replay matches this by."""
+        version, _, digest = self.digest.partition(":")
         return RequestKey(
             model=self.model,
             purpose=self.purpose,
             step_id=self.step_id,
-            messages=_digest(normalized_messages(self.messages)),
+            messages=digest if version == _NORMALIZING and digest else messages_digest(self.messages),
             asked=self.asked,
             max_tokens=self.max_tokens,
         )
@@ -193,6 +226,7 @@ class Interaction(BaseModel):
             purpose=request.purpose,
             round=request.round,
             step_id=request.step_id,
+            digest=_stamped(messages_digest(request.messages)),
             messages=request.messages,
             tools=request.tools,
             tool_names=tool_names(request.tools),
@@ -230,6 +264,7 @@ class Interaction(BaseModel):
             purpose=call.purpose,
             round=call.round,
             step_id=call.step_id,
+            digest=_stamped(messages_digest(call.messages)),
             messages=call.messages,
             tool_names=call.tools,
             asked=call.request_digest or "",
@@ -258,6 +293,10 @@ class Interaction(BaseModel):
         return " · ".join(where) + f" · model {self.model!r}"
 
 
+def _stamped(digest: str) -> str:
+    return f"{_NORMALIZING}:{digest}"
+
+
 def tool_names(tools: Iterable[dict[str, Any]] | None) -> list[str]:
     """The names of the tools in a request's ``tools`` (OpenAI's function schemas)."""
     names = []
@@ -270,11 +309,23 @@ def tool_names(tools: Iterable[dict[str, Any]] | None) -> list[str]:
 
 
 class CassetteHeader(BaseModel):
-    """A cassette file's first line."""
+    """A cassette file's first line, and a line naming the models of a kernel that records into it later."""
 
     dagmagic_cassette: int
     """The format's version (required: it is what tells a cassette from other JSON lines)."""
     models: list[ModelCard] = Field(default_factory=list)
+
+
+_HEADER_START = b'{"dagmagic_cassette":'
+
+
+def _line_problem(line: bytes, problem: str) -> str:
+    """What is wrong with a cassette line, in words (a byte that is not UTF-8 named with its column)."""
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"byte {line[exc.start]:#04x} at column {exc.start + 1} is not UTF-8 text"
+    return problem
 
 
 class Cassette:
@@ -302,10 +353,13 @@ class Cassette:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Cassette:
-        """The cassette in ``path``; a file that is not one raises ``ConfigurationError`` saying what is wrong."""
+        """The cassette in ``path``; a file that is not one, or a line that is no recorded call, raises
+        ``ConfigurationError`` saying which and what to do. A line cut short (a kernel killed while writing it)
+        is skipped with a warning: the rest of the file holds.
+        """
         path = Path(path)
         try:
-            lines = path.read_text(encoding="utf-8").splitlines()
+            lines = path.read_bytes().splitlines()
         except FileNotFoundError:
             raise ConfigurationError(f"no cassette at {path}: record it first (record=once or record=all)") from None
         except OSError as exc:
@@ -325,17 +379,29 @@ class Cassette:
                 "upgrade dagmagic to replay it"
             )
         interactions = []
+        models = {card.name: card for card in header.models}
         for number, line in enumerate(lines[1:], start=2):
             if not line.strip():
                 continue
+            if line.startswith(_HEADER_START):  # a kernel that recorded another model named it as it began
+                with suppress(ValidationError):
+                    models.update({card.name: card for card in CassetteHeader.model_validate_json(line).models})
+                    continue
             try:
                 interactions.append(Interaction.model_validate_json(line))
             except ValidationError as exc:
-                if number == len(lines):  # the last line of a kernel killed while writing it: the rest holds
-                    break
                 problem = exc.errors()[0]["msg"]
-                raise ConfigurationError(f"{path}, line {number}, is not a recorded call: {problem}") from None
-        return cls(interactions, header.models, path=path)
+                if "EOF while parsing" in problem:
+                    log.warning(
+                        "[dagmagic] %s, line %d, was cut short (a kernel stopped writing it): skipped", path, number
+                    )
+                    continue
+                raise ConfigurationError(
+                    f"{path}, line {number}, is not a recorded call: {_line_problem(line, problem)}. Fix or delete "
+                    "that line (its call is then made again with record=new_episodes), or record the cassette "
+                    "anew with record=all"
+                ) from None
+        return cls(interactions, models.values(), path=path)
 
     def save(self, path: str | os.PathLike[str] | None = None) -> Path:
         """Write the whole cassette to ``path`` (default: its own file), owner-only, and return the path."""
@@ -354,32 +420,64 @@ class Cassette:
             self.path = target
         return target
 
-    def _header_line(self) -> str:
-        header = CassetteHeader(dagmagic_cassette=CASSETTE_VERSION, models=list(self.models.values()))
+    def _header_line(self, models: Iterable[ModelCard] | None = None) -> str:
+        cards = list(self.models.values() if models is None else models)
+        header = CassetteHeader(dagmagic_cassette=CASSETTE_VERSION, models=cards)
         return mask_secrets(header.model_dump_json())
 
     def add_models(self, cards: Iterable[ModelCard]) -> None:
-        """Name the models calls are recorded for (in the header); a new one rewrites the header."""
+        """Name the models calls are recorded for: a header line naming the new ones is appended to the file."""
         new = [card for card in cards if self.models.get(card.name) != card]
         if not new:
             return
         with self._lock:
             self.models.update({card.name: card for card in new})
-        if self.path is not None and self.path.exists():
-            self.save()
+            if self.path is not None:
+                self._append_line(self._header_line(new), header=True)
 
     def append(self, interaction: Interaction) -> None:
         """Add a call, and write it to the file at once."""
         interaction = interaction.masked()
         with self._lock:
             self.interactions.append(interaction)
-            if self.path is None:
-                return
-            new_file = not self.path.exists()
-            if new_file:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-            with os.fdopen(fd, "a", encoding="utf-8") as file:
-                if new_file:
-                    file.write(self._header_line() + "\n")
-                file.write(interaction.model_dump_json() + "\n")
+            if self.path is not None:
+                self._append_line(interaction.model_dump_json())
+
+    def _append_line(self, line: str, *, header: bool = False) -> None:
+        """Append ``line`` to the file, under an OS lock on it: other kernels may be recording into it too, so
+        the file is only ever appended to (rewriting it would drop the lines they added since it was read), and
+        a file still empty gets its header first, written by whichever kernel gets there first.
+        """
+        assert self.path is not None
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            with _locked(fd):
+                size = os.fstat(fd).st_size
+                data = line.encode() + b"\n"
+                if size == 0:  # the first header names every model known here (``line`` among them)
+                    data = self._header_line().encode() + b"\n" + (b"" if header else data)
+                elif _last_byte(fd, size) != b"\n":  # a kernel killed mid-line: its cut line stays apart
+                    data = b"\n" + data
+                while data:
+                    data = data[os.write(fd, data) :]
+        finally:
+            os.close(fd)
+
+
+def _last_byte(fd: int, size: int) -> bytes:
+    os.lseek(fd, size - 1, os.SEEK_SET)  # reading only: with O_APPEND every write goes to the end
+    return os.read(fd, 1)
+
+
+@contextmanager
+def _locked(fd: int) -> Iterator[None]:
+    """An exclusive OS lock on the open file ``fd`` while inside (none where the platform has no ``fcntl``)."""
+    if sys.platform == "win32":
+        yield
+        return
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)

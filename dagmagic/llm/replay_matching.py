@@ -19,6 +19,9 @@ from dagmagic.llm.protocol import ChatRequest
 __all__ = ["RecordedCalls", "described_call", "replay_mismatch"]
 
 _DIFF_LINES = 40
+_COMPARED_CHARS = 100_000
+"""How much of each text of a call the closest-call search and its diff look at: a recorded tool output of
+100 MB would cost seconds there, and a diff of 40 lines shows no more of it."""
 
 
 class RecordedCalls:
@@ -145,7 +148,7 @@ def _closest(candidates: list[Interaction], asked: RequestKey, request: ChatRequ
 
 def _message_text(messages: list[dict[str, Any]]) -> str:
     lines = []
-    for message in normalized_messages(messages):
+    for message in normalized_messages(_clipped(messages)):
         content = message.get("content")
         if not isinstance(content, str):
             content = json.dumps(content, ensure_ascii=False)
@@ -154,6 +157,19 @@ def _message_text(messages: list[dict[str, Any]]) -> str:
         if message.get("tool_calls"):
             lines.append(json.dumps(message["tool_calls"], ensure_ascii=False, sort_keys=True))
     return "\n".join(lines)
+
+
+def _clipped(value: Any) -> Any:
+    """``value`` with each text cut at ``_COMPARED_CHARS``, saying how much was left out."""
+    if isinstance(value, str):
+        if len(value) <= _COMPARED_CHARS:
+            return value
+        return f"{value[:_COMPARED_CHARS]}… ({len(value) - _COMPARED_CHARS:,} more characters not compared)"
+    if isinstance(value, dict):
+        return {key: _clipped(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_clipped(item) for item in value]
+    return value
 
 
 def _changes(recorded: Interaction, asked: RequestKey, request: ChatRequest) -> str:

@@ -263,11 +263,13 @@ def test_a_line_cut_short_by_a_dying_kernel_is_dropped(tmp_path: Path) -> None:
     assert len(Cassette.load(path)) == len(run.calls) - 1
 
 
-async def test_the_planner_date_and_ids_do_not_break_a_match() -> None:
+async def test_the_planner_date_and_the_python_tools_directory_do_not_break_a_match() -> None:
     from dagmagic.llm.cassette import normalized_messages
 
-    a = [{"role": "system", "content": "Today is 2026-12-02 (the year is 2026); run 3f2a9c01b7de, 2026-12-02T10:00:01"}]
-    b = [{"role": "system", "content": "Today is 2027-01-15 (the year is 2027); run 0a1b2c3d4e5f, 2027-01-15T08:30:00"}]
+    a = [{"role": "system", "content": "Today is 2026-12-02 (the year is 2026); in /tmp/dagmagic-code-k3x_9a2q/a.csv"}]
+    b = [
+        {"role": "system", "content": "Today is 2027-01-15 (the year is 2027); in /var/T/dagmagic-code-0p7zyw1m/a.csv"}
+    ]
     assert normalized_messages(a) == normalized_messages(b)
     c = [{"role": "user", "content": "population in 2020"}]
     d = [{"role": "user", "content": "population in 2021"}]
