@@ -407,3 +407,42 @@ def test_a_result_becomes_text_whatever_its_content() -> None:
     )
     assert observation_of(mixed) == "first\n[image image/png, not shown]\ninside"
     assert observation_of(types.CallToolResult(content=[], structured_content={"a": 1})) == '{"a": 1}'
+
+
+# --- secrets in env= and headers= -----------------------------------------------------------------------------
+
+ECHOING_SERVER = "import os, sys\nprint('cannot reach', os.environ['DATABASE_URL'], file=sys.stderr)\nsys.exit(3)\n"
+
+
+async def test_an_env_value_a_failing_server_prints_is_masked_in_the_error_events_and_store(
+    tmp_path: Path, store_path: Path | str
+) -> None:
+    from dagmagic import load_run
+
+    secret = "hunter2-db-pass-7f3a9c"  # not key-shaped: only knowing it was given in env= masks it
+    echoing = tmp_path / "echoing_server.py"
+    echoing.write_text(ECHOING_SERVER)
+    server = MCPServer.stdio(sys.executable, str(echoing), env={"DATABASE_URL": f"postgresql://app:{secret}@db/app"})
+    assert secret not in repr(server)
+    settings = DagSettings(store=str(store_path))
+    owner = session(ScriptedLLM(run_script(["unused"])), tools=[server], settings=settings)
+    run = await owner.run("anything")
+    await owner.aclose()
+    assert run.status == "failed" and "cannot reach" in (run.error or ""), run.error  # the stderr tail is there
+    assert secret not in (run.error or ""), run.error
+    assert [repr(event) for event in run.events if secret in repr(event)] == []
+    stored = load_run(run.run_id, store=str(store_path))
+    assert secret not in stored.state.model_dump_json(), "the stored run shows the env value"
+    assert [repr(event) for event in stored.events if secret in repr(event)] == []
+    if isinstance(store_path, Path):  # the SQLite file itself, every page of it
+        for file in tmp_path.glob("runs.sqlite*"):
+            assert secret.encode() not in file.read_bytes(), file.name
+
+
+def test_a_header_value_is_masked_wherever_it_appears() -> None:
+    from dagmagic._secrets import mask_secrets
+
+    token = "opaque-session-token-51c2e0"
+    server = MCPServer.http("https://example.com/mcp", headers={"X-Session": token, "Authorization": "Bearer 8b1f0e"})
+    assert token not in repr(server)
+    assert mask_secrets(f"the server answered 401 to X-Session: {token}") == "the server answered 401 to X-Session: ***"
