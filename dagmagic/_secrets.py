@@ -8,11 +8,12 @@ environment variable named like a key, and anything shaped like a common provide
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Iterable, Mapping
-from urllib.parse import urlsplit
 from typing import Any
+from urllib.parse import urlsplit
 
 from dagmagic import errors
 
@@ -53,10 +54,8 @@ def remember_secret_values(values: Iterable[str]) -> None:
     """
     for value in values:
         parts = {value, *value.split()}
-        try:
+        with contextlib.suppress(ValueError):  # not a URL after all
             parts.add(urlsplit(value.strip()).password or "")
-        except ValueError:  # not a URL after all
-            pass
         _known.update(part for part in parts if len(part) >= _MIN_LENGTH)
 
 
