@@ -10,8 +10,8 @@ The server gets the guard's stdin and stderr, in a process group of its own; its
   (``prctl(PR_SET_PDEATHSIG)``); everywhere a thread sees its parent change (``getppid``) within a quarter of a
   second. On SIGTERM, SIGINT or SIGHUP (the SDK's own stop too) the guard ends the server's process group:
   SIGTERM, then SIGKILL. A process that left that group (``setsid``) is not reached.
-- A message longer than MAX_MESSAGE_BYTES is read here and dropped, never sent on: parsing it would hold the
-  session's event loop for seconds. When its JSON-RPC ``id`` stands at either end of it (where servers put it),
+- A message longer than MAX_MESSAGE_BYTES is read here and dropped, never sent on: the SDK's reading of it would
+  take minutes of the session's event loop. When its JSON-RPC ``id`` stands at either end of it (where servers put it),
   the request it answers gets an error saying why; the server serves on.
 """
 

@@ -37,8 +37,10 @@ __all__ = ["MESSAGE_BYTES", "MCPConnections", "missing_sdk"]
 log = logging.getLogger("dagmagic")
 
 MESSAGE_BYTES = 16 * 2**20
-"""The biggest message a stdio server may send (a tool's result): parsing one holds the event loop for about
-25 ms a MiB, so a bigger one is dropped by the guard and its call answered with an error saying so."""
+"""The biggest message a stdio server may send (a tool's result, often twice in it: text and structured). The
+SDK reads a message in a time that grows with the square of its size, on the event loop (15 MiB: 2 s; 100 MiB:
+2 minutes, the loop held up to a second at a time), so a bigger one is dropped by the guard and its call
+answered with an error saying so."""
 _GUARD = Path(__file__).with_name("_stdio_guard.py")
 _STDERR_SETTLE = 0.5
 """Seconds a failure waits for the last of what an ended server wrote to its stderr."""
