@@ -8,14 +8,23 @@ environment variable named like a key, and anything shaped like a common provide
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from dagmagic import errors
 
-__all__ = ["SECRET_OPTION_WORDS", "is_secret_option", "mask_secrets", "remember_secrets", "scrub_exception"]
+__all__ = [
+    "SECRET_OPTION_WORDS",
+    "is_secret_option",
+    "mask_secrets",
+    "remember_secret_values",
+    "remember_secrets",
+    "scrub_exception",
+]
 
 SECRET_OPTION_WORDS = ("api_key", "key", "token", "secret", "password", "credential")
 """An option whose name holds one of these carries a secret."""
@@ -37,6 +46,17 @@ def remember_secrets(options: Mapping[str, Any]) -> None:
     for name, value in options.items():
         if is_secret_option(name) and isinstance(value, str) and len(value) >= _MIN_LENGTH:
             _known.add(value)
+
+
+def remember_secret_values(values: Iterable[str]) -> None:
+    """Remember ``values`` as secrets whatever they are named (an MCP server's ``env=`` and ``headers=``): each
+    value, each of its words (``Bearer <token>``) and a URL's password, those long enough to be keys.
+    """
+    for value in values:
+        parts = {value, *value.split()}
+        with contextlib.suppress(ValueError):  # not a URL after all
+            parts.add(urlsplit(value.strip()).password or "")
+        _known.update(part for part in parts if len(part) >= _MIN_LENGTH)
 
 
 def _secrets() -> list[str]:

@@ -225,6 +225,15 @@ class DagSettings(BaseModel):
         description="Let the opt-in `python` tool's scripts use the network (a sandboxed script has none without it).",
         json_schema_extra=env("DAG_CODE_NETWORK"),
     )
+    code_without_sandbox: bool = Field(
+        False,
+        description=(
+            "Let the opt-in `python` tool run scripts where no sandbox can be used (macOS, Windows, no bubblewrap): "
+            "they then run as your user, with your files, your network and the environments of your processes "
+            "(the kernel's keys included). Without it they are refused there."
+        ),
+        json_schema_extra=env("DAG_CODE_WITHOUT_SANDBOX"),
+    )
     domain_routing: bool = Field(
         True,
         description="The first plan call also says the goal's domain (legal, medical, financial), which steers "

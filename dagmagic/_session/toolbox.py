@@ -33,7 +33,11 @@ class Toolbox:
         """``tools`` as tools (an MCP server's join once it started), with ``python`` when ``allow_code``."""
         functions = [item for item in tools if not isinstance(item, MCPServer)]
         if allow_code and self._code is None:
-            self._code = CodeWorkspace(self._settings.code_timeout, network=self._settings.code_network)
+            self._code = CodeWorkspace(
+                self._settings.code_timeout,
+                network=self._settings.code_network,
+                without_sandbox=self._settings.code_without_sandbox,
+            )
         extra = [self._code.tool()] if allow_code and self._code is not None else []
         return as_tools([*functions, *extra])
 
@@ -56,10 +60,14 @@ class Toolbox:
         return connect
 
     def unsandboxed_code_warning(self) -> str | None:
-        """Once per session, when its ``python`` tool runs scripts without a sandbox: what that means."""
+        """Once per session, when its ``python`` tool has no sandbox: that it refuses scripts and how to opt in, or
+        (opted in) what running them without one means.
+        """
         if self._code is None or self._code.sandbox_problem is None or self._warned_without_sandbox:
             return None
         self._warned_without_sandbox = True
+        if self._code.refusal is not None:
+            return self._code.refusal
         return (
             f"The python tool runs scripts without a sandbox: {self._code.sandbox_problem}. They run as your"
             " user: they can read and change your files, see your processes and use the network (whatever"

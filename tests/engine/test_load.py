@@ -395,7 +395,7 @@ async def test_steps_running_python_leave_no_pipe_open(tmp_path: Path) -> None:
             "synthesize": [["Done."]],
         }
     )
-    settings = DagSettings(store="none", domain_routing=False)
+    settings = DagSettings(store="none", domain_routing=False, code_without_sandbox=True)
     session = DagSession(ModelRegistry().register("scripted", llm), settings, allow_code=True)
     before = open_descriptors()
     run = await session.run("print things")

@@ -35,6 +35,7 @@ SETUP = textwrap.dedent(
     fs = MCPServer.stdio({sys.executable!r}, {str(SERVER)!r})
     asks = scripted(ToolCall("pid", {{}}))
     sleeps = scripted(ToolCall("sleep", {{"seconds": 60}}))
+    blocks = scripted(ToolCall("block", {{"seconds": 120}}))
     """
 )
 
@@ -79,3 +80,25 @@ def test_a_server_serves_every_cell_survives_an_interrupt_and_ends_with_the_kern
                 break
             time.sleep(0.05)
         assert not alive(pid), f"the MCP server {pid} outlived its kernel ({shutdown})"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shutdown", ["graceful", "killed"])
+def test_a_server_busy_inside_a_call_ends_with_the_kernel(tmp_path: Path, shutdown: str) -> None:
+    with started_kernel(tmp_path) as kernel:
+        kernel.execute(SETUP, timeout=60)
+        kernel.execute("%%dag --models asks --tools fs\nwhich process serves?", timeout=60)
+        pid = int(kernel.execute(PID).stdout)
+        msg_id = kernel.submit("%%dag --models blocks --tools fs\nblock two minutes")
+        kernel.wait_for(lambda m: m.get("parent_header", {}).get("msg_id") == msg_id, "the cell started")
+        time.sleep(1.5)  # the call is in flight: the server blocks in it and reads nothing, its stdin's end neither
+        assert alive(pid)
+        kernel.manager.shutdown_kernel(now=shutdown == "killed")
+        for _ in range(300):
+            if not alive(pid):
+                break
+            time.sleep(0.05)
+        alive_after = alive(pid)
+        if alive_after:
+            psutil.Process(pid).kill()
+        assert not alive_after, f"the MCP server {pid}, busy in a call, outlived its kernel ({shutdown})"

@@ -8,8 +8,10 @@ explicit opt-in. The code is untrusted (a prompt-injected model may have written
   credential, no ``DAG_*`` variable. HOME and TMPDIR are ``.home`` and ``.tmp`` inside the working directory;
 - runs in a sandbox where bubblewrap can run (``_code_sandbox``): its own PID namespace (no other process
   visible, the kernel included), no network unless ``DAG_CODE_NETWORK=1``, a read-only view of the system and
-  its working directory the only place it can write. Where no sandbox can be used, the session warns once
-  (``sandbox_problem`` says why) and the script runs as the kernel's user, with that user's files and network;
+  its working directory the only place it can write. Where no sandbox can be used (``sandbox_problem`` says
+  why), the tool refuses to run scripts unless the user opted in (``without_sandbox``, the setting
+  ``code_without_sandbox``): a script would run as the kernel's user, with that user's files, network and a
+  view of its processes (the kernel's keys in ``/proc``);
 - runs under a supervisor (``_code_supervisor``) that owns every process the script starts and kills them all
   when the script exits, at the timeout and when the call is cancelled: children that left the process group
   with ``setsid()`` and double-forked daemons too, and those of a script that kills its supervisor (Linux;
@@ -86,11 +88,15 @@ class CodeWorkspace:
     this object is garbage-collected, or at interpreter exit. A ``workdir`` given is used and never removed.
     """
 
-    def __init__(self, timeout: float, workdir: Path | None = None, *, network: bool = False) -> None:
+    def __init__(
+        self, timeout: float, workdir: Path | None = None, *, network: bool = False, without_sandbox: bool = False
+    ) -> None:
         self.timeout = timeout
         """Seconds a script may run before it is killed."""
         self.network = network
         """Whether a sandboxed script may use the network (without a sandbox nothing keeps it from it)."""
+        self.without_sandbox = without_sandbox
+        """Whether scripts run where no sandbox can be used (the user's opt-in); else they are refused there."""
         self.sandbox_problem = _code_sandbox.sandbox_problem()
         """None when scripts run in the sandbox; else why no sandbox can be used here."""
         self.directory = workdir if workdir is not None else Path(tempfile.mkdtemp(prefix="dagmagic-code-"))
@@ -126,8 +132,25 @@ class CodeWorkspace:
         # the step's own tool timeout must not cut the process short of its kill
         return Tool(python, name="python", description=self._description(), timeout=self.timeout + _STOP_GRACE + 3)
 
+    @property
+    def refusal(self) -> str | None:
+        """Why no script runs here (no sandbox, and no opt-in to run without one); None when scripts run."""
+        if self.sandbox_problem is None or self.without_sandbox:
+            return None
+        return (
+            f"The python tool runs no script here: no sandbox can be used ({self.sandbox_problem}). Without one,"
+            " model-written code runs as your user: it can read and change your files, read the environments of"
+            " your processes in /proc (the kernel's API keys included) and use the network. To run it anyway, set"
+            " DAG_CODE_WITHOUT_SANDBOX=1 (or DagSettings(code_without_sandbox=True))."
+        )
+
     def _description(self) -> str:
         """What the model is told, the limits it will meet included."""
+        if self.refusal is not None:
+            return (
+                "Would run a Python script, but scripts are refused here (no sandbox, and the user did not allow"
+                " code without one): do not call it."
+            )
         if self.sandbox_problem is not None:
             where = "It runs as the user, without a sandbox, with the user's files and network."
         else:
@@ -147,6 +170,8 @@ class CodeWorkspace:
         """Run ``code`` as a script here: its exit code (or why it was killed), then its output."""
         if self.closed:
             raise RuntimeError("the session that owns this python tool is closed; start a new session to run code")
+        if (refusal := self.refusal) is not None:
+            raise PermissionError(refusal)
         with _StatusPipe() as status:
             process = await asyncio.create_subprocess_exec(
                 *self._command(code, status.argument),
@@ -200,13 +225,16 @@ class CodeWorkspace:
         return _code_sandbox.sandboxed(command, self.directory, network=self.network) if sandboxed else command
 
 
-def python_tool(timeout: float, workdir: Path | None = None, *, network: bool = False) -> Tool:
+def python_tool(
+    timeout: float, workdir: Path | None = None, *, network: bool = False, without_sandbox: bool = False
+) -> Tool:
     """The ``python`` tool, running code in ``workdir`` (a new temporary directory by default).
 
-    ``network``: a sandboxed script may use the network. The tool owns its ``CodeWorkspace``: a temporary
-    directory goes when the tool is garbage-collected.
+    ``network``: a sandboxed script may use the network. ``without_sandbox``: scripts run even where no sandbox
+    can be used (else they are refused there). The tool owns its ``CodeWorkspace``: a temporary directory goes
+    when the tool is garbage-collected.
     """
-    return CodeWorkspace(timeout, workdir, network=network).tool()
+    return CodeWorkspace(timeout, workdir, network=network, without_sandbox=without_sandbox).tool()
 
 
 class _StatusPipe:

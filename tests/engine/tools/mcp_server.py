@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import time
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -38,6 +39,19 @@ async def sleep(seconds: float) -> str:
     """Sleep, then say so."""
     await asyncio.sleep(seconds)
     return "slept"
+
+
+@app.tool()
+def block(seconds: float) -> str:
+    """Block (a sync call that holds the server: it reads nothing meanwhile), then say so."""
+    time.sleep(seconds)
+    return "blocked"
+
+
+@app.tool()
+def big(megabytes: float) -> str:
+    """A result of that many megabytes."""
+    return "x" * int(megabytes * 2**20)
 
 
 @app.tool()

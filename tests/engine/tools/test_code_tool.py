@@ -28,7 +28,8 @@ from typing import Any
 import pytest
 
 from dagmagic import DagSession, DagSettings, ModelRegistry
-from dagmagic.engine.tools.code import CodeWorkspace, python_tool
+from dagmagic.engine.tools import code as code_tool
+from dagmagic.engine.tools.code import CodeWorkspace
 from dagmagic.engine.tools.functions import Tool, tool
 from dagmagic.events import RunWarning
 from dagmagic.testing import ScriptedLLM, ToolCall
@@ -87,6 +88,11 @@ def killed_afterwards(pids: list[int]) -> Iterator[list[int]]:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def python_tool(timeout: float, workdir: Path | None = None, *, network: bool = False) -> Tool:
+    """The tool as most tests here use it: run where there is no sandbox too (the refusal there is tested apart)."""
+    return code_tool.python_tool(timeout, workdir, network=network, without_sandbox=True)
 
 
 def session(llm: ScriptedLLM, **kwargs: Any) -> DagSession:
@@ -477,7 +483,8 @@ from dagmagic.engine.tools import _code_sandbox
 from dagmagic.engine.tools.code import python_tool
 if sys.argv[3:] == ["unsandboxed"]:
     _code_sandbox.BWRAP = "/nonexistent/bwrap"
-asyncio.run(python_tool(timeout=60, workdir=Path(sys.argv[1])).run({"code": sys.argv[2]}, timeout=90))
+python = python_tool(timeout=60, workdir=Path(sys.argv[1]), without_sandbox=True)
+asyncio.run(python.run({"code": sys.argv[2]}, timeout=90))
 """
 
 
@@ -512,7 +519,7 @@ def test_a_session_has_python_only_when_code_is_allowed() -> None:
 
 @pytest.mark.usefixtures("unsandboxed")
 async def test_the_sessions_python_tool_is_killed_at_code_timeout() -> None:
-    settings = DagSettings(store="none", code_timeout=0.3)
+    settings = DagSettings(store="none", code_timeout=0.3, code_without_sandbox=True)
     allowed = DagSession(ModelRegistry().register("scripted", ScriptedLLM({"*": "x"})), settings, allow_code=True)
     python = next(t for t in allowed.tools if t.name == "python")
     with killed_afterwards([]) as pids:
@@ -551,6 +558,41 @@ async def test_a_model_asking_for_python_without_opt_in_runs_nothing(tmp_path: P
     second = llm.requests_for("step")[1]
     assert "There is no tool named 'python'. Available tools: lookup." in second.prompt
     assert all("python" not in step_tools for step_tools in offered(llm))
+
+
+@pytest.mark.usefixtures("unsandboxed")
+async def test_without_a_sandbox_code_is_refused_unless_the_user_opts_in_naming_the_risk(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    calls = [ToolCall("python", {"code": f"open({str(marker)!r}, 'w')"}), "could not run it"]
+    llm = ScriptedLLM(run_script(calls))
+    refusing = session(llm, allow_code=True)
+    run = await refusing.run("run code")
+    refusing.close()
+    assert run.status == "done"
+    assert not marker.exists(), "model-written code ran without a sandbox and without an opt-in"
+    (call,) = run.steps["s1"].tool_calls
+    assert call.error is not None and "runs no script here: no sandbox can be used" in call.observation, call
+    for said in (call.observation, *(e.message for e in run.events if isinstance(e, RunWarning))):
+        assert "DAG_CODE_WITHOUT_SANDBOX=1" in said and "the kernel's API keys included" in said, said
+    # opted in: the same call runs, and the run still warns what that means
+    settings = DagSettings(store="none", code_without_sandbox=True)
+    registry = ModelRegistry().register("scripted", ScriptedLLM(run_script(calls)))
+    opted_in = DagSession(registry, settings, allow_code=True)
+    again = await opted_in.run("run code")
+    opted_in.close()
+    (ran,) = again.steps["s1"].tool_calls
+    assert ran.error is None and ran.observation.startswith("exit code 0"), ran
+    assert marker.exists()
+    warnings = [e.message for e in again.events if isinstance(e, RunWarning) and "sandbox" in e.message]
+    assert len(warnings) == 1 and "runs scripts without a sandbox" in warnings[0], warnings
+
+
+async def test_with_a_sandbox_code_runs_without_any_opt_in(sandboxed: None) -> None:
+    workspace = CodeWorkspace(timeout=10)
+    assert workspace.refusal is None
+    outcome = await workspace.tool().run({"code": "print('ran')"}, timeout=30)
+    workspace.close()
+    assert outcome.observation == "exit code 0\nran\n", outcome
 
 
 # --- the working directory's lifetime ----------------------------------------------------------------------------
@@ -611,7 +653,7 @@ async def test_a_dropped_tool_leaves_no_directory() -> None:
 
 
 async def test_a_given_workdir_is_never_removed(tmp_path: Path) -> None:
-    workspace = CodeWorkspace(timeout=10, workdir=tmp_path)
+    workspace = CodeWorkspace(timeout=10, workdir=tmp_path, without_sandbox=True)
     outcome = await workspace.tool().run({"code": "open('result.csv', 'w').write('a,b')"}, timeout=30)
     assert outcome.observation == "exit code 0\n"
     workspace.close()
@@ -625,7 +667,7 @@ async def test_a_given_workdir_is_never_removed(tmp_path: Path) -> None:
 
 @pytest.mark.usefixtures("unsandboxed")
 async def test_closing_kills_a_script_still_running(tmp_path: Path) -> None:
-    workspace = CodeWorkspace(timeout=30)
+    workspace = CodeWorkspace(timeout=30, without_sandbox=True)
     code = "import os, time\nopen('pid', 'w').write(str(os.getpid()))\nwhile True:\n    time.sleep(0.01)"
     with killed_afterwards([]) as pids:
         call = asyncio.create_task(workspace.tool().run({"code": code}, timeout=60))
@@ -646,8 +688,8 @@ import asyncio
 from dagmagic import DagSession, DagSettings, ModelRegistry
 from dagmagic.testing import ScriptedLLM
 
-session = DagSession(ModelRegistry().register("scripted", ScriptedLLM({"*": "x"})), DagSettings(store="none"),
-                     allow_code=True)
+settings = DagSettings(store="none", code_without_sandbox=True)
+session = DagSession(ModelRegistry().register("scripted", ScriptedLLM({"*": "x"})), settings, allow_code=True)
 python = next(t for t in session.tools if t.name == "python")
 outcome = asyncio.run(python.run({"code": "import os; print(os.getcwd())"}, timeout=30))
 directory = outcome.observation.splitlines()[1]
@@ -922,7 +964,8 @@ async def test_without_a_sandbox_a_session_warns_once_and_the_environment_is_sti
     llm = ScriptedLLM(
         {purpose: [*replies, *replies] if purpose != "step" else replies for purpose, replies in script.items()}
     )
-    allowed = session(llm, allow_code=True)
+    settings = DagSettings(store="none", code_without_sandbox=True)
+    allowed = DagSession(ModelRegistry().register("scripted", llm), settings, allow_code=True)
     first = await allowed.run("show the environment")
     (call,) = first.steps["s1"].tool_calls
     assert "ENVIRONMENT DUMPED" in call.observation
@@ -985,5 +1028,9 @@ def test_a_bwrap_that_cannot_make_a_sandbox_is_named_with_its_reason(
     assert workspace.sandbox_problem == (
         "bubblewrap cannot make a sandbox here (bwrap: No permissions to create a new namespace)"
     )
-    assert "without a sandbox" in workspace.tool().description
+    assert "scripts are refused here" in workspace.tool().description
+    assert workspace.refusal is not None and "(bubblewrap cannot make a sandbox here" in workspace.refusal
     workspace.close()
+    opted_in = CodeWorkspace(timeout=5, without_sandbox=True)
+    assert "without a sandbox" in opted_in.tool().description and opted_in.refusal is None
+    opted_in.close()

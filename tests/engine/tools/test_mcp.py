@@ -6,10 +6,12 @@ Each test checks that no server process outlives its session.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -407,3 +409,165 @@ def test_a_result_becomes_text_whatever_its_content() -> None:
     )
     assert observation_of(mixed) == "first\n[image image/png, not shown]\ninside"
     assert observation_of(types.CallToolResult(content=[], structured_content={"a": 1})) == '{"a": 1}'
+
+
+# --- secrets in env= and headers= -----------------------------------------------------------------------------
+
+ECHOING_SERVER = "import os, sys\nprint('cannot reach', os.environ['DATABASE_URL'], file=sys.stderr)\nsys.exit(3)\n"
+
+
+async def test_an_env_value_a_failing_server_prints_is_masked_in_the_error_events_and_store(
+    tmp_path: Path, store_path: Path | str
+) -> None:
+    from dagmagic import load_run
+
+    secret = "hunter2-db-pass-7f3a9c"  # not key-shaped: only knowing it was given in env= masks it
+    echoing = tmp_path / "echoing_server.py"
+    echoing.write_text(ECHOING_SERVER)
+    server = MCPServer.stdio(sys.executable, str(echoing), env={"DATABASE_URL": f"postgresql://app:{secret}@db/app"})
+    assert secret not in repr(server)
+    settings = DagSettings(store=str(store_path))
+    owner = session(ScriptedLLM(run_script(["unused"])), tools=[server], settings=settings)
+    run = await owner.run("anything")
+    await owner.aclose()
+    assert run.status == "failed" and "cannot reach" in (run.error or ""), run.error  # the stderr tail is there
+    assert secret not in (run.error or ""), run.error
+    assert [repr(event) for event in run.events if secret in repr(event)] == []
+    stored = load_run(run.run_id, store=str(store_path))
+    assert secret not in stored.state.model_dump_json(), "the stored run shows the env value"
+    assert [repr(event) for event in stored.events if secret in repr(event)] == []
+    if isinstance(store_path, Path):  # the SQLite file itself, every page of it
+        for file in tmp_path.glob("runs.sqlite*"):
+            assert secret.encode() not in file.read_bytes(), file.name
+
+
+def test_a_header_value_is_masked_wherever_it_appears() -> None:
+    from dagmagic._secrets import mask_secrets
+
+    token = "opaque-session-token-51c2e0"
+    server = MCPServer.http("https://example.com/mcp", headers={"X-Session": token, "Authorization": "Bearer 8b1f0e"})
+    assert token not in repr(server)
+    assert mask_secrets(f"the server answered 401 to X-Session: {token}") == "the server answered 401 to X-Session: ***"
+
+
+# --- a server's lifetime and what it sends, bounded -------------------------------------------------------------
+
+BUSY_DRIVER = """
+import asyncio, sys
+from dagmagic import MCPServer
+from dagmagic.engine.tools.mcp.connections import MCPConnections
+
+async def main() -> None:
+    connections = MCPConnections()
+    tools = {t.name: t for t in await connections.tools([MCPServer.stdio(sys.executable, sys.argv[1])])}
+    print((await tools["pid"].run({}, timeout=30)).observation, flush=True)
+    busy = asyncio.ensure_future(tools["block"].run({"seconds": 300}, timeout=600))
+    await asyncio.sleep(0.5)
+    print("busy", flush=True)
+    await busy
+
+asyncio.run(main())
+"""
+
+
+async def test_a_server_busy_in_a_call_ends_with_its_driver_killed() -> None:
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    driver = subprocess.Popen(
+        [sys.executable, "-c", BUSY_DRIVER, str(SERVER)], stdout=subprocess.PIPE, text=True, env=env
+    )
+    pid = None
+    try:
+        assert driver.stdout is not None
+        pid = int(driver.stdout.readline())
+        assert driver.stdout.readline() == "busy\n"  # blocked in a call: it reads nothing, not even its stdin's end
+        driver.kill()  # SIGKILL: no cleanup of the driver's own runs
+        driver.wait()
+        assert await gone(pid), f"the MCP server {pid} outlived the process that started it"
+    finally:
+        driver.kill()
+        driver.wait()
+        if driver.stdout is not None:
+            driver.stdout.close()
+        if pid is not None and psutil.pid_exists(pid):
+            psutil.Process(pid).kill()
+
+
+FLOODING_SERVER = """
+import os, runpy, sys
+for _ in range(int(sys.argv[1])):
+    os.write(2, b"e" * 2**20)
+os.write(2, b"\\nready after the flood\\n")
+sys.argv = sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def open_regular_files() -> dict[int, int]:
+    """The size of every regular file this process holds open, by descriptor."""
+    sizes = {}
+    for entry in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            status = os.fstat(int(entry))
+            if stat.S_ISREG(status.st_mode):
+                sizes[int(entry)] = status.st_size
+    return sizes
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads this process's descriptors in /proc")
+async def test_a_stderr_flood_keeps_only_a_bounded_tail(tmp_path: Path) -> None:
+    flooding = tmp_path / "flooding_server.py"
+    flooding.write_text(FLOODING_SERVER)
+    megabytes = 40
+    before = open_regular_files()
+    connections = MCPConnections()
+    try:
+        tools = {
+            t.name: t
+            for t in await connections.tools(
+                [MCPServer.stdio(sys.executable, str(flooding), str(megabytes), str(SERVER))]
+            )
+        }
+        held = {fd: size for fd, size in open_regular_files().items() if fd not in before}
+        assert max(held.values(), default=0) < 2**20, f"files held for the server's stderr: {held}"
+        pid = int((await tools["pid"].run({}, timeout=30)).observation)
+        psutil.Process(pid).kill()
+        outcome = await tools["add"].run({"a": 1, "b": 2}, timeout=30)
+        assert outcome.error is not None and "its stderr ended with:" in outcome.observation
+        assert outcome.observation.split("its stderr ended with:\n", 1)[1].startswith("e" * 100), outcome.observation[
+            :300
+        ]
+        assert "ready after the flood" in outcome.observation
+    finally:
+        await connections.aclose()
+
+
+async def test_a_result_past_the_bound_is_refused_without_stalling_the_loop() -> None:
+    from dagmagic.engine.tools.mcp.connections import MESSAGE_BYTES
+
+    connections = MCPConnections()
+    stalls: list[float] = []
+
+    async def tick() -> None:
+        loop = asyncio.get_running_loop()
+        last = loop.time()
+        while True:
+            await asyncio.sleep(0.005)
+            stalls.append(loop.time() - last)
+            last = loop.time()
+
+    try:
+        tools = {t.name: t for t in await connections.tools([sdk_server()])}
+        ticker = asyncio.ensure_future(tick())
+        started = time.perf_counter()
+        outcome = await tools["big"].run({"megabytes": 3 * MESSAGE_BYTES / 2**20}, timeout=300)
+        took = time.perf_counter() - started
+        ticker.cancel()
+        assert outcome.error is not None, outcome.observation[:200]
+        assert f"more than the {MESSAGE_BYTES / 2**20:g} MiB an answer may be" in outcome.observation
+        assert "ask the tool for less" in outcome.observation
+        assert max(stalls) < took / 4, f"the loop stood still {max(stalls):.2f}s of the call's {took:.2f}s"
+        assert (await tools["add"].run({"a": 1, "b": 2}, timeout=30)).observation == "3"  # it serves on
+        small = await tools["big"].run({"megabytes": 0.5}, timeout=60)
+        assert small.error is None and len(small.observation) == 2**19
+    finally:
+        await connections.aclose()

@@ -5,8 +5,10 @@ session, lists the tools, and waits for its stop: the SDK's contexts are anyio s
 and left in the same task, and this is that task. A server starts on the first run that needs it (or
 ``async with DagSession(...)``), serves every step and run on that event loop, and stops on
 ``DagSession.close()``; a stdio server's process is its own process group, ended by the SDK on stop (stdin
-closed, then SIGTERM, then SIGKILL). At interpreter exit a server still running is stopped as a last resort;
-and a server whose parent dies reads the end of its stdin, which ends an MCP server.
+closed, then SIGTERM, then SIGKILL). At interpreter exit a server still running is stopped as a last resort.
+On POSIX a stdio server runs under a guard (``_stdio_guard``) that ends it when the kernel dies however it dies,
+a server busy inside a call included, and drops a message over ``MESSAGE_BYTES`` before the session parses it.
+Its stderr goes to a pipe whose tail is kept (``stderr``), shown when it fails.
 """
 
 from __future__ import annotations
@@ -15,24 +17,33 @@ import asyncio
 import atexit
 import contextlib
 import logging
-import tempfile
+import os
+import sys
 import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, TextIO, cast
+from pathlib import Path
+from typing import Any
 
 from dagmagic._secrets import mask_secrets
 from dagmagic.engine.tools.functions import Tool
 from dagmagic.engine.tools.mcp.server import MCPServer, MCPServerError
+from dagmagic.engine.tools.mcp.stderr import StderrTail
 from dagmagic.engine.tools.mcp.tools import MCPTool
 from dagmagic.errors import ConfigurationError
 
-__all__ = ["MCPConnections", "missing_sdk"]
+__all__ = ["MESSAGE_BYTES", "MCPConnections", "missing_sdk"]
 
 log = logging.getLogger("dagmagic")
 
-_STDERR_LINES = 12
-_STDERR_CHARS = 2000
+MESSAGE_BYTES = 16 * 2**20
+"""The biggest message a stdio server may send (a tool's result, often twice in it: text and structured). The
+SDK reads a message in a time that grows with the square of its size, on the event loop (15 MiB: 2 s; 100 MiB:
+2 minutes, the loop held up to a second at a time), so a bigger one is dropped by the guard and its call
+answered with an error saying so."""
+_GUARD = Path(__file__).with_name("_stdio_guard.py")
+_STDERR_SETTLE = 0.5
+"""Seconds a failure waits for the last of what an ended server wrote to its stderr."""
 _STOP_SECONDS = 8.0
 """How long stopping waits for the servers outside their loop: the SDK's own escalation takes up to 6 s."""
 
@@ -134,36 +145,39 @@ class _Connection:
     ready: asyncio.Future[list[Tool]] = field(init=False)
     stop: asyncio.Event = field(init=False, default_factory=asyncio.Event)
     session: Any = None
-    stderr: TextIO | None = None
+    stderr: StderrTail | None = None
 
     def __post_init__(self) -> None:
         self.ready = self.loop.create_future()
 
     async def serve(self) -> None:
         """Start the server, list its tools, wait for the stop, stop it: all in this one task."""
-        # the server's stderr goes to a file, not the notebook: read back when it fails to start
-        with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as stderr:
-            self.stderr = cast(TextIO, stderr)
-            try:
-                await self._serve(self.stderr)
-            finally:
-                self.stderr = None
+        # the server's stderr goes to a pipe, not the notebook: its tail is read back when it fails
+        self.stderr = stderr = StderrTail()
+        try:
+            await self._serve(stderr)
+        finally:
+            stderr.closed_here()
 
-    async def _serve(self, stderr: TextIO) -> None:
+    async def _serve(self, stderr: StderrTail) -> None:
         from mcp import ClientSession
 
         try:
             async with contextlib.AsyncExitStack() as stack:
                 try:
                     async with asyncio.timeout(self.server.start_timeout):
-                        read, write = await stack.enter_async_context(self._transport(stderr))
+                        read, write = await stack.enter_async_context(self._transport(stderr.file))
+                        stderr.closed_here()
                         session = await stack.enter_async_context(ClientSession(read, write))
                         await session.initialize()
                         tools = await self._list(session)
                 except asyncio.CancelledError:  # ours, or an anyio scope's that a transport's failure set off:
                     raise  # leaving the contexts turns the latter into that failure
                 except BaseException as exc:  # a start that failed, however: ``ready`` says it
-                    self._failed(exc, stderr)
+                    try:
+                        await stderr.settled(_STDERR_SETTLE)
+                    finally:  # a cancel meanwhile goes on, the failure said
+                        self._failed(exc, stderr)
                     return
                 self.session = session
                 self.ready.set_result(tools)
@@ -175,18 +189,24 @@ class _Connection:
             raise
         except BaseException as exc:  # a start that failed on the way out, or a server that broke as it stopped
             if not self.ready.done():
-                self._failed(exc, stderr)
+                try:
+                    await stderr.settled(_STDERR_SETTLE)
+                finally:
+                    self._failed(exc, stderr)
             elif self.ready.exception() is None:
                 log.warning("[dagmagic] the MCP server %s stopped with an error: %s", self.server.name, _what(exc))
         finally:
             self.session = None
 
-    def _transport(self, stderr: TextIO) -> contextlib.AbstractAsyncContextManager[Any]:
+    def _transport(self, stderr: Any) -> contextlib.AbstractAsyncContextManager[Any]:
         server = self.server
         if server.transport == "stdio":
             from mcp.client.stdio import StdioServerParameters, stdio_client
 
             command, *args = server.target
+            if os.name == "posix":  # the guard needs process groups; elsewhere the server runs as it is
+                guard = [sys.executable, "-I", str(_GUARD), str(os.getpid()), str(MESSAGE_BYTES)]
+                command, args = guard[0], [*guard[1:], command, *args]
             parameters = StdioServerParameters(command=command, args=args, env=server.env or None, cwd=server.cwd)
             return stdio_client(parameters, errlog=stderr)
         return _http_transport(server.target[0], server.headers)
@@ -219,14 +239,16 @@ class _Connection:
                 raise
             self.stop.set()  # its task ends, and the next run starts the server again
             message = f"the MCP server {self.server.name} closed its connection (did it exit?)"
-            if self.stderr is not None and (tail := _tail(self.stderr)):
-                message += f"; its stderr ended with:\n{tail}"
+            if self.stderr is not None:
+                await self.stderr.settled(_STDERR_SETTLE)
+                if tail := self.stderr.text():
+                    message += f"; its stderr ended with:\n{tail}"
             raise MCPServerError(f"{message}\nIt starts again with the next run.") from None
 
-    def _failed(self, exc: BaseException, stderr: TextIO) -> None:
+    def _failed(self, exc: BaseException, stderr: StderrTail) -> None:
         why = "did not answer in time" if isinstance(exc, TimeoutError) else f"did not start: {_what(exc)}"
         message = f"the MCP server {self.server.name} {why}"
-        if tail := _tail(stderr):
+        if tail := stderr.text():
             message += f"\nIts stderr ended with:\n{tail}"
         if not self.ready.done():
             self.ready.set_exception(MCPServerError(mask_secrets(message)))
@@ -291,17 +313,6 @@ def _what(exc: BaseException) -> str:
     if isinstance(exc, BaseExceptionGroup):
         return "; ".join(dict.fromkeys(_what(inner) for inner in exc.exceptions))
     return mask_secrets(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
-
-
-def _tail(stderr: TextIO) -> str:
-    try:
-        stderr.flush()
-        stderr.seek(0)
-        text = stderr.read()
-    except (OSError, ValueError):
-        return ""
-    lines = [line for line in text.strip().splitlines() if line.strip()][-_STDERR_LINES:]
-    return mask_secrets("\n".join(lines)[-_STDERR_CHARS:])
 
 
 def _stop_soon(opened: dict[MCPServer, _Connection], retired: list[_Connection]) -> None:

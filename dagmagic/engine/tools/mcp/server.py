@@ -1,8 +1,8 @@
 """``MCPServer``: how to reach one MCP server, a process on stdio or an endpoint over streamable HTTP.
 
 A value, not a connection: two equal servers (same command, arguments, environment, working directory; or
-same URL and headers) are one server to a session, started once. Its ``repr`` never shows an environment
-or header value: they often hold keys.
+same URL and headers) are one server to a session, started once. Its environment and header values often
+hold keys: its ``repr`` never shows them, and they are masked wherever else they appear (``_secrets``).
 """
 
 from __future__ import annotations
@@ -37,6 +37,12 @@ class MCPServer:
     """The process's working directory (stdio); None: the kernel's."""
     start_timeout: float = _START_SECONDS
     """Seconds the server may take to start and list its tools."""
+
+    def __post_init__(self) -> None:
+        from dagmagic._secrets import remember_secret_values
+
+        # what a server prints (its stderr, an error) may echo them: masked wherever text leaves dagmagic
+        remember_secret_values(value for _, value in self.settings)
 
     @classmethod
     def stdio(
