@@ -102,8 +102,9 @@ class StoreUnavailable(DagError):
 
 
 class BudgetExceeded(DagError):
-    """The run's cost budget (``DAG_MAX_COST``) is spent: the LLM call was not started. The message says the
-    budget and what was spent; the run answers from what completed, marked partial.
+    """The run's cost budget (``DAG_MAX_COST``) has no room left for the call's estimated cost: the LLM call was
+    not started. The message says the budget and what was spent (and the call's estimate, when the spend had not
+    reached the budget); the run answers from what completed, marked partial.
     """
 
 

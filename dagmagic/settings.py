@@ -88,9 +88,10 @@ class DagSettings(BaseModel):
         None,
         ge=0,
         description=(
-            "Cost budget of a run in USD (its subruns included): once its calls have cost this much, no further LLM "
-            "call starts; calls under way finish, and the run answers from what completed, marked partial. Calls "
-            "whose price litellm does not know cannot be counted (a warning says so). Unset: no budget."
+            "Cost budget of a run in USD (its subruns included): an LLM call starts only if its estimated cost fits "
+            "in what is left beside the calls under way (see Budgets); once one does not, no further call starts, "
+            "and the run answers from what completed, marked partial. Calls whose price litellm does not know "
+            "cannot be counted (a warning says so). Unset: no budget."
         ),
         json_schema_extra=env("DAG_MAX_COST"),
     )

@@ -139,6 +139,12 @@ class ScriptedLLM:
         """The context window given at construction."""
         return self._context_window
 
+    def estimate_cost(self, model: str, input_tokens: int, output_tokens: int) -> float | None:
+        """USD a call of so many tokens costs at ``price``; None without one."""
+        if self.price is None:
+            return None
+        return input_tokens * self.price[0] + output_tokens * self.price[1]
+
     def count_tokens(self, model: str, text: str) -> int:
         """Tokens of ``text`` as ``approximate_tokens`` counts them: no tokenizer to load, so a scripted run never
         imports litellm, and within a few percent of what litellm's counter gives a local model on prose.

@@ -4,7 +4,8 @@ It tags the call with its purpose, retries transient provider errors with backof
 and leaves an ``LLMCall`` record (usage, latency, cost, structured level) as an event. Given the model's
 ``CircuitBreaker`` (``dagmagic.llm.breaker``), it tells it of every try that got no answer and of every answer,
 and refuses at once, with no call made, while it is open. Under a cost budget (``dagmagic.llm.budget``) it
-refuses a call once the run's spend reached it (``BudgetExceeded``), and charges the budget each call's cost.
+reserves each call's estimated cost before the call starts, refuses the call when that does not fit
+(``BudgetExceeded``), and charges the budget the call's cost in place of its reservation.
 A ``litellm.Router`` that refuses a call by its own limits (its ``rpm``/``tpm``, which Redis can share among
 processes) is waited out, not retried.
 """
@@ -27,7 +28,7 @@ from dagmagic._secrets import mask_secrets
 from dagmagic.events import CallProgress, Event, LLMCallRecorded, RunWarning
 from dagmagic.llm._litellm import translate_error
 from dagmagic.llm.breaker import NO_ANSWER, CircuitBreaker
-from dagmagic.llm.budget import CURRENT_BUDGET
+from dagmagic.llm.budget import CURRENT_BUDGET, Hold, estimate
 from dagmagic.llm.cassette import request_digest, tool_names
 from dagmagic.llm.protocol import ChatBackend, ChatRequest, ChatResponse, StreamChunk
 from dagmagic.llm.registry import ModelEntry, ModelRegistry
@@ -130,6 +131,7 @@ class ChatModel:
         stream: bool = False,
         cancelled: bool = False,
         pieces: int = 0,
+        hold: Hold | None = None,
     ) -> LLMCall:
         response = response or ChatResponse()
         call = LLMCall(
@@ -157,9 +159,9 @@ class ChatModel:
         )
         if self.emit is not None:
             self.emit(LLMCallRecorded(call=call))
-        budget = CURRENT_BUDGET.get()
+        budget = hold.budget if hold is not None else CURRENT_BUDGET.get()
         if budget is not None:
-            budget.charge(call)
+            budget.charge(call, hold)
         return call
 
     def _tries(self) -> AsyncIterable[stamina.Attempt]:
@@ -239,6 +241,23 @@ class ChatModel:
         if self.breaker is not None:
             self.breaker.answered()
 
+    async def _admit(self, request: ChatRequest) -> Hold | None:
+        """Refuse the call (none made, none recorded) when the run's budget cannot hold its estimated cost or
+        the model's breaker is open; else what the budget holds for it until it is recorded.
+        """
+        budget = CURRENT_BUDGET.get()
+        if budget is not None:
+            budget.check()
+        if self.breaker is not None:
+            self.breaker.check()
+        if budget is None:
+            return None
+        hold = await budget.reserve(estimate(self.entry, request))
+        if self.breaker is not None and self.breaker.open:  # it opened while the call waited for room
+            budget.release(hold)
+            self.breaker.check()
+        return hold
+
     def _check_may_call(self) -> None:
         """Refuse the try (no call made, none recorded) when the run's budget is spent or the model's breaker
         is open.
@@ -287,7 +306,7 @@ class ChatModel:
             response_format=response_format,
             temperature=temperature,
         )
-        self._check_may_call()  # refused before any try: no call was made, none is recorded
+        hold = await self._admit(request)  # refused before any try: no call was made, none is recorded
         started = time.time()
         if purpose in _PHASE_CALLS:  # the whole run waits on it: said at once (steps show their own state)
             self._progress(request, started, 0)
@@ -299,16 +318,20 @@ class ChatModel:
                     retries = attempt.num - 1
                     response = await self._complete_once(request, retry=retries > 0)
         except asyncio.CancelledError:  # the run moved on: the call still counts, its usage unknown
-            self._record(request, level=structured_level, started=started, retries=retries, cancelled=True)
+            self._record(request, level=structured_level, started=started, retries=retries, cancelled=True, hold=hold)
             raise
         except Exception as error:
-            call = self._record(request, level=structured_level, started=started, retries=retries, error=error)
+            call = self._record(
+                request, level=structured_level, started=started, retries=retries, error=error, hold=hold
+            )
             if isinstance(error, errors.ProviderError):
                 error.call = call
             raise
         assert response is not None  # the tries ended without an error: the last one answered
         self._answered()
-        call = self._record(request, level=structured_level, started=started, retries=retries, response=response)
+        call = self._record(
+            request, level=structured_level, started=started, retries=retries, response=response, hold=hold
+        )
         return ChatResult(response, call)
 
     async def _complete_once(self, request: ChatRequest, *, retry: bool) -> ChatResponse:
@@ -399,7 +422,7 @@ class ChatModel:
             response_format=response_format,
             temperature=temperature,
         )
-        self._check_may_call()  # refused before any try: no call was made, none is recorded
+        hold = await self._admit(request)  # refused before any try: no call was made, none is recorded
         started = time.time()
         tell = self._teller(request, started)
         tell(0)
@@ -456,6 +479,7 @@ class ChatModel:
                 stream=True,
                 cancelled=cancelled,
                 pieces=received,
+                hold=hold,
             )
 
 

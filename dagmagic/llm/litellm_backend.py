@@ -51,6 +51,22 @@ class LiteLLMBackend:
         window = info.get("max_input_tokens") or info.get("max_tokens")
         return int(window) if window else None
 
+    def estimate_cost(self, model: str, input_tokens: int, output_tokens: int) -> float | None:
+        """USD a call of so many tokens costs at litellm's prices (a router group's dearest deployment); None
+        when litellm has no price for it.
+        """
+        litellm = import_litellm()
+        costs: list[float] = []
+        for target in self._deployments(model):
+            try:
+                prompt, reply = litellm.cost_per_token(
+                    model=target, prompt_tokens=input_tokens, completion_tokens=output_tokens
+                )
+            except Exception:  # litellm raises for models missing from its map
+                continue
+            costs.append(float(prompt) + float(reply))
+        return max(costs) if costs else None
+
     def capabilities(self, model: str) -> Capabilities:
         """From litellm's model map; an unknown model supports neither (text extraction still works)."""
         litellm = import_litellm()

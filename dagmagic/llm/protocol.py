@@ -138,6 +138,9 @@ class ChatBackend(Protocol):
       guard (without it, ``dagmagic.llm.tokens.approximate_tokens``); counts are remembered by text, so it
       must depend on nothing else;
     - ``context_window(model: str) -> int | None``: the input tokens ``model`` accepts (None: unknown);
+    - ``estimate_cost(model: str, input_tokens: int, output_tokens: int) -> float | None``: USD a call of so many
+      tokens costs (None: unknown), which a run's cost budget reserves before each call (without it, a call
+      reserves nothing and only its recorded cost counts);
     - ``async warm_up() -> None``: slow preparation (loading a tokenizer, importing a client), awaited before
       a run's first call; it should keep the event loop free (``asyncio.to_thread``) and be quick once done.
 

@@ -152,9 +152,15 @@ def fits(entry: ModelEntry, text: str, budget: int) -> bool:
 
 
 def request_tokens(
-    entry: ModelEntry, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
+    entry: ModelEntry,
+    messages: Sequence[dict[str, Any]],
+    tools: Sequence[dict[str, Any]] | None = None,
+    *,
+    counted: bool = False,
 ) -> int:
-    """Tokens a whole request takes: every message's text and tool calls, and the tool schemas offered."""
+    """Tokens a whole request takes: every message's text and tool calls, and the tool schemas offered. A small
+    request is taken at its size in bytes (at least its tokens), unless ``counted``.
+    """
     parts: list[str] = [json.dumps(list(tools), default=str)] if tools else []  # first: messages grow at the end
     for message in messages:
         content = message.get("content")
@@ -166,7 +172,7 @@ def request_tokens(
             parts.append(json.dumps(message["tool_calls"], default=str))
     overhead = MESSAGE_OVERHEAD * len(messages) + 3
     size = sum(len(part.encode("utf-8")) for part in parts) + max(len(parts) - 1, 0)
-    if size + overhead <= 1024:  # small: not worth counting
+    if size + overhead <= 1024 and not counted:  # small: not worth counting
         return size + overhead
     return _joined_tokens(entry, parts) + overhead
 

@@ -15,8 +15,9 @@ __all__ = ["WrappingBackend", "provider_backend"]
 class WrappingBackend:
     """Passes every call to ``inner``; subclasses override ``complete`` and ``stream``.
 
-    The optional members of ``ChatBackend`` (``count_tokens``, ``context_window``, ``warm_up``) are the inner
-    backend's when it has them, so a wrapped model counts tokens and guards its context exactly as before.
+    The optional members of ``ChatBackend`` (``count_tokens``, ``context_window``, ``estimate_cost``, ``warm_up``)
+    are the inner backend's when it has them, so a wrapped model counts tokens, guards its context and reserves
+    its budget exactly as before.
     """
 
     calls_inner: bool = True
@@ -38,7 +39,7 @@ class WrappingBackend:
         return self.inner.stream(request)
 
     def __getattr__(self, name: str) -> Any:
-        if name in ("count_tokens", "context_window", "warm_up"):
+        if name in ("count_tokens", "context_window", "estimate_cost", "warm_up"):
             return getattr(self.inner, name)  # AttributeError when the inner one has none: the default applies
         raise AttributeError(name)
 

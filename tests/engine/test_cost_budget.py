@@ -1,7 +1,9 @@
-"""A run's cost budget (``DAG_MAX_COST``): once reached, no LLM call starts and the run answers from what completed."""
+"""A run's cost budget (``DAG_MAX_COST``): no LLM call starts unless its estimate fits in what is left; once one
+does not, nothing more starts and the run answers from what completed."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -15,6 +17,9 @@ from .conftest import plan_reply, session_for, verdict
 
 FOUR_STEPS = plan_reply(("s1", []), ("s2", []), ("s3", []), ("s4", ["s3"]))
 PRICE = (1e-4, 2e-4)
+JSON_MODE = ("json_mode", "stream")
+"""Structured output without a tool schema in the prompt: a provider counts a schema as input (so does a call's
+estimate), ScriptedLLM does not; without one, a call's estimate is close to what it costs here."""
 
 
 def script() -> dict[str, Any]:
@@ -26,25 +31,38 @@ def script() -> dict[str, Any]:
     }
 
 
+def budgeted(llm: ScriptedLLM, reply_tokens: int = 8, **settings: Any) -> DagSession:
+    """A session whose model writes at most ``reply_tokens`` a reply (its ``max_tokens``): each call's estimate
+    is its prompt and that many tokens of reply."""
+    registry = ModelRegistry().register("scripted", llm, max_tokens=reply_tokens)
+    return DagSession(registry, DagSettings(store="none", **settings))
+
+
 async def costs_without_budget() -> dict[str, float]:
     """What each call of the scripted run costs, by purpose or step, measured on a run with no budget."""
-    run = await session_for(ScriptedLLM(script(), price=PRICE), max_concurrency=1).run("goal")
+    llm = ScriptedLLM(script(), price=PRICE, capabilities=JSON_MODE)
+    run = await session_for(llm, max_concurrency=1).run("goal")
     return {call.step_id or call.purpose: call.cost or 0.0 for call in run.calls}
+
+
+REFUSED = r"the cost budget of {budget} was reached \({spent} spent, the next call estimated at \d+(\.\d+)? USD\)"
+"""What a budget says when it refused a call whose estimate did not fit in what was left."""
 
 
 async def test_a_budget_stops_a_run_mid_round_with_a_partial_answer_from_what_completed() -> None:
     costs = await costs_without_budget()
-    # reached while s2 runs: s2 finishes (it started), nothing after it starts
+    # s2's estimate (about what it costs) does not fit in the half of it left: s2 does not start, nor anything after
     budget = costs["plan"] + costs["s1"] + costs["s2"] / 2
-    llm = ScriptedLLM(script(), price=PRICE)
-    run = await session_for(llm, max_concurrency=1, max_cost=budget).run("goal")
+    llm = ScriptedLLM(script(), price=PRICE, capabilities=JSON_MODE)
+    run = await budgeted(llm, max_concurrency=1, max_cost=budget).run("goal")
 
-    assert [(r.purpose, r.step_id) for r in llm.requests] == [("plan", None), ("step", "s1"), ("step", "s2")]
+    assert [(r.purpose, r.step_id) for r in llm.requests] == [("plan", None), ("step", "s1")]
     steps = {step.id: step for step in run.rounds[0].plan.steps}
     assert (steps["s1"].status, steps["s1"].result) == ("completed", "result of s1")
-    assert (steps["s2"].status, steps["s2"].result) == ("completed", "result of s2")
-    spent = costs["plan"] + costs["s1"] + costs["s2"]
-    said = f"the cost budget of {dollars(budget)} was reached ({dollars(spent)} spent)"
+    spent = costs["plan"] + costs["s1"]
+    said = REFUSED.format(budget=re.escape(dollars(budget)), spent=re.escape(dollars(spent)))
+    assert steps["s2"].status == "cancelled" and re.fullmatch(f"Cancelled — {said}", steps["s2"].error or "")
+    said = (steps["s2"].error or "").removeprefix("Cancelled — ")
     assert steps["s3"].status == steps["s4"].status == "skipped"
     assert steps["s3"].error == steps["s4"].error == f"Skipped — {said}"
 
@@ -53,21 +71,27 @@ async def test_a_budget_stops_a_run_mid_round_with_a_partial_answer_from_what_co
     assert decision is not None and decision.reason == f"Stopped: {said}: answering from what completed."
     assert run.answer.startswith(f"*Stopped: {said}: here are the results of the steps that completed.*")
     assert "$" not in run.answer  # JupyterLab and GitHub would typeset the words between two dollars as math
-    assert "result of s1" in run.answer and "result of s2" in run.answer
+    assert "result of s1" in run.answer
     ready = [event for event in run.events if isinstance(event, AnswerReady)]
     assert len(ready) == 1 and ready[0].partial and ready[0].fallback
     assert run.cost == pytest.approx(spent)
 
 
-async def test_a_call_under_way_when_the_budget_is_reached_finishes_and_counts() -> None:
+async def test_a_call_that_does_not_fit_beside_the_calls_under_way_waits_for_them_to_end() -> None:
     costs = await costs_without_budget()
-    budget = costs["plan"] + costs["s1"] / 2  # reached by s1, while s2 runs beside it
-    llm = ScriptedLLM(script(), price=PRICE, latency={"step": 0.01})
-    run = await session_for(llm, max_concurrency=2, max_cost=budget).run("goal")
+    reply_tokens = 400  # each call holds 400 tokens of reply (0.08 USD) and writes a few
+    estimate = costs["s1"] + reply_tokens * PRICE[1]  # about a step's: its prompt and the reply it may write
+    # s1 and s2 are ready at once: their estimates do not fit together; s2's fits once s1 cost what it did; s3's
+    # does not fit after s2
+    budget = costs["plan"] + costs["s1"] + estimate + costs["s2"] / 2
+    llm = ScriptedLLM(script(), price=PRICE, capabilities=JSON_MODE, latency={"step": 0.02})
+    run = await budgeted(llm, reply_tokens, max_concurrency=2, max_cost=budget).run("goal")
 
-    assert sorted(r.step_id or r.purpose for r in llm.requests) == ["plan", "s1", "s2"]
-    assert [step.status for step in run.rounds[0].plan.steps] == ["completed", "completed", "skipped", "skipped"]
-    assert run.partial and run.cost is not None and run.cost > budget
+    assert [r.step_id or r.purpose for r in llm.requests] == ["plan", "s1", "s2"]
+    calls = {call.step_id: call for call in run.calls if call.purpose == "step"}
+    assert calls["s2"].started_at >= calls["s1"].started_at + calls["s1"].latency  # it waited for s1 to end
+    assert [step.status for step in run.rounds[0].plan.steps] == ["completed", "completed", "cancelled", "skipped"]
+    assert run.partial and run.cost is not None and run.cost <= budget
 
 
 def lookup(q: str) -> str:
@@ -76,26 +100,28 @@ def lookup(q: str) -> str:
 
 
 def session_with_lookup(llm: ScriptedLLM, **settings: Any) -> DagSession:
-    registry = ModelRegistry().register("scripted", llm)
+    registry = ModelRegistry().register("scripted", llm, max_tokens=8)
     return DagSession(registry, DagSettings(store="none", **settings), tools=[lookup])
 
 
 async def test_a_step_whose_next_call_is_refused_ends_cancelled_and_no_verdict_is_asked_for() -> None:
     tool_script = {
         "plan": [plan_reply(("s1", []))],
-        "step": [ToolCall("lookup", {"q": "x"}), "done"],  # s1's second call meets the spent budget
+        "step": [ToolCall("lookup", {"q": "x"}), "done"],  # s1's second call does not fit in what is left
         "analyze": [verdict(True, 0.9, "ok", "The answer.")],
     }
-    unbudgeted = await session_with_lookup(ScriptedLLM(tool_script, price=PRICE)).run("goal")
+    unbudgeted = await session_with_lookup(ScriptedLLM(tool_script, price=PRICE, capabilities=JSON_MODE)).run("goal")
     assert [call.purpose for call in unbudgeted.calls] == ["plan", "step", "step", "analyze"]
-    budget = sum(call.cost or 0.0 for call in unbudgeted.calls[:2])  # the plan and the step's first call
+    costs = [call.cost or 0.0 for call in unbudgeted.calls]
+    budget = costs[0] + costs[1] + costs[2] / 2  # the plan, the step's first call and half its second
 
-    llm = ScriptedLLM(tool_script, price=PRICE)
+    llm = ScriptedLLM(tool_script, price=PRICE, capabilities=JSON_MODE)
     run = await session_with_lookup(llm, max_cost=budget).run("goal")
     assert [(r.purpose, r.step_id) for r in llm.requests] == [("plan", None), ("step", "s1")]
     step = run.rounds[0].plan.steps[0]
     assert step.status == "cancelled"
-    assert step.error == f"Cancelled — the cost budget of {dollars(budget)} was reached ({dollars(budget)} spent)"
+    said = REFUSED.format(budget=re.escape(dollars(budget)), spent=re.escape(dollars(costs[0] + costs[1])))
+    assert re.fullmatch(f"Cancelled — {said}", step.error or "")
     assert run.partial and run.answer.startswith("(goal not achieved)")
     assert "Stopped: the cost budget of" in run.answer
 
@@ -129,13 +155,67 @@ async def test_no_budget_changes_nothing() -> None:
 
 
 async def test_a_reached_goal_keeps_the_verdicts_answer_when_no_budget_is_left_to_write_it_again() -> None:
-    no_stream = ("tool_call", "json_mode")  # a smart model that cannot stream has its answer written apart
+    no_stream = ("json_mode",)  # a smart model that cannot stream has its answer written apart
     run = await session_for(ScriptedLLM(script(), price=PRICE, capabilities=no_stream)).run("goal")
     assert [call.purpose for call in run.calls][-2:] == ["analyze", "synthesize"]
-    budget = sum(call.cost or 0.0 for call in run.calls[:-1])  # everything but the answer written apart
+    # everything but the answer written apart, and half of that: its estimate does not fit
+    budget = sum(call.cost or 0.0 for call in run.calls[:-1]) + (run.calls[-1].cost or 0.0) / 2
 
     llm = ScriptedLLM(script(), price=PRICE, capabilities=no_stream)
-    run = await session_for(llm, max_cost=budget).run("goal")
+    run = await budgeted(llm, max_cost=budget).run("goal")
     assert "synthesize" not in [request.purpose for request in llm.requests]
     assert run.achieved and not run.partial and run.answer == "The answer."
     assert any("the answer is the verdict's" in event.message for event in run.events if isinstance(event, RunWarning))
+
+
+SIX_STEPS = plan_reply(*[(f"s{n}", []) for n in range(1, 7)])
+PARALLEL_PRICE = (1e-6, 1e-5)
+"""USD per input and output token: output dearer, as providers price it."""
+STEP_REPLY = "word " * 800
+"""A step's reply: 1,001 tokens by ScriptedLLM's count, within the 1,024 a step's call is expected to write."""
+
+
+def six_steps_script() -> dict[str, Any]:
+    return {
+        "plan": [SIX_STEPS],
+        "step": lambda request: f"{STEP_REPLY}{request.step_id}",
+        "analyze": [verdict(True, 0.9, "all found", "The answer.")],
+        "synthesize": [["The ", "answer."]],
+    }
+
+
+@pytest.mark.parametrize(
+    ("planning", "settings", "in_flight"),
+    [
+        ("streaming", {"max_concurrency": 6}, 7),  # six steps and the plan still streaming
+        ("whole", {"max_concurrency": 6, "streaming_planner": False}, 6),
+        ("concurrency 1", {"max_concurrency": 1, "streaming_planner": False}, 1),
+    ],
+)
+async def test_six_parallel_steps_pass_a_budget_of_about_one_step_by_at_most_the_estimates_errors(
+    planning: str, settings: dict[str, Any], in_flight: int
+) -> None:
+    unbudgeted = await session_for(ScriptedLLM(six_steps_script(), price=PARALLEL_PRICE), **settings).run("goal")
+    costs = {call.step_id or call.purpose: call.cost or 0.0 for call in unbudgeted.calls}
+    budget = costs["plan"] + 1.5 * costs["s1"]  # the plan and about one step
+    # The README's bound: the spend passes the budget by at most what the calls in flight when the last one
+    # started cost beyond their estimates. Each reply here is within its purpose's expected length, so a
+    # call's estimate can only miss its prompt's tokens: at most that prompt's cost, per call in flight (the
+    # plan's and the steps': the verdict's, with every result in its prompt, is never in flight beside them).
+    prompt_costs = [
+        call.usage.input_tokens * PARALLEL_PRICE[0] for call in unbudgeted.calls if call.purpose != "analyze"
+    ]
+    bound = budget + in_flight * max(prompt_costs)
+
+    llm = ScriptedLLM(six_steps_script(), price=PARALLEL_PRICE, latency={"step": 0.05})
+    run = await session_for(llm, max_cost=budget, **settings).run("goal")
+
+    assert run.cost is not None
+    assert run.cost <= bound, (
+        f"{planning}: spent {run.cost:.5f} USD = {run.cost / budget:.2f}x the budget of {budget:.5f} USD "
+        f"(bound {bound:.5f}); calls: {[r.step_id or r.purpose for r in llm.requests]}"
+    )
+    steps = run.rounds[0].plan.steps
+    assert any(step.status == "completed" for step in steps)  # the budget was used, not refused at once
+    assert run.partial and "Stopped: the cost budget of" in run.answer
+    assert all(step.status == "completed" or "the cost budget of" in (step.error or "") for step in steps)

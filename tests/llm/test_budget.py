@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import pytest
 
 from dagmagic.errors import BudgetExceeded
 from dagmagic.events import Event, LLMCallRecorded, RunWarning
-from dagmagic.llm import ChatModel, ModelRegistry
+from dagmagic.llm import ChatModel, ChatResult, LiteLLMBackend, ModelRegistry
 from dagmagic.llm.budget import CURRENT_BUDGET, CostBudget, dollars
 from dagmagic.models import LLMCall, Usage
 from dagmagic.testing import ScriptedLLM
@@ -54,23 +57,74 @@ def test_dollars(amount: float, shown: str) -> None:
     assert dollars(amount) == shown
 
 
-async def test_a_chat_model_under_a_spent_budget_makes_no_call_and_records_none() -> None:
+def priced_model(llm: ScriptedLLM, events: list[Event] | None = None, **options: Any) -> ChatModel:
+    sink = events.append if events is not None else None
+    return ChatModel(ModelRegistry().register("m", llm, **options).get("m"), emit=sink)
+
+
+async def test_a_chat_model_makes_no_call_its_budget_cannot_hold_and_records_none() -> None:
     llm = ScriptedLLM({"*": ["hi"]}, price=(0.01, 0.01))
     events: list[Event] = []
-    model = ChatModel(ModelRegistry().register("m", llm).get("m"), emit=events.append)
-    token = CURRENT_BUDGET.set(CostBudget(0.05))
+    model = priced_model(llm, events, max_tokens=1)
+    # each call is estimated at 0.09 USD (HELLO: 8 tokens with the chat format's, and 1 of reply) and costs
+    # 0.03 (2 tokens in, 1 out, by ScriptedLLM's count)
+    token = CURRENT_BUDGET.set(budget := CostBudget(0.13))
     try:
-        first = await model.chat(HELLO, purpose="step")  # 2 tokens in, 1 out: $0.03, under the budget
-        second = await model.chat(HELLO, purpose="step")  # $0.06 spent: the budget is reached
-        assert first.call.cost == second.call.cost == pytest.approx(0.03)
-        with pytest.raises(BudgetExceeded):
-            await model.chat(HELLO, purpose="step")
-        with pytest.raises(BudgetExceeded):
-            async for _ in model.stream(HELLO, purpose="synthesize"):
+        for _ in range(2):  # 0 + 0.09 and 0.03 + 0.09 fit in 0.13
+            result = await model.chat(HELLO, purpose="step")
+            assert result.call.cost == pytest.approx(0.03)
+        assert budget.held == 0 and budget.spent == pytest.approx(0.06)
+        said = r"^the cost budget of 0\.13 USD was reached \(0\.06 USD spent, the next call estimated at 0\.09 USD\)$"
+        with pytest.raises(BudgetExceeded, match=said):
+            await model.chat(HELLO, purpose="step")  # 0.06 of 0.13 spent, but it may cost more than is left
+        with pytest.raises(BudgetExceeded, match=said):
+            async for _ in model.stream(HELLO, purpose="synthesize"):  # once a call is refused, none starts
                 pass
     finally:
         CURRENT_BUDGET.reset(token)
-    assert len(llm.requests) == 2
+    assert len(llm.requests) == 2 and budget.reached
     assert len([event for event in events if isinstance(event, LLMCallRecorded)]) == 2
     await model.chat(HELLO, purpose="step")  # outside the run's budget: called again
     assert len(llm.requests) == 3
+
+
+async def test_a_call_waits_for_the_calls_under_way_then_starts_if_it_fits_and_is_refused_if_not() -> None:
+    llm = ScriptedLLM({"*": ["hi"]}, price=(0.01, 0.01), latency=0.05)
+    model = priced_model(llm, max_tokens=10)  # estimated at 0.18 USD, costs 0.03
+    token = CURRENT_BUDGET.set(budget := CostBudget(0.25))
+    try:
+        first, second = await asyncio.gather(
+            model.chat(HELLO, purpose="step"), model.chat(HELLO, purpose="step"), return_exceptions=True
+        )
+        third = await asyncio.gather(model.chat(HELLO, purpose="step"), return_exceptions=True)
+    finally:
+        CURRENT_BUDGET.reset(token)
+    assert isinstance(first, ChatResult) and isinstance(second, ChatResult)
+    # 0.18 + 0.18 do not fit in 0.25: the second waited for the first to cost 0.03, then fit
+    assert second.call.started_at >= first.call.started_at + first.call.latency
+    # 0.06 spent and 0.18 more fit: the third runs; a fourth does not, and nothing is under way to wait for
+    assert isinstance(third[0], ChatResult) and budget.spent == pytest.approx(0.09)
+    with pytest.raises(BudgetExceeded):
+        await budget.reserve(0.18)
+    assert len(llm.requests) == 3 and budget.held == 0
+
+
+async def test_a_call_made_while_its_own_stream_is_open_is_refused_not_left_waiting_for_itself() -> None:
+    llm = ScriptedLLM({"*": ["one two three"]}, price=(0.01, 0.01))
+    model = priced_model(llm, max_tokens=10)  # estimated at 0.18 USD: two do not fit
+    token = CURRENT_BUDGET.set(CostBudget(0.25))
+    try:
+        async with asyncio.timeout(30):  # a hang guard only: the refusal is immediate
+            async for _ in model.stream(HELLO, purpose="synthesize"):
+                with pytest.raises(BudgetExceeded):
+                    await model.chat(HELLO, purpose="step")
+                break
+    finally:
+        CURRENT_BUDGET.reset(token)
+    assert len(llm.requests) == 1
+
+
+def test_litellm_prices_a_call_before_it_is_made() -> None:
+    backend = LiteLLMBackend()
+    assert backend.estimate_cost("openai/gpt-4o-mini", 1000, 1000) == pytest.approx(0.00075)
+    assert backend.estimate_cost("openai/not-a-model-litellm-knows", 1000, 1000) is None

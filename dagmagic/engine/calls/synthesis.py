@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dagmagic.engine.calls import prompts
 from dagmagic.engine.calls.context import format_results, result_blocks, truncate
 from dagmagic.engine.calls.guard import ContextGuard
-from dagmagic.errors import RUN_ENDING, TransientProviderError
+from dagmagic.errors import RUN_ENDING, BudgetExceeded, TransientProviderError
 from dagmagic.events import RunWarning
 from dagmagic.llm import ChatModel
 from dagmagic.models import AnalysisResult, PlanStep
@@ -144,6 +144,8 @@ async def synthesize(
     try:
         answer = await _written(model, messages, round=round, on_delta=delta)
     except RUN_ENDING:  # a wrong key or model ends the run (which then answers with the fallback)
+        raise
+    except BudgetExceeded:  # not a failure: the run answers as its budget says (Drive.out_of_budget)
         raise
     except Exception as exc:  # any other failure of the call: the fallback below still answers
         answer, cause = "", f"{type(exc).__name__}: {exc}"

@@ -125,21 +125,25 @@ async def test_a_subrun_spends_its_runs_cost_budget_and_both_stop_when_it_is_rea
         llm = ScriptedLLM(
             {"plan": plan, "step": step, "analyze": lambda r: verdict(True, 0.9, "fine"), "synthesize": synthesize},
             price=(1e-4, 2e-4),
+            capabilities=("json_mode", "stream"),  # no tool schema in a prompt: estimates near what calls cost here
         )
-        return DagSession(ModelRegistry().register("m", llm), DagSettings(store="none", **settings)), llm
+        registry = ModelRegistry().register("m", llm, max_tokens=8)  # a call's estimate: its prompt and 8 tokens
+        return DagSession(registry, DagSettings(store="none", **settings)), llm
 
     unbudgeted = await priced_session()[0].run("which market should we enter?")
     order = [(call.purpose, call.step_id) for call in unbudgeted.calls]
     inner_first = order.index(("step", "s2/s1"))
     spent = [call.cost or 0.0 for call in unbudgeted.calls]
-    budget = sum(spent[:inner_first]) + spent[inner_first] / 2  # reached by the subrun's first step
+    # the subrun's first step fits; its second (about as dear) does not fit in the half step left
+    budget = sum(spent[: inner_first + 1]) + spent[inner_first] / 2
 
     sess, llm = priced_session(max_cost=budget)
     run = await sess.run("which market should we enter?")
     assert [(call.purpose, call.step_id) for call in run.calls] == order[: inner_first + 1]
     assert len(llm.requests) == inner_first + 1  # nothing after the subrun's first step called the model
     sub = run.steps["s2"].subrun
-    assert isinstance(sub, DagRun) and sub.partial and sub.steps["s2"].status == "skipped"
+    assert isinstance(sub, DagRun) and sub.partial and sub.steps["s2"].status == "cancelled"
+    assert "the cost budget of" in (sub.steps["s2"].error or "")
     assert "Stopped: the cost budget of" in sub.answer and "inner s1 result" in sub.answer
     assert run.steps["s3"].status == "skipped" and run.partial
     assert "inner s1 result" in run.answer and "Stopped: the cost budget of" in run.answer
