@@ -2,9 +2,10 @@
 and cassette files holding them (JSON lines: a header naming the models, then one call per line; a kernel that
 records a model the header does not name appends a header line naming it: the file is only appended to).
 
-A request is recognized by its purpose, step, model, its ``max_tokens`` and a digest of its normalized messages and of what else
-it asked (tool schemas, tool choice, response format, temperature). Normalizing drops what dagmagic itself puts
-into a request that differs between two runs of the same thing (``_VOLATILE``), never the user's content.
+A request is recognized by its purpose, step, model, its ``max_tokens`` and a digest of its normalized messages
+and of what else it asked (tool schemas, tool choice, response format, temperature). Normalizing drops what
+dagmagic itself puts into a request that differs between two runs of the same thing (``_VOLATILE``), never the
+user's content.
 """
 
 from __future__ import annotations
