@@ -20,9 +20,10 @@ DEFAULT_CONFIG = "default"
 
 _KEYS = ("models", "settings", "tools")
 
-_NOT_DEFINING = frozenset({"store", "cassette", "record", "runs_in_memory", "cache", "otel"})
-"""Settings that say where runs are kept, replayed or traced, not what a cell's run does: workers (or a resume) may
-differ in them and still be one experiment. ``store`` may hold a password: it is never described."""
+_NOT_DEFINING = frozenset({"store", "cassette", "record", "runs_in_memory", "cache", "otel", "scorer_timeout"})
+"""Settings that say where runs are kept, replayed or traced (or how long scoring may take), not what a cell's run
+does: workers (or a resume) may differ in them and still be one experiment. ``store`` may hold a password: it is
+never described."""
 
 
 @dataclass(frozen=True)
