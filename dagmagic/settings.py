@@ -235,6 +235,13 @@ class DagSettings(BaseModel):
         ),
         json_schema_extra=env("DAG_CODE_WITHOUT_SANDBOX"),
     )
+    scorer_timeout: float = Field(
+        300.0,
+        gt=0,
+        description="Seconds one scorer may take on one cell (an `llm_judge` too) before that cell's score is a "
+        "timeout error; a sync scorer runs in a thread, left running past it.",
+        json_schema_extra=env("DAG_SCORER_TIMEOUT"),
+    )
     domain_routing: bool = Field(
         True,
         description="The first plan call also says the goal's domain (legal, medical, financial), which steers "

@@ -94,7 +94,8 @@ class CellRuns:
                 if run.status == "cancelled" or not run.done():
                     self.change(cell, on_cell, status="cancelled", **_measures(run))
             if run.status in ("done", "failed"):
-                scores, errors = await score(self.scorers, case, run)
+                settings = self.configs[cell.config].settings or self.session.settings
+                scores, errors = await score(self.scorers, case, run, settings)
                 self.change(cell, on_cell, status=run.status, scores=scores, score_errors=errors, **_measures(run))
 
     def _start(self, cell: Cell, case: Case) -> DagRun:

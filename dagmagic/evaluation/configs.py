@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from dagmagic.evaluation._session import CellOptions, EvaluationSession
-from dagmagic.llm import ModelRegistry
+from dagmagic.llm import STANDARD_ROLES, ModelRegistry
 from dagmagic.settings import DagSettings
 
-__all__ = ["DEFAULT_CONFIG", "Config", "as_configs"]
+__all__ = ["DEFAULT_CONFIG", "Config", "ConfigDescription", "as_configs", "describe"]
 
 DEFAULT_CONFIG = "default"
 """The name of the session's own configuration, when no configs are given."""
 
 _KEYS = ("models", "settings", "tools")
+
+_NOT_DEFINING = frozenset({"store", "cassette", "record", "runs_in_memory", "cache", "otel", "scorer_timeout"})
+"""Settings that say where runs are kept, replayed or traced (or how long scoring may take), not what a cell's run
+does: workers (or a resume) may differ in them and still be one experiment. ``store`` may hold a password: it is
+never described."""
 
 
 @dataclass(frozen=True)
@@ -102,3 +108,63 @@ def _settings(name: str, settings: Any, base: DagSettings) -> DagSettings:
         problem = exc.errors()[0]
         where = ".".join(map(str, problem["loc"]))
         raise ValueError(f"config {name!r}: {where + ': ' if where else ''}{problem['msg']}") from None
+
+
+class ConfigDescription(BaseModel):
+    """What a config's cells run with, as its experiment keeps it: given again under the experiment's name, a config
+    described otherwise is another definition, which the experiment's cells never answered.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    models: dict[str, str]
+    """Each standard role → its model's name (and what it calls, and its options masked, when there is more)."""
+    settings: dict[str, Any]
+    """Every setting that shapes a run, as JSON."""
+    tools: list[str] | None = None
+    """The config's own tools' names; None: the session's."""
+
+    def changes(self, now: ConfigDescription) -> list[str]:
+        """What differs in ``now``, one phrase each (``smart model a → b``)."""
+        roles: dict[tuple[str, str], list[str]] = {}  # one model often plays every role: said once
+        for role in dict.fromkeys([*self.models, *now.models]):
+            if (before := self.models.get(role, "none")) != (after := now.models.get(role, "none")):
+                roles.setdefault((before, after), []).append(role)
+        changed = [f"{', '.join(names)} model {before} → {after}" for (before, after), names in roles.items()]
+        changed += [
+            f"setting {field} {_shown(self.settings, field)} → {_shown(now.settings, field)}"
+            for field in dict.fromkeys([*self.settings, *now.settings])
+            if self.settings.get(field) != now.settings.get(field)
+        ]
+        if self.tools != now.tools:
+            changed.append(f"tools {_tools(self.tools)} → {_tools(now.tools)}")
+        return changed
+
+
+def describe(config: Config, session: EvaluationSession) -> ConfigDescription:
+    """What ``config``'s cells run with in ``session`` (its own models and settings, else the session's)."""
+    registry = config.models if config.models is not None else session.models
+    models = {}
+    for role in STANDARD_ROLES if len(registry) else ():
+        entry = registry.for_role(role).describe()  # options masked: the description is stored
+        shown = entry["name"] if entry["model"] == entry["name"] else f"{entry['name']} ({entry['model']})"
+        options = f" {json.dumps(entry['options'], sort_keys=True, default=str)}" if entry["options"] else ""
+        models[role] = shown + options
+    settings = config.settings if config.settings is not None else session.settings
+    return ConfigDescription(
+        models=models,
+        settings=settings.model_dump(mode="json", exclude=set(_NOT_DEFINING)),
+        tools=None if config.tools is None else [_tool_name(tool) for tool in config.tools],
+    )
+
+
+def _shown(settings: dict[str, Any], field: str) -> str:
+    return json.dumps(settings[field]) if field in settings else "unset"
+
+
+def _tools(tools: list[str] | None) -> str:
+    return "the session's" if tools is None else f"[{', '.join(tools)}]"
+
+
+def _tool_name(tool: Any) -> str:
+    return str(getattr(tool, "name", None) or getattr(tool, "__name__", None) or type(tool).__name__)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from dagmagic.evaluation.cases import Case
+from dagmagic.evaluation.configs import ConfigDescription
 
 if TYPE_CHECKING:
     from dagmagic.engine.run.dag_run import DagRun
@@ -99,6 +100,9 @@ class ExperimentDefinition(BaseModel):
     """The scorers' names, in order."""
     repeat: int
     max_cost: float | None = None
+    config_descriptions: dict[str, ConfigDescription] = Field(default_factory=dict)
+    """What each config ran with (empty in an experiment stored before they were kept): given again otherwise, under
+    the same name, it is refused rather than answered with these cells."""
 
 
 class ScoreSummary(BaseModel):

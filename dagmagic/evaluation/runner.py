@@ -21,7 +21,7 @@ from dagmagic.errors import DagError
 from dagmagic.evaluation._session import EvaluationSession
 from dagmagic.evaluation.cases import as_cases
 from dagmagic.evaluation.cell_runs import CellListener, CellRuns, check_budget
-from dagmagic.evaluation.configs import Config, as_configs
+from dagmagic.evaluation.configs import Config, as_configs, describe
 from dagmagic.evaluation.experiment import Cell, Experiment, ExperimentDefinition
 from dagmagic.evaluation.judge import LLMJudge
 from dagmagic.evaluation.scorers import ScoreFunction
@@ -103,6 +103,8 @@ class Evaluation:
             if store is not None and store.experiment_id(experiment_id) is not None:
                 joined = cls.stored(session, experiment_id, configs if configs is not None else None, chosen)
                 joined.shard = shard
+                if max_cost is not None:  # this worker's budget, as a resume's: not the one stored before
+                    joined.raise_budget(max_cost)
                 return joined
         else:
             experiment_id = uuid.uuid4().hex[:12]
@@ -115,6 +117,7 @@ class Evaluation:
             scorers=scorer_names,
             repeat=repeat,
             max_cost=max_cost,
+            config_descriptions={config.name: describe(config, session) for config in made_configs},
         )
         cells = [
             Cell(index=index, case_id=case.id, config=config.name, repetition=repetition)
@@ -188,6 +191,7 @@ class Evaluation:
             raise DagError(
                 f"experiment {definition.name!r} was scored by {wanted}: pass scorers= with those, as when it started"
             )
+        _check_unchanged(definition, made_configs, session)
         return cls(session, experiment, made_configs, chosen)
 
     @property
@@ -241,3 +245,22 @@ class Evaluation:
                     name=f"dagmagic:cell:{self.experiment.id}:{cell.index}",
                 )
         self.cells.note_unstarted()
+
+
+def _check_unchanged(definition: ExperimentDefinition, configs: Sequence[Config], session: EvaluationSession) -> None:
+    """Refuse configs that differ from those the experiment ran with: its cells answered with those, and would be
+    handed back as these configs' answers (its budget too would be the old one).
+    """
+    changed = [
+        f"config {config.name!r}: {change}"
+        for config in configs
+        if (before := definition.config_descriptions.get(config.name)) is not None
+        for change in before.changes(describe(config, session))
+    ]
+    if changed:
+        shown = "; ".join(changed[:6]) + (f"; and {len(changed) - 6} more" if len(changed) > 6 else "")
+        raise DagError(
+            f"experiment {definition.name!r} ran with other configs than these ({shown}): its cells answered with "
+            "those. To evaluate these, give the experiment a new name (name=, %%dag eval --name); to go on with "
+            "it, give the configs it ran with."
+        )

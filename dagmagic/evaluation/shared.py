@@ -70,6 +70,7 @@ class SharedRun:
                 await asyncio.sleep(SHARED_POLL_SECONDS)  # the rest is held by live workers: see what they did
         finally:
             keeping.cancel()
+            self.store.release_experiment_cells(self.experiment.id, self.token)
 
     async def _claimed(self, cell: Cell) -> bool:
         """Whether this worker took ``cell`` (under the cap, just before running it): refreshed as the last worker

@@ -21,6 +21,7 @@ __all__ = [
     "put_cell",
     "put_definition",
     "read_cell",
+    "release_cells",
     "renew_cells",
     "spent",
 ]
@@ -131,6 +132,17 @@ def renew_cells(statements: Statements, experiment_id: str, token: str, now: flo
         "UPDATE experiment_cells SET heard_at = ? WHERE experiment_id = ? AND owner = ? "
         "AND (status IS NULL OR status NOT IN ('done', 'failed'))",
         (now, experiment_id, token),
+    )
+
+
+def release_cells(statements: Statements, experiment_id: str, token: str) -> None:
+    """The worker ``token`` stopped: the cells it holds are free at once for the next worker (of this process too,
+    which would else wait for the lease to run out).
+    """
+    statements.execute(
+        "UPDATE experiment_cells SET owner = NULL, owner_host = NULL, owner_pid = NULL, heard_at = NULL "
+        "WHERE experiment_id = ? AND owner = ?",
+        (experiment_id, token),
     )
 
 

@@ -382,6 +382,12 @@ class RunStore:
         experiments.renew_cells(change.statements, experiment_id, token, time.time())
         self._writer.put(change)
 
+    def release_experiment_cells(self, experiment_id: str, token: str) -> None:
+        """The worker ``token`` stopped: its claims on the experiment's cells are dropped."""
+        change = Change(run_id=None)
+        experiments.release_cells(change.statements, experiment_id, token)
+        self._writer.put(change)
+
     def read_experiment_cell(self, experiment_id: str, index: int) -> str | None:
         """One cell of an experiment as stored now (JSON), None when there is none."""
         return experiments.read_cell(self._read(), experiment_id, index)
