@@ -12,7 +12,9 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -292,3 +294,62 @@ async def test_an_experiment_is_stored_and_summed_up_in_postgres_as_in_sqlite(po
         summaries.append((summary.name, summary.statuses, summary.cells, summary.finished, summary.cost))
     (*in_sqlite, sqlite_cost), (*in_postgres, postgres_cost) = summaries
     assert in_sqlite == in_postgres == ["grid", {"done": 3}, 3, 3] and postgres_cost == pytest.approx(sqlite_cost)
+
+
+def _three_rounds(restart: Callable[[], None]) -> ScriptedLLM:
+    """A run of three rounds of three steps each, ``restart`` called (on a thread) as round 2 begins."""
+    started: list[threading.Thread] = []
+
+    def step(request: ScriptedRequest) -> str:
+        if request.round == 1 and not started:
+            started.append(threading.Thread(target=restart))
+            started[0].start()
+        return f"result of {request.step_id} in round {request.round}"
+
+    llm = ScriptedLLM(
+        {
+            "plan": [plan_reply(("s1", []), ("s2", ["s1"]), ("s3", ["s2"]))],
+            "step": step,
+            "analyze": [verdict(False, 0.2), verdict(False, 0.2), verdict(True, 0.9)],
+            "synthesize": [["the answer"]],
+        },
+        latency=0.05,
+    )
+    llm.restarts = started  # type: ignore[attr-defined]
+    return llm
+
+
+async def _written_whole(store: RunStore, run_id: str) -> None:
+    """Wait (on the loop, which writes a run whole again) until the store holds ``run_id`` ended, 60 s at most."""
+    for _ in range(600):
+        summary = store.summary(run_id)
+        if summary is not None and summary.status != "running" and not store._writer.pending(run_id):
+            return
+        await asyncio.sleep(0.1)
+
+
+def _saved(run: Any) -> list[str]:
+    return [event.type for event in run.events if event.type not in ("answer_delta", "call_progress")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("down_seconds", [0.2, 8.0])
+async def test_a_server_restarted_mid_run_loses_nothing_of_it(postgres: Any, down_seconds: float) -> None:
+    url = postgres.database()
+    llm = _three_rounds(lambda: postgres.restart(down_seconds))
+    session = DagSession(ModelRegistry().register("m", llm), DagSettings(store=url, max_replan_rounds=3))
+    run = await session.run("goal")
+    llm.restarts[0].join()  # type: ignore[attr-defined]
+    assert run.status == "done" and run.answer == "the answer" and len(run.state.rounds) == 3
+    assert run.durable, [event.message for event in run.events if event.type == "warning"]
+    store = RunStore.open(url)
+    await _written_whole(store, run.run_id)  # a run that ended while the server was down: once it is back
+    stored = store.load(run.run_id)
+    live = (run.state.status, len(run.state.rounds), len(run.state.calls), len(_saved(run)), run.state.answer)
+    kept = (stored.state.status, len(stored.state.rounds), len(stored.state.calls), len(stored.events))
+    assert (*kept, stored.state.answer) == live
+    assert [event.type for event in stored.events] == _saved(run)
+    (summary,) = store.runs()
+    assert summary.status == "done" and not summary.interrupted
+    store.close()
+    postgres.drop(url)
