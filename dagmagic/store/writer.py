@@ -150,6 +150,8 @@ class StoreWriter:
         self._listener = listener
         self._db: Connection | None = db
         self._file: Watch | None = backend.watch(db)
+        self._retried: tuple[type[Exception], ...] = (*backend.errors, _CannotOpen)
+        """What a change may be written again after (``_try_again`` decides)."""
         self._changes: deque[Change] = deque()
         """Changes not written yet, the one being written first."""
         self._condition = threading.Condition()
@@ -284,15 +286,8 @@ class StoreWriter:
                     break
                 written = [change for change in batch if not self._left_out(change)]
                 refused = self._commit_together(written)
-            except self._backend.errors as exc:
-                if self._backend.locked(exc) and not self._past_closing():
-                    self._wait_for_the_lock()
-                    continue
-                if self._wait_for_the_store(exc):
-                    continue
-                break
-            except _CannotOpen as exc:
-                if self._wait_for_the_store(exc.cause):
+            except self._retried as exc:
+                if self._try_again(exc):
                     continue
                 break
             self.unreachable_since = None
@@ -342,15 +337,8 @@ class StoreWriter:
                 pass
             except DagError as exc:  # refused (the run's lease is another's): the run goes on unsaved
                 self._failed(change, exc)
-            except self._backend.errors as exc:
-                if self._backend.locked(exc) and not self._past_closing():
-                    self._wait_for_the_lock()
-                    continue
-                if self._wait_for_the_store(exc):
-                    continue
-                self._failed(change, exc)
-            except _CannotOpen as exc:
-                if self._wait_for_the_store(exc.cause):
+            except self._retried as exc:
+                if self._try_again(exc):
                     continue
                 self._failed(change, exc)
             else:
@@ -423,6 +411,17 @@ class StoreWriter:
         if run_id not in self._asked and run_id not in self._lost:
             self._asked.add(run_id)
             self._listener.rewrite(run_id)
+
+    def _try_again(self, exc: BaseException) -> bool:
+        """Whether to write the change again, after a pause: another program holds the lock, or the store cannot
+        be reached for now (each within its bound).
+        """
+        if isinstance(exc, _CannotOpen):
+            return self._wait_for_the_store(exc.cause)
+        if self._backend.locked(exc) and not self._past_closing():
+            self._wait_for_the_lock()
+            return True
+        return self._wait_for_the_store(exc)
 
     def _wait_for_the_lock(self) -> None:
         now = time.monotonic()
