@@ -365,6 +365,16 @@ class DagSettings(BaseModel):
         ),
         json_schema_extra=env("DAG_STORE"),
     )
+    store_reconnect_wait: float = Field(
+        300.0,
+        gt=0,
+        description=(
+            "Seconds the run store keeps in memory, in order, what it could not write while it cannot be reached (a "
+            "PostgreSQL server restarting or down), trying again; once it is back the runs going on are written "
+            "whole. Past this, those runs are no longer saved (each says so once) and show as interrupted."
+        ),
+        json_schema_extra=env("DAG_STORE_RECONNECT_WAIT"),
+    )
     cassette: str = Field(
         "none",
         min_length=1,

@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
@@ -62,8 +63,23 @@ class PostgresServer:
         self._run("initdb", "-D", str(data), "-U", _USER, "-A", "trust", "--no-sync", "-E", "UTF8")
         options = f"-h 127.0.0.1 -p {self.port} -k {self.root}" + ("" if fsync else " -F")
         # -l: without a log file, pg_ctl's server keeps the caller's stdout open (subprocess.run would wait)
-        self._run("pg_ctl", "-D", str(data), "-l", str(self.root / "log"), "-o", options, "-w", "start")
+        self._options = options
         self._data = data
+        self.start()
+
+    def start(self) -> None:
+        """Start the server (again, after ``down``)."""
+        self._run("pg_ctl", "-D", str(self._data), "-l", str(self.root / "log"), "-o", self._options, "-w", "start")
+
+    def down(self) -> None:
+        """Stop the server as a restart does (its connections ended), keeping its data: ``start`` starts it again."""
+        self._run("pg_ctl", "-D", str(self._data), "-m", "fast", "-w", "stop")
+
+    def restart(self, down_seconds: float = 0.0) -> None:
+        """Stop the server, keep it down ``down_seconds``, start it again."""
+        self.down()
+        time.sleep(down_seconds)
+        self.start()
 
     def url(self, database: str = "postgres") -> str:
         """The URL of ``database`` on this server."""

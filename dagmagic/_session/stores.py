@@ -32,7 +32,10 @@ class SessionStores:
                 self._stores[path] = RunStore.open(path)
             except StoreUnavailable as exc:
                 self._problems[path] = str(exc)
-        return self._stores.get(path)
+        store = self._stores.get(path)
+        if store is not None:  # one store per process and path: the settings of the run starting now
+            store.reconnect_wait = settings.store_reconnect_wait
+        return store
 
     def problem(self, settings: DagSettings) -> str | None:
         """Why runs with ``settings`` are not saved, None when they are."""

@@ -11,7 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
-from dagmagic.models import Purpose
+from dagmagic.models import Purpose, SafeText
 
 __all__ = [
     "Capabilities",
@@ -86,13 +86,14 @@ class ToolCallData(BaseModel):
 
     id: str
     name: str
-    arguments: str = ""
+    arguments: SafeText = ""
 
 
 class ChatResponse(BaseModel):
     """A whole reply."""
 
-    content: str = ""
+    content: SafeText = ""
+    """Made safe here, where a model's text enters (``safe_text``): a lone surrogate cannot fail the run."""
     tool_calls: list[ToolCallData] = Field(default_factory=list)
     input_tokens: int = 0
     output_tokens: int = 0
@@ -117,13 +118,13 @@ class ToolCallDelta(BaseModel):
     index: int = 0
     id: str | None = None
     name: str | None = None
-    arguments: str = ""
+    arguments: SafeText = ""
 
 
 class StreamChunk(BaseModel):
     """A piece of a streamed reply. The backend's last chunk carries ``final``, the whole reply with usage."""
 
-    text: str = ""
+    text: SafeText = ""
     tool_calls: list[ToolCallDelta] = Field(default_factory=list)
     final: ChatResponse | None = None
 

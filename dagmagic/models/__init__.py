@@ -6,6 +6,7 @@ the decision after it) and ``run_state`` (the run, its rounds, plans and steps).
 What differs between rounds or runs is ``dagmagic.diff``.
 """
 
+from dagmagic.models._text import SafeText, safe_text
 from dagmagic.models.calls import CallStatus, LLMCall, ModelCard, Purpose, StructuredLevel
 from dagmagic.models.run_state import (
     Exchange,
@@ -39,11 +40,13 @@ __all__ = [
     "RunPhase",
     "RunState",
     "RunStatus",
+    "SafeText",
     "StepStatus",
     "StructuredLevel",
     "ToolCallRecord",
     "Usage",
     "money",
     "natural_key",
+    "safe_text",
     "split_round_reference",
 ]

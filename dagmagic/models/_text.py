@@ -1,10 +1,33 @@
-"""Text helpers the models' reprs share: a value cut to one short line, rows as an HTML table."""
+"""Text helpers the models share: text made safe where it enters a run, a value cut to one short line, rows as an
+HTML table.
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
+from typing import Annotated
 
-__all__ = ["cut", "html_table"]
+from pydantic import AfterValidator
+
+__all__ = ["SafeText", "cut", "html_table", "safe_text"]
+
+_UNSAFE = re.compile("[\x00\ud800-\udfff]")
+
+
+def safe_text(text: str) -> str:
+    """``text`` as every encoder and store takes it, made so where it enters a run (a model's reply, a tool's
+    result, the goal): a lone UTF-16 surrogate (an emoji cut in half) cannot be encoded as UTF-8 and becomes U+FFFD
+    (a pair becomes its character); a NUL, which PostgreSQL's text refuses, becomes U+2400 (␀).
+    """
+    if _UNSAFE.search(text) is None:
+        return text
+    text = text.replace("\x00", "\u2400")
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+SafeText = Annotated[str, AfterValidator(safe_text)]
+"""A text field made safe (``safe_text``) when the model is made."""
 
 
 def cut(text: str | None, limit: int) -> str:

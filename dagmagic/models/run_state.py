@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, Field, PrivateAttr
 
-from dagmagic.models._text import cut, html_table
+from dagmagic.models._text import SafeText, cut, html_table
 from dagmagic.models.calls import LLMCall
 from dagmagic.models.usage import Usage
 from dagmagic.models.verdicts import AnalysisResult, Decision
@@ -317,8 +317,8 @@ class RunState(BaseModel):
 
     run_id: str
     """Unique id of the run."""
-    goal: str
-    """The user's goal, as written."""
+    goal: SafeText
+    """The user's goal, as written (made safe: ``safe_text``)."""
     status: RunStatus = "running"
     """running, done, failed or cancelled."""
     phase: RunPhase = "starting"

@@ -136,6 +136,12 @@ class Backend(Protocol):
         """Whether ``exc`` says another connection holds the lock (try again), rather than a failure."""
         ...
 
+    def unreachable(self, exc: BaseException) -> bool:
+        """Whether ``exc`` says the store cannot be reached for now (a server restarting, the connection lost):
+        the writer keeps the changes and tries again, rather than dropping their runs.
+        """
+        ...
+
     def checkpoint(self, db: Connection) -> None:
         """Make what is committed durable in the store's main file (SQLite's write-ahead log); never waits."""
         ...

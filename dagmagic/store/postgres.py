@@ -62,7 +62,8 @@ class PostgresBackend:
             db.execute(_LOCK_TIMEOUT)
         except psycopg.Error as exc:
             db.close()
-            raise StoreUnavailable(self._unwritable(exc)) from None
+            unavailable = _Unreachable if isinstance(exc, psycopg.OperationalError) else StoreUnavailable
+            raise unavailable(self._unwritable(exc)) from None
         except BaseException:
             db.close()
             raise
@@ -107,6 +108,10 @@ class PostgresBackend:
         """Another connection held the write lock (or a row) past the wait: try again."""
         return isinstance(exc, _LOCKED)
 
+    def unreachable(self, exc: BaseException) -> bool:
+        """The server cannot be reached, or the connection was lost (a restart, a failover): try again."""
+        return isinstance(exc, psycopg.OperationalError | _Unreachable) and not self.locked(exc)
+
     def checkpoint(self, db: Connection) -> None:
         """Nothing to do: what PostgreSQL committed is durable."""
 
@@ -114,7 +119,7 @@ class PostgresBackend:
         try:
             return _Connection(psycopg.connect(self.location.url, autocommit=True, connect_timeout=10))
         except psycopg.Error as exc:
-            raise StoreUnavailable(
+            raise _Unreachable(
                 f"the run store {self.location} cannot be reached ({self._reason(exc)}); runs go on but are not "
                 "saved, so they cannot be resumed. Check that PostgreSQL runs there and that DAG_STORE names its "
                 "user and database, or set DAG_STORE to a file path."
@@ -133,6 +138,10 @@ class PostgresBackend:
         for secret in self.location.secrets():
             text = text.replace(secret, "***")
         return text
+
+
+class _Unreachable(StoreUnavailable):
+    """The server could not be reached, or was lost while the store was opened: it may be back soon."""
 
 
 class _Connection:

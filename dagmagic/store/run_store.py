@@ -94,7 +94,7 @@ class RunStore:
         self.path = path
         """The SQLite file's path, or the PostgreSQL URL (shown with its password masked)."""
         self._backend = backend = open_backend(path)
-        self._runs = SavedRuns(path, self._whole)
+        self._runs = SavedRuns(path, self._whole, self._let_go)
         self._writer = self._runs.writer = StoreWriter(backend, backend.writer(), listener=self._runs)
         self._reader = backend.reader()
         self._reading = backend.watch(self._reader)
@@ -134,6 +134,15 @@ class RunStore:
             log.warning("[dagmagic] the run store %s was closed with changes not written (it was locked)", self.path)
         self._reader.close()
         self._reading.close()
+
+    @property
+    def reconnect_wait(self) -> float:
+        """Seconds the changes wait in memory while the store cannot be reached, before their runs are given up."""
+        return self._writer.reconnect_wait
+
+    @reconnect_wait.setter
+    def reconnect_wait(self, seconds: float) -> None:
+        self._writer.reconnect_wait = seconds
 
     @property
     def closed(self) -> bool:
@@ -224,6 +233,14 @@ class RunStore:
             change = Change(run_id=None, after=lambda: lease.forget(held))
             lease.release(change.statements, held)
             self._writer.put(change)
+
+    def _let_go(self, run_id: str) -> None:
+        """Stop renewing ``run_id``'s lease (it is no longer saved): the stored run then shows as interrupted, here
+        at once and elsewhere once the lease expires, rather than as driven while its run goes on unsaved.
+        """
+        held = self._leases.drop(run_id)
+        if held is not None:
+            lease.forget(held)
 
     def _renew(self, leases: list[lease.Lease]) -> None:
         """Have the writer renew ``leases`` (from the heartbeat's thread); one renewal waits at a time."""

@@ -42,11 +42,13 @@ class SavedRuns:
     forgotten.
     """
 
-    def __init__(self, path: Location, whole: Whole) -> None:
+    def __init__(self, path: Location, whole: Whole, let_go: Callable[[str], None]) -> None:
         self.path = path
         self.writer: StoreWriter | None = None
         """The store's writer (given once it is made: it is told through this)."""
         self._whole = whole
+        self._let_go = let_go
+        """Stop holding a run's lease (it is no longer saved: the stored run must not look driven)."""
         self._saved: dict[str, _Saved] = {}
 
     def add(self, run: LiveRun, history: list[Exchange]) -> None:
@@ -79,12 +81,17 @@ class SavedRuns:
             run.emit(
                 RunWarning(
                     message=f"This run's last changes are not on disk yet: {self.why_waiting()} They are written as "
-                    "soon as it is released; if this kernel ends before then, they are lost."
+                    "soon as it can be written again; if this kernel ends before then, they are lost."
                 )
             )
 
     def why_waiting(self) -> str:
         """Why changes wait to be written, as a sentence."""
+        if self.writer is not None and self.writer.unreachable_since is not None:
+            return (
+                f"the run store {self.path} cannot be reached (a server restarting?); its changes are kept for "
+                f"{self.writer.reconnect_wait:g} s at most."
+            )
         if self.writer is not None and self.writer.locked_since is not None:
             return (
                 f"the run store {self.path} is locked by another program (a database browser, or a backup, "
@@ -109,13 +116,14 @@ class SavedRuns:
 
     def lost(self, run_id: str, reason: str) -> None:
         """``run_id`` cannot be written (``reason``, a sentence): it goes on unsaved, and says so."""
+        self._let_go(run_id)
         self._on_loop(run_id, lambda run: run._unsaved(reason))
 
     def stalled(self, run_ids: set[str]) -> None:
         """Another program has held the lock a while: the runs going on whose changes wait say so."""
         message = (
-            f"{self.why_waiting()} This run's changes wait in memory and are written as soon as it is released; "
-            "if this kernel ends before then, they are lost."
+            f"{self.why_waiting()} This run's changes wait in memory and are written as soon as it can be written "
+            "again; if this kernel ends before then, they are lost."
         )
         for run_id in run_ids:
             self._on_loop(run_id, lambda run: None if run.done() else run.emit(RunWarning(message=message)))

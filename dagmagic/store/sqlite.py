@@ -129,6 +129,10 @@ class SQLiteBackend:
         """SQLite's "database is locked" or "busy"."""
         return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
 
+    def unreachable(self, exc: BaseException) -> bool:
+        """Never: a file is there, or is created again at once."""
+        return False
+
     def checkpoint(self, db: Connection) -> None:
         """Copy what no reader needs from the write-ahead log into the file; never waits."""
         db.execute("PRAGMA wal_checkpoint(PASSIVE)")

@@ -11,8 +11,11 @@ memory, in order, and are written once it is released; the store is told when th
 the writer checks that the file it has open is still the one at the store's path: a store deleted or moved while
 open (``rm -rf .dagmagic``) is created again there, and each run the new file lacks is written into it whole (the
 store is asked for it) before anything else of that run. A change that cannot be written for another reason (a full
-disk), or that is refused, drops its run from the file, and the store is told. The thread ends when idle and starts
-again with the next change.
+disk), or that is refused, drops its run from the file, and the store is told. A store that cannot be reached (a
+PostgreSQL server restarting, or down a while) is waited for like a lock, its changes kept in memory, in order, and
+the connection tried again, ``reconnect_wait`` seconds at most: once it is back, the runs going on are written
+whole into it (a change cut off may or may not have been committed); past that bound the changes waiting are given
+up, and their runs dropped and told. The thread ends when idle and starts again with the next change.
 """
 
 from __future__ import annotations
@@ -42,8 +45,13 @@ IDLE_SECONDS = 5.0
 BATCH_CHANGES = 200
 """At most this many changes waiting are written in one transaction (a run's burst of events costs one commit)."""
 STALL_SECONDS = 5.0
-"""How long a change waits for another program's lock before the store is told."""
+"""How long a change waits for another program's lock (or for the store to be reachable) before the store is told."""
+RECONNECT_WAIT_SECONDS = 300.0
+"""How long, by default, the writer keeps the changes it cannot write while the store cannot be reached (a
+PostgreSQL server restarting), trying again; past it, their runs are no longer saved (``store_reconnect_wait``)."""
 _RETRY_SECONDS = 0.1
+_RECONNECT_SECONDS = 0.5
+"""How often the writer tries to connect again while the store cannot be reached."""
 
 
 Write = Callable[["Connection"], object]
@@ -119,12 +127,18 @@ class WriterListener(Protocol):
         ...
 
     def stalled(self, run_ids: set[str]) -> None:
-        """Another program has held the write lock for ``STALL_SECONDS``; these runs' changes wait."""
+        """Another program has held the write lock (or the store could not be reached) for ``STALL_SECONDS``;
+        these runs' changes wait.
+        """
         ...
 
 
 class _CannotOpen(Exception):
-    """The store's path cannot be opened again (after the file was deleted or moved)."""
+    """The store's path cannot be opened again (after the file was deleted or moved, or the connection lost)."""
+
+    def __init__(self, message: str, cause: BaseException) -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 class StoreWriter:
@@ -136,6 +150,8 @@ class StoreWriter:
         self._listener = listener
         self._db: Connection | None = db
         self._file: Watch | None = backend.watch(db)
+        self._retried: tuple[type[Exception], ...] = (*backend.errors, _CannotOpen)
+        """What a change may be written again after (``_try_again`` decides)."""
         self._changes: deque[Change] = deque()
         """Changes not written yet, the one being written first."""
         self._condition = threading.Condition()
@@ -153,6 +169,10 @@ class StoreWriter:
         """When closing: the moment to give up on a lock."""
         self.locked_since: float | None = None
         """Since when the write lock has been held by another program (None: it is not)."""
+        self.reconnect_wait = RECONNECT_WAIT_SECONDS
+        """How long the changes wait while the store cannot be reached, before their runs are given up."""
+        self.unreachable_since: float | None = None
+        """Since when the store could not be reached (None: it was, at the last write)."""
         self._stall_told = False
 
     # --- the store's side
@@ -266,13 +286,11 @@ class StoreWriter:
                     break
                 written = [change for change in batch if not self._left_out(change)]
                 refused = self._commit_together(written)
-            except self._backend.errors as exc:
-                if self._backend.locked(exc) and not self._past_closing():
-                    self._wait_for_the_lock()
+            except self._retried as exc:
+                if self._try_again(exc):
                     continue
                 break
-            except _CannotOpen:
-                break
+            self.unreachable_since = None
             for change in written:
                 reason = refused.get(id(change))
                 if isinstance(reason, DagError):  # refused (the run's lease is another's): it goes on unsaved
@@ -306,22 +324,22 @@ class StoreWriter:
         run_id = change.run_id
         if run_id is None and not change.statements.items and (self._file is None or self._file.replaced()):
             return  # a checkpoint of a store deleted meanwhile: it is not created again for that
+        if run_id is not None and run_id in self._lost and not change.whole:
+            return  # dropped already: not worth a connection tried again
         while True:
             try:
                 self._follow_the_path()
                 if self._left_out(change):
                     return
                 self._commit(change)
+                self.unreachable_since = None
             except Withdrawn:  # it had the lock: it is free again
                 pass
             except DagError as exc:  # refused (the run's lease is another's): the run goes on unsaved
                 self._failed(change, exc)
-            except self._backend.errors as exc:
-                if self._backend.locked(exc) and not self._past_closing():
-                    self._wait_for_the_lock()
+            except self._retried as exc:
+                if self._try_again(exc):
                     continue
-                self._failed(change, exc)
-            except _CannotOpen as exc:
                 self._failed(change, exc)
             else:
                 if run_id is not None and change.whole:
@@ -368,7 +386,7 @@ class StoreWriter:
             self._file = self._backend.watch(self._db)
         except (DagError, OSError) as exc:
             self._close_file()
-            raise _CannotOpen(f"it {how}, and cannot be opened again ({exc})") from None
+            raise _CannotOpen(f"it {how}, and cannot be opened again ({exc})", exc) from None
         self._written.clear()
         self._recreated = True
         self._asked = set(self._listener.reopened())
@@ -394,16 +412,52 @@ class StoreWriter:
             self._asked.add(run_id)
             self._listener.rewrite(run_id)
 
+    def _try_again(self, exc: BaseException) -> bool:
+        """Whether to write the change again, after a pause: another program holds the lock, or the store cannot
+        be reached for now (each within its bound).
+        """
+        if isinstance(exc, _CannotOpen):
+            return self._wait_for_the_store(exc.cause)
+        if self._backend.locked(exc) and not self._past_closing():
+            self._wait_for_the_lock()
+            return True
+        return self._wait_for_the_store(exc)
+
     def _wait_for_the_lock(self) -> None:
         now = time.monotonic()
         if self.locked_since is None:
             self.locked_since, self._stall_told = now, False
-        elif now - self.locked_since >= STALL_SECONDS and not self._stall_told:
+        self._tell_if_stalled(now - self.locked_since)
+        time.sleep(_RETRY_SECONDS)
+
+    def _wait_for_the_store(self, exc: BaseException) -> bool:
+        """Whether to try the change again after a pause: ``exc`` says the store cannot be reached for now, and
+        it has not been for ``reconnect_wait`` seconds yet.
+        """
+        if not self._backend.unreachable(exc):
+            return False
+        now = time.monotonic()
+        if self.unreachable_since is None:
+            self.unreachable_since, self._stall_told = now, False
+            log.warning(
+                "[dagmagic] the run store %s cannot be reached (%s); its changes wait in memory and are written once "
+                "it is back (%g s at most)",
+                self.path,
+                " ".join(str(exc).split()),
+                self.reconnect_wait,
+            )
+        if now - self.unreachable_since >= self.reconnect_wait or self._past_closing():
+            return False
+        self._tell_if_stalled(now - self.unreachable_since)
+        time.sleep(_RECONNECT_SECONDS)
+        return True
+
+    def _tell_if_stalled(self, waited: float) -> None:
+        if waited >= STALL_SECONDS and not self._stall_told:
             self._stall_told = True
             with self._condition:
                 waiting = {change.run_id for change in self._changes if change.run_id is not None}
             self._listener.stalled(waiting)
-        time.sleep(_RETRY_SECONDS)
 
     def _past_closing(self) -> bool:
         return self._closing is not None and time.monotonic() > self._closing
@@ -419,6 +473,12 @@ class StoreWriter:
         if self._backend.locked(exc):
             reason = "another program still held its write lock when it was closed"
         reason = str(exc).rstrip(".") + "." if isinstance(exc, DagError) else f"the run store failed ({reason})."
+        if self.unreachable_since is not None:
+            reason = (
+                f"the run store {self.path} could not be reached for {time.monotonic() - self.unreachable_since:.0f} "
+                f"s (the writer waits {self.reconnect_wait:g} s at most: `store_reconnect_wait`). What the run did "
+                "since is not stored; the stored run stops there and shows as interrupted."
+            )
         if change.run_id is None:
             log.warning("[dagmagic] the run store %s: %s", self.path, reason)
             return

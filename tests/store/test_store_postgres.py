@@ -12,7 +12,9 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -292,3 +294,117 @@ async def test_an_experiment_is_stored_and_summed_up_in_postgres_as_in_sqlite(po
         summaries.append((summary.name, summary.statuses, summary.cells, summary.finished, summary.cost))
     (*in_sqlite, sqlite_cost), (*in_postgres, postgres_cost) = summaries
     assert in_sqlite == in_postgres == ["grid", {"done": 3}, 3, 3] and postgres_cost == pytest.approx(sqlite_cost)
+
+
+def _three_rounds(restart: Callable[[], None]) -> ScriptedLLM:
+    """A run of three rounds of three steps each, ``restart`` called (on a thread) as round 2 begins."""
+    started: list[threading.Thread] = []
+
+    def step(request: ScriptedRequest) -> str:
+        if request.round == 2 and not started:
+            started.append(threading.Thread(target=restart))
+            started[0].start()
+        return f"result of {request.step_id} in round {request.round}"
+
+    llm = ScriptedLLM(
+        {
+            "plan": [plan_reply(("s1", []), ("s2", ["s1"]), ("s3", ["s2"]))],
+            "step": step,
+            "analyze": [verdict(False, 0.2), verdict(False, 0.2), verdict(True, 0.9)],
+            "synthesize": [["the answer"]],
+        },
+        latency=0.05,
+    )
+    llm.restarts = started  # type: ignore[attr-defined]
+    return llm
+
+
+async def _written_whole(store: RunStore, run_id: str) -> None:
+    """Wait (on the loop, which writes a run whole again) until the store holds ``run_id`` ended, 60 s at most."""
+    for _ in range(600):
+        summary = store.summary(run_id)
+        if summary is not None and summary.status != "running" and not store._writer.pending(run_id):
+            return
+        await asyncio.sleep(0.1)
+
+
+def _saved(run: Any) -> list[str]:
+    return [event.type for event in run.events if event.type not in ("answer_delta", "call_progress")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("down_seconds", [0.2, 8.0])
+async def test_a_server_restarted_mid_run_loses_nothing_of_it(postgres: Any, down_seconds: float) -> None:
+    url = postgres.database()
+    llm = _three_rounds(lambda: postgres.restart(down_seconds))
+    session = DagSession(ModelRegistry().register("m", llm), DagSettings(store=url, max_replan_rounds=3))
+    run = await session.run("goal")
+    llm.restarts[0].join()  # type: ignore[attr-defined]
+    assert run.status == "done" and run.answer == "the answer" and len(run.state.rounds) == 3
+    assert run.durable, [event.message for event in run.events if event.type == "warning"]
+    store = RunStore.open(url)
+    await _written_whole(store, run.run_id)  # a run that ended while the server was down: once it is back
+    stored = store.load(run.run_id)
+    live = (run.state.status, len(run.state.rounds), len(run.state.calls), len(_saved(run)), run.state.answer)
+    kept = (stored.state.status, len(stored.state.rounds), len(stored.state.calls), len(stored.events))
+    assert (*kept, stored.state.answer) == live
+    assert [event.type for event in stored.events] == _saved(run)
+    (summary,) = store.runs()
+    assert summary.status == "done" and not summary.interrupted
+    store.close()
+    postgres.drop(url)
+
+
+async def test_a_server_down_past_the_reconnect_wait_leaves_the_run_unsaved_said_once_and_shown_interrupted(
+    postgres: Any,
+) -> None:
+    url = postgres.database()
+    went_down = threading.Event()
+    go_on = asyncio.Event()
+
+    async def step(request: ScriptedRequest) -> str:
+        if request.round == 1 and request.step_id == "s1" and not went_down.is_set():
+            await asyncio.to_thread(postgres.down)
+            went_down.set()
+        if request.round == 2:
+            await go_on.wait()
+        return f"result of {request.step_id}"
+
+    llm = ScriptedLLM(
+        {
+            "plan": [plan_reply(("s1", []), ("s2", ["s1"]))],
+            "step": step,
+            "analyze": [verdict(False, 0.2), verdict(True, 0.9)],
+            "synthesize": [["the answer"]],
+        },
+        latency=0.02,
+    )
+    settings = DagSettings(store=url, store_reconnect_wait=1.0)
+    session = DagSession(ModelRegistry().register("m", llm), settings)
+    run = session.start("goal")
+    try:
+        for _ in range(600):  # the writer gives up 1 s after the server went down; 60 s at most
+            if not run.durable:
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        await asyncio.to_thread(went_down.wait, 60)
+        await asyncio.to_thread(postgres.start)
+    store = RunStore.open(url)
+    summary = store.summary(run.run_id)  # the run goes on here, unsaved: its stored part is not shown as driven
+    assert summary is not None and summary.status == "running", summary
+    assert summary.interrupted and summary.driver is None, summary
+    lost = [event.message for event in run.events if event.type == "warning"]
+    assert not run.durable and len(lost) == 1, lost
+    assert "could not be reached for" in lost[0] and "store_reconnect_wait" in lost[0], lost[0]
+    assert "shows as interrupted" in lost[0]
+    go_on.set()
+    await run
+    assert run.status == "done" and run.answer == "the answer"
+    assert [event.type for event in run.events].count("warning") == 1  # said once
+    again = await session.run("another goal")  # the server is back: the next run is saved whole
+    assert again.durable and again.status == "done", [e.message for e in again.events if e.type == "warning"]
+    await _written_whole(store, again.run_id)
+    assert store.load(again.run_id).state.answer == again.answer
+    store.close()
+    postgres.drop(url)

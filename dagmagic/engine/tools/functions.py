@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from dagmagic.engine.tools.threads import Late, Outcome, ToolThreads, ToolThreadsExhausted, ToolTimeout
 from dagmagic.errors import ConfigurationError
+from dagmagic.models import safe_text
 from dagmagic.settings import DagSettings
 
 __all__ = ["Tool", "ToolInterrupted", "ToolOutcome", "arguments_object", "as_tools", "capped", "tool"]
@@ -46,6 +47,11 @@ class ToolOutcome:
     """``Type: message`` when the call failed (bad arguments, an exception, a timeout)."""
     duration: float = 0.0
     """Seconds."""
+
+    def __post_init__(self) -> None:  # where a tool's text enters the run: a lone surrogate must not drop it
+        object.__setattr__(self, "observation", safe_text(self.observation))
+        if self.error is not None:
+            object.__setattr__(self, "error", safe_text(self.error))
 
 
 class ToolInterrupted(Exception):
