@@ -25,6 +25,7 @@ from typing import Any, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from dagmagic._secrets import mask_secrets
 from dagmagic.engine.tools.threads import Late, Outcome, ToolThreads, ToolThreadsExhausted, ToolTimeout
 from dagmagic.errors import ConfigurationError
 from dagmagic.settings import DagSettings
@@ -46,6 +47,12 @@ class ToolOutcome:
     """``Type: message`` when the call failed (bad arguments, an exception, a timeout)."""
     duration: float = 0.0
     """Seconds."""
+
+    def __post_init__(self) -> None:
+        # every tool's result enters the run here: masked now, no key reaches the model, the run or its views
+        object.__setattr__(self, "observation", mask_secrets(self.observation))
+        if self.error is not None:
+            object.__setattr__(self, "error", mask_secrets(self.error))
 
 
 class ToolInterrupted(Exception):
