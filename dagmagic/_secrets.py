@@ -4,6 +4,11 @@ A key is masked (``***``) wherever text leaves dagmagic's hands: error messages,
 errors, events, a run's views, and the exceptions ``raise_for_status()`` raises. Masking knows every key
 the registry was given (``api_key=`` and other secret options, a Router's deployments), every value of an
 environment variable named like a key, and anything shaped like a common provider key.
+
+Text that enters a run (a tool's result, a model's reply) is masked as it enters, so that everything keeping it
+(the run's calls, events and state, the store, the widget) holds it masked. A model's reply is masked of the
+keys dagmagic knows only (``mask_known_secrets``): masked by shape, code it wrote (``api_key_header = ...``)
+would no longer run.
 """
 
 from __future__ import annotations
@@ -19,7 +24,10 @@ from dagmagic import errors
 
 __all__ = [
     "SECRET_OPTION_WORDS",
+    "SecretStreamMask",
     "is_secret_option",
+    "mask_data",
+    "mask_known_secrets",
     "mask_secrets",
     "remember_secret_values",
     "remember_secrets",
@@ -42,10 +50,22 @@ def is_secret_option(name: str) -> bool:
 
 
 def remember_secrets(options: Mapping[str, Any]) -> None:
-    """Remember the secret values among ``options`` so that they are masked wherever they appear."""
+    """Remember the secret values among ``options`` so that they are masked wherever they appear: options named
+    like a secret, a URL's password (``api_base="https://user:pw@host"``), an ``Authorization`` header's
+    credentials, in nested options (``extra_headers``) too.
+    """
     for name, value in options.items():
-        if is_secret_option(name) and isinstance(value, str) and len(value) >= _MIN_LENGTH:
-            _known.add(value)
+        if isinstance(value, Mapping):
+            remember_secrets(value)
+        elif not isinstance(value, str):
+            continue
+        elif is_secret_option(name):
+            _remember(value)
+        elif name.lower() in ("authorization", "proxy-authorization"):
+            _remember(value.split()[-1] if value.split() else value)  # "Bearer <token>": the token
+        elif "://" in value:
+            with contextlib.suppress(ValueError):  # not a URL after all
+                _remember(urlsplit(value).password or "")
 
 
 def remember_secret_values(values: Iterable[str]) -> None:
@@ -56,24 +76,102 @@ def remember_secret_values(values: Iterable[str]) -> None:
         parts = {value, *value.split()}
         with contextlib.suppress(ValueError):  # not a URL after all
             parts.add(urlsplit(value.strip()).password or "")
-        _known.update(part for part in parts if len(part) >= _MIN_LENGTH)
+        for part in parts:
+            _remember(part)
 
 
-def _secrets() -> list[str]:
-    from_env = [
-        value for name, value in os.environ.items() if len(value) >= 12 and name.upper().endswith(_ENV_SUFFIXES)
-    ]
-    return sorted({*_known, *from_env}, key=len, reverse=True)  # longest first: a key inside another
+def _remember(value: str) -> None:
+    if len(value) >= _MIN_LENGTH:
+        _known.add(value)
+
+
+class _Secrets:
+    """The values to mask, longest first (a key inside another), worked out again only when the registered keys
+    or the environment changed: reading ``os.environ`` decodes every variable, too slow for each text masked.
+    """
+
+    def __init__(self) -> None:
+        self.values: tuple[str, ...] = ()
+        self._known_count = -1
+        self._environment: dict[Any, Any] = {}
+
+    def current(self) -> tuple[str, ...]:
+        # os.environ's own dict of encoded names and values: compared with a copy, no variable is decoded
+        raw: Mapping[Any, Any] = getattr(os.environ, "_data", os.environ)
+        if len(_known) != self._known_count or raw != self._environment:
+            self._known_count, self._environment = len(_known), dict(raw)
+            from_env = [
+                value for name, value in os.environ.items() if len(value) >= 12 and name.upper().endswith(_ENV_SUFFIXES)
+            ]
+            self.values = tuple(sorted({*_known, *from_env}, key=len, reverse=True))
+        return self.values
+
+
+_SECRETS = _Secrets()
+
+
+def mask_known_secrets(text: str) -> str:
+    """``text`` with every registered key and environment key replaced by ``***`` (not key-shaped strings)."""
+    if not text:
+        return text
+    for secret in _SECRETS.current():
+        if secret in text:
+            text = text.replace(secret, MASK)
+    return text
 
 
 def mask_secrets(text: str) -> str:
     """``text`` with every known key, environment key and key-shaped string replaced by ``***``."""
     if not text:
         return text
-    for secret in _secrets():
-        if secret in text:
-            text = text.replace(secret, MASK)
-    return _KEYLIKE.sub(MASK, text)
+    return _KEYLIKE.sub(MASK, mask_known_secrets(text))
+
+
+def mask_data(value: Any) -> Any:
+    """``value`` (JSON-like: dicts, lists, strings) with every string in it masked like ``mask_secrets``; the
+    names of a dict's entries stay as they are.
+    """
+    if isinstance(value, str):
+        return mask_secrets(value)
+    if isinstance(value, dict):
+        return {key: mask_data(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [mask_data(item) for item in value]
+    return value
+
+
+class SecretStreamMask:
+    """Masks the known keys in a text that arrives in pieces (``mask_known_secrets``): the end of a piece that may
+    be the start of a key is held back until the next piece says whether it is one.
+    """
+
+    def __init__(self) -> None:
+        self._held = ""
+
+    def feed(self, piece: str) -> str:
+        """What of the text so far can be shown now, masked."""
+        text = mask_known_secrets(self._held + piece)
+        held = _open_secret(text)
+        self._held = text[len(text) - held :] if held else ""
+        return text[: len(text) - held]
+
+    def flush(self) -> str:
+        """The text held back (the stream ended: it is no key)."""
+        held, self._held = self._held, ""
+        return held
+
+
+def _open_secret(text: str) -> int:
+    """The length of the longest end of ``text`` that begins a known key."""
+    longest = 0
+    for secret in _SECRETS.current():
+        start = max(len(text) - len(secret) + 1, 0)
+        while (start := text.find(secret[0], start)) != -1:
+            if secret.startswith(text[start:]):
+                longest = max(longest, len(text) - start)
+                break
+            start += 1
+    return longest
 
 
 def scrub_exception(exc: BaseException) -> BaseException:

@@ -10,13 +10,21 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from dagmagic._settings_env import configuration_error, deprecated_env_var, env, env_var_names, values_from_env
 from dagmagic.errors import ConfigurationError
 from dagmagic.models import Purpose
-from dagmagic.store_url import StoreURL, store_location
+from dagmagic.store_url import StoreURL, shown_store, store_location
 
 __all__ = ["DagSettings", "MaxTokens", "settings_table"]
 
@@ -437,6 +445,16 @@ class DagSettings(BaseModel):
         except ValueError as exc:
             given = from_env["store"][0] if "store" in from_env else "DagSettings(store=...)"
             raise ConfigurationError(f"{given}: {exc}.") from None
+
+    # A store URL's password is kept to connect, but settings are printed, logged and saved in notebooks: every
+    # text made of them (repr, str, JSON) shows it masked; model_dump() keeps it, to make settings from.
+    @field_serializer("store", when_used="json")
+    def _store_shown(self, store: str) -> str:
+        return shown_store(store)
+
+    def __repr_args__(self) -> Any:
+        for name, value in super().__repr_args__():
+            yield name, shown_store(value) if name == "store" and isinstance(value, str) else value
 
     @field_validator("store", "cache", "cassette", mode="before")
     @classmethod

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["POSTGRES_SCHEMES", "StoreURL", "store_location"]
+__all__ = ["POSTGRES_SCHEMES", "StoreURL", "shown_store", "store_location"]
 
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
@@ -59,3 +59,8 @@ def store_location(value: str) -> Path | StoreURL:
         return StoreURL(text)
     shown = str(StoreURL(text))
     raise ValueError(f"{shown} is a {scheme.group(1)}:// URL, which the run store does not support; {_TAKES}")
+
+
+def shown_store(value: str) -> str:
+    """``value`` (a ``store`` setting) as it may be shown or written: a URL's password masked, a path as it is."""
+    return str(StoreURL(value)) if _SCHEME.match(value.strip()) else value

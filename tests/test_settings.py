@@ -138,3 +138,23 @@ def test_the_unprefixed_max_concurrency_is_deprecated(monkeypatch: pytest.Monkey
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert DagSettings().max_concurrency == 4  # the prefixed one is read: nothing to warn about
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["postgresql://dag:s3cret-pw-0417@db-host:5432/runs", "postgresql://dag@db-host/runs?password=s3cret-pw-0417"],
+)
+def test_a_store_urls_password_is_masked_wherever_settings_are_shown(url: str) -> None:
+    settings = DagSettings(store=url)
+    shown = {
+        "repr": repr(settings),
+        "str": str(settings),
+        "json": settings.model_dump_json(),
+        "json dict": repr(settings.model_dump(mode="json")),
+    }
+    leaks = [where for where, text in shown.items() if "s3cret" in text]
+    assert leaks == [], f"the password shows in {leaks}: {shown[leaks[0]][:300] if leaks else ''}"
+    assert all("***" in text and "db-host" in text for text in shown.values())
+    # what connects is the URL as given
+    assert settings.store == url and settings.store_path is not None and str(settings.store_path.url) == url
+    assert DagSettings.model_validate(settings.model_dump()).store == url

@@ -24,12 +24,13 @@ from typing import Any, TypeVar
 import stamina
 
 from dagmagic import errors
-from dagmagic._secrets import mask_secrets
+from dagmagic._secrets import mask_data, mask_secrets
 from dagmagic.events import CallProgress, Event, LLMCallRecorded, RunWarning
 from dagmagic.llm._litellm import translate_error
 from dagmagic.llm.breaker import NO_ANSWER, CircuitBreaker
 from dagmagic.llm.budget import CURRENT_BUDGET, Hold, estimate
 from dagmagic.llm.cassette import request_digest, tool_names
+from dagmagic.llm.masking import StreamMasks, known_masked
 from dagmagic.llm.protocol import ChatBackend, ChatRequest, ChatResponse, StreamChunk
 from dagmagic.llm.registry import ModelEntry, ModelRegistry
 from dagmagic.models import LLMCall, Purpose, StructuredLevel, Usage
@@ -139,9 +140,9 @@ class ChatModel:
             model=self.name,
             round=request.round,
             step_id=request.step_id,
-            messages=request.messages,
+            messages=mask_data(request.messages),
             reply=mask_secrets(response.content),
-            tool_calls=[tc.model_dump() for tc in response.tool_calls],
+            tool_calls=mask_data([tc.model_dump() for tc in response.tool_calls]),
             structured_level=level,
             stream=stream,
             retries=retries,
@@ -332,7 +333,7 @@ class ChatModel:
         call = self._record(
             request, level=structured_level, started=started, retries=retries, response=response, hold=hold
         )
-        return ChatResult(response, call)
+        return ChatResult(known_masked(response), call)
 
     async def _complete_once(self, request: ChatRequest, *, retry: bool) -> ChatResponse:
         """One try of a completion; its failure translated (and told to the breaker)."""
@@ -432,6 +433,7 @@ class ChatModel:
         final: ChatResponse | None = None
         failure: BaseException | None = None
         cancelled = flowing = False
+        masks = StreamMasks()
         try:
             chunk: StreamChunk | None = None
             async for attempt in self._tries():  # retry only until the first piece arrives
@@ -451,11 +453,14 @@ class ChatModel:
                     final = chunk.final
                 else:
                     received += 1
-                    if chunk.text or chunk.tool_calls:
-                        text.append(chunk.text)
+                    for shown in masks.piece(chunk):
+                        text.append(shown.text)
                         tell(len(text))
-                        yield chunk
+                        yield shown
                 chunk = await self._next(pieces, deadline)
+            for held in masks.flush():
+                text.append(held.text)
+                yield held
         except asyncio.CancelledError:
             cancelled = True
             raise

@@ -257,7 +257,9 @@ async def test_the_litellm_path_is_cached_too_and_a_stream_hit_needs_no_provider
         assert provider.requests == 1  # neither reached the provider
         assert (again.content, again.call.cached, again.call.cost) == ("Paris, from the provider", True, 0)
         assert again.call.usage.saved_cost == pytest.approx(first.call.cost)
-        assert "".join(streamed) == "Paris, from the provider" and len(streamed) == 4
+        assert "".join(streamed) == "Paris, from the provider"
+        # in pieces again (four, give or take a piece's end held back while it could begin a key this process knows)
+        assert len(streamed) > 1, streamed
     finally:
         provider.close()
     assert key.encode() not in b"".join(path.read_bytes() for path in tmp_path.iterdir())

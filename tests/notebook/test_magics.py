@@ -679,3 +679,16 @@ def test_config_shows_a_store_urls_password_masked(ip: InteractiveShell, capsys:
     run_cell(ip, "%dag config")
     shown = capsys.readouterr().out
     assert "store = 'postgresql://dag:***@127.0.0.1:5432/runs'" in shown and "s3cret" not in shown
+
+
+def test_setting_a_store_url_confirms_it_with_its_password_masked(
+    ip: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    run_cell(ip, "%dag config store=postgresql://dag:s3cret-pw@127.0.0.1:5432/runs")
+    run_cell(ip, "%dag config store=postgresql://dag:other-s3cret@127.0.0.1:5432/runs")  # "(was ...)" names the old
+    shown = capsys.readouterr().out
+    assert shown.count("postgresql://dag:***@127.0.0.1:5432/runs") == 3, shown
+    assert "s3cret" not in shown, shown
+    magics = ip.magics_manager.registry["DagMagics"]
+    assert magics.overrides["store"] == "postgresql://dag:other-s3cret@127.0.0.1:5432/runs"  # what connects

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from dagmagic._secrets import mask_data
 from dagmagic.engine.calls.context import truncate
 from dagmagic.events import Event, StepIteration
 from dagmagic.models import PlanStep, ToolCallRecord
@@ -108,7 +109,8 @@ def record_call(
     emit: Callable[[Event], object],
 ) -> None:
     """Record a call the step made (``turn`` 0: the executor's own call of a tool step) and tell the run."""
-    arguments = arguments if isinstance(arguments, dict) else {"raw": arguments}
+    # the model's arguments ran as it wrote them; what is kept of them is masked
+    arguments = mask_data(arguments if isinstance(arguments, dict) else {"raw": arguments})
     step.tool_calls.append(
         ToolCallRecord(
             name=name,

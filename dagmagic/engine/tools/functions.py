@@ -25,6 +25,7 @@ from typing import Any, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from dagmagic._secrets import mask_secrets
 from dagmagic.engine.tools.threads import Late, Outcome, ToolThreads, ToolThreadsExhausted, ToolTimeout
 from dagmagic.errors import ConfigurationError
 from dagmagic.models import safe_text
@@ -48,10 +49,12 @@ class ToolOutcome:
     duration: float = 0.0
     """Seconds."""
 
-    def __post_init__(self) -> None:  # where a tool's text enters the run: a lone surrogate must not drop it
-        object.__setattr__(self, "observation", safe_text(self.observation))
+    def __post_init__(self) -> None:
+        # every tool's result enters the run here: made storable (a lone surrogate must not drop the run) and
+        # masked now, so no key reaches the model, the run or its views
+        object.__setattr__(self, "observation", mask_secrets(safe_text(self.observation)))
         if self.error is not None:
-            object.__setattr__(self, "error", safe_text(self.error))
+            object.__setattr__(self, "error", mask_secrets(safe_text(self.error)))
 
 
 class ToolInterrupted(Exception):

@@ -45,14 +45,12 @@ def models(notebook: NotebookSession, _: str) -> None:
 def config(notebook: NotebookSession, rest: str) -> None:
     """``%dag config key=value ...``: settings for later cells; alone, what is set."""
     from dagmagic.settings import DagSettings
-    from dagmagic.store_url import StoreURL
 
     if not rest:
         if not notebook.overrides and not notebook.mcp_servers:
             print("Nothing set with %dag config: the defaults apply, with any DAG_* environment variables.")
         for key, value in sorted(notebook.overrides.items()):
-            shown = str(StoreURL(value)) if key == "store" and isinstance(value, str) else value  # its password
-            print(f"{key} = {shown!r}")
+            print(f"{key} = {_shown(key, value)!r}")
         if notebook.mcp_servers:
             print(f"mcp = {notebook.mcp_servers!r}")
         return
@@ -76,14 +74,21 @@ def config(notebook: NotebookSession, rest: str) -> None:
             raise UsageError(str(exc)) from None
         notebook.overrides[key] = value
         was, now = getattr(before, key), getattr(after, key)
-        change = f"(was {was!r})" if was != now else "(unchanged)"
-        print(f"{key} = {now!r} {change}: from the next %%dag cell on.")
+        change = f"(was {_shown(key, was)!r})" if was != now else "(unchanged)"
+        print(f"{key} = {_shown(key, now)!r} {change}: from the next %%dag cell on.")
         if key == "cache":
             print(_cache_words(after))
         if key in ("cassette", "record"):
             from dagmagic.llm import cassette_words
 
             print(cassette_words(after))
+
+
+def _shown(key: str, value: Any) -> Any:
+    """A setting's value as the cell's output shows it (the notebook saves it): a store URL's password masked."""
+    from dagmagic.store_url import shown_store
+
+    return shown_store(value) if key == "store" and isinstance(value, str) else value
 
 
 def mcp_servers(value: str, namespace: dict[str, Any]) -> list[MCPServer]:

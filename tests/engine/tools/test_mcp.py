@@ -265,7 +265,8 @@ async def test_environment_reaches_the_server_and_never_its_repr() -> None:
     llm = ScriptedLLM(run_script([ToolCall("secret", {}), "told"]))
     async with session(llm, tools=[server]) as owner:
         run = await owner.run("the secret")
-    assert run.steps["s1"].tool_calls[0].observation == "sk-canary-1234567890abcdef"
+    # the server read the key from its environment; a tool's result is masked as it enters the run
+    assert run.steps["s1"].tool_calls[0].observation == "***"
     headers = MCPServer.http("https://example.com/mcp", headers={"Authorization": "Bearer sk-x"})
     assert repr(headers) == "MCPServer.http('https://example.com/mcp', headers={Authorization=***})"
     with_key = MCPServer.stdio("server", "--api-key", "sk-proj-abcdefghijklmnopqrstuvwxyz0123")
