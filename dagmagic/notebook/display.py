@@ -23,6 +23,7 @@ from typing import Any
 
 from dagmagic.engine import DagRun
 from dagmagic.notebook.fallbacks import run_mimebundle
+from dagmagic.notebook.session import take_back
 
 __all__ = [
     "WIDGET_VIEW",
@@ -72,6 +73,7 @@ def widget_for(run: DagRun) -> Any:
         from dagmagic.notebook.widget import DagWidget
 
         widget = DagWidget(run)
+        widget.take_back = take_back  # the widget lets its run go once ended; its controls get it back here
         _widgets[run] = widget
     return widget
 
