@@ -73,9 +73,18 @@ def widget_for(run: DagRun) -> Any:
         from dagmagic.notebook.widget import DagWidget
 
         widget = DagWidget(run)
-        widget.take_back = take_back  # the widget lets its run go once ended; its controls get it back here
+        widget.take_back = lambda run_id: _taken_back(widget, run_id)
         _widgets[run] = widget
     return widget
+
+
+def _taken_back(widget: Any, run_id: str) -> DagRun:
+    """The run a widget shows, taken back for its controls once the session let it go (the widget holds an ended
+    run weakly): the run's widget from now on, as ``%dag show`` finds it.
+    """
+    run = take_back(run_id)
+    _widgets.setdefault(run, widget)
+    return run
 
 
 def render_static(run: DagRun) -> None:

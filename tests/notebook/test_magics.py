@@ -624,6 +624,7 @@ def test_a_widget_of_a_run_let_go_takes_it_back_from_the_store_for_its_controls(
     assert detail["ok"] and detail["value"]["messages"], detail
     assert front.ask("full_text", round=1, step="s1") == {"ok": True, "value": {"text": "a result"}}
     assert widget.in_memory and widget.run.goal == "goal 0" and widget.run.can_rerun  # taken back: re-runnable
+    assert widget_for(widget.run) is widget  # still the run's widget
 
 
 def test_a_widget_of_a_run_let_go_without_a_store_says_why_its_controls_cannot_act(ip: InteractiveShell) -> None:
