@@ -137,7 +137,7 @@ class CellRuns:
         unstarted = sum(cell.status == "not_started" for cell in self.experiment.cells)
         if unstarted and self.experiment.definition.max_cost is not None:
             self.experiment.stopped_reason = (
-                f"max_cost ${self.experiment.definition.max_cost:g} was spent (${self.spent():.4g}): "
+                f"spent ${self.spent():.4g} of max_cost ${self.experiment.definition.max_cost:g}: "
                 f"{unstarted} cell{'s' if unstarted > 1 else ''} not started; "
                 "resume_evaluation with a higher max_cost runs them"
             )

@@ -23,6 +23,7 @@ from typing import Any
 
 from dagmagic.engine import DagRun
 from dagmagic.notebook.fallbacks import run_mimebundle
+from dagmagic.notebook.session import take_back
 
 __all__ = [
     "WIDGET_VIEW",
@@ -72,8 +73,18 @@ def widget_for(run: DagRun) -> Any:
         from dagmagic.notebook.widget import DagWidget
 
         widget = DagWidget(run)
+        widget.take_back = lambda run_id: _taken_back(widget, run_id)
         _widgets[run] = widget
     return widget
+
+
+def _taken_back(widget: Any, run_id: str) -> DagRun:
+    """The run a widget shows, taken back for its controls once the session let it go (the widget holds an ended
+    run weakly): the run's widget from now on, as ``%dag show`` finds it.
+    """
+    run = take_back(run_id)
+    _widgets.setdefault(run, widget)
+    return run
 
 
 def render_static(run: DagRun) -> None:

@@ -14,6 +14,8 @@ import statistics
 import time
 from typing import TYPE_CHECKING
 
+from dagmagic.notebook.no_math import no_math
+
 if TYPE_CHECKING:
     from dagmagic.evaluation import Cell, Experiment
 
@@ -84,7 +86,7 @@ def progress_line(experiment: Experiment, *, started_at: float | None = None, re
 
 
 def experiment_html(experiment: Experiment, *, resume_hint: str | None = None, started_at: float | None = None) -> str:
-    """The grid, the progress line and the summary per config, as HTML (every string escaped)."""
+    """The grid, the progress line and the summary per config, as HTML (every string escaped, no math typeset)."""
     configs = experiment.definition.configs
     column = _first_score(experiment)
     head = "".join(f"<th>{html.escape(config)}</th>" for config in configs)
@@ -102,7 +104,7 @@ def experiment_html(experiment: Experiment, *, resume_hint: str | None = None, s
     )
     summary_head = "".join(f"<th>{html.escape(name)}</th>" for name in summary_header(experiment))
     score_note = f" (cells show {html.escape(column)})" if column else ""
-    return (
+    return no_math(
         f"<div class='dagmagic-experiment'><p><b>Experiment {html.escape(experiment.name)}</b>{score_note}</p>"
         f"<table><thead><tr><th>case</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
         f"<p>{progress}</p>"

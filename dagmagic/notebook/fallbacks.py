@@ -24,6 +24,7 @@ from markdown_it import MarkdownIt
 from dagmagic.engine import DagRun
 from dagmagic.models import ExecutionPlan, PlanCut, PlanStep, RoundRecord, split_round_reference
 from dagmagic.notebook.layout import layout
+from dagmagic.notebook.no_math import no_math
 from dagmagic.notebook.tool_steps import call_text, direct_call, fell_back, is_tool_step
 
 __all__ = [
@@ -131,7 +132,7 @@ def run_markdown(run: DagRun) -> str:
 def run_html(run: DagRun) -> str:
     """The run as self-contained HTML for readers without a kernel: every round (its DAG, each step in a
     ``<details>`` with its result, the verdict and what followed), and the answer rendered from Markdown and
-    sanitized. No script, no style sheet, no remote resource.
+    sanitized. No script, no style sheet, no remote resource, and no math typesetting (``no_math``).
     """
     e = html.escape
     latest = run.rounds[-1].index if run.rounds else 0
@@ -144,7 +145,7 @@ def run_html(run: DagRun) -> str:
     warnings = "".join(f"<li>{e(_cap(warning, 1000))}</li>" for warning in run.warnings)
     divergence = run.divergence
     diff = f'<pre style="white-space: pre-wrap">{e(_cap(divergence.detail))}</pre>' if divergence else ""
-    return (
+    return no_math(
         f'<div class="dagmagic-static"><p><b>dagmagic</b> · {e(run.goal)}</p>'
         f"<p>{e(_summary(run))}</p>{diff}{f'<ul>{warnings}</ul>' if warnings else ''}{rounds}{answer}</div>"
     )

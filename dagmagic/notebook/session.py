@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # the engine loads on the first %%dag, not with the extension
     from dagmagic.settings import DagSettings
     from dagmagic.store import RunStore
 
-__all__ = ["NO_MODEL_HELP", "NO_STORE", "CellMagics", "NotebookSession", "names"]
+__all__ = ["NO_MODEL_HELP", "NO_STORE", "CellMagics", "NotebookSession", "names", "take_back"]
 
 NO_MODEL_HELP = (
     "No model is configured for %%dag, and none could be picked: no OPENAI_API_KEY, ANTHROPIC_API_KEY or "
@@ -93,6 +93,8 @@ class NotebookSession:
         self.options: dict[str, str] = {}
         """The options of the cell that started each run: ``%dag resume RUN`` reuses them."""
         self._session: DagSession | None = None
+        global _kernel
+        _kernel = self
 
     @property
     def runs(self) -> list[DagRun]:
@@ -259,6 +261,27 @@ class NotebookSession:
         except DagError as exc:
             raise UsageError(str(exc)) from None
 
+    def taken_back(self, run_id: str) -> DagRun:
+        """The run ``run_id`` that a view shows, for its controls: the one in memory, else, when the session let
+        it go (only the latest finished runs stay: ``runs_in_memory``), taken back from the run store with the
+        options of the cell that started it (its steps can be re-run, its calls read).
+        """
+        for run in reversed(self.runs):
+            if run.run_id == run_id:
+                return run
+        if self.store() is None:
+            kept = self._session.settings.runs_in_memory if self._session is not None else "latest"
+            raise UsageError(
+                f"run {run_id} is no longer in memory (only the {kept} latest finished runs are kept: "
+                f"runs_in_memory) and there is no run store to read it back from: {NO_STORE}"
+            )
+        line = self.options.get(run_id)
+        options = self.run_options(self.magics.parse(line)) if line is not None else {}
+        try:
+            return self.session().reopen(run_id, **options)
+        except DagError as exc:
+            raise UsageError(str(exc)) from None
+
     # --- finding runs
 
     def store(self) -> RunStore | None:
@@ -348,6 +371,17 @@ class NotebookSession:
             if run.awaiting_approval:
                 return run
         raise UsageError("no plan is waiting for approval (run a cell with --approve, and --bg to act from here)")
+
+
+_kernel: NotebookSession | None = None
+"""The kernel's ``NotebookSession`` (the latest made): where a view takes back a run its session let go."""
+
+
+def take_back(run_id: str) -> DagRun:
+    """The run ``run_id`` of this kernel for a view's controls (``NotebookSession.taken_back``)."""
+    if _kernel is None:
+        raise UsageError(f"run {run_id} is no longer in memory; dagmagic is not loaded here to read it back")
+    return _kernel.taken_back(run_id)
 
 
 def default_registry() -> ModelRegistry:

@@ -6,6 +6,11 @@ containers: mutating a synced list or dict in place sends nothing. What is synce
 
 The front end's actions are requests with ids, each answered once (``AnsweringWidget``); ``_HANDLERS`` says what
 each one does.
+
+A widget lives as long as its view may be drawn (ipywidgets keeps every open widget), but its run must not: the
+session keeps the latest ``runs_in_memory`` finished runs and lets older ones go. So the widget holds its run
+while it runs, and only a weak reference once it has ended (what it draws stays in its synced traits); a control
+used after the session let the run go gets it back through ``take_back`` (from the run store), or says why not.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -64,7 +70,12 @@ class DagWidget(AnsweringWidget):
 
     def __init__(self, run: DagRun, *, max_rate: float = 15.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.run = run
+        self._running: DagRun | None = None
+        """The run, held while it runs (and while it has not ended, as a run read back that did not end)."""
+        self._shown: weakref.ref[DagRun] = weakref.ref(run)
+        self._hold(run)
+        self.take_back: Callable[[str], DagRun] | None = None
+        """How a control gets the run back (by its id) once its session let it go: the notebook's store."""
         self.max_rate = max_rate
         self.on_resume: Callable[[], DagRun] | None = None
         """What the widget's Resume button calls: the run that continues this one (the widget then follows it)."""
@@ -80,7 +91,32 @@ class DagWidget(AnsweringWidget):
         self.sync()
 
     def __repr__(self) -> str:
-        return f"DagWidget({self.run!r})"
+        run = self._shown()
+        return f"DagWidget({run!r})" if run is not None else f"DagWidget(run {self.run_id}, no longer in memory)"
+
+    @property
+    def run(self) -> DagRun:
+        """The run shown: the one in memory, else taken back (``DagError`` when it cannot be)."""
+        run = self._shown()
+        if run is not None:
+            return run
+        if self.take_back is None:
+            raise DagError(
+                f"run {self.run_id} is no longer in memory (only the latest finished runs are kept: runs_in_memory); "
+                f"read it back from the run store with `dagmagic.load_run({self.run_id!r})`"
+            )
+        run = self.take_back(self.run_id)
+        self.follow(run)
+        return run
+
+    @property
+    def in_memory(self) -> bool:
+        """Whether the run shown is still in memory (a control may have to take it back from the store)."""
+        return self._shown() is not None
+
+    def _hold(self, run: DagRun) -> None:
+        """Hold ``run`` strongly until it ends; then weakly, so that the session's memory window decides."""
+        self._running = run if not run.done() else None
 
     def close(self) -> None:
         """Stop following the run and close the comm."""
@@ -93,7 +129,8 @@ class DagWidget(AnsweringWidget):
     def follow(self, run: DagRun) -> None:
         """Show ``run`` from now on (the resumed or restarted run of the one shown so far)."""
         self._unsubscribe()
-        self.run = run
+        self._shown = weakref.ref(run)
+        self._hold(run)
         self._unsubscribe = run.subscribe(self._on_event)
         self.sync()
 
@@ -111,12 +148,16 @@ class DagWidget(AnsweringWidget):
         self.syncs += 1
 
     def _on_event(self, event: Event) -> None:
+        run = self._shown()
         if isinstance(event, RunFinished):
             self.sync()
             if not event.depth:
                 for ended in list(self.on_run_ended):
                     ended()
+                self._running = None  # ended: the session's memory window decides how long it stays
             return
+        if self._running is None and run is not None and not run.done():  # going again (a step re-run)
+            self._running = run
         if self._pending is not None:
             return
         wait = self._last_sync + 1 / self.max_rate - time.monotonic()
@@ -127,11 +168,17 @@ class DagWidget(AnsweringWidget):
             return
         self._pending = loop.call_later(max(wait, 0.0), self.sync)
 
+    def _stop(self) -> None:
+        if self.in_memory:  # a run let go has ended: a Stop does nothing, as it does to any run that ended
+            self.run.stop()
+
     def _retry_now(self, step_id: str) -> None:
-        if not self.run.retry_now(step_id):
+        if not self.in_memory or not self.run.retry_now(step_id):
             raise DagError("That step is not waiting to retry any more.")
 
     def _cancel(self) -> None:
+        if not self.in_memory:
+            raise DagError(f"Nothing to cancel: the run has ended ({self.status}).")
         if not self.run.cancel():
             where = "does not run here" if self.run.read_only else f"has ended ({self.run.status})"
             raise DagError(f"Nothing to cancel: the run {where}.")
@@ -216,7 +263,7 @@ def _release(word: str) -> Callable[[DagWidget, dict[str, Any]], Reply]:
 
 
 _HANDLERS: dict[str, Callable[[DagWidget, dict[str, Any]], Reply]] = {
-    "stop": lambda w, c: w.run.stop(),
+    "stop": lambda w, c: w._stop(),
     "cancel": lambda w, c: w._cancel(),
     "follow_up": lambda w, c: w.run.follow_up(str(c.get("text", ""))),
     "retry_now": lambda w, c: w._retry_now(str(c.get("step", ""))),

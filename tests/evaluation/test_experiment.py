@@ -148,7 +148,7 @@ async def test_max_cost_stops_starting_cells_and_says_so() -> None:
     assert experiment.stopped_reason is not None
     assert "max_cost" in experiment.stopped_reason and "3 cells not started" in experiment.stopped_reason
     assert experiment.results[2].error is not None and "max_cost" in experiment.results[2].error
-    assert repr(experiment).startswith("Experiment('budget', 5 cells: 2 done, 3 not_started; max_cost $")
+    assert repr(experiment).startswith("Experiment('budget', 5 cells: 2 done, 3 not_started; spent $")
 
 
 async def test_cancelling_evaluate_cuts_its_running_cells_and_goes_on(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ reuses; js/test/hostile.test.js holds the same list for the widget's sanitizer.
 from __future__ import annotations
 
 import base64
+import re
 from html.parser import HTMLParser
 from typing import Any
 
@@ -295,3 +296,78 @@ async def test_a_run_a_hostile_model_wrote_is_inert_in_the_static_views() -> Non
     assert "<script>" in run.answer  # the fallback answer quotes the results
     assert_inert_markdown(run_markdown(run))
     assert_inert_html(run_html(run))
+
+
+_MATH_SKIPPED = {"script", "noscript", "style", "textarea", "pre", "code"}
+"""The tags MathJax never reads in (its skipHtmlTags)."""
+_MATH_IGNORED = {"tex2jax_ignore", "mathjax_ignore"}
+_VOID = {"area", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "wbr"}
+
+
+class _MathText(HTMLParser):
+    """The text MathJax would read for math: outside the tags it skips and the elements whose class tells it to."""
+
+    def __init__(self, page: str) -> None:
+        super().__init__(convert_charrefs=True)  # &#36; is a dollar once parsed
+        self.open: list[bool] = []
+        """Per open element: whether MathJax leaves it alone (it, or an element around it, says so)."""
+        self.text: list[str] = []
+        self.feed(page)
+        self.close()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in _VOID:
+            return
+        classes = set((dict(attrs).get("class") or "").split())
+        self.open.append(bool(self.open and self.open[-1]) or tag in _MATH_SKIPPED or bool(classes & _MATH_IGNORED))
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag not in _VOID and self.open:
+            self.open.pop()
+
+    def handle_data(self, data: str) -> None:
+        if not (self.open and self.open[-1]):
+            self.text.append(data)
+
+
+def math_spans(page: str) -> list[str]:
+    """The ``$…$`` spans JupyterLab's MathJax would typeset in an HTML output (``\\$`` is a dollar)."""
+    return re.findall(r"(?<!\\)\$[^$]+?(?<!\\)\$", "".join(_MathText(page).text))
+
+
+DOLLARS = "It costs between $5 and $10, about $7.50 (see $s1)."
+
+
+def test_dollar_amounts_in_a_runs_html_view_are_not_typeset_as_math() -> None:
+    step = PlanStep(id="s1", task="Find the price in $ and €, say $5 or $6", status="completed", result=DOLLARS)
+    record = RoundRecord(index=1, plan=ExecutionPlan(goal=DOLLARS, steps=[step]), error=DOLLARS)
+    state = RunState(run_id="abc", goal=DOLLARS, status="done", rounds=[record], answer=DOLLARS)
+    page = run_html(DagRun(state))
+    assert page.count("$5") >= 2  # the amounts are there, as text
+    # on main: 7 spans read as math (in the goal, the task, the round's note, the answer)
+    assert math_spans(page) == [], math_spans(page)
+
+
+async def test_dollar_amounts_in_the_experiments_grid_and_its_stopped_reason_are_not_typeset_as_math() -> None:
+    from dagmagic.notebook.experiment_view import experiment_html, progress_line
+
+    llm = ScriptedLLM(
+        {
+            "plan": [{"steps": [{"id": "s1", "task": "price it"}]}],
+            "step": [DOLLARS],
+            "analyze": [{"achieved": True, "confidence": 0.9, "reasoning": "ok", "final_answer": DOLLARS}],
+        },
+        price=(0.001, 0.001),
+    )
+    session = DagSession(ModelRegistry().register("m", llm), DagSettings(store="none"))
+    one_cell = (await session.run("goal", conversation=False)).cost
+    assert one_cell
+    cases = ["Is it $5 or $10?", "Is it $7?", "Is it $9?"]
+    experiment = await session.evaluate(cases, concurrency=1, max_cost=1.5 * one_cell, name="prices")
+    assert experiment.stopped_reason is not None
+    line = progress_line(experiment)
+    assert "$" in line and "($" not in line, line  # on main: "max_cost $1.164 was spent ($1.566)"
+    assert line.count("spent") == 1 and "of max_cost $" in line, line
+    page = experiment_html(experiment)
+    # on main: 5 spans read as math (in the cases' goals, the costs, the progress line)
+    assert math_spans(page) == [], math_spans(page)

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import re
 import subprocess
 import sys
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from dagmagic.notebook.transformer import rewrite_dag_cell
 from dagmagic.testing import ScriptedLLM
 
 from .conftest import TWO_STEPS, scripted
+from .test_widget import FrontEnd
 
 INTERRUPT = """
 for _ in range(500):
@@ -595,6 +598,42 @@ def test_a_run_no_longer_in_memory_without_a_store_says_so(
     message = usage_error(ip, "%dag show 1", capsys)
     assert "is no longer in memory" in message and "DAG_STORE is none" in message
     assert run_cell(ip, "%dag show 2") is None  # the latest is kept
+
+
+def _shown_then_dropped(ip: InteractiveShell) -> tuple[Any, weakref.ref[DagRun]]:
+    """The widget of a cell's run, once later cells made the session (runs_in_memory=1) let that run go."""
+    first = run_cell(ip, "%%dag --models llm\ngoal 0")
+    assert isinstance(first, DagRun)
+    widget, shown = widget_for(first), weakref.ref(first)
+    del first
+    for n in (1, 2, 3):  # three: IPython's user_ns_hidden keeps the last three values (_, __, ___) even so
+        run_cell(ip, f"%%dag --models llm\ngoal {n}")
+    ip.displayhook.flush()  # IPython's output history (Out, _) holds each cell's value: what %reset out drops
+    gc.collect()
+    return widget, shown
+
+
+def test_a_widget_of_a_run_let_go_takes_it_back_from_the_store_for_its_controls(
+    ip: InteractiveShell, tmp_path: Path
+) -> None:
+    run_cell(ip, f"%dag config store={tmp_path / 'runs.sqlite'} runs_in_memory=1")
+    widget, shown = _shown_then_dropped(ip)
+    assert shown() is None and not widget.in_memory  # the widget did not keep it
+    front = FrontEnd(widget)
+    detail = front.ask("call_detail", index=0)  # read back from the store, with the cell's options
+    assert detail["ok"] and detail["value"]["messages"], detail
+    assert front.ask("full_text", round=1, step="s1") == {"ok": True, "value": {"text": "a result"}}
+    assert widget.in_memory and widget.run.goal == "goal 0" and widget.run.can_rerun  # taken back: re-runnable
+    assert widget_for(widget.run) is widget  # still the run's widget
+
+
+def test_a_widget_of_a_run_let_go_without_a_store_says_why_its_controls_cannot_act(ip: InteractiveShell) -> None:
+    run_cell(ip, "%dag config runs_in_memory=1")
+    widget, shown = _shown_then_dropped(ip)
+    assert shown() is None
+    refusal = FrontEnd(widget).refused("call_detail", index=0)
+    assert f"run {widget.run_id} is no longer in memory" in refusal and "DAG_STORE is none" in refusal, refusal
+    assert widget.answer == "The answer is 42."  # what it draws stays
 
 
 @pytest.mark.parametrize("command", ["%dag history", "%dag models", "%dag resume", "%dag demo"])

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import time
+import weakref
 from typing import Any
 
 import pytest
@@ -538,3 +540,37 @@ async def test_a_rerun_whose_step_comes_back_the_same_says_it_ran_again() -> Non
     await run.rerun("s2")
     diff = widget_state(run)["rounds"][1]["diff"]
     assert diff[0] == {"id": "s2", "change": "re-run", "fields": [], "round": 2, "was": None}, diff
+
+
+async def test_a_widget_lets_its_run_go_once_it_ended_and_the_session_dropped_it() -> None:
+    kept_one = DagSession(ModelRegistry().register("m", scripted()), DagSettings(store="none", runs_in_memory=1))
+    run = kept_one.start("first")
+    widget = DagWidget(run)
+    front = FrontEnd(widget)
+    shown = weakref.ref(run)
+    await run
+    del run
+    await kept_one.run("second")  # the session keeps the latest finished run only
+    gc.collect()
+    assert shown() is None and not widget.in_memory  # the widget no longer keeps it alive
+    assert (widget.status, widget.answer) == ("done", "The answer is 42.") and widget.rounds  # what it draws stays
+    assert front.ask("stop") == {"ok": True, "value": None}  # it ended: nothing to stop, as for any ended run
+    assert front.refused("cancel") == "Nothing to cancel: the run has ended (done)."
+    refusal = front.refused("call_detail", index=0)  # no notebook to take it back from: says where it is
+    assert "is no longer in memory" in refusal and f"dagmagic.load_run({widget.run_id!r})" in refusal
+    assert repr(widget) == f"DagWidget(run {widget.run_id}, no longer in memory)"
+    widget.close()
+
+
+async def test_a_widget_holds_its_run_while_it_runs_and_again_while_a_step_is_rerun() -> None:
+    run = session().start("goal")
+    widget = DagWidget(run)
+    assert widget._running is run
+    await run
+    assert widget._running is None and widget.run is run  # ended: held weakly, still shown
+    rerun = run.start_rerun("s2", task="compare again")
+    await asyncio.sleep(0)
+    assert widget._running is run and not run.done()
+    await rerun
+    assert widget._running is None and len(widget.rounds) == 2  # the widget followed the re-run
+    widget.close()

@@ -236,9 +236,12 @@ class DagRun(RunQueries):
                 step.usage = step.usage + call.usage
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
-        """Call ``listener`` with every future event; returns a function that unsubscribes it."""
-        self._listeners.append(listener)
-        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+        """Call ``listener`` with every future event; returns a function that unsubscribes it (and holds the
+        listeners, not the run: a view keeping it does not keep the run alive).
+        """
+        listeners = self._listeners
+        listeners.append(listener)
+        return lambda: listeners.remove(listener) if listener in listeners else None
 
     # --- the user's messages ----------------------------------------------------------------------
 
