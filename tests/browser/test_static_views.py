@@ -160,3 +160,61 @@ def test_an_untrusted_notebook_shows_the_pictures_with_arrowheads_and_the_steps_
     assert "completedFind" not in first.inner_text()  # the sanitized SVG's bare text, run together
     notebook.screenshot("static-untrusted-round1", focus=first)
     assert notebook.errors == []
+
+
+DOLLAR_VIEWS = textwrap.dedent(
+    """
+    import asyncio, json
+    from dagmagic import DagSession, DagSettings, ModelRegistry
+    from dagmagic.notebook.fallbacks import run_mimebundle
+    from dagmagic.testing import ScriptedLLM
+
+    llm = ScriptedLLM(
+        {
+            "plan": [{"steps": [{"id": "s1", "task": "Price the two plans: $5 and $10 a month"}]}],
+            "step": ["The basic plan is $5 and the full one $10 a month."],
+            "analyze": [{"achieved": True, "confidence": 0.9, "reasoning": "Both prices, $5 and $10, found."}],
+            "synthesize": ["Take the $5 plan unless you need the $10 one."],
+        }
+    )
+    session = DagSession(models=ModelRegistry().register("m", llm), settings=DagSettings(store="none"))
+    run = asyncio.run(session.run("Which plan, $5 or $10 a month?"))
+    print(json.dumps({"bundle": run_mimebundle(run), "run_id": run.run_id}))
+    """
+)
+
+
+def test_dollar_amounts_in_a_saved_run_are_not_typeset_as_math(jupyterlab: NotebookPage) -> None:
+    """JupyterLab's MathJax typesets ``$…$`` in HTML outputs: ``$5 and $10`` would read "5 and" in italics."""
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "DAG_STORE": "none"}
+    done = subprocess.run(
+        [sys.executable, "-c", DOLLAR_VIEWS], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    views = json.loads(done.stdout.splitlines()[-1])
+    saved = nbformat.v4.new_notebook()
+    saved.metadata = nbformat.read(ROOT / "notebooks" / "01_quickstart.ipynb", as_version=4).metadata
+    cell = nbformat.v4.new_code_cell("%%dag\nWhich plan, $5 or $10 a month?", execution_count=1)
+    cell.outputs = [
+        nbformat.v4.new_output(
+            "execute_result",
+            data=views["bundle"],
+            metadata={"dagmagic": {"run_id": views["run_id"]}},
+            execution_count=1,
+        )
+    ]
+    saved.cells = [nbformat.v4.new_markdown_cell("A run about prices, saved; some math: $x^2$."), cell]
+    nbformat.write(saved, jupyterlab.lab.root / "dollars.ipynb")
+    open_saved(jupyterlab, "dollars.ipynb")
+    page = jupyterlab.page
+    output = page.locator(".jp-OutputArea-output .dagmagic-static")
+    expect(output).to_be_visible()
+    output.evaluate("(view) => view.querySelectorAll('details').forEach((details) => { details.open = true; })")
+    # MathJax typesets asynchronously: the Markdown cell's math typeset shows it has run on this page
+    expect(page.locator(".jp-MarkdownCell mjx-container")).to_have_count(1, timeout=WAIT_MS)
+    expect(output.locator("mjx-container")).to_have_count(0)
+    text = output.inner_text()
+    assert "Take the $5 plan unless you need the $10 one." in text, text
+    assert "$5 and the full one $10" in text, text
+    jupyterlab.screenshot("static-dollars", focus=output)
+    assert jupyterlab.errors == []
