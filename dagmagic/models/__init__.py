@@ -6,7 +6,7 @@ the decision after it) and ``run_state`` (the run, its rounds, plans and steps).
 What differs between rounds or runs is ``dagmagic.diff``.
 """
 
-from dagmagic.models._text import SafeText, safe_text
+from dagmagic.models._text import NO_MATH, SafeText, no_math, safe_text
 from dagmagic.models.calls import CallStatus, LLMCall, ModelCard, Purpose, StructuredLevel
 from dagmagic.models.run_state import (
     Exchange,
@@ -26,6 +26,7 @@ from dagmagic.models.usage import Usage, money
 from dagmagic.models.verdicts import AnalysisResult, Decision
 
 __all__ = [
+    "NO_MATH",
     "AnalysisResult",
     "CallStatus",
     "Decision",
@@ -47,6 +48,7 @@ __all__ = [
     "Usage",
     "money",
     "natural_key",
+    "no_math",
     "safe_text",
     "split_round_reference",
 ]

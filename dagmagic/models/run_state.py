@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, Field, PrivateAttr
 
-from dagmagic.models._text import SafeText, cut, html_table
+from dagmagic.models._text import SafeText, cut, html_table, no_math
 from dagmagic.models.calls import LLMCall
 from dagmagic.models.usage import Usage
 from dagmagic.models.verdicts import AnalysisResult, Decision
@@ -221,7 +221,7 @@ class ExecutionPlan(BaseModel):
             f"{td}{e(', '.join(s.dependencies))}</td>{td}{e(cut(s.result or s.error, 80))}</td></tr>"
             for s in self.steps
         )
-        return f"<b>Round {self.round}</b><table>{head}{rows}</table>"
+        return no_math(f"<b>Round {self.round}</b><table>{head}{rows}</table>")
 
     def step(self, step_id: str) -> PlanStep:
         """The step with this id (KeyError naming the known ids otherwise)."""

@@ -14,7 +14,7 @@ import statistics
 import time
 from typing import TYPE_CHECKING
 
-from dagmagic.notebook.no_math import no_math
+from dagmagic.models import no_math
 
 if TYPE_CHECKING:
     from dagmagic.evaluation import Cell, Experiment

@@ -22,9 +22,8 @@ import nh3
 from markdown_it import MarkdownIt
 
 from dagmagic.engine import DagRun
-from dagmagic.models import ExecutionPlan, PlanCut, PlanStep, RoundRecord, split_round_reference
+from dagmagic.models import ExecutionPlan, PlanCut, PlanStep, RoundRecord, no_math, split_round_reference
 from dagmagic.notebook.layout import layout
-from dagmagic.notebook.no_math import no_math
 from dagmagic.notebook.tool_steps import call_text, direct_call, fell_back, is_tool_step
 
 __all__ = [

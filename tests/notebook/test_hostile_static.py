@@ -371,3 +371,21 @@ async def test_dollar_amounts_in_the_experiments_grid_and_its_stopped_reason_are
     page = experiment_html(experiment)
     # on main: 5 spans read as math (in the cases' goals, the costs, the progress line)
     assert math_spans(page) == [], math_spans(page)
+
+
+def test_dollar_amounts_in_a_step_a_plan_and_a_calls_html_are_not_typeset_as_math() -> None:
+    from dagmagic.models import LLMCall, Usage
+
+    step = PlanStep(
+        id="s1",
+        task="Find the price, say $5 or $6",
+        status="failed",
+        error=DOLLARS,
+        usage=Usage(requests=1, input_tokens=10, output_tokens=5, cost=0.0012),
+    )
+    plan = ExecutionPlan(goal=DOLLARS, steps=[step])
+    call = LLMCall(purpose="step", model="m", round=1, step_id="s1", status="failed", error=DOLLARS, usage=step.usage)
+    for page in (step._repr_html_(), plan._repr_html_(), call._repr_html_()):
+        assert "$5" in page or "$0.0012" in page  # the amounts are there, as text
+        # before: the step's task, error and cost read as math (3 spans), the plan's task and error (1)
+        assert math_spans(page) == [], (math_spans(page), page)
