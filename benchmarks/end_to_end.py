@@ -32,8 +32,10 @@ import os
 
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"  # never fetch litellm's price list from the network
 
+import argparse
 import ast
 import asyncio
+import importlib.util
 import json
 import math
 import operator
@@ -43,6 +45,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -54,10 +57,9 @@ from dagmagic import DagSession, DagSettings, ModelRegistry, tool
 from dagmagic.engine.calls.analyzer import Verdict
 from dagmagic.events import AnswerDelta
 from dagmagic.llm.protocol import Capabilities, ChatRequest, ChatResponse, StreamChunk
-from dagmagic.llm.tokens import approximate_tokens
 from dagmagic.testing import ScriptedLLM, ScriptedRequest, ToolCall
 
-REPEATS = 3
+REPEATS = 2
 
 # Per-call latencies (seconds) from the LLMCompiler paper's measurements.
 PLANNER = 1.88
@@ -76,59 +78,101 @@ SCALE = [1.0]
 """Every latency (model and tool) is multiplied by this: 0 for the warm-up and for dagmagic's own time."""
 
 
-# --- the timing model
+# --- the timing models
+
+
+def _load_token_rate() -> Any:
+    """``dagmagic/llm/token_rate.py`` of THIS tree, loaded by path: it imports nothing of dagmagic, so an older
+    engine (``--before``) is timed and counted by exactly the same code.
+    """
+    path = Path(__file__).resolve().parents[1] / "dagmagic" / "llm" / "token_rate.py"
+    spec = importlib.util.spec_from_file_location("_bench_token_rate", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # pydantic resolves the model's annotations through it
+    spec.loader.exec_module(module)
+    return module
+
+
+token_rate = _load_token_rate()
+TokenRate = token_rate.TokenRate
+
+TIMING: list[Any] = [None]
+"""The timing model in use: None for the paper's per-call latencies, else a ``TokenRate``."""
+
+
+def timing_name(timing: Any) -> str:
+    """A timing model as the tables name it."""
+    return "per call" if timing is None else f"{timing.output_tokens_per_s:.0f} tok/s"
 
 
 class PacedLLM:
-    """A ``ChatBackend`` that gives every reply of ``inner`` (a zero-latency backend) the same timing model.
+    """A ``ChatBackend`` that gives every reply of ``inner`` (a zero-latency backend) the timing model in use.
 
-    A call of latency L (``latency(request)``): a whole reply arrives at L; a streamed one in its pieces, the
-    first at ``FIRST_PIECE`` x L, the last at L, the ones between evenly spaced (each awaited against the call's
-    start, so sleeps do not drift). A plan of 40 pieces and an answer of 12 cost the same L: the latency is
-    the paper's per call, whatever the format's length.
+    Per call (``TIMING`` None): a call of latency L (``latency(request)``): a whole reply arrives at L; a streamed
+    one in its pieces, the first at ``FIRST_PIECE`` x L, the last at L, the ones between evenly spaced. A plan of
+    40 pieces and an answer of 12 cost the same L: the latency is the paper's per call, whatever its length.
 
-    Usage is counted the same way for every system with ``approximate_tokens``: prompt = every message's text
-    and tool calls, the tool schemas and the response format sent with it; completion = the reply's text and
-    tool calls. Every request is kept in ``calls``.
+    By the token (``TIMING`` a ``TokenRate``): the first piece after ``first_token`` + the prompt's tokens at the
+    input rate, each later piece when its last token is written at the output rate, a whole reply when its last
+    token is. Every sleep is awaited against the call's start, so sleeps do not drift.
+
+    Usage is counted the same way for every system, in ``cl100k_base`` tokens: prompt = every message's text and
+    tool calls, the tool schemas and the response format sent with it; completion = the reply's text and tool
+    calls. Every request is kept in ``calls``.
     """
 
     def __init__(self, inner: Any, latency: Callable[[ChatRequest], float]) -> None:
         self.inner = inner
         self.latency = latency
         self.calls: list[ChatRequest] = []
+        self.usage: list[tuple[str, int, int]] = []
+        """Per finished call: its purpose, input and output tokens."""
 
     def capabilities(self, model: str) -> Capabilities:
         """The inner backend's."""
         return self.inner.capabilities(model)  # type: ignore[no-any-return]
 
     def count_tokens(self, model: str, text: str) -> int:
-        """The same approximate count as the usage."""
-        return approximate_tokens(text)
+        """The same count as the usage."""
+        return int(token_rate.wire_tokens(text))
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
-        """The whole reply, after the call's latency."""
+        """The whole reply, when its timing model says."""
         start = asyncio.get_running_loop().time()
         self.calls.append(request)
-        response = await self.inner.complete(request)
-        await _sleep_until(start + self.latency(request) * SCALE[0])
-        return _counted(request, response)
+        response = _counted(request, await self.inner.complete(request))
+        self.usage.append((request.purpose, response.input_tokens, response.output_tokens))
+        rate = TIMING[0]
+        seconds = self.latency(request) if rate is None else rate.written(response.input_tokens, response.output_tokens)
+        await _sleep_until(start + seconds * SCALE[0])
+        return response
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamChunk]:
-        """The reply's pieces spread over the call's latency."""
+        """The reply's pieces, each when its timing model says."""
         loop = asyncio.get_running_loop()
         start = loop.time()
         self.calls.append(request)
-        latency = self.latency(request) * SCALE[0]
         chunks = [chunk async for chunk in self.inner.stream(request)]
         pieces = [chunk for chunk in chunks if chunk.final is None]
-        final = next(chunk.final for chunk in chunks if chunk.final is not None)
-        first = FIRST_PIECE * latency
-        gap = (latency - first) / max(len(pieces) - 1, 1)
-        for number, piece in enumerate(pieces):
-            await _sleep_until(start + first + number * gap)
+        final = _counted(request, next(chunk.final for chunk in chunks if chunk.final is not None))
+        self.usage.append((request.purpose, final.input_tokens, final.output_tokens))
+        rate = TIMING[0]
+        if rate is None:
+            latency = self.latency(request)
+            first = FIRST_PIECE * latency
+            gap = (latency - first) / max(len(pieces) - 1, 1)
+            times = [first + number * gap for number in range(len(pieces))]
+            end = latency
+        else:
+            texts = [piece.text + "".join((d.name or "") + d.arguments for d in piece.tool_calls) for piece in pieces]
+            times = token_rate.piece_times(rate, final.input_tokens, texts)
+            end = rate.written(final.input_tokens, final.output_tokens)
+        for at, piece in zip(times, pieces, strict=True):
+            await _sleep_until(start + at * SCALE[0])
             yield piece
-        await _sleep_until(start + latency)
-        yield StreamChunk(final=_counted(request, final))
+        await _sleep_until(start + end * SCALE[0])
+        yield StreamChunk(final=final)
 
 
 async def _sleep_until(deadline: float) -> None:
@@ -137,24 +181,13 @@ async def _sleep_until(deadline: float) -> None:
         await asyncio.sleep(delay)
 
 
-def prompt_tokens(request: ChatRequest) -> int:
-    """What a provider would bill as the prompt, counted without a tokenizer."""
-    parts = []
-    for message in request.messages:
-        parts.append(str(message.get("content") or ""))
-        if message.get("tool_calls"):
-            parts.append(json.dumps(message["tool_calls"]))
-    if request.tools:
-        parts.append(json.dumps(request.tools))
-    if request.response_format:
-        parts.append(json.dumps(request.response_format))
-    return approximate_tokens("\n".join(parts)) + 4 * len(request.messages)
-
-
 def _counted(request: ChatRequest, response: ChatResponse) -> ChatResponse:
-    calls = "".join(call.name + call.arguments for call in response.tool_calls)
+    calls = [(call.name, call.arguments) for call in response.tool_calls]
     return response.model_copy(
-        update={"input_tokens": prompt_tokens(request), "output_tokens": approximate_tokens(response.content + calls)}
+        update={
+            "input_tokens": token_rate.request_tokens(request),
+            "output_tokens": token_rate.reply_tokens(response.content, calls),
+        }
     )
 
 
@@ -457,6 +490,8 @@ class Outcome:
     first_answer: float | None
     answer: str
     breakdown: dict[str, float] = field(default_factory=dict)
+    per_call: list[tuple[str, int, int]] = field(default_factory=list)
+    """Each call's purpose, input and output tokens."""
 
 
 class StreamReader:
@@ -511,12 +546,19 @@ def _echo_backend(latency: Callable[[ChatRequest], float], reply: Callable[[Scri
 # --- (a) dagmagic
 
 
+PLAN_LINES = importlib.util.find_spec("dagmagic.engine.calls.plan_lines") is not None
+"""Whether the engine reads plan lines (a tool step written as its call), or JSON steps (before issue 40)."""
+
+
 def dagmagic_script(shape: Shape) -> dict[str, Any]:
     """The replies a model would give dagmagic for ``shape``, to issue 22's contract (see the module docstring)."""
     resolved = shape.resolved()
     results = shape.results()
     steps = []
     for call in shape.calls:
+        if PLAN_LINES:  # a step that is one call is written as the call: its dependencies are its references
+            steps.append({"id": call.id, "tool_hint": call.tool, "tool_args": call.args})
+            continue
         step: dict[str, Any] = {"id": call.id, "task": call.task, "dependencies": list(call.deps)}
         step["tool_hint"] = call.tool
         step["tool_args"] = call.args
@@ -586,6 +628,7 @@ async def run_dagmagic(shape: Shape) -> Outcome:
         min(deltas) - started if deltas else None,
         run.state.answer,
         _breakdown(run, started),
+        list(backend.usage),
     )
 
 
@@ -755,7 +798,7 @@ async def run_reference(shape: Shape) -> Outcome:
     seconds = time.perf_counter() - begin
     answer = text.split("Finish(", 1)[1].removesuffix(")")
     first = joiner.answer_at - begin if joiner.answer_at is not None else None
-    return Outcome(seconds, tally.calls, tally.prompt, tally.completion, first, answer)
+    return Outcome(seconds, tally.calls, tally.prompt, tally.completion, first, answer, {}, list(backend.usage))
 
 
 # --- (c) a sequential ReAct agent
@@ -803,7 +846,8 @@ async def run_react(shape: Shape) -> Outcome:
     tally.add(reader.final)
     seconds = time.perf_counter() - begin
     first = reader.answer_at - begin if reader.answer_at is not None else None
-    return Outcome(seconds, tally.calls, tally.prompt, tally.completion, first, text.split("Final Answer: ", 1)[1])
+    answer = text.split("Final Answer: ", 1)[1]
+    return Outcome(seconds, tally.calls, tally.prompt, tally.completion, first, answer, {}, list(backend.usage))
 
 
 # --- (d) LangGraph's plan-and-execute
@@ -944,11 +988,13 @@ def langgraph_runner(shape: Shape) -> Callable[[], Awaitable[Outcome]] | None:
         tally = Tally()
         answer_at.clear()
         backend.calls.clear()
+        backend.usage.clear()
         begin = time.perf_counter()
         state = await compiled.ainvoke({"input": shape.goal, "past_steps": []}, {"recursion_limit": 100})
         seconds = time.perf_counter() - begin
         first = answer_at[0] - begin if answer_at else None
-        return Outcome(seconds, tally.calls, tally.prompt, tally.completion, first, state["response"])
+        answer = state["response"]
+        return Outcome(seconds, tally.calls, tally.prompt, tally.completion, first, answer, {}, list(backend.usage))
 
     return run
 
@@ -957,36 +1003,49 @@ def langgraph_runner(shape: Shape) -> Callable[[], Awaitable[Outcome]] | None:
 
 
 SYSTEMS = ["dagmagic", "reference", "ReAct", "LangGraph P&E"]
+TIMINGS: list[Any] = [
+    None,
+    TokenRate(first_token=0.3, input_tokens_per_s=2000, output_tokens_per_s=40),
+    TokenRate(first_token=0.3, input_tokens_per_s=2000, output_tokens_per_s=100),
+]
+"""The paper's per-call latencies, then providers that charge by the token, writing 40 and 100 tokens a second."""
+
+Results = dict[str, dict[str, dict[str, list[Outcome]]]]
+"""Outcomes by timing model, shape and system."""
 
 
-async def measure(shapes: list[Shape]) -> dict[str, dict[str, list[Outcome]]]:
-    """Outcomes per shape and system; repeats interleave the systems so drift hits all alike."""
+async def measure(shapes: list[Shape], systems: list[str], repeats: int) -> Results:
+    """Outcomes per timing model, shape and system; repeats interleave the systems so drift hits all alike."""
     runners: dict[str, dict[str, Callable[[], Awaitable[Outcome]]]] = {}
     for shape in shapes:
-        runners[shape.name] = {
+        everyone: dict[str, Callable[[], Awaitable[Outcome]]] = {
             "dagmagic": lambda shape=shape: run_dagmagic(shape),  # type: ignore[misc]
             "reference": lambda shape=shape: run_reference(shape),  # type: ignore[misc]
             "ReAct": lambda shape=shape: run_react(shape),  # type: ignore[misc]
         }
-        graph = langgraph_runner(shape)
+        graph = langgraph_runner(shape) if "LangGraph P&E" in systems else None
         if graph is not None:
-            runners[shape.name]["LangGraph P&E"] = graph
-    results: dict[str, dict[str, list[Outcome]]] = {s.name: {} for s in shapes}
-    for repeat in range(REPEATS + 1):  # the first pass, every latency 0, warms up (imports, caches): not kept
-        SCALE[0] = 1.0 if repeat else 0.0
+            everyone["LangGraph P&E"] = graph
+        runners[shape.name] = {name: run for name, run in everyone.items() if name in systems}
+    results: Results = {}
+    plan: list[tuple[Any, float]] = [(None, 0.0)] + [(timing, 1.0) for timing in TIMINGS for _ in range(repeats)]
+    for number, (timing, scale) in enumerate(plan):  # the first pass, every latency 0, warms up: not kept
+        TIMING[0], SCALE[0] = timing, scale
         for shape in shapes:
             SHAPE_IN_USE[:] = [shape]
             for name, run in runners[shape.name].items():
                 outcome = await run()
                 if " ".join(outcome.answer.split()) != " ".join(shape.answer.split()):
                     raise RuntimeError(f"{name} on {shape.name} answered {outcome.answer!r}")
-                if repeat:
-                    results[shape.name].setdefault(name, []).append(outcome)
-    SCALE[0] = 0.0  # dagmagic's own time: the same runs with every latency 0
-    for _ in range(REPEATS):
+                if number:
+                    by_shape = results.setdefault(timing_name(timing), {}).setdefault(shape.name, {})
+                    by_shape.setdefault(name, []).append(outcome)
+    TIMING[0], SCALE[0] = None, 0.0  # dagmagic's own time: the same runs with every latency 0
+    for _ in range(repeats):
         for shape in shapes:
             SHAPE_IN_USE[:] = [shape]
-            results[shape.name].setdefault("dagmagic, latencies 0", []).append(await run_dagmagic(shape))
+            own = results[timing_name(None)][shape.name].setdefault("dagmagic, latencies 0", [])
+            own.append(await run_dagmagic(shape))
     SCALE[0] = 1.0
     return results
 
@@ -996,61 +1055,168 @@ def _median(values: list[float | None]) -> float | None:
     return statistics.median(known) if known else None
 
 
-def report(shapes: list[Shape], results: dict[str, dict[str, list[Outcome]]], seconds: float) -> None:
-    """The table, the goal check and where dagmagic's time went."""
+def _purpose_tokens(outcomes: list[Outcome], purpose: str) -> tuple[float, float, float]:
+    """Median per goal: calls of ``purpose``, input tokens per such call, output tokens per such call."""
+    calls, inputs, outputs = [], [], []
+    for outcome in outcomes:
+        mine = [(i, o) for p, i, o in outcome.per_call if p == purpose]
+        calls.append(len(mine))
+        inputs.extend(i for i, _ in mine)
+        outputs.extend(o for _, o in mine)
+    return statistics.median(calls), _median(list(inputs)) or 0.0, _median(list(outputs)) or 0.0
+
+
+def summary(shapes: list[Shape], results: Results) -> dict[str, dict[str, float]]:
+    """Per shape, the issue's measures as numbers: ratios to the reference per timing model, plan tokens."""
+    out: dict[str, dict[str, float]] = {}
+    for shape in shapes:
+        row: dict[str, float] = {}
+        for timing in TIMINGS:
+            name = timing_name(timing)
+            by_system = results[name][shape.name]
+            dag, ref = by_system["dagmagic"], by_system["reference"]
+            row[f"e2e {name}"] = statistics.median(o.seconds for o in dag) / statistics.median(o.seconds for o in ref)
+            dag_first, ref_first = _median([o.first_answer for o in dag]), _median([o.first_answer for o in ref])
+            row[f"first {name}"] = dag_first / ref_first if dag_first and ref_first else math.nan
+        per_call = results[timing_name(None)][shape.name]
+        _, dag_plan_in, dag_plan_out = _purpose_tokens(per_call["dagmagic"], "plan")
+        _, ref_plan_in, ref_plan_out = _purpose_tokens(per_call["reference"], "plan")
+        row.update(
+            {
+                "calls dagmagic": statistics.median(o.calls for o in per_call["dagmagic"]),
+                "calls reference": statistics.median(o.calls for o in per_call["reference"]),
+                "plan in dagmagic": dag_plan_in,
+                "plan in reference": ref_plan_in,
+                "plan out dagmagic": dag_plan_out,
+                "plan out reference": ref_plan_out,
+            }
+        )
+        out[shape.name] = row
+    return out
+
+
+def report(shapes: list[Shape], results: Results, seconds: float, repeats: int) -> None:
+    """The tables per timing model, tokens per call, the goal check and where dagmagic's time went."""
+    for timing in TIMINGS:
+        _report_timing(shapes, results[timing_name(timing)], timing)
+    print(f"Medians of {repeats} runs after a warm-up. x ref: end-to-end / the reference's. Tokens are per goal,")
+    print("counted in cl100k_base for every system. 1st answer: seconds from the start to the first piece of the")
+    print("answer's text (dagmagic: the first AnswerDelta).")
+    print()
+    _report_tokens_per_call(shapes, results[timing_name(None)])
+    print()
+    print_summary(summary(shapes, results))
+    print()
+    _report_breakdown(shapes, results)
+    print("tools crit.: the longest chain of tool latencies; own ms: dagmagic's whole run with every latency 0")
+    print("(model calls and tools answer at once): the engine's own time per goal.")
+    if any("LangGraph P&E" in r for r in results[timing_name(None)].values()):
+        from importlib.metadata import version
+
+        print(f"\nLangGraph: {version('langgraph')}")
+    else:
+        print("\nLangGraph: not measured (pip install -e '.[bench]')")
+    print(f"Total benchmark time: {seconds:.1f}s")
+
+
+def _report_timing(shapes: list[Shape], results: dict[str, dict[str, list[Outcome]]], timing: Any) -> None:
+    if timing is None:
+        title = "Per-call latencies (the paper's)"
+    else:
+        title = (
+            f"By the token: first token {timing.first_token}s + input at {timing.input_tokens_per_s:.0f} tok/s, "
+            f"output at {timing.output_tokens_per_s:.0f} tok/s"
+        )
+    print(title)
     header = (
         f"{'shape':42}{'system':15}{'end-to-end':>11}{'x ref':>7}{'LLM calls':>10}"
-        f"{'prompt tok':>11}{'compl. tok':>11}{'1st answer':>11}"
+        f"{'prompt tok':>11}{'compl. tok':>11}{'1st answer':>11}{'x ref':>7}"
     )
     print(header)
     print("-" * len(header))
-    checks: list[str] = []
     for shape in shapes:
         ref = results[shape.name]["reference"]
         ref_seconds = statistics.median(o.seconds for o in ref)
+        ref_first = _median([o.first_answer for o in ref])
         for system in SYSTEMS:
             outcomes = results[shape.name].get(system)
             label = shape.name if system == "dagmagic" else ""
             if not outcomes:
-                print(f"{label:42}{system:15}{'not installed':>11}")
                 continue
             e2e = statistics.median(o.seconds for o in outcomes)
             first = _median([o.first_answer for o in outcomes])
-            calls = statistics.median(o.calls for o in outcomes)
             row = (
-                f"{label:42}{system:15}{e2e:10.2f}s{e2e / ref_seconds:7.2f}{calls:10.0f}"
+                f"{label:42}{system:15}{e2e:10.2f}s{e2e / ref_seconds:7.2f}"
+                f"{statistics.median(o.calls for o in outcomes):10.0f}"
                 f"{statistics.median(o.prompt_tokens for o in outcomes):11.0f}"
                 f"{statistics.median(o.completion_tokens for o in outcomes):11.0f}"
-                + (f"{first:10.2f}s" if first is not None else f"{'-':>11}")
             )
+            if first is not None and ref_first:
+                row += f"{first:10.2f}s{first / ref_first:7.2f}"
+            else:
+                row += f"{'-':>11}{'-':>7}"
             print(row)
-        dag = results[shape.name]["dagmagic"]
-        ratio = statistics.median(o.seconds for o in dag) / ref_seconds
-        calls_over = statistics.median(o.calls for o in dag) - statistics.median(o.calls for o in ref)
-        dag_first = _median([o.first_answer for o in dag])
-        ref_first = _median([o.first_answer for o in ref])
-        checks.append(
-            f"  {shape.name:42} end to end {ratio:.2f}x ({'met' if ratio <= 1.0 else 'MISSED'}), "
-            f"calls +{calls_over:.0f} ({'met' if calls_over <= 1 else 'MISSED'}), first answer "
-            + (
-                f"{dag_first:.2f}s vs {ref_first:.2f}s ({'met' if dag_first <= ref_first else 'MISSED'})"
-                if dag_first is not None and ref_first is not None
-                else "n/a"
-            )
-        )
     print()
-    print(f"Medians of {REPEATS} runs after a warm-up. x ref: end-to-end / the reference's. Tokens are per goal,")
-    print("counted with dagmagic.llm.tokens.approximate_tokens for every system. 1st answer: seconds from the start")
-    print("to the first piece of the answer's text (dagmagic: the first AnswerDelta).")
-    print()
-    print("Issue 22's goals (dagmagic vs reference): end to end <= 1.0x; LLM calls <= reference + 1; first answer")
-    print("token no later than the reference's:")
-    print("\n".join(checks))
-    print()
-    print("Where dagmagic's time goes (median of each mark, seconds from the start of session.run):")
+
+
+def _report_tokens_per_call(shapes: list[Shape], results: dict[str, dict[str, list[Outcome]]]) -> None:
+    print("Tokens per call (median input / output tokens of one call of that purpose; calls a goal):")
+    print(f"{'shape':42}{'system':11}{'purpose':>11}{'calls':>7}{'input':>8}{'output':>8}")
+    for shape in shapes:
+        for system in ("dagmagic", "reference"):
+            outcomes = results[shape.name][system]
+            purposes = dict.fromkeys(p for o in outcomes for p, _, _ in o.per_call)
+            for number, purpose in enumerate(purposes):
+                calls, inputs, outputs = _purpose_tokens(outcomes, purpose)
+                label = shape.name if system == "dagmagic" and number == 0 else ""
+                shown = "joiner" if system == "reference" and purpose == "synthesize" else purpose
+                print(f"{label:42}{system if number == 0 else '':11}{shown:>11}{calls:7.0f}{inputs:8.0f}{outputs:8.0f}")
+
+
+def print_summary(rows: dict[str, dict[str, float]], before: dict[str, dict[str, float]] | None = None) -> None:
+    """The issue's goals per shape: ratios to the reference (before -> after when ``before`` is given)."""
+    names = [timing_name(timing) for timing in TIMINGS]
+
+    def cell(shape: str, key: str, width: int, digits: int = 2) -> str:
+        after = rows[shape][key]
+        text = f"{after:.{digits}f}"
+        if before is not None and shape in before and key in before[shape]:
+            text = f"{before[shape][key]:.{digits}f}->{text}"
+        return f"{text:>{width}}"
+
+    width = 12 if before is not None else 7
+    print(
+        "Goals (dagmagic / reference): end to end and first answer token <= 1.0x at every timing; plan output"
+        " tokens <= 1.1x; plan prompt <= 1.5x; 2 calls a goal." + (" before->after." if before is not None else "")
+    )
+    header = (
+        f"{'shape':42}"
+        + "".join(f"{'e2e ' + n:>{width + 4}}" for n in names)
+        + "".join(f"{'1st ' + n:>{width + 4}}" for n in names)
+        + f"{'plan out':>{width + 2}}{'plan in':>{width + 2}}{'calls':>{width}}"
+    )
+    print(header)
+    missed: list[str] = []
+    for shape, row in rows.items():
+        line = f"{shape:42}"
+        line += "".join(cell(shape, f"e2e {n}", width + 4) for n in names)
+        line += "".join(cell(shape, f"first {n}", width + 4) for n in names)
+        plan_out = row["plan out dagmagic"] / row["plan out reference"]
+        plan_in = row["plan in dagmagic"] / row["plan in reference"]
+        rows[shape]["plan out x"], rows[shape]["plan in x"] = plan_out, plan_in
+        line += cell(shape, "plan out x", width + 2) + cell(shape, "plan in x", width + 2)
+        line += cell(shape, "calls dagmagic", width, 0)
+        print(line)
+        missed += [f"{shape}: e2e {n}" for n in names if row[f"e2e {n}"] > 1.0]
+        missed += [f"{shape}: 1st {n}" for n in names if row[f"first {n}"] > 1.0]
+        missed += [f"{shape}: plan out {plan_out:.2f}x"] if plan_out > 1.1 else []
+        missed += [f"{shape}: plan in {plan_in:.2f}x"] if plan_in > 1.5 else []
+        missed += [f"{shape}: {row['calls dagmagic']:.0f} calls"] if row["calls dagmagic"] > 2 else []
+    print("All goals met." if not missed else "Missed: " + "; ".join(missed))
+
+
+def _report_breakdown(shapes: list[Shape], results: Results) -> None:
     marks = [
-        "route start",
-        "route end",
         "plan start",
         "steps start",
         "plan end",
@@ -1062,30 +1228,25 @@ def report(shapes: list[Shape], results: dict[str, dict[str, list[Outcome]]], se
         "finished",
     ]
     short = {m: m.replace("synthesize", "synth.").replace("analyze", "verdict") for m in marks}
-    print(f"{'shape':42}" + "".join(f"{short[m]:>14}" for m in marks) + f"{'tools crit.':>12}{'own ms':>8}")
-    for shape in shapes:
-        breakdowns = [o.breakdown for o in results[shape.name]["dagmagic"]]
-        row = f"{shape.name:42}"
-        for mark in marks:
-            value = _median([b.get(mark) for b in breakdowns])
-            row += f"{value:14.2f}" if value is not None else f"{'-':>14}"
-        own = statistics.median(o.seconds for o in results[shape.name]["dagmagic, latencies 0"])
-        print(row + f"{critical_tools(shape):12.2f}{own * 1000:8.0f}")
-    print("tools crit.: the longest chain of tool latencies; own ms: dagmagic's whole run with every latency 0")
-    print("(model calls and tools answer at once): the engine's own time per goal.")
-    if any("LangGraph P&E" in r for r in results.values()):
-        from importlib.metadata import version
-
-        print(f"\nLangGraph: {version('langgraph')}")
-    else:
-        print("\nLangGraph: not installed (pip install -e '.[bench]')")
-    print(f"Total benchmark time: {seconds:.1f}s")
+    for timing in TIMINGS:
+        by_shape = results[timing_name(timing)]
+        print(f"Where dagmagic's time goes, {timing_name(timing)} (median of each mark, seconds from the start):")
+        print(f"{'shape':42}" + "".join(f"{short[m]:>14}" for m in marks) + f"{'tools crit.':>12}{'own ms':>8}")
+        for shape in shapes:
+            breakdowns = [o.breakdown for o in by_shape[shape.name]["dagmagic"]]
+            row = f"{shape.name:42}"
+            for mark in marks:
+                value = _median([b.get(mark) for b in breakdowns])
+                row += f"{value:14.2f}" if value is not None else f"{'-':>14}"
+            own = statistics.median(o.seconds for o in results[timing_name(None)][shape.name]["dagmagic, latencies 0"])
+            print(row + f"{critical_tools(shape):12.2f}{own * 1000:8.0f}")
+        print()
 
 
-def _commit() -> str:
+def _commit(revision: str = "HEAD") -> str:
     try:
         return subprocess.run(
-            ["git", "-C", str(Path(__file__).parent), "rev-parse", "--short", "HEAD"],
+            ["git", "-C", str(Path(__file__).parent), "rev-parse", "--short", revision],
             capture_output=True,
             text=True,
             check=True,
@@ -1094,25 +1255,66 @@ def _commit() -> str:
         return "unknown"
 
 
+def measure_before(revision: str, repeats: int) -> dict[str, dict[str, float]]:
+    """The same benchmark (this file, this timing code) with the engine of ``revision``, in a subprocess:
+    dagmagic and the reference only; its summary.
+    """
+    root = Path(__file__).resolve().parents[1]
+    with tempfile.TemporaryDirectory() as tree:
+        archive = subprocess.run(
+            ["git", "-C", str(root), "archive", revision, "dagmagic"], capture_output=True, check=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", tree], input=archive, check=True)
+        out = Path(tree) / "summary.json"
+        env = {**os.environ, "PYTHONPATH": tree + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        command = [sys.executable, __file__, "--systems", "dagmagic,reference", "--repeats", str(repeats)]
+        print(f"Measuring the engine of {revision} ({_commit(revision)}) in a subprocess...", flush=True)
+        subprocess.run([*command, "--json", str(out), "--engine-from", tree], env=env, check=True)
+        summary_rows: dict[str, dict[str, float]] = json.loads(out.read_text())
+        return summary_rows
+
+
 def main() -> None:
-    """Run every shape under every system and print the tables."""
+    """Run every shape under every system and timing model and print the tables."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=REPEATS, help="measured runs per system, shape and timing")
+    parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated systems to run")
+    parser.add_argument("--before", metavar="REV", help="also measure the engine of git revision REV, side by side")
+    parser.add_argument("--json", metavar="PATH", help="write the summary as JSON")
+    parser.add_argument("--engine-from", metavar="DIR", help=argparse.SUPPRESS)
+    options = parser.parse_args()
+    if options.engine_from:  # the --before subprocess: it must run the engine it was given
+        import dagmagic
+
+        engine = Path(dagmagic.__file__).resolve()
+        if not engine.is_relative_to(Path(options.engine_from).resolve()):
+            raise SystemExit(f"expected the engine from {options.engine_from}, imported {engine}")
+    before = measure_before(options.before, options.repeats) if options.before else None
     shapes = build_shapes()
     print(
-        f"dagmagic end-to-end benchmark - {datetime.now(UTC):%Y-%m-%d %H:%M} UTC - commit {_commit()} - Python "
-        f"{sys.version.split()[0]} on {platform.system()} {platform.machine()}, {os.cpu_count()} cores, load "
-        f"average {os.getloadavg()[0]:.2f}"
+        f"dagmagic end-to-end benchmark - {datetime.now(UTC):%Y-%m-%d %H:%M} UTC - commit {_commit()}"
+        + (" (engine of an earlier revision)" if options.engine_from else "")
+        + f" - Python {sys.version.split()[0]} on {platform.system()} {platform.machine()}, {os.cpu_count()} cores,"
+        f" load average {os.getloadavg()[0]:.2f}"
     )
     print(
-        f"Latencies: planner {PLANNER}s, answer/joiner {ANSWER}s, verdict/analyzer {ANALYZER}s, fast model "
-        f"{FAST[0]}-{FAST[1]}s (seeded per call), tools 0.2-1.13s; a streamed reply's first piece at "
-        f"{FIRST_PIECE:.0%} of its latency, the rest evenly to the end"
+        f"Per-call latencies: planner {PLANNER}s, answer/joiner {ANSWER}s, verdict/analyzer {ANALYZER}s, fast model "
+        f"{FAST[0]}-{FAST[1]}s (seeded per call); a streamed reply's first piece at {FIRST_PIECE:.0%} of its "
+        "latency, the rest evenly to the end. Tools 0.2-1.13s under every timing model."
     )
     movie = next(s for s in shapes if s.name.startswith("Movie"))
     print(f"Movie rec. search latencies (seed {SEED}): {', '.join(f'{c.latency:.2f}' for c in movie.calls)}")
     print()
     start = time.perf_counter()
-    results = asyncio.run(measure(shapes))
-    report(shapes, results, time.perf_counter() - start)
+    results = asyncio.run(measure(shapes, options.systems.split(","), options.repeats))
+    report(shapes, results, time.perf_counter() - start, options.repeats)
+    rows = summary(shapes, results)
+    if options.json:
+        Path(options.json).write_text(json.dumps(rows, indent=1))
+    if before is not None:
+        print()
+        print(f"Before ({options.before}) -> after (this tree):")
+        print_summary(rows, before)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ in order, the last one repeating, or to a callable ``(request) -> reply``, sync 
 
 - a string: the content;
 - a dict: a JSON value, delivered as a tool call, JSON text or prose with a fenced JSON block, by what
-  the request asks for (forced tool choice, JSON mode, plain text), as a real model would;
+  the request asks for (forced tool choice, JSON mode, plain text), as a real model would; a plan (the
+  planner's JSON form, ``{"steps": [...]}``) is written as the plan lines the planner asks for;
 - a ``ToolCall`` or a list of them: a request to call tools (a JSON action in the text when the model
   lacks tool calling);
 - an exception instance: raised, for fault injection;
@@ -38,10 +39,12 @@ from typing import Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dagmagic.engine.calls.plan_lines import render_plan_lines
 from dagmagic.errors import ReplayMismatch
 from dagmagic.llm.cassette import Cassette
 from dagmagic.llm.protocol import Capabilities, ChatRequest, ChatResponse, StreamChunk, ToolCallData, response_pieces
 from dagmagic.llm.replay_backend import ReplayLLM
+from dagmagic.llm.token_rate import TokenRate, piece_times, reply_tokens
 from dagmagic.llm.tokens import approximate_tokens
 from dagmagic.models import Purpose
 from dagmagic.store.replay import recording_of, replay
@@ -54,6 +57,7 @@ __all__ = [
     "ScriptError",
     "ScriptedLLM",
     "ScriptedRequest",
+    "TokenRate",
     "ToolCall",
     "recording_of",
     "replay",
@@ -111,15 +115,16 @@ class ScriptedLLM:
     def __init__(
         self,
         script: Mapping[str, ScriptEntry],
-        latency: float | Mapping[str, float] = 0.0,
+        latency: float | Mapping[str, float] | TokenRate = 0.0,
         capabilities: Iterable[str] = ("tool_call", "json_mode", "stream"),
         *,
         chunk_delay: float = 0.0,
         price: tuple[float, float] | None = None,
         context_window: int | None = None,
     ) -> None:
-        """``latency``: seconds before each reply, or per script key; ``chunk_delay``: seconds between
-        streamed pieces; ``price``: USD per (input, output) token, else cost is unknown (None);
+        """``latency``: seconds before each reply, or per script key, or a ``TokenRate`` (time follows the
+        tokens read and written, and the usage is counted in ``cl100k_base`` tokens); ``chunk_delay``: seconds
+        between streamed pieces; ``price``: USD per (input, output) token, else cost is unknown (None);
         ``context_window``: input tokens the model accepts (None: unlimited), for context guard tests.
         """
         self.script = dict(script)
@@ -175,7 +180,13 @@ class ScriptedLLM:
         self._served[key] = index + 1
         seen = self._seen(request, stream, index)
         self.requests.append(seen)
-        delay = self.latency.get(key, 0.0) if isinstance(self.latency, Mapping) else self.latency
+        delay = (
+            0.0
+            if isinstance(self.latency, TokenRate)
+            else self.latency.get(key, 0.0)
+            if isinstance(self.latency, Mapping)
+            else self.latency
+        )
         if delay:
             await asyncio.sleep(delay)
         entry = self.script[key]
@@ -209,6 +220,7 @@ class ScriptedLLM:
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
         """The scripted reply, shaped by what the request asks for."""
+        start = asyncio.get_running_loop().time()
         reply, _ = await self._reply(request, stream=False)
         if isinstance(reply, BaseException):
             raise reply
@@ -222,10 +234,14 @@ class ScriptedLLM:
             for piece in reply:
                 if isinstance(piece, BaseException):
                     raise piece
-        return self._response(request, reply)
+        response = self._response(request, reply)
+        if isinstance(self.latency, TokenRate):
+            await _sleep_until(start + self.latency.written(response.input_tokens, response.output_tokens))
+        return response
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamChunk]:
         """The scripted reply in pieces: the given ones, or words of a text reply."""
+        start = asyncio.get_running_loop().time()
         reply, _ = await self._reply(request, stream=True)
         if isinstance(reply, BaseException):
             raise reply
@@ -234,7 +250,13 @@ class ScriptedLLM:
             reply if lazy or _is_chunk_list(reply) else response_pieces(self._response(request, reply))
         )
         text: list[str] = []
+        rate = self.latency if isinstance(self.latency, TokenRate) else None
+        input_tokens = rate.input_tokens(request) if rate else 0
+        written: list[str] = []
         for number, piece in enumerate(pieces):
+            if rate is not None and not isinstance(piece, BaseException):
+                written.append(piece.text + _arguments(piece) if isinstance(piece, StreamChunk) else str(piece))
+                await _sleep_until(start + piece_times(rate, input_tokens, ["".join(written)])[0])
             if number and self.chunk_delay:
                 await asyncio.sleep(self.chunk_delay)
             elif lazy:
@@ -253,9 +275,13 @@ class ScriptedLLM:
 
     def _response(self, request: ChatRequest, reply: Any) -> ChatResponse:
         content, tool_calls = self._render(request, reply)
-        prompt_chars = sum(len(str(m.get("content") or "")) for m in request.messages)
-        output_chars = len(content) + sum(len(tc.name) + len(tc.arguments) for tc in tool_calls)
-        input_tokens, output_tokens = prompt_chars // 4 + 1, output_chars // 4 + 1
+        if isinstance(self.latency, TokenRate):
+            input_tokens = self.latency.input_tokens(request)
+            output_tokens = reply_tokens(content, ((tc.name, tc.arguments) for tc in tool_calls))
+        else:
+            prompt_chars = sum(len(str(m.get("content") or "")) for m in request.messages)
+            output_chars = len(content) + sum(len(tc.name) + len(tc.arguments) for tc in tool_calls)
+            input_tokens, output_tokens = prompt_chars // 4 + 1, output_chars // 4 + 1
         cost = None
         if self.price is not None:
             cost = input_tokens * self.price[0] + output_tokens * self.price[1]
@@ -280,6 +306,10 @@ class ScriptedLLM:
                 return "", [_tool_call_data(call, i) for i, call in enumerate(calls)]
             actions = [{"tool": call.name, "arguments": call.arguments} for call in calls]
             return json.dumps(actions[0] if len(actions) == 1 else actions), []
+        if request.reply_format == "plan" and isinstance(reply, dict | list):
+            lines = render_plan_lines(reply)
+            if lines is not None:
+                return lines, []
         if isinstance(reply, dict | list):
             text = json.dumps(reply, ensure_ascii=False)
             forced = request.forced_tool
@@ -293,6 +323,16 @@ class ScriptedLLM:
 
 def _tool_call_data(call: ToolCall, index: int) -> ToolCallData:
     return ToolCallData(id=call.id or f"call_{index}", name=call.name, arguments=json.dumps(call.arguments))
+
+
+async def _sleep_until(deadline: float) -> None:
+    delay = deadline - asyncio.get_running_loop().time()
+    if delay > 0:
+        await asyncio.sleep(delay)
+
+
+def _arguments(chunk: StreamChunk) -> str:
+    return "".join((delta.name or "") + (delta.arguments or "") for delta in chunk.tool_calls)
 
 
 def _is_chunk_list(reply: Any) -> bool:
