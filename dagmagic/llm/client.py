@@ -19,7 +19,7 @@ import logging
 import random
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import stamina
 
@@ -295,6 +295,7 @@ class ChatModel:
         response_format: dict[str, Any] | None = None,
         temperature: float | None = None,
         structured_level: StructuredLevel | None = None,
+        reply_format: Literal["plan"] | None = None,
     ) -> ChatResult:
         """One completion; transient errors are retried, fatal ones raised at once as ``ProviderError``."""
         request = self._request(
@@ -306,6 +307,7 @@ class ChatModel:
             tool_choice=tool_choice,
             response_format=response_format,
             temperature=temperature,
+            reply_format=reply_format,
         )
         hold = await self._admit(request)  # refused before any try: no call was made, none is recorded
         started = time.time()
@@ -409,6 +411,7 @@ class ChatModel:
         response_format: dict[str, Any] | None = None,
         temperature: float | None = None,
         structured_level: StructuredLevel | None = None,
+        reply_format: Literal["plan"] | None = None,
     ) -> AsyncIterator[StreamChunk]:
         """The reply in pieces. A transient error before the first piece is retried; after it, raised
         (a retry would repeat text the caller already showed). The call is recorded when the stream ends.
@@ -422,6 +425,7 @@ class ChatModel:
             tool_choice=tool_choice,
             response_format=response_format,
             temperature=temperature,
+            reply_format=reply_format,
         )
         hold = await self._admit(request)  # refused before any try: no call was made, none is recorded
         started = time.time()

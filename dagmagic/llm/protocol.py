@@ -7,7 +7,7 @@ Everything above this boundary (retries, usage, events, structured levels) is sh
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
@@ -69,6 +69,9 @@ class ChatRequest(BaseModel):
     """Extra litellm keywords (``api_base``, ``api_key``...): never serialized, never shown."""
     run_id: str | None = Field(None, exclude=True)
     """The run the call belongs to (told to litellm's callbacks, not to the model)."""
+    reply_format: Literal["plan"] | None = Field(None, exclude=True)
+    """The text format the caller reads the reply in, when it is one of dagmagic's own (``"plan"``: plan lines,
+    ``dagmagic.engine.calls.plan_lines``): a scripted model writes a scripted value in it."""
 
     @property
     def forced_tool(self) -> str | None:

@@ -31,7 +31,7 @@ from dagmagic.testing import ScriptedLLM, ScriptedRequest
 MATRIX = """
 purpose         | rate_limit   | timeout      | server_500   | connection_reset | auth       | broken_stream | empty_stream | empty_reply  | huge_reply | never
 history_summary | tail         | tail         | tail         | tail             | FAILED     | tail          | tail         | tail         | kept       | tail
-plan            | one-step     | silent       | one-step     | silent           | FAILED     | silent        | one-step     | one-step     | one-step   | silent
+plan            | one-step     | silent       | one-step     | silent           | FAILED     | one-step      | one-step     | one-step     | one-step   | silent
 tool_selection  | all-tools    | silent       | all-tools    | silent           | FAILED     | silent        | all-tools    | all-tools    | all-tools  | silent
 step            | step-failed  | step-failed  | step-failed  | step-failed      | FAILED     | step-failed   | step-failed  | step-failed  | kept       | step-failed
 compaction      | cut          | cut          | cut          | cut              | FAILED     | cut           | cut          | cut          | cut        | cut

@@ -90,8 +90,8 @@ async def test_a_changed_tool_docstring_diverges_at_the_plan_and_shows_the_chang
     divergence = replayed.divergence
     assert divergence is not None and (divergence.purpose, divergence.step_id, divergence.round) == ("plan", None, 1)
     assert divergence.headline == "diverged from the recording at the 'plan' call in round 1"
-    assert "-    lookup(city: string) — The population of a city." in divergence.reason
-    assert "+    lookup(city: string) — The number of people living in a city" in divergence.reason
+    assert "-  lookup(city: string) — The population of a city." in divergence.reason
+    assert "+  lookup(city: string) — The number of people living in a city" in divergence.reason
     assert "Hint:" not in divergence.reason
     assert replayed.answer == ""  # no "(goal not achieved)" fallback: where it diverged is what it says
     difference = replayed.diff(original)

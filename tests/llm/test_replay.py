@@ -459,9 +459,8 @@ def answer_like_a_model(body: dict[str, Any]) -> str:
     leaves the answer to the synthesis, and the answer.
     """
     system = str(body["messages"][0].get("content") or "")
-    if system.startswith("You are the planner"):
-        steps = [{"id": "s1", "task": "population of Paris"}, {"id": "s2", "task": "population of Berlin"}]
-        return json.dumps({"steps": steps})
+    if system.startswith("Plan how to reach"):
+        return "1. population of Paris\n2. population of Berlin"
     if system.startswith("You judge whether"):
         return json.dumps({"achieved": False, "confidence": 0.95, "reasoning": "both figures are known"})
     if system.startswith("You carry out one step"):

@@ -78,7 +78,7 @@ def test_a_replay_after_a_tool_changed_says_where_it_diverged_and_what_changed(
     assert isinstance(replayed, DagRun) and replayed.status == "failed"
     out = capsys.readouterr().out
     assert "[failed] diverged from the recording at the 'plan' call in round 1: it was not recorded\n" in out
-    assert "-    lookup(city: string) — The population of a city." in out  # the diff, line by line
+    assert "-  lookup(city: string) — The population of a city." in out  # the diff, line by line
     assert last_line(out) == (
         f"Replay of run {original.run_id} diverged from the recording at the 'plan' call in round 1: it was not "
         "recorded; first change: - lookup(city: string) — The population of a city. / + lookup(city: string) — "
@@ -135,13 +135,13 @@ def test_the_static_views_and_the_widget_say_where_a_replay_diverged(ip: Interac
     assert "diverged from the recording at the &#x27;plan&#x27; call in round 1: it was not recorded" in markdown
     assert "ReplayMismatch" not in markdown  # not the error's one long line
     assert "\n```text\nThe closest recorded call (plan · round 1 · model 'llm') differs:\n" in markdown  # its lines
-    assert "\n-    lookup(city: string) — The population of a city.\n" in markdown
+    assert "\n-  lookup(city: string) — The population of a city.\n" in markdown
     assert f"replay of run {replayed.replay_of}" in markdown
 
     page = run_html(replayed)
     assert "diverged from the recording at the &#x27;plan&#x27; call in round 1" in page
     assert '<pre style="white-space: pre-wrap">The closest recorded call' in page
-    assert "\n-    lookup(city: string) — The population of a city.\n" in page
+    assert "\n-  lookup(city: string) — The population of a city.\n" in page
 
     state = widget_state(replayed)["divergence"]
     assert state["headline"] == "diverged from the recording at the 'plan' call in round 1: it was not recorded"

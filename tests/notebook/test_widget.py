@@ -361,8 +361,8 @@ async def test_a_calls_messages_and_a_steps_whole_result_are_sent_on_request() -
     assert answer["ok"]
     detail = answer["value"]
     assert detail["index"] == plan_call
-    assert detail["messages"][0]["role"] == "system" and "planner" in detail["messages"][0]["content"]
-    assert detail["tool_calls"] and detail["error"] == ""
+    assert detail["messages"][0]["role"] == "system" and "Plan how to reach" in detail["messages"][0]["content"]
+    assert detail["reply"].startswith("1. ") and detail["error"] == ""  # the plan as its lines
     assert len(state["rounds"][0]["nodes"][0]["result"]) < 5000  # cut in the state...
     whole = front.ask("full_text", round=1, step="s1", field="result")
     assert whole == {"ok": True, "value": {"text": "x" * 9000}}  # ...whole on request

@@ -35,17 +35,20 @@ __all__ = ["SAFE_DEFAULT", "Analyzer", "contradiction", "regex_analysis"]
 
 class Verdict(BaseModel):
     """What the analyzer is asked for (strict, so the schema it sees requires every field). Models write the
-    fields in this order: the answer comes right after the verdict, before its reasoning, so it starts to show
-    as soon as the verdict is known.
+    fields in this order: the verdict, its reason (one short sentence when the goal is reached), then the answer,
+    last, so that the run ends when the answer is written and nothing the user waits for comes after it.
     """
 
     achieved: bool = Field(description="True only if the results fully answer the goal.")
     confidence: float = Field(ge=0, le=1, description="How sure the verdict is, 0.0 to 1.0.")
+    reasoning: str = Field(
+        description="Why. When the goal is reached: one short sentence. When it is not: what is missing; name "
+        "contradictions between sources."
+    )
     final_answer: str | None = Field(
         description="When the goal is reached: the answer itself, written for the user (direct, in the goal's "
         "language, Markdown where it helps). Else null."
     )
-    reasoning: str = Field(description="Why; name contradictions between sources and what is missing.")
 
 
 UNREAD_VERDICT = "The model's verdict could not be read, so whether the goal was reached is not known"

@@ -20,15 +20,15 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from dagmagic.engine.calls.plan_drafts import Domain, StepDraft, normalize_step, plan_schema, recover_plan
+from dagmagic.engine.calls.plan_drafts import Domain, StepDraft, normalize_step
+from dagmagic.engine.calls.plan_lines import LineReader
 from dagmagic.engine.calls.plan_validation import names_itself, step_hints, usable_tool_args
 from dagmagic.engine.calls.planner import Planner
 from dagmagic.engine.steps.tool_steps import references
 from dagmagic.errors import TransientProviderError
-from dagmagic.llm.extraction import extract_json, parse_json
+from dagmagic.llm.extraction import parse_json
 from dagmagic.llm.protocol import StreamChunk
-from dagmagic.llm.structured import OutputShape, echoes_schema, with_instruction
-from dagmagic.models import PlanStep, StructuredLevel, split_round_reference
+from dagmagic.models import PlanStep, split_round_reference
 
 __all__ = ["PlanStream", "StreamedPlan"]
 
@@ -75,37 +75,28 @@ class PlanStream:
         ``ask_domain``: the planner must say the goal's domain too (read from the whole reply at the end).
         """
         planner = self.planner
-        capabilities = planner.model.entry.capabilities
-        level: StructuredLevel = (
-            "tool_call" if capabilities.tool_call else "json_mode" if capabilities.json_mode else "text"
-        )
         ask_domain = ask_domain and not domain
-        shape = OutputShape(plan_schema(ask_domain=ask_domain), None, recover_plan)
-        messages = with_instruction(
-            planner.messages(
-                query, round=round, context=context, earlier=earlier, domain=domain, ask_domain=ask_domain
-            ),
-            shape.instruction(level),
+        messages = planner.messages(
+            query, round=round, context=context, earlier=earlier, domain=domain, ask_domain=ask_domain
         )
         streamed = StreamedPlan(messages=messages)
         handover = _Handover(self, streamed, earlier, planner.settings.plan_max_steps)
-        reply = _Reply()
+        reply = _Reply(planner.reader(earlier))
         try:
             async for chunk in planner.model.stream(
-                messages, purpose="plan", round=round, temperature=0.0, structured_level=level, **shape.request(level)
+                messages, purpose="plan", round=round, temperature=0.0, structured_level="text", reply_format="plan"
             ):
-                for index, text in reply.add(chunk):
-                    handover.offer(parse_json(text), index)
+                for index, item in reply.add(chunk):
+                    handover.offer(item, index)
         except TransientProviderError:
             # llama.cpp's server ends a streamed tool call without a finish reason, which litellm reports as a
             # broken stream: a whole plan that came through is still a plan; a cut one is not
             if not reply.complete:
                 raise
+        for index, item in reply.finish():
+            handover.offer(item, index)
         try:
-            raw = extract_json(reply.whole())  # the whole reply, parsed once
-            if echoes_schema(raw, shape.json_schema):  # as for the normal planner: a failed reply, not a plan
-                raise ValueError("the reply repeats the JSON schema instead of giving a plan")
-            draft = recover_plan(raw)
+            draft = planner.read(reply.whole(), earlier)  # the whole reply, read once
             streamed.drafts = draft.steps
             streamed.domain = draft.domain if ask_domain else None
         except (ValueError, TypeError, RecursionError):
@@ -117,29 +108,57 @@ class PlanStream:
 
 
 class _Reply:
-    """The reply as it arrives: the first tool call's arguments when there are any, else the text."""
+    """The reply as it arrives: plan lines, each read when its newline comes; or, from a model that writes JSON
+    instead (or calls a tool with it), the step objects of that JSON, each read when it closes.
+    """
 
-    def __init__(self) -> None:
+    def __init__(self, lines: LineReader) -> None:
         self.text: list[str] = []
         self.arguments: list[str] = []
+        self.lines = lines
+        self._line = ""
+        self._line_steps = 0
         self._text_steps = _StepScanner()
         self._argument_steps = _StepScanner()
 
-    def add(self, chunk: StreamChunk) -> list[tuple[int, str]]:
-        """Take a piece; the step objects it completed, as (index in the steps array, JSON text)."""
+    def add(self, chunk: StreamChunk) -> list[tuple[int, Any]]:
+        """Take a piece; the steps it completed, as (index in the plan, the step as its JSON form has it)."""
         self.text.append(chunk.text)
-        closed: list[tuple[int, str]] = []
+        closed: list[tuple[int, Any]] = []
         for delta in chunk.tool_calls:
             if delta.index == 0 and delta.arguments:
                 self.arguments.append(delta.arguments)
-                closed += self._argument_steps.feed(delta.arguments)
+                closed += self._json(self._argument_steps.feed(delta.arguments))
         if not self.arguments and chunk.text:  # text before a tool call is preamble, not the plan
-            closed += self._text_steps.feed(chunk.text)
+            if not self._text_steps.found:
+                closed += self._read_lines(chunk.text)
+            if not self._line_steps:
+                closed += self._json(self._text_steps.feed(chunk.text))
         return closed
+
+    def finish(self) -> list[tuple[int, Any]]:
+        """The last line, which no newline ended."""
+        if self.arguments or self._text_steps.found or not self._line:
+            return []
+        return self._read_lines("\n")
+
+    def _read_lines(self, text: str) -> list[tuple[int, Any]]:
+        *complete, self._line = (self._line + text).split("\n")
+        read = []
+        for line in complete:
+            step = self.lines.read(line)
+            if step is not None:
+                read.append((self._line_steps, step))
+                self._line_steps += 1
+        return read
+
+    @staticmethod
+    def _json(closed: list[tuple[int, str]]) -> list[tuple[int, Any]]:
+        return [(index, parse_json(text)) for index, text in closed]
 
     @property
     def complete(self) -> bool:
-        """Whether the plan's steps array has closed."""
+        """Whether the plan's JSON steps array has closed (plan lines are never known to be complete)."""
         return (self._argument_steps if self.arguments else self._text_steps).done
 
     def whole(self) -> str:

@@ -1,7 +1,9 @@
 """The planner: a goal (and what earlier rounds learned) becomes a validated DAG of steps.
 
-One ``structured_llm_call`` to the smart model at temperature 0; the reply is recovered from the shapes
-models actually write (``plan_drafts``), then validated (``plan_validation``). A cycle, duplicate ids, an empty
+One call to the smart model at temperature 0 for plan lines (``plan_lines``: a step a line, a tool step written
+as its call); the reply is read as lines, else recovered from the JSON shapes models write instead
+(``plan_drafts``), then validated (``plan_validation``). A reply with no plan at all is asked for once more.
+A cycle, duplicate ids, an empty
 plan or too many steps get ONE re-ask quoting the problem. A plan still unusable after it is repaired, every change
 a warning on the round: duplicate ids renamed, the first ``plan_max_steps`` kept, dependencies that close a
 cycle dropped. A reply with no usable step at all becomes one step: the goal itself. The loop always answers.
@@ -15,16 +17,16 @@ import json
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from pydantic import ValidationError
-
 from dagmagic.engine.calls import prompts
 from dagmagic.engine.calls.plan_drafts import Domain, PlanDraft, StepDraft, plan_schema, recover_plan
+from dagmagic.engine.calls.plan_lines import LineReader, render_plan_lines
 from dagmagic.engine.calls.plan_validation import repair_steps, validate_steps
 from dagmagic.engine.tools.functions import Tool
-from dagmagic.errors import PlanningError, StructuredOutputError
+from dagmagic.errors import PlanningError, TransientProviderError
 from dagmagic.events import Event, RunWarning
-from dagmagic.llm import ChatModel, structured_llm_call
+from dagmagic.llm import ChatModel, extract_json
 from dagmagic.llm.registry import STANDARD_ROLES
+from dagmagic.llm.structured import echoes_schema
 from dagmagic.models import ExecutionPlan, PlanCut, PlanStep
 from dagmagic.settings import DagSettings
 
@@ -63,16 +65,22 @@ class Planner:
         """The planner's instructions for today, the available tools and roles, and the goal's domain: the one
         known (``domain``), else, with ``ask_domain``, the request to say it.
         """
-        date = self.today()
         extra_roles = [r for r in self.roles if r not in STANDARD_ROLES]
+        formats = [prompts.PLANNER_FORMAT_CALL] if self.tools else []
+        with_tools = " that has the tools" if self.tool_names else ""
+        formats.append(prompts.PLANNER_FORMAT_TASK.format(number=len(formats) + 1, with_tools=with_tools))
+        hints = prompts.PLANNER_HINTS.format(
+            tool="the tool it should use, " if self.tool_names else "",
+            roles=prompts.PLANNER_ROLES.format(names=", ".join(extra_roles)) if extra_roles else "",
+            subplan=prompts.PLANNER_SUBPLAN if self.subruns else "",
+        )
         return prompts.PLANNER_SYSTEM.format(
-            today=date.isoformat(),
-            year=date.year,
+            today=self.today().isoformat(),
+            formats="\n".join(formats),
             min_steps=self.settings.plan_min_steps,
             max_steps=self.settings.plan_max_steps,
-            tools=self._tools_prompt() + (prompts.PLANNER_SUBPLAN if self.subruns else ""),
-            tool_args=prompts.planner_tool_args(self.tools) if self.tools else "",
-            roles=prompts.PLANNER_ROLES.format(names=", ".join(extra_roles)) if extra_roles else "",
+            hints=(prompts.PLANNER_CALL_RULE if self.tools else "") + hints,
+            tools=self._tools_prompt(),
             domain=prompts.PLANNER_DOMAIN.format(domain=domain)
             if domain
             else prompts.PLANNER_DOMAIN_ASK
@@ -81,12 +89,29 @@ class Planner:
         )
 
     def _tools_prompt(self) -> str:
-        if self.tools:
-            described = {tool.name for tool in self.tools}
-            named = [name for name in self.tool_names if name not in described]
-            lines = [prompts.tool_line(tool) for tool in self.tools] + named
-            return prompts.PLANNER_TOOL_LIST.format(lines="".join(f"\n    {line}" for line in lines))
-        return prompts.PLANNER_TOOLS.format(names=", ".join(self.tool_names)) if self.tool_names else ""
+        described = {tool.name for tool in self.tools}
+        lines = [prompts.tool_line(tool) for tool in self.tools]
+        lines += [name for name in self.tool_names if name not in described]
+        return prompts.PLANNER_TOOL_LIST.format(lines="".join(f"\n  {line}" for line in lines)) if lines else ""
+
+    def reader(self, earlier: Collection[str] = ()) -> LineReader:
+        """A reader of this planner's plan lines (its tools' parameters known, for positional arguments)."""
+        parameters = {tool.name: list(tool.parameters.get("properties", {})) for tool in self.tools}
+        parameters.update({name: [] for name in self.tool_names if name not in parameters})
+        return LineReader(parameters, earlier, self.roles)
+
+    def read(self, text: str, earlier: Collection[str] = ()) -> PlanDraft:
+        """The plan a whole reply writes: its lines, else the JSON a model wrote instead. ``ValueError`` when it
+        holds no plan.
+        """
+        reader = self.reader(earlier)
+        steps = [step for line in text.splitlines() if (step := reader.read(line)) is not None]
+        if steps:
+            return recover_plan({"domain": reader.domain, "steps": steps})
+        raw = extract_json(text)
+        if echoes_schema(raw, plan_schema(ask_domain=True)):  # a small model writes back the form it knows
+            raise ValueError("the reply repeats the plan's JSON schema instead of giving a plan")
+        return recover_plan(raw)
 
     def messages(
         self,
@@ -128,7 +153,7 @@ class Planner:
             query, round=round, context=context, earlier=earlier, domain=domain, ask_domain=ask_domain
         )
         try:
-            draft = await self._draft(messages, round, ask_domain=ask_domain)
+            draft = await self._draft(messages, round, earlier=earlier)
         except PlanningError as exc:
             return self.goal_step(query, goal, round=round, why=str(exc))
         if on_domain is not None and ask_domain:
@@ -151,11 +176,11 @@ class Planner:
             return ExecutionPlan(goal=goal or query, query=query, steps=steps, round=round)
         messages = [
             *messages,
-            {"role": "assistant", "content": json.dumps({"steps": [d.model_dump() for d in drafts]})},
+            {"role": "assistant", "content": _as_lines(drafts)},
             {"role": "user", "content": prompts.PLANNER_REASK.format(problem=problem)},
         ]
         with contextlib.suppress(PlanningError):  # an unreadable correction: the first attempt is repaired
-            drafts = (await self._draft(messages, round)).steps
+            drafts = (await self._draft(messages, round, earlier=earlier)).steps
         steps, problem = self.validate(drafts, round=round, earlier=earlier)
         if problem is None:
             return ExecutionPlan(goal=goal or query, query=query, steps=steps, round=round)
@@ -192,23 +217,26 @@ class Planner:
             tools=self.tool_names,
         )
 
-    async def _draft(self, messages: list[dict[str, Any]], round: int, *, ask_domain: bool = False) -> PlanDraft:
-        try:
-            result = await structured_llm_call(
-                self.model,
-                messages,
-                plan_schema(ask_domain=ask_domain),
-                parse_fn=recover_plan,
-                purpose="plan",
-                round=round,
-                temperature=0.0,
-            )
-        except StructuredOutputError as exc:
-            raise PlanningError(f"Planning failed: the model gave no readable plan ({exc})") from exc
-        except ValidationError as exc:  # pragma: no cover - parse_fn failures are caught inside the call
-            raise PlanningError(f"Planning failed: {exc}") from exc
-        draft: PlanDraft = result.value
-        return draft
+    async def _draft(self, messages: list[dict[str, Any]], round: int, *, earlier: Collection[str] = ()) -> PlanDraft:
+        """The plan the model writes, asked once more (quoting the problem) when its reply holds none."""
+        problem = ""
+        for _attempt in range(2):
+            try:
+                result = await self.model.chat(
+                    messages, purpose="plan", round=round, temperature=0.0, structured_level="text", reply_format="plan"
+                )
+            except TransientProviderError as exc:  # retried already: the goal is planned as one step
+                raise PlanningError(f"Planning failed: the model gave no plan ({exc.kind})") from exc
+            try:
+                return self.read(result.content, earlier)
+            except (ValueError, TypeError, RecursionError) as exc:  # as PlanStream.run: a reply that is no plan
+                problem = f"it has no numbered step lines ({exc})"
+                messages = [
+                    *messages,
+                    {"role": "assistant", "content": result.content},
+                    {"role": "user", "content": prompts.PLANNER_REASK.format(problem=problem)},
+                ]
+        raise PlanningError(f"Planning failed: the model gave no readable plan ({problem})")
 
     def _warn(self, message: str, round: int) -> None:
         if self.emit is not None:
@@ -225,3 +253,9 @@ class Planner:
         if self.emit is not None:
             self.emit(RunWarning(message=message, round=round, plan_cut=cut))
         return drafts[:limit]
+
+
+def _as_lines(drafts: list[StepDraft]) -> str:
+    """Drafts as the plan lines that would write them (the planner's own reply, quoted back in a re-ask)."""
+    plan = {"steps": [draft.model_dump(exclude={"unreadable_tool_args"}, exclude_none=True) for draft in drafts]}
+    return render_plan_lines(plan) or json.dumps(plan, ensure_ascii=False)

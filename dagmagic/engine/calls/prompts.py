@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -23,44 +22,34 @@ __all__ = [
 ]
 
 PLANNER_SYSTEM = """\
-You are the planner of an autonomous agent. Break the user's goal into a small DAG of concrete steps.
-Today is {today} (the year is {year}); plan searches and facts with that date in mind.
+Plan how to reach the user's goal. Today is {today}.
+Write the plan as numbered lines, one step a line, and nothing else:
+{formats}
+$N stands for step N's result: write it where a step needs that result, and the step runs once step N is done;
+steps that need no other step's result run at once. Use {min_steps} to {max_steps} steps. Write tasks in the goal's
+language.{hints}{tools}{domain}"""
 
-Rules:
-- Write every step's task in the same language as the goal.
-- Use between {min_steps} and {max_steps} steps. Fewer, larger steps are better than many tiny ones:
-  if several checks fit in one script or one lookup, make them ONE step.
-- Each step is self-contained: it sees the original goal, its own task and the results of the steps it
-  depends on, nothing else. Name every step whose result it needs in `dependencies`.
-- Steps without dependencies between them run in parallel; only add a dependency when the result is needed.
-- `id`: short unique ids such as "s1", "s2".
-- `tool_hint`: the tool the step should use, or null.{tools}{tool_args}
-- `model_hint`: "fast" for simple, mechanical steps (a lookup, a format conversion), "reasoning" for steps
-  that need careful analysis, or null for everything else (the default, capable model). When unsure, null.{roles}
-{domain}"""
-
-PLANNER_TOOLS = "\n  Available tools: {names}."
-PLANNER_TOOL_LIST = "\n  Available tools:{lines}"
-PLANNER_TOOL_ARGS = """
-- `tool_args`: null, except when the step's whole task is ONE call of its tool_hint tool and every argument
-  is known from the goal or from its dependencies' results: then the arguments as an object, "$s1" standing
-  for the result of step s1 (list s1 in `dependencies`). Such a step runs at once, without a model. Keep
-  null when the step needs judgement, several calls, or must read a result to choose what to do.
-  Example steps: {example}"""
-PLANNER_ROLES = "\n  Other roles available as model_hint: {names}."
-PLANNER_SUBPLAN = (
-    '\n  `"subplan"`: for a step too big for one agent (several lookups and a conclusion of its own): it is '
-    "planned and run as a small DAG of its own, and its answer becomes the step's result. Use it rarely."
+PLANNER_FORMAT_CALL = "1. tool(name=value, ...) - a step that is one call of a tool (it runs without a model)"
+PLANNER_FORMAT_TASK = "{number}. a task in words [hints] - a step for an agent{with_tools}"
+PLANNER_CALL_RULE = (
+    "\nWrite a call for each lookup or computation that one call does; a task in words only for a step that needs "
+    "judgement, several calls, or to read a result before choosing what to do."
 )
+PLANNER_HINTS = (
+    "\nHints, in brackets after a task, all optional: {tool}fast (a simple step) or reasoning (careful "
+    "analysis){roles}{subplan}."
+)
+PLANNER_TOOL_LIST = "\nTools:{lines}"
+PLANNER_ROLES = ", or a role: {names}"
+PLANNER_SUBPLAN = "; subplan for a step too big for one agent (it is planned and run as a plan of its own; rarely)"
 SUBRUN_GOAL = "{task}\n\nThis is one step of a larger goal: {goal}"
 PLANNER_DOMAIN = (
-    '\nThis goal is in the {domain} domain: precision matters. Use model_hint "reasoning" for every step '
-    "that states facts, figures or citations the answer depends on."
+    "\nThis goal is in the {domain} domain: precision matters. Hint reasoning for every step that states facts, "
+    "figures or citations the answer depends on."
 )
 PLANNER_DOMAIN_ASK = (
-    '\n`domain`: "legal", "medical" or "financial" when answering the goal needs that expertise, else null. '
-    'When you set it, use model_hint "reasoning" for every step that states facts, figures or citations the '
-    "answer depends on."
+    '\nWhen the goal needs legal, medical or financial expertise, first write "domain: " and that domain, and hint '
+    "reasoning for every step that states facts, figures or citations the answer depends on."
 )
 
 PLANNER_REPLAN = """\
@@ -69,11 +58,11 @@ This is round {round}. Earlier rounds did not reach the goal. What happened:
 {context}
 
 Make a new plan that fixes what went wrong. Completed results of earlier rounds can be reused without
-running them again: depend on them as "rN.id" (for example "r1.s2").{reusable}"""
+running them again: write $rN.id for them (for example $r1.s2).{reusable}"""
 
 PLANNER_REASK = """\
 That plan cannot be used: {problem}
-Return a corrected plan with the same format."""
+Return a corrected plan in the same format."""
 
 STEP_SYSTEM = """\
 You carry out one step of a larger plan. Do exactly your task and answer with its result: facts, figures
@@ -88,14 +77,14 @@ ANALYZER_SYSTEM = """\
 You judge whether an agent reached the user's goal, from the results of the steps it ran.
 - `achieved`: true only if the results fully answer the goal.
 - `confidence`: 0.0 to 1.0, how sure you are of your verdict.
-- Compare the sources: when steps disagree (numbers, dates, claims), name the contradiction, say which
-  source is more reliable, and lower your confidence.
-- `final_answer`: when the goal is reached, THE answer the user reads, written for them from the results,
+- `reasoning`: when the goal is reached, one short sentence; when it is not, what is missing. When steps
+  disagree (numbers, dates, claims), name the contradiction, say which source is more reliable, and lower
+  your confidence.
+- `final_answer`, last: when the goal is reached, THE answer the user reads, written for them from the results,
   complete (it answers every part of the goal, with the figures the results give): answer directly, with no
   meta-commentary (never "based on the results", "the steps show" or similar);
   write in the same language as the goal; where sources disagree, say so and say which is more reliable;
-  use Markdown where it helps (lists, tables). When the goal is not reached: null.
-- `reasoning`: why, in a few sentences; name what is missing when the goal is not reached."""
+  use Markdown where it helps (lists, tables). When the goal is not reached: null."""
 
 ANALYZER_USER = """\
 Goal: {goal}
@@ -177,29 +166,3 @@ def _json_type(schema: dict[str, Any]) -> str:
 ARGUMENT_PLACEHOLDER = "<from the goal>"
 """Where the planner's example of ``tool_args`` puts a value taken from the goal (a plan that still holds it
 copied the example: its arguments are not run)."""
-
-
-def planner_tool_args(tools: Sequence[Tool]) -> str:
-    """When to write ``tool_args``, with an example of two steps on one of the session's own tools: an argument
-    from the goal, then one from a dependency's result (an example of the second alone was copied as is by a
-    small model, into a plan with no s1).
-    """
-    tool = next((t for t in tools if t.parameters.get("properties")), tools[0])
-    properties = tool.parameters.get("properties", {})
-    required = [name for name in properties if name in tool.parameters.get("required", ())]
-    argument = (required or list(properties) or [None])[0]
-    first = {
-        "id": "s1",
-        "task": f"Call {tool.name} for what the goal names",
-        "tool_hint": tool.name,
-        "tool_args": {argument: ARGUMENT_PLACEHOLDER} if argument else {},
-    }
-    second = {
-        "id": "s2",
-        "task": f"Call {tool.name} with the result of s1",
-        "dependencies": ["s1"],
-        "tool_hint": tool.name,
-        "tool_args": {argument: "$s1"} if argument else {},
-    }
-    example = f"{json.dumps(first, ensure_ascii=False)}, {json.dumps(second, ensure_ascii=False)}"
-    return PLANNER_TOOL_ARGS.format(example=example)

@@ -11,6 +11,7 @@ import pytest
 
 from dagmagic.engine.calls import plan_drafts as planner_module
 from dagmagic.engine.calls import plan_stream as plan_stream_module
+from dagmagic.engine.calls import planner as planner_calls_module
 from dagmagic.engine.calls import prompts
 from dagmagic.engine.calls.plan_stream import PlanStream, StreamedPlan
 from dagmagic.engine.calls.planner import Planner
@@ -145,10 +146,10 @@ async def test_an_unreadable_stream_falls_back_to_the_normal_planner() -> None:
     assert [r.stream for r in llm.requests_for("plan")] == [True, False]
 
 
-async def test_json_text_streams_too_without_tool_calling() -> None:
+async def test_plan_lines_stream_too_without_tool_calling() -> None:
     llm = streaming_llm([PARALLEL_QA], capabilities=("json_mode", "stream"))
     run = await session_for(llm).run("goal")
-    assert run.status == "done" and llm.requests_for("plan")[0].level == "json_mode"
+    assert run.status == "done" and llm.requests_for("plan")[0].level == "text"  # plan lines at every level
     assert min(e.at for e in run.events if isinstance(e, StepStarted)) < plan_call_end(run)
 
 
@@ -261,7 +262,7 @@ async def test_the_domain_is_read_from_the_whole_streamed_reply(where: str) -> N
     streamed = await stream.run("goal", round=1, ask_domain=True)
     assert streamed.domain == "legal" and [step.id for step in started] == ["s1", "s2", "s3"]
     assert prompts.PLANNER_DOMAIN_ASK in streamed.messages[0]["content"]
-    assert '"domain"' in streamed.messages[-1]["content"]  # the schema the model is given asks for it
+    assert streamed.messages[-1]["content"] == "goal"  # plan lines: no schema is sent
 
 
 async def test_a_streamed_plan_not_asked_for_the_domain_says_none() -> None:
@@ -409,7 +410,7 @@ async def test_the_work_per_piece_is_bounded_each_step_parsed_once(monkeypatch: 
     structure = CountingPattern(plan_stream_module._STRUCTURE)
     string = CountingPattern(plan_stream_module._STRING_STOP)
     monkeypatch.setattr(plan_stream_module, "parse_json", parse_json)
-    monkeypatch.setattr(plan_stream_module, "recover_plan", recover_plan)
+    monkeypatch.setattr(planner_calls_module, "recover_plan", recover_plan)
     monkeypatch.setattr(plan_stream_module, "_STRUCTURE", structure)
     monkeypatch.setattr(plan_stream_module, "_STRING_STOP", string)
     streamed, started = await stream_text(text, max_steps=1000)

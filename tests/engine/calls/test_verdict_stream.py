@@ -96,17 +96,18 @@ async def test_the_analyzer_asks_for_the_answer_written_for_the_user() -> None:
     assert "every part of the goal" in prompt
 
 
-async def test_the_verdict_asks_for_the_answer_before_the_reasoning_so_the_answer_shows_sooner() -> None:
-    """Models write a structured reply in its schema's order: the answer right after the verdict itself, its
-    justification after it, so the first answer token does not wait for the reasoning to be written.
+async def test_the_verdict_ends_with_its_answer_so_the_run_ends_when_the_answer_is_written() -> None:
+    """Models write a structured reply in its schema's order: the verdict, one short sentence of reasoning, then
+    the answer, last: nothing the user waits for is written after it.
     """
     llm = ScriptedLLM(script())
     await session_for(llm).run("goal")
     (judged,) = llm.requests_for("analyze")
     (schema,) = [tool["function"]["parameters"] for tool in judged.tools]
-    assert list(schema["properties"]) == ["achieved", "confidence", "final_answer", "reasoning"]
+    assert list(schema["properties"]) == ["achieved", "confidence", "reasoning", "final_answer"]
     prompt = judged.prompt
-    assert prompt.index("`final_answer`") < prompt.index("`reasoning`")
+    assert prompt.index("`reasoning`") < prompt.index("`final_answer`, last")
+    assert "when the goal is reached, one short sentence" in prompt
 
 
 async def test_escapes_split_across_pieces_stream_as_the_text_they_stand_for() -> None:

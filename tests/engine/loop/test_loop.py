@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -490,7 +491,7 @@ async def test_a_plan_stream_that_breaks_mid_way_is_planned_again_and_the_run_go
     run = await session_for(llm, llm_retries=0).run("goal")
 
     assert run.status == "done" and run.answer == "The answer."
-    assert [(r.stream, r.level) for r in llm.requests_for("plan")] == [(True, "tool_call"), (False, "tool_call")]
+    assert [(r.stream, r.level) for r in llm.requests_for("plan")] == [(True, "text"), (False, "text")]
     assert [(s.id, s.status) for s in run.plan.steps] == [("s1", "completed"), ("s3", "completed")]
     assert len(llm.requests_for("step", "s1")) == s1_requests  # kept when unchanged, redone when not
     assert all(call.step_id != "s2" or call.status == "cancelled" for call in run.calls)  # s2 was withdrawn
@@ -634,7 +635,7 @@ async def test_a_streamed_step_gets_the_same_hints_as_the_whole_plans_validation
     # Qwen2.5-Coder-0.5B wrote {"tool_hint": "fast"}: the validated plan moved it to model_hint, but the step
     # that had started while the plan streamed kept the raw hint (and was told "Suggested tool: fast")
     plan = {"steps": [{"id": "s1", "task": "look up", "tool_hint": "fast"}, {"id": "s2", "task": "compare"}]}
-    llm = ScriptedLLM(script(plan=[plan]))
+    llm = ScriptedLLM(script(plan=[json.dumps(plan)]))  # JSON as it wrote it, not plan lines
     run = await session_for(llm).run("goal")
     assert llm.requests_for("plan")[0].stream  # the streaming path
     assert (run.steps["s1"].tool_hint, run.steps["s1"].model_hint) == (None, "fast")
@@ -660,7 +661,9 @@ async def test_a_plan_whose_step_is_named_after_the_planners_function_and_needs_
         """The population of a country."""
         return {"france": 68_400_000, "germany": 84_500_000}.get(country.lower(), 0)
 
-    llm = ScriptedLLM(script(plan=[quirky], analyze=[verdict(True, 0.9, "Germany")]), capabilities=("tool_call",))
+    llm = ScriptedLLM(  # JSON as it wrote it, not plan lines
+        script(plan=[json.dumps(quirky)], analyze=[verdict(True, 0.9, "Germany")]), capabilities=("tool_call",)
+    )
     from dagmagic import DagSession, DagSettings, ModelRegistry
 
     session = DagSession(ModelRegistry().register("qwen", llm), DagSettings(store="none"), tools=[population])

@@ -82,7 +82,7 @@ async def test_a_composite_step_runs_as_a_nested_dag_whose_answer_is_its_result(
 
     # depth limit 1: the nested planner is not offered composite steps, and its "subplan" step ran as a step
     outer_prompt, inner_prompt = (r.prompt for r in llm.requests_for("plan"))
-    assert '"subplan"' in outer_prompt and '"subplan"' not in inner_prompt
+    assert "subplan for a step too big" in outer_prompt and "subplan" not in inner_prompt
     # the run's plan is asked for the goal's domain; a subrun's is not (it has no domain routing)
     assert prompts.PLANNER_DOMAIN_ASK in outer_prompt and "domain" not in inner_prompt
     assert len(llm.requests_for("plan")) == 2

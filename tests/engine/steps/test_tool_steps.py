@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -131,7 +132,7 @@ async def test_a_referenced_step_missing_from_the_dependencies_is_added_with_a_w
 ) -> None:
     tools = Tools()
     plan = {"steps": [tool_step("s1", "population", {"country": "France"}), tool_step("s2", "double", {"x": "$s1"})]}
-    llm = ScriptedLLM(script(plan), capabilities=capabilities)
+    llm = ScriptedLLM(script(json.dumps(plan)), capabilities=capabilities)  # JSON steps: plan lines imply them
     run = await session(llm, tools).run("goal")
     assert run.steps["s2"].dependencies == ["s1"] and run.steps["s2"].result == "136.8"
     assert run.steps["s2"].started_at >= run.steps["s1"].completed_at

@@ -1,0 +1,109 @@
+"""Plan lines: what the planner asks for and reads, and how a scripted plan is written in them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dagmagic.engine.calls.plan_lines import read_plan_lines, render_plan_lines
+
+TOOLS = {"search": ["query"], "math": ["expression"], "compare": ["a", "b"]}
+
+
+def steps(text: str, **kw: Any) -> list[dict[str, Any]]:
+    plan = read_plan_lines(text, TOOLS, **kw)
+    assert plan is not None
+    return list(plan["steps"])
+
+
+def test_a_call_is_a_tool_step_whose_references_are_its_dependencies() -> None:
+    read = steps(
+        '1. search(query="population of Norway")\n2. search("population of Sweden")\n3. math(expression="$1 + $2")'
+    )
+    assert [(s["id"], s["tool_hint"], s["tool_args"], s["dependencies"]) for s in read] == [
+        ("s1", "search", {"query": "population of Norway"}, []),
+        ("s2", "search", {"query": "population of Sweden"}, []),  # positional: the tool's first parameter
+        ("s3", "math", {"expression": "$s1 + $s2"}, ["s1", "s2"]),
+    ]
+    assert read[2]["task"] == 'math(expression="$s1 + $s2")'  # a call's task is the call itself
+
+
+def test_a_task_in_words_gets_its_hints_and_dependencies_from_brackets_and_references() -> None:
+    read = steps(
+        '1. search(query="x")\n2. Summarize what $1 says about the law [search, reasoning, $1]\n3. Judge [fast]'
+    )
+    assert read[1] == {
+        "id": "s2",
+        "task": "Summarize what $s1 says about the law",
+        "tool_hint": "search",
+        "model_hint": "reasoning",
+        "dependencies": ["s1"],
+    }
+    assert read[2] == {"id": "s3", "task": "Judge", "model_hint": "fast", "dependencies": []}
+
+
+def test_money_is_not_a_reference_and_a_bare_reference_in_arguments_always_is() -> None:
+    read = steps('1. search(query="a $5 coffee or $1,000?")\n2. compare(a=$1, b=$3)\n3. Convert $5.50 for $1')
+    assert read[0]["tool_args"] == {"query": "a $5 coffee or $1,000?"} and read[0]["dependencies"] == []
+    assert read[1]["tool_args"] == {"a": "$s1", "b": "$s3"}  # a forward reference: the validation names it
+    assert read[1]["dependencies"] == ["s1"]
+    assert read[2]["task"] == "Convert $5.50 for $s1" and read[2]["dependencies"] == ["s1"]
+
+
+def test_what_is_not_a_step_is_skipped_and_the_domain_is_read() -> None:
+    text = 'domain: Legal\nHere is the plan:\n```\n1. search(query="x")\n2. join()\n<END_OF_PLAN>\n```\nThought: done'
+    plan = read_plan_lines(text, TOOLS)
+    assert plan is not None and plan["domain"] == "legal" and [s["id"] for s in plan["steps"]] == ["s1"]
+    assert read_plan_lines("I would rather chat.", TOOLS) is None
+    assert read_plan_lines('{"steps": [{"id": "s1", "task": "a"}]}', TOOLS) is None  # JSON: read as JSON
+
+
+def test_json_literals_and_nested_values_are_arguments() -> None:
+    (read,) = steps('1. search(query="x", exact=true, limit=-3, tags=["a", {"b": null}])')
+    assert read["tool_args"] == {"query": "x", "exact": True, "limit": -3, "tags": ["a", {"b": None}]}
+
+
+def test_a_line_that_is_not_a_readable_call_is_a_task() -> None:
+    (read,) = steps("1. search(query=os.system('rm'))")
+    assert "tool_args" not in read and read["task"] == "search(query=os.system('rm'))"
+
+
+WELL_FORMED = [
+    {"id": "s1", "task": "Search: Norway", "tool_hint": "search", "tool_args": {"query": "Norway"}},
+    {"id": "s2", "tool_hint": "math", "tool_args": {"expression": "$s1 * 2"}, "dependencies": ["s1"]},
+    {"id": "fetch", "task": "Compare the two", "dependencies": ["s2", "s1"], "model_hint": "fast"},
+    {"id": "s4", "task": "Use $fetch", "dependencies": ["fetch"], "tool_hint": "search"},
+    {"id": "s5", "task": "Later", "dependencies": ["s9"]},
+]
+
+
+def test_a_scripted_plan_reads_back_as_it_was_written() -> None:
+    text = render_plan_lines({"domain": "medical", "steps": WELL_FORMED})
+    assert text is not None and text.splitlines()[0] == "domain: medical"
+    plan = read_plan_lines(text, TOOLS)
+    assert plan is not None and plan["domain"] == "medical"
+    for written, read in zip(WELL_FORMED, plan["steps"], strict=True):
+        assert read["id"] == written["id"]
+        assert read["dependencies"] == written.get("dependencies", [])
+        assert read.get("tool_args") == written.get("tool_args")
+        assert read.get("tool_hint") == written.get("tool_hint") and read.get("model_hint") == written.get("model_hint")
+        if "task" in written:
+            assert read["task"] == written["task"]
+    assert text.splitlines()[1] == '1. search(query="Norway")  # Search: Norway'  # a task, as a note
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [
+        {"steps": "not a list"},
+        {"steps": [{"id": 1, "task": "integer id"}]},
+        {"steps": [{"id": "s1", "description": "another key"}]},
+        {"steps": [{"id": "s1", "task": "a", "dependencies": "s2"}]},
+        {"steps": [{"id": "s1", "task": "two\nlines"}]},
+        {"steps": [{"id": "s1", "task": "a"}], "note": "an extra key"},
+        {"steps": []},
+    ],
+)
+def test_a_malformed_scripted_plan_is_not_written_as_lines(plan: Any) -> None:
+    assert render_plan_lines(plan) is None  # it keeps its JSON: the recovery of what models write is tested on it
