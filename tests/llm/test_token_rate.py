@@ -28,17 +28,17 @@ def test_tokens_are_counted_in_cl100k_on_everything_sent() -> None:
 async def test_a_streamed_reply_arrives_as_its_tokens_are_written() -> None:
     reply = "one two three four five six seven eight nine ten"
     llm = ScriptedLLM({"step": [reply]}, latency=RATE)
-    sent = request(400)  # 403 tokens: read in 0.2 s
+    sent = request(400)  # 404 tokens ("hello " 400 times is 401): read in 0.2 s
     loop = asyncio.get_running_loop()
     start = loop.time()
     arrivals = [(loop.time() - start, chunk) async for chunk in llm.stream(sent)]
     pieces = [(at, chunk.text) for at, chunk in arrivals if chunk.final is None]
-    first = RATE.first_token + 403 / 2000
+    first = RATE.first_token + 404 / 2000
     assert pieces[0][0] >= first and pieces[0][0] < first + 0.1
     # the first piece ("one ") is two tokens, the whole ten: the last comes 8 tokens later, 40 ms at 200 a second
     assert pieces[-1][0] - pieces[0][0] >= 8 / 200 * 0.9
     final = arrivals[-1][1].final
-    assert final is not None and (final.input_tokens, final.output_tokens) == (403, wire_tokens(reply))
+    assert final is not None and (final.input_tokens, final.output_tokens) == (404, wire_tokens(reply))
 
 
 async def test_a_whole_reply_comes_when_its_last_token_is_written_and_length_costs_time() -> None:
