@@ -17,7 +17,8 @@ in order, the last one repeating, or to a callable ``(request) -> reply``, sync 
 - a string: the content;
 - a dict: a JSON value, delivered as a tool call, JSON text or prose with a fenced JSON block, by what
   the request asks for (forced tool choice, JSON mode, plain text), as a real model would; a plan (the
-  planner's JSON form, ``{"steps": [...]}``) is written as the plan lines the planner asks for;
+  planner's JSON form, ``{"steps": [...]}``) and a verdict (``{"achieved": ..., "final_answer": ...}``) are
+  written as the plan and verdict lines the planner and the analyzer ask for;
 - a ``ToolCall`` or a list of them: a request to call tools (a JSON action in the text when the model
   lacks tool calling);
 - an exception instance: raised, for fault injection;
@@ -40,6 +41,7 @@ from typing import Any, Literal, TypeAlias
 from pydantic import BaseModel, ConfigDict, Field
 
 from dagmagic.engine.calls.plan_lines import render_plan_lines
+from dagmagic.engine.calls.verdict_lines import render_verdict_lines
 from dagmagic.errors import ReplayMismatch
 from dagmagic.llm.cassette import Cassette
 from dagmagic.llm.protocol import Capabilities, ChatRequest, ChatResponse, StreamChunk, ToolCallData, response_pieces
@@ -306,8 +308,9 @@ class ScriptedLLM:
                 return "", [_tool_call_data(call, i) for i, call in enumerate(calls)]
             actions = [{"tool": call.name, "arguments": call.arguments} for call in calls]
             return json.dumps(actions[0] if len(actions) == 1 else actions), []
-        if request.reply_format == "plan" and isinstance(reply, dict | list):
-            lines = render_plan_lines(reply)
+        if request.reply_format is not None and isinstance(reply, dict | list):
+            render = render_plan_lines if request.reply_format == "plan" else render_verdict_lines
+            lines = render(reply)
             if lines is not None:
                 return lines, []
         if isinstance(reply, dict | list):

@@ -295,7 +295,7 @@ class ChatModel:
         response_format: dict[str, Any] | None = None,
         temperature: float | None = None,
         structured_level: StructuredLevel | None = None,
-        reply_format: Literal["plan"] | None = None,
+        reply_format: Literal["plan", "verdict"] | None = None,
     ) -> ChatResult:
         """One completion; transient errors are retried, fatal ones raised at once as ``ProviderError``."""
         request = self._request(
@@ -411,7 +411,7 @@ class ChatModel:
         response_format: dict[str, Any] | None = None,
         temperature: float | None = None,
         structured_level: StructuredLevel | None = None,
-        reply_format: Literal["plan"] | None = None,
+        reply_format: Literal["plan", "verdict"] | None = None,
     ) -> AsyncIterator[StreamChunk]:
         """The reply in pieces. A transient error before the first piece is retried; after it, raised
         (a retry would repeat text the caller already showed). The call is recorded when the stream ends.

@@ -69,9 +69,10 @@ class ChatRequest(BaseModel):
     """Extra litellm keywords (``api_base``, ``api_key``...): never serialized, never shown."""
     run_id: str | None = Field(None, exclude=True)
     """The run the call belongs to (told to litellm's callbacks, not to the model)."""
-    reply_format: Literal["plan"] | None = Field(None, exclude=True)
+    reply_format: Literal["plan", "verdict"] | None = Field(None, exclude=True)
     """The text format the caller reads the reply in, when it is one of dagmagic's own (``"plan"``: plan lines,
-    ``dagmagic.engine.calls.plan_lines``): a scripted model writes a scripted value in it."""
+    ``dagmagic.engine.calls.plan_lines``; ``"verdict"``: verdict lines, ``verdict_lines``): a scripted model
+    writes a scripted value in it."""
 
     @property
     def forced_tool(self) -> str | None:

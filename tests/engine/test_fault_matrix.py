@@ -35,7 +35,7 @@ plan            | one-step     | silent       | one-step     | silent           
 tool_selection  | all-tools    | silent       | all-tools    | silent           | FAILED     | silent        | all-tools    | all-tools    | all-tools  | silent
 step            | step-failed  | step-failed  | step-failed  | step-failed      | FAILED     | step-failed   | step-failed  | step-failed  | kept       | step-failed
 compaction      | cut          | cut          | cut          | cut              | FAILED     | cut           | cut          | cut          | cut        | cut
-analyze         | not-judged   | silent       | not-judged   | silent           | FAILED     | silent        | not-judged   | not-judged   | not-judged | silent
+analyze         | not-judged   | silent       | not-judged   | silent           | FAILED     | not-judged    | not-judged   | not-judged   | not-judged | silent
 synthesize      | listing      | listing      | listing      | listing          | FAILED     | listing       | listing      | listing      | kept       | listing
 citation_check  | unverified   | silent       | unverified   | silent           | unverified | silent        | unverified   | unverified   | unverified | silent
 """

@@ -58,6 +58,7 @@ async def test_a_reply_that_never_ends_is_cut_and_the_run_ends_with_an_answer(
     if purpose == "synthesize":  # the verdict stands; the answer is made of what completed
         assert run.status == "done", run.error
         assert "The answer could not be written" in said
-    else:  # not streamed either, the verdict never comes: the model counts as silent, as in the fault matrix
-        assert run.status == "failed" and (run.error or "").startswith("ProviderUnavailableError: Model 'm'")
+    else:  # not streamed either, the verdict never comes: the round is not judged, and the run answers
+        assert run.status == "done", run.error
+        assert "could not be judged" in said and "The answer could not be written" not in said
     check_nothing_lost(run, store)

@@ -461,8 +461,8 @@ def answer_like_a_model(body: dict[str, Any]) -> str:
     system = str(body["messages"][0].get("content") or "")
     if system.startswith("Plan how to reach"):
         return "1. population of Paris\n2. population of Berlin"
-    if system.startswith("You judge whether"):
-        return json.dumps({"achieved": False, "confidence": 0.95, "reasoning": "both figures are known"})
+    if system.startswith("Judge whether"):
+        return "no 0.95: both figures are known"
     if system.startswith("You carry out one step"):
         prompt = json.dumps(body["messages"])
         return "Paris: 2.1 million." if "Paris" in prompt.split("population of")[-1][:20] else "Berlin: 3.7 million."

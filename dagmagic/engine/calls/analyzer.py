@@ -17,38 +17,18 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from pydantic import BaseModel, Field
-
 from dagmagic.engine.calls import prompts
 from dagmagic.engine.calls.context import format_results, result_blocks
 from dagmagic.engine.calls.guard import STRUCTURED_RESERVE, ContextGuard
+from dagmagic.engine.calls.verdict_lines import read_verdict_lines, render_verdict_lines
 from dagmagic.engine.calls.verdict_stream import VerdictStream
 from dagmagic.errors import TransientProviderError
 from dagmagic.events import Event, RunWarning
-from dagmagic.llm import ChatModel, structured_llm_call
-from dagmagic.llm.structured import OutputShape
-from dagmagic.models import AnalysisResult, PlanStep, StructuredLevel
+from dagmagic.llm import ChatModel, extract_json
+from dagmagic.models import AnalysisResult, PlanStep
 from dagmagic.settings import DagSettings
 
-__all__ = ["SAFE_DEFAULT", "Analyzer", "contradiction", "regex_analysis"]
-
-
-class Verdict(BaseModel):
-    """What the analyzer is asked for (strict, so the schema it sees requires every field). Models write the
-    fields in this order: the verdict, its reason (one short sentence when the goal is reached), then the answer,
-    last, so that the run ends when the answer is written and nothing the user waits for comes after it.
-    """
-
-    achieved: bool = Field(description="True only if the results fully answer the goal.")
-    confidence: float = Field(ge=0, le=1, description="How sure the verdict is, 0.0 to 1.0.")
-    reasoning: str = Field(
-        description="Why. When the goal is reached: one short sentence. When it is not: what is missing; name "
-        "contradictions between sources."
-    )
-    final_answer: str | None = Field(
-        description="When the goal is reached: the answer itself, written for the user (direct, in the goal's "
-        "language, Markdown where it helps). Else null."
-    )
+__all__ = ["SAFE_DEFAULT", "Analyzer", "contradiction", "read_verdict", "regex_analysis"]
 
 
 UNREAD_VERDICT = "The model's verdict could not be read, so whether the goal was reached is not known"
@@ -122,15 +102,26 @@ def contradiction(verdict: AnalysisResult) -> str | None:
 
 def _parse_verdict(raw: Any) -> AnalysisResult:
     """A verdict, its fields coerced; an object without ``achieved`` answered something else and is refused
-    (so the call retries instead of taking it for "not achieved, confidence 0" with no reasoning).
+    (so the call asks again instead of taking it for "not achieved, confidence 0" with no reasoning).
     """
     if not isinstance(raw, Mapping) or "achieved" not in raw:
         raise ValueError("the reply has no `achieved` field")
     return AnalysisResult.model_validate(raw)
 
 
-_SHAPE = OutputShape(Verdict.model_json_schema(), None, _parse_verdict)
-"""The verdict as the streamed call asks for it: the same schema, tool and instruction as ``structured_llm_call``."""
+def read_verdict(text: str) -> AnalysisResult | None:
+    """The verdict a reply writes: its verdict lines, else the JSON verdict a model wrote instead, else the
+    fields a regex finds in broken JSON or prose; None when it holds none.
+    """
+    verdict = read_verdict_lines(text)
+    if verdict is not None:
+        return verdict
+    try:
+        return _parse_verdict(extract_json(text))
+    except (ValueError, TypeError, RecursionError):
+        pass
+    found = regex_analysis(text)
+    return AnalysisResult.model_validate(found) if found is not None else None
 
 
 class Analyzer:
@@ -203,12 +194,13 @@ class Analyzer:
         why = f"the verdict contradicts itself (achieved, but its reasoning says {said!r}): it is asked for again"
         self._discard(on_discard, why)
         self._warn(f"The verdict contradicted itself (achieved, but its reasoning says {said!r}): asked again.", round)
+        written = render_verdict_lines(verdict.model_dump()) or json.dumps(verdict.model_dump(), ensure_ascii=False)
         again = [
             *messages,
-            {"role": "assistant", "content": json.dumps(verdict.model_dump(), ensure_ascii=False)},
+            {"role": "assistant", "content": written},
             {"role": "user", "content": prompts.ANALYZER_REASK.format(said=said)},
         ]
-        verdict = await self._whole(again, round=round, skip=())
+        verdict = await self._whole(again, round=round)
         said = contradiction(verdict)
         if said is None:
             return verdict
@@ -227,9 +219,8 @@ class Analyzer:
         """The verdict, streamed when it can be; asked for again without streaming when the stream broke, gave
         nothing, or could not be read.
         """
-        skip: tuple[StructuredLevel, ...] = ()
         if on_delta is not None and self.streams:
-            stream = VerdictStream(self.model, _SHAPE, on_delta)
+            stream = VerdictStream(self.model, read_verdict, on_delta)
             try:
                 streamed = await stream.run(messages, round=round)
             except TransientProviderError as broken:
@@ -242,12 +233,11 @@ class Analyzer:
             else:
                 if streamed is not None:
                     return streamed
-                if stream.empty:  # the server's streaming is broken, not the level: the same level, whole
+                if stream.empty:  # the server's streaming is broken, not the reply: asked again, whole
                     self._warn("The verdict's stream was empty: the round is judged again without streaming.", round)
                 else:
                     self._discard(on_discard, "the verdict could not be read: the round is judged again")
-                    skip = (stream.level,) if stream.level != "text" else ()
-        return await self._whole(messages, round=round, skip=skip)
+        return await self._whole(messages, round=round)
 
     def _warn(self, message: str, round: int) -> None:
         if self.emit is not None:
@@ -258,25 +248,32 @@ class Analyzer:
         if on_discard is not None:
             on_discard(f"{why[0].upper()}{why[1:]}.")
 
-    async def _whole(
-        self, messages: list[dict[str, str]], *, round: int, skip: tuple[StructuredLevel, ...]
-    ) -> AnalysisResult:
-        """The verdict from one structured call, not streamed."""
-        result = await structured_llm_call(
-            self.model,
-            messages,
-            Verdict.model_json_schema(),
-            parse_fn=_parse_verdict,  # lenient: what models write is coerced, not refused
-            regex_fallback=regex_analysis,
-            default=SAFE_DEFAULT.model_copy(),  # a copy: the result lands in the run, where it may be edited
-            purpose="analyze",
-            round=round,
-            temperature=0.0,
-            skip=skip,
-        )
-        verdict: AnalysisResult = result.value
-        if result.failure and any(call.status == "failed" for call in result.calls):
-            # the analyzer was not reached (not: it wrote nonsense): say why, on the verdict and as a warning
-            verdict.reasoning = f"{verdict.reasoning} ({result.failure})"
-            self._warn(f"The round could not be judged ({result.failure}): it counts as not achieved.", round)
-        return verdict
+    async def _whole(self, messages: list[dict[str, str]], *, round: int) -> AnalysisResult:
+        """The verdict from a call not streamed, asked once more (saying what to write) when the reply holds none;
+        ``SAFE_DEFAULT`` when it still does not, or when the analyzer did not answer (why: on the verdict and as a
+        warning).
+        """
+        for _attempt in range(2):
+            try:
+                result = await self.model.chat(
+                    messages,
+                    purpose="analyze",
+                    round=round,
+                    temperature=0.0,
+                    structured_level="text",
+                    reply_format="verdict",
+                )
+            except TransientProviderError as exc:  # retried already: not reached (not: it wrote nonsense)
+                verdict = SAFE_DEFAULT.model_copy()  # a copy: it lands in the run, where it may be edited
+                verdict.reasoning = f"{verdict.reasoning} ({exc.kind})"
+                self._warn(f"The round could not be judged ({exc.kind}): it counts as not achieved.", round)
+                return verdict
+            read = read_verdict(result.content)
+            if read is not None:
+                return read
+            messages = [
+                *messages,
+                {"role": "assistant", "content": result.content[:2000]},
+                {"role": "user", "content": prompts.ANALYZER_UNREAD},
+            ]
+        return SAFE_DEFAULT.model_copy()

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ANALYZER_REASK",
     "ANALYZER_SYSTEM",
+    "ANALYZER_UNREAD",
     "ARGUMENT_PLACEHOLDER",
     "COMPACTION_SYSTEM",
     "HISTORY_SUMMARY_SYSTEM",
@@ -74,17 +75,13 @@ Original goal: {goal}
 Your task ({step_id}): {task}{tool_hint}{context}"""
 
 ANALYZER_SYSTEM = """\
-You judge whether an agent reached the user's goal, from the results of the steps it ran.
-- `achieved`: true only if the results fully answer the goal.
-- `confidence`: 0.0 to 1.0, how sure you are of your verdict.
-- `reasoning`: when the goal is reached, one short sentence; when it is not, what is missing. When steps
-  disagree (numbers, dates, claims), name the contradiction, say which source is more reliable, and lower
-  your confidence.
-- `final_answer`, last: when the goal is reached, THE answer the user reads, written for them from the results,
-  complete (it answers every part of the goal, with the figures the results give): answer directly, with no
-  meta-commentary (never "based on the results", "the steps show" or similar);
-  write in the same language as the goal; where sources disagree, say so and say which is more reliable;
-  use Markdown where it helps (lists, tables). When the goal is not reached: null."""
+Judge whether the step results below reach the user's goal, and if they do, answer it.
+First line: yes or no (reached or not) and your confidence from 0 to 1, e.g. "yes 0.9". When not reached, add a
+colon and what is missing. When steps disagree (numbers, dates, claims), say so on that line, say which source
+is more reliable, and lower your confidence.
+When reached, write the answer on the next lines, for the user: complete (every part of the goal, with the
+figures the results give), direct (never "based on the results" or similar), in the goal's language, saying
+where sources disagree and which is more reliable, in Markdown where it helps (lists, tables)."""
 
 ANALYZER_USER = """\
 Goal: {goal}
@@ -124,8 +121,12 @@ missing, just above your answer. Write only what these results do establish towa
 figures; do not repeat these instructions."""
 
 ANALYZER_REASK = """\
-That verdict cannot be used: it says the goal was achieved, but its reasoning says '{said}'.
-Judge again from the same results: set `achieved` to what they establish, and make the reasoning agree."""
+That verdict cannot be used: it says the goal was reached, but its reasoning says '{said}'.
+Judge again from the same results: say yes or no as they establish, and make the reasoning agree."""
+
+ANALYZER_UNREAD = """\
+That verdict cannot be read. Begin with a line that says yes or no and your confidence (e.g. "yes 0.9"), then,
+when the goal is reached, the answer on the next lines."""
 
 HISTORY_SUMMARY_SYSTEM = """\
 Summarize this conversation so a planner can continue it: keep every fact, number, name, decision and

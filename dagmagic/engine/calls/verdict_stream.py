@@ -1,13 +1,12 @@
-"""The verdict, streamed: the analyzer's reply is read while it is written, and what its ``final_answer`` gains
-is handed over piece by piece, so the user reads the answer while the round is still being judged.
+"""The verdict, streamed: the analyzer's reply is read while it is written, and what its answer gains is handed
+over piece by piece, so the user reads the answer while the round is still being judged.
 
-The smart model is asked exactly as the non-streamed call asks at its first level (a forced tool call, JSON
-mode or text, by its capabilities; ``OutputShape`` and ``with_instruction`` make the same request). The reply
-so far (the first tool call's arguments when there are any, else the text from its first ``{``) is read as
-partial JSON (``pydantic_core.from_json`` with trailing strings allowed: an escape cut in two is left out until
-its other half arrives); a verdict that already says the goal was not achieved hands nothing over. The whole
-reply is then parsed as the non-streamed call parses it. ``None`` when it holds no verdict: the caller asks
-again without streaming (at the same level when the stream gave nothing at all: the stream was at fault).
+The smart model is asked for verdict lines (``verdict_lines``): once the first line says the goal is reached,
+everything after it is the answer, handed over as it arrives (trailing blanks held back until more follows). A
+model that writes the JSON verdict instead (from its first ``{``) is read as partial JSON
+(``pydantic_core.from_json`` with trailing strings allowed: an escape cut in two is left out until its other half
+arrives). A verdict that says the goal was not reached hands nothing over. The whole reply is then read as the
+non-streamed call reads it. ``None`` when it holds no verdict: the caller asks again without streaming.
 """
 
 from __future__ import annotations
@@ -17,10 +16,10 @@ from typing import Any
 
 import pydantic_core
 
+from dagmagic.engine.calls.verdict_lines import read_decision
 from dagmagic.errors import TransientProviderError
 from dagmagic.llm import ChatModel, extract_json
 from dagmagic.llm.protocol import StreamChunk
-from dagmagic.llm.structured import OutputShape, with_instruction
 from dagmagic.models import AnalysisResult, StructuredLevel
 
 __all__ = ["VerdictStream"]
@@ -34,15 +33,15 @@ most that share behind (40 characters of a 10,000-character reply)."""
 class VerdictStream:
     """Streams one verdict of ``model``; each new piece of its ``final_answer`` goes to ``on_delta``."""
 
-    def __init__(self, model: ChatModel, shape: OutputShape, on_delta: Callable[[str], object]) -> None:
+    def __init__(
+        self, model: ChatModel, read: Callable[[str], AnalysisResult | None], on_delta: Callable[[str], object]
+    ) -> None:
+        """``read``: the verdict in a whole reply's text, as the non-streamed call reads it (None: none)."""
         self.model = model
-        self.shape = shape
+        self.read = read
         self.on_delta = on_delta
-        capabilities = model.entry.capabilities
-        self.level: StructuredLevel = (
-            "tool_call" if capabilities.tool_call else "json_mode" if capabilities.json_mode else "text"
-        )
-        """The level asked at: the first the non-streamed call would try."""
+        self.level: StructuredLevel = "text"
+        """The level asked at: verdict lines are text at every level."""
         self.empty = False
         """Whether the stream gave nothing at all (a server whose streaming is broken), not a reply at the level."""
 
@@ -51,17 +50,16 @@ class VerdictStream:
         unless the whole verdict came through before (llama.cpp's server ends a streamed tool call without a
         finish reason, which litellm reports as a broken stream); other provider errors propagate.
         """
-        shape, level = self.shape, self.level
         reply = _Reply()
         answer = _Answer(self.on_delta)
         try:
             async for chunk in self.model.stream(
-                with_instruction(messages, shape.instruction(level)),
+                messages,
                 purpose="analyze",
                 round=round,
                 temperature=0.0,
-                structured_level=level,
-                **shape.request(level),
+                structured_level=self.level,
+                reply_format="verdict",
             ):
                 if reply.add(chunk):
                     answer.read(reply)
@@ -75,25 +73,23 @@ class VerdictStream:
         return self._parsed(reply)
 
     def _parsed(self, reply: _Reply) -> AnalysisResult | None:
-        """The verdict in the whole reply, read as the non-streamed call reads one: the tool call's arguments,
-        then the text (a model may write the JSON there instead).
+        """The verdict in the whole reply: a tool call's arguments (a model may call a tool on its own), else the
+        text, read as the non-streamed call reads it.
         """
-        for text, from_tool in ((reply.arguments(), True), (reply.text(), False)):
-            if not text:
-                continue
-            try:
-                verdict = self.shape.parse(text, from_tool=from_tool)
-            except Exception:  # as for the non-streamed call: any failure is an unreadable reply
-                continue
-            if isinstance(verdict, AnalysisResult):
-                return verdict
+        for text in (reply.arguments(), reply.text()):
+            if text:
+                verdict = self.read(text)
+                if verdict is not None:
+                    return verdict
         return None
 
 
 def _came_whole(reply: _Reply) -> bool:
     """Whether the reply holds JSON that closed, as it was written: a stream that broke off mid-verdict must not
-    count as a verdict because the JSON repair can close what was cut.
+    count as a verdict because the JSON repair can close what was cut (verdict lines never tell they are whole).
     """
+    if not reply.is_json and read_decision(reply.text().lstrip().split("\n", 1)[0]) is not None:
+        return False
     for text in (reply.arguments(), reply.text()):
         try:
             extract_json(text, mend=False)
@@ -143,6 +139,11 @@ class _Reply:
         """The text so far."""
         return "".join(self._text)
 
+    @property
+    def is_json(self) -> bool:
+        """Whether the verdict is written as JSON (a tool call's arguments, or text that begins like JSON)."""
+        return bool(self._arguments) or self.text().lstrip().startswith(("{", "```"))
+
     def verdict_so_far(self) -> str:
         """The JSON being written: the arguments, else the text from its first ``{`` ("" before one)."""
         if self._arguments:
@@ -168,6 +169,28 @@ class _Answer:
         if self.done or (not whole and reply.size - self.read_at < max(1, self.read_at // READ_EVERY)):
             return
         self.read_at = reply.size
+        if reply.is_json:
+            self._read_json(reply)
+        else:
+            self._read_lines(reply, whole=whole)
+
+    def _read_lines(self, reply: _Reply, *, whole: bool) -> None:
+        text = reply.text().lstrip()
+        end = text.find("\n")
+        if end < 0:
+            if whole:
+                self.done = True  # one line: a verdict with no answer to show
+            return
+        decision = read_decision(text[:end])
+        if decision is None:  # prose before a JSON verdict, perhaps: read from its first brace
+            self._read_json(reply)
+            return
+        if not decision.achieved:
+            self.done = True  # not reached: nothing to show
+            return
+        self._send(text[end + 1 :].strip())
+
+    def _read_json(self, reply: _Reply) -> None:
         written = reply.verdict_so_far()
         if not written:
             return
@@ -181,7 +204,12 @@ class _Answer:
             self.done = True
             return
         answer = partial.get("final_answer")
-        if not isinstance(answer, str) or len(answer) <= len(self.sent):
+        if isinstance(answer, str):
+            self._send(answer)
+
+    def _send(self, answer: str) -> None:
+        """Hand over what ``answer`` (the answer so far) adds to what was sent."""
+        if len(answer) <= len(self.sent):
             return
         if not answer.startswith(self.sent):  # rewritten (a second final_answer key): the whole reply decides
             self.done = True

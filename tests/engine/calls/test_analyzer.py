@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from dagmagic.engine.calls.analyzer import SAFE_DEFAULT, Analyzer, Verdict, contradiction, regex_analysis
+from dagmagic.engine.calls import prompts
+from dagmagic.engine.calls.analyzer import SAFE_DEFAULT, Analyzer, contradiction, regex_analysis
 from dagmagic.events import LLMCallRecorded, RunWarning
 from dagmagic.llm import ChatModel, ModelRegistry
 from dagmagic.models import AnalysisResult, PlanStep
@@ -54,7 +55,7 @@ def verdict(**fields: Any) -> dict[str, Any]:
 # --- the call --------------------------------------------------------------------------------------------------
 
 
-async def test_analyze_uses_purpose_analyze_temperature_zero_and_the_verdict_schema() -> None:
+async def test_analyze_uses_purpose_analyze_temperature_zero_and_verdict_lines() -> None:
     harness = Harness([verdict(final_answer="About 2.1 million.")])
     result = await harness.analyze(round=3)
 
@@ -63,16 +64,10 @@ async def test_analyze_uses_purpose_analyze_temperature_zero_and_the_verdict_sch
     )
     (request,) = harness.llm.requests
     assert (request.purpose, request.temperature, request.round) == ("analyze", 0.0, 3)
-    assert request.tools is not None
-    assert request.tools[0]["function"]["parameters"] == Verdict.model_json_schema()
+    assert (request.tools, request.level) == ([], "text")  # verdict lines at every level: no schema sent
     (call,) = [event.call for event in harness.events if isinstance(event, LLMCallRecorded)]
-    assert (call.purpose, call.round, call.structured_level) == ("analyze", 3, "tool_call")
-
-
-def test_verdict_schema_requires_every_field_and_bounds_confidence() -> None:
-    schema = Verdict.model_json_schema()
-    assert sorted(schema["required"]) == ["achieved", "confidence", "final_answer", "reasoning"]
-    assert (schema["properties"]["confidence"]["minimum"], schema["properties"]["confidence"]["maximum"]) == (0, 1)
+    assert (call.purpose, call.round, call.structured_level) == ("analyze", 3, "text")
+    assert call.reply == "yes 0.9: Both sources agree.\nAbout 2.1 million."  # the answer last
 
 
 # --- the prompt ------------------------------------------------------------------------------------------------
@@ -83,8 +78,8 @@ async def test_prompt_asks_to_compare_sources_and_name_contradictions() -> None:
     await harness.analyze()
     system = harness.requests[0].messages[0]
     assert system["role"] == "system"
-    assert "Compare the sources" in system["content"]
-    assert "name the contradiction" in system["content"]
+    assert "When steps disagree" in system["content"]
+    assert "say which source\nis more reliable" in system["content"]
     assert "lower your confidence" in system["content"]
 
 
@@ -116,7 +111,7 @@ async def test_the_cap_follows_the_settings() -> None:
     await harness.analyze([done("s1", "█" * 151), done("s2", "▒" * 150)])
     user = harness.requests[0].messages[-1]["content"]
     assert "█" * 150 + "... (truncated)" in user and user.count("█") == 150
-    assert "Result: " + "▒" * 150 + "\n" in user  # exactly at the cap: not cut
+    assert user.endswith("Result: " + "▒" * 150)  # exactly at the cap: not cut
     assert user.count("(truncated)") == 1
 
 
@@ -168,20 +163,23 @@ async def test_a_verdict_cut_off_mid_json_is_mended_without_asking_again(capabil
     assert len(harness.requests) == 1
 
 
-@pytest.mark.parametrize(("capabilities", "calls"), [(TOOL_AND_JSON, 5), (("json_mode",), 4), ((), 2)])
-async def test_broken_json_is_read_by_the_regex_fallback(capabilities: tuple[str, ...], calls: int) -> None:
+@pytest.mark.parametrize("capabilities", [TOOL_AND_JSON, ("json_mode",), ()], ids=["tool_call", "json_mode", "text"])
+async def test_broken_json_is_read_by_the_regex_fallback(capabilities: tuple[str, ...]) -> None:
     harness = Harness([BROKEN], capabilities=capabilities)
     result = await harness.analyze()
     assert result == AnalysisResult(achieved=True, confidence=0.7, reasoning="ok but", final_answer=None)
-    assert len(harness.requests) == calls  # every level tried (JSON and text twice each) before the regex
-    assert harness.requests[-1].level == "text"
+    assert [request.level for request in harness.requests] == ["text"]  # read at once, not asked again
 
 
-async def test_regex_fallback_prefers_the_latest_text_reply() -> None:
+async def test_an_unreadable_reply_is_asked_for_again_saying_what_to_write() -> None:
     later = '{"achieved": false, "confidence": 0.4, "reasoning": "missing the 2024 figure'
-    harness = Harness([BROKEN, later], capabilities=())
+    harness = Harness([GARBAGE, later], capabilities=())
     result = await harness.analyze()
     assert (result.achieved, result.confidence, result.reasoning) == (False, 0.4, "missing the 2024 figure")
+    assert harness.requests[1].messages[-2:] == [
+        {"role": "assistant", "content": GARBAGE},
+        {"role": "user", "content": prompts.ANALYZER_UNREAD},
+    ]
 
 
 @pytest.mark.parametrize("capabilities", [TOOL_AND_JSON, ()], ids=["tool_call", "text"])
@@ -195,7 +193,7 @@ async def test_garbage_gives_exactly_the_safe_default(capabilities: tuple[str, .
         "The model's verdict could not be read, so whether the goal was reached is not known",
         None,
     )
-    assert len(harness.requests) == (5 if capabilities else 2)
+    assert len(harness.requests) == 2  # asked, then asked once more
 
 
 async def test_the_safe_default_handed_out_is_a_copy() -> None:
@@ -210,7 +208,7 @@ async def test_an_object_without_the_verdicts_fields_is_not_taken_for_a_verdict(
     harness = Harness([{"answer": "Paris has 2.1 million people"}, verdict()])
     result = await harness.analyze()
     assert result == AnalysisResult(achieved=True, confidence=0.9, reasoning="Both sources agree.")
-    assert [r.level for r in harness.requests] == ["tool_call", "json_mode"]
+    assert [r.level for r in harness.requests] == ["text", "text"]  # asked once more
 
 
 async def test_an_object_without_the_verdicts_fields_everywhere_gives_the_safe_default() -> None:
@@ -288,7 +286,7 @@ async def test_a_verdict_that_contradicts_itself_is_asked_for_again_quoting_why(
     assert (result.achieved, result.confidence, result.reasoning) == (False, 0.4, "The 2024 figure is missing.")
     assert len(harness.requests) == 2
     asked = str(harness.requests[1].messages[-1]["content"])
-    assert "achieved" in asked and f"'{NOT_REACHED}'" in asked
+    assert "says the goal was reached" in asked and f"'{NOT_REACHED}'" in asked
 
 
 async def test_a_verdict_that_contradicts_itself_twice_counts_as_not_achieved_with_a_warning() -> None:

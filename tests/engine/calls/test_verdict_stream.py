@@ -64,7 +64,7 @@ async def test_the_answer_streams_from_the_verdict_call_and_no_synthesis_is_made
 
     assert run.status == "done" and run.answer == ANSWER and run.achieved
     (judged,) = llm.requests_for("analyze")
-    assert judged.stream and judged.level == "tool_call"  # the same request as the non-streamed call's first level
+    assert judged.stream and judged.level == "text"  # verdict lines, as the non-streamed call asks for them
     assert llm.requests_for("synthesize") == []
     pieces = kinds(run, AnswerDelta)
     assert len(pieces) > 1 and deltas(run) == ANSWER  # written piece by piece
@@ -77,8 +77,8 @@ async def test_the_answer_streams_from_the_verdict_call_and_no_synthesis_is_made
     assert [call.stream for call in run.calls if call.purpose == "analyze"] == [True]
 
 
-async def test_the_verdict_streams_at_the_json_and_text_levels_too() -> None:
-    for capabilities, level in ((("json_mode", "stream"), "json_mode"), (("stream",), "text")):
+async def test_the_verdict_streams_as_lines_whatever_the_model_can_do() -> None:
+    for capabilities, level in ((("json_mode", "stream"), "text"), (("stream",), "text")):
         llm = ScriptedLLM(script(), capabilities=capabilities)
         run = await session_for(llm).run("goal")
         (judged,) = llm.requests_for("analyze")
@@ -90,24 +90,24 @@ async def test_the_analyzer_asks_for_the_answer_written_for_the_user() -> None:
     llm = ScriptedLLM(script())
     await session_for(llm).run("goal")
     prompt = llm.requests_for("analyze")[0].prompt
-    assert "meta-commentary" in prompt and "same language as the goal" in prompt and "Markdown" in prompt
+    assert 'never "based on the results"' in prompt and "in the goal's language" in prompt and "Markdown" in prompt
     # a 0.5B model's verdict answered "Paris" to "the capital of France and its population": no synthesis follows
     # to complete it, so the verdict is asked for every part
     assert "every part of the goal" in prompt
 
 
 async def test_the_verdict_ends_with_its_answer_so_the_run_ends_when_the_answer_is_written() -> None:
-    """Models write a structured reply in its schema's order: the verdict, one short sentence of reasoning, then
-    the answer, last: nothing the user waits for is written after it.
+    """The verdict's first line, then the answer, last: nothing the user waits for is written after it, and what
+    comes before it is as short as the decision needs ("yes 0.9").
     """
-    llm = ScriptedLLM(script())
-    await session_for(llm).run("goal")
+    llm = ScriptedLLM(script(analyze=[verdict(True, 0.9, "", ANSWER)]))
+    run = await session_for(llm).run("goal")
     (judged,) = llm.requests_for("analyze")
-    (schema,) = [tool["function"]["parameters"] for tool in judged.tools]
-    assert list(schema["properties"]) == ["achieved", "confidence", "reasoning", "final_answer"]
-    prompt = judged.prompt
-    assert prompt.index("`reasoning`") < prompt.index("`final_answer`, last")
-    assert "when the goal is reached, one short sentence" in prompt
+    assert judged.tools == [] and "First line: yes or no" in judged.prompt
+    (call,) = [call for call in run.calls if call.purpose == "analyze"]
+    assert call.reply == f"yes 0.9\n{ANSWER}" and run.answer == ANSWER
+    assert run.calls[-1] is call and run.state.finished_at is not None
+    assert run.state.finished_at - (call.started_at + call.latency) < 0.5  # the run ends with the answer
 
 
 async def test_escapes_split_across_pieces_stream_as_the_text_they_stand_for() -> None:
@@ -237,11 +237,11 @@ async def test_a_broken_verdict_stream_clears_its_answer_and_judges_again_withou
     assert [e.fallback for e in kinds(run, AnswerReady)] == [False]
 
 
-async def test_an_unreadable_verdict_is_asked_for_again_at_the_next_level() -> None:
+async def test_an_unreadable_verdict_is_asked_for_again_without_streaming() -> None:
     llm = ScriptedLLM(script(analyze=["I think it went well.", verdict(True, 0.9, "ok", ANSWER)]))
     run = await session_for(llm).run("goal")
     levels = [(request.level, request.stream) for request in llm.requests_for("analyze")]
-    assert levels == [("tool_call", True), ("json_mode", False)]  # the level that failed is not asked twice
+    assert levels == [("text", True), ("text", False)]
     assert run.answer == ANSWER and llm.requests_for("synthesize") == []
 
 
@@ -327,7 +327,7 @@ async def test_an_empty_verdict_stream_is_judged_again_whole_at_the_same_level()
     llm = ScriptedLLM(script(analyze=lambda r: EMPTY_STREAM if r.stream else whole))
     run = await session_for(llm).run("goal")
     levels = [(request.level, request.stream) for request in llm.requests_for("analyze")]
-    assert levels == [("tool_call", True), ("tool_call", False)]  # the level was not at fault: the stream was
+    assert levels == [("text", True), ("text", False)]  # asked again, whole
     assert run.answer == ANSWER and [e.fallback for e in kinds(run, AnswerReady)] == [False]
     assert any("stream was empty" in event.message for event in kinds(run, RunWarning))
 
