@@ -186,7 +186,7 @@ async def test_a_long_history_is_summarized_once_per_run_and_reused_while_it_is_
     smart = ScriptedLLM(script("r", analyze=[verdict(False, 0.3, "not yet")]))
     fast = ScriptedLLM({"history_summary": lambda r: f"summary {r.index}", "step": ["r"]})
     registry = ModelRegistry().register("smart", smart, roles=["smart"]).register("fast", fast, roles=["fast"])
-    session = DagSession(registry, DagSettings(store="none"))
+    session = DagSession(registry, DagSettings(store="none", planner_input_tokens=2000))
     session.history = [Exchange(f"question {i}", "a long answer " * 400) for i in range(6)]
 
     first = await session.run("a goal that takes three rounds")

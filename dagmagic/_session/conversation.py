@@ -22,6 +22,8 @@ class Conversation:
         self.runs: list[DagRun] = []
         self.digests: HistoryDigests = {}
         """The history's summaries, by the exchanges they summarize (kept across runs)."""
+        self.told: set[str] = set()
+        """The models whose unknown window the session was told of."""
         self._runs_in_memory = runs_in_memory
         self._active: set[asyncio.Task[None]] = set()
         self._in_history: dict[str, int] = {}

@@ -79,6 +79,7 @@ class RunDriver:
             tool_names=[tool.name for tool in toolset],
             tools=toolset,
             digests=parts.conversation.digests,
+            told=parts.conversation.told,
             approve_plans=options["approve_plans"],
             connect=parts.toolbox.connector(servers, runner is not parts.step_runner) if servers else None,
         )

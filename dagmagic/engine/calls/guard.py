@@ -2,12 +2,16 @@
 
 A model's window is what its registry entry declares, else litellm's figure, else
 ``default_context_tokens``; a request may take ``GUARD_SHARE`` of it (at least ``context_floor_tokens``,
-always leaving ``MIN_REPLY_TOKENS`` for the reply). The goal and its follow-ups, which every call site sends,
-may take ``OBJECTIVE_SHARE`` of that: longer, each is cut in the middle (head and tail kept) to a fair share,
-and a warning says what was cut and by how much. Each call site measures its fixed part (instructions, the goal
-so fitted, tool schemas) and fits its variable part (dependency results, step results, the replan context, the
-history, a step's own transcript) into what is left. Over budget, the fast model compacts the text
-(purpose ``compaction``); without one, or when that fails, a truncation keeps its head and tail.
+always leaving ``MIN_REPLY_TOKENS`` for the reply). A window nobody knows is not guessed: that model's prompts
+are sent as they are, never compacted (a guess too small cost a ``compaction`` call per step past 100 steps),
+and for a model litellm serves the run says so, once per model in a session, naming the settings that give it.
+
+The goal and its follow-ups, which every call site sends, may take ``OBJECTIVE_SHARE`` of a budget: longer, each
+is cut in the middle (head and tail kept) to a fair share, and a warning says what was cut and by how much. Each
+call site measures its fixed part (instructions, the goal so fitted, tool schemas) and fits its variable part
+(dependency results, step results, the replan context, the history, a step's own transcript) into what is left.
+Over budget, the fast model compacts the text (purpose ``compaction``); without one, or when that fails, a
+truncation keeps its head and tail.
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ from dagmagic.errors import RUN_ENDING
 from dagmagic.events import Event, RunWarning
 from dagmagic.llm import ChatModel, ModelRegistry
 from dagmagic.llm.breaker import CircuitBreakers
+from dagmagic.llm.litellm_backend import LiteLLMBackend
 from dagmagic.llm.tokens import context_window, count_tokens, fits, request_tokens
+from dagmagic.llm.wrapping import provider_backend
 from dagmagic.models import Exchange, Purpose
 from dagmagic.settings import DagSettings
 
@@ -34,6 +40,7 @@ __all__ = [
     "PLANNER_RESERVE",
     "SHORTENED_MARKER",
     "STRUCTURED_RESERVE",
+    "UNKNOWN_WINDOW_BUDGET",
     "ContextGuard",
     "HistoryDigests",
     "water_fill",
@@ -66,6 +73,9 @@ FOLLOW_UP_TOKENS = 8
 
 SHORTENED_MARKER = "[Earlier observation, shortened]\n"
 
+UNKNOWN_WINDOW_BUDGET = 1 << 40
+"""The budget of a model whose window nobody knows: no prompt is over it, so none is compacted or cut."""
+
 DIGESTS_KEPT = 4
 """History summaries a session keeps."""
 
@@ -95,6 +105,7 @@ class ContextGuard:
         *,
         emit: Callable[[Event], object] | None = None,
         digests: HistoryDigests | None = None,
+        told: set[str] | None = None,
         breakers: CircuitBreakers | None = None,
     ) -> None:
         self.registry = registry
@@ -103,19 +114,47 @@ class ContextGuard:
         self.breakers = breakers
         """The run's breakers: the fast model is not called once it stopped answering."""
         self.digests: HistoryDigests = digests if digests is not None else {}
+        self.told = told if told is not None else set()
+        """The models whose unknown window the session was told of."""
         self._compacted: dict[tuple[str, str], str] = {}
         self._objectives: dict[tuple[str, int, str], tuple[str, list[str]]] = {}
         self._objectives_cut: set[tuple[str, str]] = set()
 
     # --- measures
 
-    def window(self, model: ChatModel) -> int:
-        """The model's input window in tokens (``default_context_tokens`` when nobody knows it)."""
-        return context_window(model.entry) or self.settings.default_context_tokens
+    def window(self, model: ChatModel) -> int | None:
+        """The model's input window in tokens (``default_context_tokens`` when litellm does not know it); None
+        when nobody knows it (the first time, for a litellm model, a warning says so).
+        """
+        window = context_window(model.entry) or self.settings.default_context_tokens
+        if window is None:
+            self._tell_unknown(model)
+        return window
+
+    def _tell_unknown(self, model: ChatModel) -> None:
+        """Say once per model that its window is unknown, when it is litellm's to know (a backend of one's own,
+        such as ``ScriptedLLM``, says its window or has none to say).
+        """
+        entry = model.entry
+        key = f"{entry.name}\0{entry.target}"
+        if key in self.told or not isinstance(provider_backend(entry.backend), LiteLLMBackend):
+            return
+        self.told.add(key)
+        if self.emit is not None:
+            message = (
+                f"The context window of model {entry.name!r} ({entry.target}) is unknown: litellm does not list it. "
+                "Its prompts are sent as they are, never compacted to fit; a provider with a smaller window rejects "
+                "them (or, as Ollama does, cuts them). Give the window: register(..., context_window=N) for this "
+                "model, or DAG_DEFAULT_CONTEXT_TOKENS=N (DagSettings(default_context_tokens=N)) for every model "
+                "whose window litellm does not know."
+            )
+            self.emit(RunWarning(message=message))
 
     def budget(self, model: ChatModel) -> int:
-        """Tokens a whole request to ``model`` may take."""
+        """Tokens a whole request to ``model`` may take (``UNKNOWN_WINDOW_BUDGET`` when its window is unknown)."""
         window = self.window(model)
+        if window is None:
+            return UNKNOWN_WINDOW_BUDGET
         share = max(self.settings.context_floor_tokens, int(window * GUARD_SHARE))
         return max(MIN_ROOM, min(share, window - MIN_REPLY_TOKENS))
 
@@ -190,9 +229,11 @@ class ContextGuard:
             f"{label} from {before:,} to {after:,} tokens"
             for label, (_, before, after) in zip(labels, cuts, strict=True)
         )
+        window = self.window(model)
         message = (
-            f"{subject[0].upper()}{subject[1:]} {verbs} for model {model.name!r} (its window: {self.window(model):,} "
-            f"tokens): cut in the middle to fit, head and tail kept ({details})."
+            f"{subject[0].upper()}{subject[1:]} {verbs} for model {model.name!r} (its window: "
+            f"{f'{window:,} tokens' if window is not None else 'unknown'}): cut in the middle to fit, head and tail "
+            f"kept ({details})."
         )
         self.emit(RunWarning(message=message, round=round))
 
@@ -240,7 +281,9 @@ class ContextGuard:
         if earlier is not None and fits(model.entry, earlier, budget):
             return earlier
         fast = self._fast()
-        target = max(min(budget // 2, self.window(fast) - self.budget(fast)), 50)
+        fast_window = self.window(fast)
+        reply_room = fast_window - self.budget(fast) if fast_window is not None else budget
+        target = max(min(budget // 2, reply_room), 50)
         task = self.truncate(task, fast, COMPACTION_TASK_TOKENS)
         system = prompts.COMPACTION_SYSTEM.format(tokens=target, task=task)
         compacted = await self._ask_fast(system, text, purpose="compaction", round=round, step_id=step_id)
@@ -331,6 +374,8 @@ class ContextGuard:
         else truncated), then every observation and the model's own turns, oldest first, and the step's own
         prompt last, harder.
         """
+        if self.window(model) is None:  # nothing to fit into: not even counted
+            return
         budget = self.budget(model)
         if request_tokens(model.entry, messages, tools) <= budget:
             return

@@ -59,6 +59,8 @@ class GoalLoop:
     """The tools themselves: the planner describes their arguments, and tool steps call them directly."""
     digests: HistoryDigests | None = None
     """The session's history summaries, so a history is summarized once however many runs read it."""
+    told: set[str] | None = None
+    """The models whose unknown window the session was told of: it is told once (None: once per run)."""
     approve_plans: bool = False
     """Every plan waits for the user's approval before it runs."""
     depth: int = 0

@@ -47,7 +47,12 @@ class DriveServices:
             loop.breakers if loop.breakers is not None else CircuitBreakers(loop.settings.llm_unanswered_limit)
         )
         self.guard = ContextGuard(
-            loop.registry, loop.settings, emit=self.emit, digests=loop.digests, breakers=self.breakers
+            loop.registry,
+            loop.settings,
+            emit=self.emit,
+            digests=loop.digests,
+            told=loop.told,
+            breakers=self.breakers,
         )
 
     @property
