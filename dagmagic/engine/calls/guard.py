@@ -11,18 +11,18 @@ is cut in the middle (head and tail kept) to a fair share, and a warning says wh
 call site measures its fixed part (instructions, the goal so fitted, tool schemas) and fits its variable part
 (dependency results, step results, the replan context, the history, a step's own transcript) into what is left.
 Over budget, the fast model compacts the text (purpose ``compaction``); without one, or when that fails, a
-truncation keeps its head and tail.
+truncation keeps its head and tail. The history is read from its summary (``dagmagic.engine.calls.history``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Callable, MutableMapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from dagmagic.engine.calls import prompts
-from dagmagic.engine.calls.context import compose_query, format_history, truncate_middle
+from dagmagic.engine.calls.context import compose_query, truncate_middle
 from dagmagic.errors import RUN_ENDING
 from dagmagic.events import Event, RunWarning
 from dagmagic.llm import ChatModel, ModelRegistry
@@ -30,7 +30,7 @@ from dagmagic.llm.breaker import CircuitBreakers
 from dagmagic.llm.litellm_backend import LiteLLMBackend
 from dagmagic.llm.tokens import context_window, count_tokens, fits, request_tokens
 from dagmagic.llm.wrapping import provider_backend
-from dagmagic.models import Exchange, Purpose
+from dagmagic.models import Purpose
 from dagmagic.settings import DagSettings
 
 __all__ = [
@@ -42,7 +42,6 @@ __all__ = [
     "STRUCTURED_RESERVE",
     "UNKNOWN_WINDOW_BUDGET",
     "ContextGuard",
-    "HistoryDigests",
     "water_fill",
 ]
 
@@ -76,12 +75,6 @@ SHORTENED_MARKER = "[Earlier observation, shortened]\n"
 UNKNOWN_WINDOW_BUDGET = 1 << 40
 """The budget of a model whose window nobody knows: no prompt is over it, so none is compacted or cut."""
 
-DIGESTS_KEPT = 4
-"""History summaries a session keeps."""
-
-HistoryDigests = MutableMapping[tuple[tuple[Exchange, ...], int], str]
-"""A session's summaries of its history, by (history, token limit): made once, reused while unchanged."""
-
 
 def water_fill(sizes: Sequence[int], room: int) -> list[int]:
     """Each size's share of ``room``: small ones keep their size, the rest split what is left evenly."""
@@ -104,7 +97,6 @@ class ContextGuard:
         settings: DagSettings,
         *,
         emit: Callable[[Event], object] | None = None,
-        digests: HistoryDigests | None = None,
         told: set[str] | None = None,
         breakers: CircuitBreakers | None = None,
     ) -> None:
@@ -113,7 +105,6 @@ class ContextGuard:
         self.emit = emit
         self.breakers = breakers
         """The run's breakers: the fast model is not called once it stopped answering."""
-        self.digests: HistoryDigests = digests if digests is not None else {}
         self.told = told if told is not None else set()
         """The models whose unknown window the session was told of."""
         self._compacted: dict[tuple[str, str], str] = {}
@@ -286,7 +277,7 @@ class ContextGuard:
         target = max(min(budget // 2, reply_room), 50)
         task = self.truncate(task, fast, COMPACTION_TASK_TOKENS)
         system = prompts.COMPACTION_SYSTEM.format(tokens=target, task=task)
-        compacted = await self._ask_fast(system, text, purpose="compaction", round=round, step_id=step_id)
+        compacted = await self.ask_fast(system, text, purpose="compaction", round=round, step_id=step_id)
         if not compacted:
             return None
         if not fits(model.entry, compacted, budget):
@@ -300,7 +291,7 @@ class ContextGuard:
         breaker = self.breakers.of(entry.name) if self.breakers is not None else None
         return ChatModel(entry, settings=self.settings, emit=self.emit, breaker=breaker)
 
-    async def _ask_fast(
+    async def ask_fast(
         self, system: str, text: str, *, purpose: Purpose, round: int | None, step_id: str | None = None
     ) -> str:
         """The fast model's reply to ``system`` about ``text`` (cut to fit it first); "" when it fails: a
@@ -329,7 +320,7 @@ class ContextGuard:
         if self.emit is None:
             return
         if purpose == "history_summary":
-            fallback = f"the planner sees its last {self.settings.history_fallback_chars} characters"
+            fallback = "the planner reads its latest part as written instead"
             what = "The conversation so far could not be summarized"
         else:
             what, fallback = "A text could not be compacted", "it is cut to fit instead (its head and tail kept)"
@@ -408,45 +399,13 @@ class ContextGuard:
 
     # --- the history
 
-    async def history(self, history: Sequence[Exchange], *, limit: int, round: int | None) -> str | None:
-        """``Previous conversation: ...`` within ``limit`` tokens of the smart model: as is, else summarized
-        by the fast model (once per history; later runs reuse it), else its last ``history_fallback_chars``.
-        """
-        if not history:
-            return None
-        past = format_history(history)
-        smart = ChatModel(self.registry.for_role("smart"), settings=self.settings)
-        if fits(smart.entry, past, limit):
-            return past
-        key = (tuple(history), limit)
-        summary = self.digests.get(key)
-        if summary is None and self.registry.has_role("fast"):
-            summary = await self._summarize(past, limit, round=round)
-            if summary is not None:
-                while len(self.digests) >= DIGESTS_KEPT:  # older histories will not come back
-                    del self.digests[next(iter(self.digests))]
-                self.digests[key] = summary
-        if summary is not None:
-            return f"Previous conversation (summary):\n{summary}"
-        tail = f"Previous conversation (last part):\n...{past[-self.settings.history_fallback_chars :]}"
-        return self.truncate(tail, smart, limit)
-
-    async def _summarize(self, past: str, limit: int, *, round: int | None) -> str | None:
-        summary = await self._ask_fast(prompts.HISTORY_SUMMARY_SYSTEM, past, purpose="history_summary", round=round)
-        smart = ChatModel(self.registry.for_role("smart"), settings=self.settings)
-        return self.truncate(summary, smart, limit) if summary else None
+    def smart(self) -> ChatModel:
+        """The smart model, which reads the history (in the planner's prompt)."""
+        return ChatModel(self.registry.for_role("smart"), settings=self.settings)
 
     def history_limit(self) -> int:
         """Tokens the history may take in the planner's prompt."""
-        smart = ChatModel(self.registry.for_role("smart"), settings=self.settings)
-        return min(self.settings.planner_input_tokens, self.budget(smart) // 3)
-
-    async def planner_input(
-        self, goal: str, history: Sequence[Exchange], follow_ups: Sequence[str], *, round: int | None
-    ) -> str:
-        """The enriched query with its history fitted (see ``history``)."""
-        past = await self.history(history, limit=self.history_limit(), round=round)
-        return compose_query(past, goal, follow_ups)
+        return min(self.settings.planner_input_tokens, self.budget(self.smart()) // 3)
 
 
 def _digest(texts: Sequence[str]) -> str:

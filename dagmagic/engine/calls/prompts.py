@@ -139,8 +139,9 @@ That verdict cannot be used: it says the goal was achieved, but its reasoning sa
 Judge again from the same results: set `achieved` to what they establish, and make the reasoning agree."""
 
 HISTORY_SUMMARY_SYSTEM = """\
-Summarize this conversation so a planner can continue it: keep every fact, number, name, decision and
-open question; drop pleasantries. Write in the conversation's language."""
+Summarize this conversation so a planner can continue it, in at most {tokens} tokens: keep every fact, number,
+name, decision and open question; drop pleasantries. Write in the conversation's language. When it starts with a
+summary of the conversation so far, write that summary again with the exchanges since added to it."""
 
 COMPACTION_SYSTEM = """\
 Shorten the following text to at most {tokens} tokens for the task: "{task}". Keep every fact, figure,
