@@ -182,7 +182,8 @@ class DagSettings(BaseModel):
         ge=1000,
         description="Context window of a model whose window litellm does not know (local servers); "
         "`register(..., context_window=N)` sets one model's. Unset, such a model's prompts are sent whole, never "
-        "compacted (a run says so, once per model in a session).",
+        "compacted (a run says so, once per model in a session), until its provider refuses one as too long: its "
+        "window is then the one the refusal states.",
         json_schema_extra=env("DAG_DEFAULT_CONTEXT_TOKENS"),
     )
 

@@ -9,7 +9,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from dagmagic.engine.calls.guard import ContextGuard
+from dagmagic.engine.calls.guard import ContextGuard, ModelWindows
 from dagmagic.engine.calls.history import ConversationSummary, PlannerHistory
 from dagmagic.engine.loop.driver import GoalLoop
 from dagmagic.engine.run.dag_run import DagRun
@@ -28,8 +28,8 @@ class Conversation:
         self.runs: list[DagRun] = []
         self.summary = ConversationSummary()
         """The history's summary, extended after each answer (``dagmagic.engine.calls.history``)."""
-        self.told: set[str] = set()
-        """The models whose unknown window the session was told of."""
+        self.windows = ModelWindows()
+        """What the session learned of its models' windows (``ContextGuard``)."""
         self._runs_in_memory = runs_in_memory
         self._active: set[asyncio.Task[None]] = set()
         self._in_history: dict[str, int] = {}
@@ -91,7 +91,7 @@ class Conversation:
         """Extend the history's summary in the background with the models of the run that answered, when the
         history outgrew the planner's share: the next run plans with it made, not waiting for it.
         """
-        guard = ContextGuard(loop.registry, loop.settings, emit=self.summary.note, told=self.told)
+        guard = ContextGuard(loop.registry, loop.settings, emit=self.summary.note, windows=self.windows)
         try:
             PlannerHistory(guard, self.summary).summarize_later(self.history)
         except Exception:  # a summary is an optimization: the next run summarizes before planning instead

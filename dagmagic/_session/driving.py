@@ -88,7 +88,7 @@ class RunDriver:
             tool_names=[tool.name for tool in toolset],
             tools=toolset,
             summary=None if replaying else parts.conversation.summary,
-            told=parts.conversation.told,
+            windows=parts.conversation.windows,
             history_read=history_read,
             approve_plans=options["approve_plans"],
             connect=parts.toolbox.connector(servers, runner is not parts.step_runner) if servers else None,

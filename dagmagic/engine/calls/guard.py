@@ -5,6 +5,9 @@ A model's window is what its registry entry declares, else litellm's figure, els
 always leaving ``MIN_REPLY_TOKENS`` for the reply). A window nobody knows is not guessed: that model's prompts
 are sent as they are, never compacted (a guess too small cost a ``compaction`` call per step past 100 steps),
 and for a model litellm serves the run says so, once per model in a session, naming the settings that give it.
+Until its provider refuses a prompt as too long (``ContextWindowExceededError``): then the window the refusal
+states (else four fifths of what was sent) is the model's for the session (``learn_window``), and a step sends
+the refused prompt once more, fitted to it.
 
 The goal and its follow-ups, which every call site sends, may take ``OBJECTIVE_SHARE`` of a budget: longer, each
 is cut in the middle (head and tail kept) to a fair share, and a warning says what was cut and by how much. Each
@@ -23,7 +26,7 @@ from typing import Any
 
 from dagmagic.engine.calls import prompts
 from dagmagic.engine.calls.context import compose_query, truncate_middle
-from dagmagic.errors import RUN_ENDING
+from dagmagic.errors import RUN_ENDING, ContextWindowExceededError
 from dagmagic.events import Event, RunWarning
 from dagmagic.llm import ChatModel, ModelRegistry
 from dagmagic.llm.breaker import CircuitBreakers
@@ -42,6 +45,7 @@ __all__ = [
     "STRUCTURED_RESERVE",
     "UNKNOWN_WINDOW_BUDGET",
     "ContextGuard",
+    "ModelWindows",
     "water_fill",
 ]
 
@@ -88,6 +92,20 @@ def water_fill(sizes: Sequence[int], room: int) -> list[int]:
     return shares
 
 
+class ModelWindows:
+    """What a session learned of its models' windows, by model (``name``, NUL, ``target``)."""
+
+    def __init__(self) -> None:
+        self.told: set[str] = set()
+        """The models whose window the session was told is unknown: it is told once."""
+        self.learned: dict[str, int] = {}
+        """Windows a provider's refusal taught: they win over every other source (it is the provider's word)."""
+
+
+def _model_key(model: ChatModel) -> str:
+    return f"{model.entry.name}\0{model.entry.target}"
+
+
 class ContextGuard:
     """Keeps each prompt inside its model's window, for one run (compactions are remembered for the run)."""
 
@@ -97,7 +115,7 @@ class ContextGuard:
         settings: DagSettings,
         *,
         emit: Callable[[Event], object] | None = None,
-        told: set[str] | None = None,
+        windows: ModelWindows | None = None,
         breakers: CircuitBreakers | None = None,
     ) -> None:
         self.registry = registry
@@ -105,8 +123,8 @@ class ContextGuard:
         self.emit = emit
         self.breakers = breakers
         """The run's breakers: the fast model is not called once it stopped answering."""
-        self.told = told if told is not None else set()
-        """The models whose unknown window the session was told of."""
+        self.windows = windows if windows is not None else ModelWindows()
+        """What the session learned of its models' windows (else this run alone)."""
         self._compacted: dict[tuple[str, str], str] = {}
         self._objectives: dict[tuple[str, int, str], tuple[str, list[str]]] = {}
         self._objectives_cut: set[tuple[str, str]] = set()
@@ -117,20 +135,53 @@ class ContextGuard:
         """The model's input window in tokens (``default_context_tokens`` when litellm does not know it); None
         when nobody knows it (the first time, for a litellm model, a warning says so).
         """
+        learned = self.windows.learned.get(_model_key(model))
+        if learned is not None:
+            return learned
         window = context_window(model.entry) or self.settings.default_context_tokens
         if window is None:
             self._tell_unknown(model)
         return window
 
+    def learn_window(
+        self,
+        model: ChatModel,
+        refusal: ContextWindowExceededError,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] | None = None,
+        *,
+        round: int | None,
+        step_id: str | None = None,
+    ) -> bool:
+        """``model``'s provider refused ``messages`` as too long: from now on, in this session, its window is the
+        one the provider stated, else four fifths of what was sent, and a warning says so. Whether that is smaller
+        than the window the guard went by (unknown, say): then fitting the prompt again may get it accepted.
+        """
+        sent = request_tokens(model.entry, messages, tools, counted=True)
+        stated = refusal.window
+        learned = max(stated or sent * 4 // 5, 256)
+        before = self.window(model)
+        if before is not None and learned >= before:
+            return False
+        self.windows.learned[_model_key(model)] = learned
+        if self.emit is not None:
+            source = "the window its provider stated" if stated else "an estimate, a fifth under what was sent"
+            message = (
+                f"Model {model.name!r} refused a prompt of {sent:,} tokens as too long for its window: its prompts "
+                f"are fitted to a window of {learned:,} tokens from now on ({source}). Give its window to spare the "
+                "refused call: register(..., context_window=N), or DAG_DEFAULT_CONTEXT_TOKENS=N."
+            )
+            self.emit(RunWarning(message=message, round=round, step_id=step_id))
+        return True
+
     def _tell_unknown(self, model: ChatModel) -> None:
         """Say once per model that its window is unknown, when it is litellm's to know (a backend of one's own,
         such as ``ScriptedLLM``, says its window or has none to say).
         """
-        entry = model.entry
-        key = f"{entry.name}\0{entry.target}"
-        if key in self.told or not isinstance(provider_backend(entry.backend), LiteLLMBackend):
+        entry, key = model.entry, _model_key(model)
+        if key in self.windows.told or not isinstance(provider_backend(entry.backend), LiteLLMBackend):
             return
-        self.told.add(key)
+        self.windows.told.add(key)
         if self.emit is not None:
             message = (
                 f"The context window of model {entry.name!r} ({entry.target}) is unknown: litellm does not list it. "

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dagmagic._secrets import mask_secrets, scrub_exception
+from dagmagic.engine.calls.guard import ModelWindows
 from dagmagic.engine.calls.history import ConversationSummary
 from dagmagic.engine.calls.synthesis import fallback_answer
 from dagmagic.engine.loop.decisions import completed
@@ -59,8 +60,9 @@ class GoalLoop:
     """The tools themselves: the planner describes their arguments, and tool steps call them directly."""
     summary: ConversationSummary | None = None
     """The session's summary of its conversation, kept up to date after each answer (None: the run's own)."""
-    told: set[str] | None = None
-    """The models whose unknown window the session was told of: it is told once (None: once per run)."""
+    windows: ModelWindows | None = None
+    """What the session learned of its models' windows: an unknown one is told once, a refusal's is kept (None:
+    the run's own)."""
     history_read: str | None = None
     """A replay's: the conversation as the run it replays read it, not fitted again (its summary was made
     outside that run, from a conversation the replay does not have)."""

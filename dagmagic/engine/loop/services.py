@@ -49,7 +49,9 @@ class DriveServices:
         self.breakers = (
             loop.breakers if loop.breakers is not None else CircuitBreakers(loop.settings.llm_unanswered_limit)
         )
-        self.guard = ContextGuard(loop.registry, loop.settings, emit=self.emit, told=loop.told, breakers=self.breakers)
+        self.guard = ContextGuard(
+            loop.registry, loop.settings, emit=self.emit, windows=loop.windows, breakers=self.breakers
+        )
         summary = loop.summary if loop.summary is not None else ConversationSummary()
         self.history = PlannerHistory(self.guard, summary)
 

@@ -632,3 +632,46 @@ async def test_a_litellm_model_whose_window_is_unknown_is_told_once_a_session_an
     s2 = script.requests_for("step", "s2")[-1]
     assert script.requests_for("compaction") and (PROSE * 400).strip() not in s2.prompt  # fitted to 8,192 tokens
     assert request_tokens_measured(s2) <= 8192 * 0.75
+
+
+async def test_a_step_refused_as_too_long_for_a_window_nobody_knew_learns_it_and_is_tried_again_fitted() -> None:
+    """No window known, nothing is compacted: until the provider refuses a prompt as too long. Then the window it
+    states is the model's for the session, and the refused step is sent once more, fitted to it.
+    """
+    from dagmagic.errors import ContextWindowExceededError
+    from dagmagic.llm.tokens import approximate_tokens
+
+    def step(request: ScriptedRequest) -> Any:
+        if request.step_id == "s1":
+            return PROSE * 400  # about 10,000 tokens, which s2 reads
+        if approximate_tokens(request.prompt) > 4096:  # a llama.cpp server started with -c 4096
+            return ContextWindowExceededError(
+                '{"message": "the request exceeds the available context size", "n_ctx": 4096}'
+            )
+        return "s2 done"
+
+    llm = ScriptedLLM(
+        {
+            "plan": [plan_reply(("s1", []), ("s2", ["s1"]))],
+            "step": step,
+            "analyze": [verdict(True, 0.9, "ok", "Done.")],
+            "compaction": ["the census, in short"],
+        }
+    )
+    models = ModelRegistry().register("local", llm, roles=["smart", "general", "fast"])
+    session = DagSession(models, DagSettings(store="none", max_message_chars=100_000, llm_retries=0))
+
+    run = await session.run("goal")
+
+    assert run.status == "done" and run.steps["s2"].status == "completed" and run.steps["s2"].result == "s2 done"
+    refused, accepted = [call for call in run.calls if call.step_id == "s2"]
+    assert refused.error and "ContextWindowExceededError" in refused.error and accepted.error is None
+    (again,) = [r for r in llm.requests_for("step", "s2") if approximate_tokens(r.prompt) <= 4096]
+    assert approximate_tokens(again.prompt) <= 4096 - 512  # fitted to the window the refusal stated, room to reply
+    said = [w for w in run.rounds[0].warnings if "refused a prompt" in w]
+    assert len(said) == 1 and "4,096 tokens" in said[0] and "context_window=N" in said[0]
+
+    later = await session.run("goal again")  # the session keeps what the refusal taught: fitted at once
+    assert later.steps["s2"].status == "completed"
+    assert not [call for call in later.calls if call.error]
+    assert llm.requests_for("compaction")  # the dependency compacted to the window, before the step is sent

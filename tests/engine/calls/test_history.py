@@ -45,7 +45,7 @@ async def summary_made() -> None:
 
 async def test_the_101st_run_of_a_conversation_plans_at_once_from_a_summary_extended_after_each_answer() -> None:
     """Before: past its limit, every run summarized the whole conversation before its plan call (the summary
-    was kept by the whole history, so each new exchange missed it): 96 of 101 runs made that call first.
+    was kept by the whole history, so each new exchange missed it): 95 of 101 runs made that call first.
     """
     session, llm = conversation()
     for n in range(100):
