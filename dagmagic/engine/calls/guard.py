@@ -30,9 +30,7 @@ from dagmagic.errors import RUN_ENDING, ContextWindowExceededError
 from dagmagic.events import Event, RunWarning
 from dagmagic.llm import ChatModel, ModelRegistry
 from dagmagic.llm.breaker import CircuitBreakers
-from dagmagic.llm.litellm_backend import LiteLLMBackend
-from dagmagic.llm.tokens import context_window, count_tokens, fits, request_tokens
-from dagmagic.llm.wrapping import provider_backend
+from dagmagic.llm.tokens import context_window, count_tokens, fits, litellm_serves, request_tokens
 from dagmagic.models import Purpose
 from dagmagic.settings import DagSettings
 
@@ -179,7 +177,7 @@ class ContextGuard:
         such as ``ScriptedLLM``, says its window or has none to say).
         """
         entry, key = model.entry, _model_key(model)
-        if key in self.windows.told or not isinstance(provider_backend(entry.backend), LiteLLMBackend):
+        if key in self.windows.told or not litellm_serves(entry):
             return
         self.windows.told.add(key)
         if self.emit is not None:
