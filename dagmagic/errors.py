@@ -17,6 +17,7 @@ The tree, by whose mistake it is::
         │   ├── AuthenticationError *        missing or wrong API key
         │   ├── PermissionDeniedError *      the key may not use this model
         │   ├── BadRequestError              the provider rejected the request itself
+        │   │   └── ContextWindowExceededError   ... as too long for the model's window
         │   ├── UnknownModelError *          no such model or provider
         │   ├── ProviderUnavailableError     the model did not answer several tries in a row: not called again
         │   └── ReplayMismatch *             a replayed run asked a call its recording does not hold
@@ -37,6 +38,7 @@ would start, starts nothing more, and answers from what completed (``llm/budget.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 __all__ = [
@@ -45,6 +47,7 @@ __all__ = [
     "BadRequestError",
     "BudgetExceeded",
     "ConfigurationError",
+    "ContextWindowExceededError",
     "DagError",
     "FatalProviderError",
     "MCPServerError",
@@ -169,6 +172,37 @@ class BadRequestError(FatalProviderError):
 
     kind = "Bad request"
     hint = "the provider rejected the request itself; shorten the input or drop unsupported options."
+
+
+class ContextWindowExceededError(BadRequestError):
+    """The provider rejected the request as too long for the model's window. A step whose model's window was
+    not known learns it from this and tries once more, its prompt fitted (``ContextGuard.learn_window``).
+    """
+
+    kind = "Prompt too long"
+    hint = (
+        "the prompt is longer than the model's window: give the window (register(..., context_window=N), or "
+        "DAG_DEFAULT_CONTEXT_TOKENS=N for every model whose window litellm does not know) and prompts are "
+        "compacted to fit it."
+    )
+
+    @property
+    def window(self) -> int | None:
+        """The window the provider's message states (tokens), None when it states none."""
+        for pattern in _WINDOW_STATED:
+            found = pattern.search(self.provider_message)
+            if found:
+                return int(found.group(1).replace(",", ""))
+        return None
+
+
+_WINDOW_STATED = (
+    re.compile(r"maximum context length is ([\d,]+)", re.IGNORECASE),  # OpenAI and servers that copy it (vLLM)
+    re.compile(r"\bn_ctx\W{1,4}(\d+)"),  # llama.cpp's error body
+    re.compile(r"context (?:size|length|window|limit)(?: is| of)?\s*\(?([\d,]{3,})", re.IGNORECASE),
+    re.compile(r"while limit is ([\d,]+)", re.IGNORECASE),  # Cerebras
+)
+"""Where providers state the window in their message."""
 
 
 class UnknownModelError(FatalProviderError):

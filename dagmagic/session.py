@@ -16,7 +16,7 @@ from typing import Any, Self, TypedDict, Unpack
 from dagmagic._session.conversation import Conversation
 from dagmagic._session.driving import RunDriver, SessionParts
 from dagmagic._session.evaluations import EvaluationOptions, ResumeOptions, SessionEvaluations
-from dagmagic._session.replays import replayable
+from dagmagic._session.replays import history_read, replayable
 from dagmagic._session.stores import SessionStores
 from dagmagic._session.toolbox import Toolbox, ToolLike
 from dagmagic.engine.run.dag_run import DagRun
@@ -195,7 +195,7 @@ class DagSession:
             fallback = self.models
         models = replay_registry(original, strict=strict, fallback=fallback, timing=timing)
         own: RunOptions = {"approve_plans": False, "step_through": False, **options, "models": models}
-        driver = self._driver(history, own, replaying=True)
+        driver = self._driver(history, own, replaying=True, history_read=history_read(original))
         driver.check_store()
         state = RunState(run_id=uuid.uuid4().hex[:12], goal=original.state.goal, started_at=time.time())
         state.replay_of = original.state.run_id
@@ -283,12 +283,14 @@ class DagSession:
         """Why runs with ``settings`` are not saved, None when they are."""
         return self._stores.problem(settings or self.settings)
 
-    def _driver(self, history: list[Exchange], options: RunOptions, *, replaying: bool = False) -> RunDriver:
+    def _driver(
+        self, history: list[Exchange], options: RunOptions, *, replaying: bool = False, history_read: str | None = None
+    ) -> RunDriver:
         """What drives one run: the session's goal loop, or one with the run's own ``options`` (see ``drive_with``)."""
         mine = RunOptions(models=self.models, settings=self.settings, allow_code=self.allow_code)
         mine["approve_plans"] = self.approve_plans
         parts = SessionParts(self._toolbox, self._stores, self._conversation, self._step_runner)
-        return RunDriver.of(parts, history, {**mine, **options}, replaying=replaying)
+        return RunDriver.of(parts, history, {**mine, **options}, replaying=replaying, history_read=history_read)
 
     # --- the session's lifetime
 

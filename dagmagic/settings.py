@@ -177,11 +177,13 @@ class DagSettings(BaseModel):
         description="Smallest token budget the context guard assumes for any model.",
         json_schema_extra=env("DAG_CONTEXT_FLOOR_TOKENS"),
     )
-    default_context_tokens: int = Field(
-        8192,
+    default_context_tokens: int | None = Field(
+        None,
         ge=1000,
-        description="Context window assumed for a model whose window is unknown (local servers); "
-        "`register(..., context_window=N)` sets one model's.",
+        description="Context window of a model whose window litellm does not know (local servers); "
+        "`register(..., context_window=N)` sets one model's. Unset, such a model's prompts are sent whole, never "
+        "compacted (a run says so, once per model in a session), until its provider refuses one as too long: its "
+        "window is then the one the refusal states.",
         json_schema_extra=env("DAG_DEFAULT_CONTEXT_TOKENS"),
     )
 

@@ -179,30 +179,36 @@ async def test_step_models_follow_their_hints() -> None:
     assert (run.steps["s2"].model, run.steps["s2"].result) == ("big", "big")
 
 
-async def test_a_long_history_is_summarized_once_per_run_and_reused_while_it_is_unchanged() -> None:
+async def test_a_long_history_is_summarized_once_then_extended_after_each_answer_and_reused_while_unchanged() -> None:
     from dagmagic import ModelRegistry
     from dagmagic.models import Exchange
 
     smart = ScriptedLLM(script("r", analyze=[verdict(False, 0.3, "not yet")]))
     fast = ScriptedLLM({"history_summary": lambda r: f"summary {r.index}", "step": ["r"]})
     registry = ModelRegistry().register("smart", smart, roles=["smart"]).register("fast", fast, roles=["fast"])
-    session = DagSession(registry, DagSettings(store="none"))
+    session = DagSession(registry, DagSettings(store="none", planner_input_tokens=2000))
     session.history = [Exchange(f"question {i}", "a long answer " * 400) for i in range(6)]
 
     first = await session.run("a goal that takes three rounds")
     assert len(first.rounds) == 3
-    assert len(fast.requests_for("history_summary")) == 1  # not once per round
-    assert all("summary 0" in request.prompt for request in smart.requests_for("plan"))
+    made = fast.requests_for("history_summary")
+    assert [request.round for request in made[:1]] == [1]  # given without a summary: made before the first plan
+    assert all("summary 0" in request.prompt for request in smart.requests_for("plan"))  # not once per round
+    while len(fast.requests_for("history_summary")) < 2:  # the first run answered: extended in the background
+        await asyncio.sleep(0.001)
+    extended = fast.requests_for("history_summary")[1]
+    assert "summary 0" in extended.prompt and extended.prompt.count("User: ") == 1  # the last one, and what is new
 
     cancelled = session.start("a run that is cancelled while it plans")  # leaves the history as it is
     while not smart.requests_for("plan")[3:]:
         await asyncio.sleep(0.001)
     cancelled.cancel()
     await cancelled
-    assert len(fast.requests_for("history_summary")) == 2  # the history had grown by the first run
+    assert "summary 1" in smart.requests_for("plan")[3].prompt
+    assert [call.purpose for call in cancelled.calls].count("history_summary") == 1  # recorded in the next to plan
 
-    await session.run("another goal")
-    assert len(fast.requests_for("history_summary")) == 2  # unchanged history: its summary is reused
+    another = await session.run("another goal")
+    assert not [call for call in another.calls if call.purpose == "history_summary"]  # unchanged history: reused
     assert "summary 1" in smart.requests_for("plan")[-1].prompt
 
 

@@ -1,17 +1,23 @@
 """A session's conversation and the runs it owns: each finished run's goal and answer become history for the
-next, and every run's task is held until it ends, cancelled and awaited when the session closes.
+next (its summary then extended in the background, once the conversation outgrew the planner's share), and every
+run's task, and the summary's, is held until it ends, cancelled and awaited when the session closes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 
-from dagmagic.engine.calls.guard import HistoryDigests
+from dagmagic.engine.calls.guard import ContextGuard, ModelWindows
+from dagmagic.engine.calls.history import ConversationSummary, PlannerHistory
+from dagmagic.engine.loop.driver import GoalLoop
 from dagmagic.engine.run.dag_run import DagRun
 from dagmagic.models import Exchange
 
 __all__ = ["Conversation"]
+
+log = logging.getLogger("dagmagic")
 
 
 class Conversation:
@@ -20,8 +26,10 @@ class Conversation:
     def __init__(self, runs_in_memory: Callable[[], int]) -> None:
         self.history: list[Exchange] = []
         self.runs: list[DagRun] = []
-        self.digests: HistoryDigests = {}
-        """The history's summaries, by the exchanges they summarize (kept across runs)."""
+        self.summary = ConversationSummary()
+        """The history's summary, extended after each answer (``dagmagic.engine.calls.history``)."""
+        self.windows = ModelWindows()
+        """What the session learned of its models' windows (``ContextGuard``)."""
         self._runs_in_memory = runs_in_memory
         self._active: set[asyncio.Task[None]] = set()
         self._in_history: dict[str, int] = {}
@@ -38,23 +46,24 @@ class Conversation:
         self._forget_finished()
         return run
 
-    def started(self, run: DagRun, task: asyncio.Task[None]) -> None:
-        """``task`` drives ``run``: held until it ends (the loop keeps only weak references to tasks)."""
+    def started(self, run: DagRun, task: asyncio.Task[None], loop: GoalLoop) -> None:
+        """``task`` drives ``run`` with ``loop``: held until it ends (the loop keeps only weak references to tasks)."""
         self._active.add(task)
-        task.add_done_callback(lambda finished: self._finished(run, finished))
+        task.add_done_callback(lambda finished: self._finished(run, finished, loop))
         self.keep(run)
 
     def reset(self) -> None:
-        """Forget the conversation: later runs start without history."""
+        """Forget the conversation: later runs start without history (its summary's call under way cancelled)."""
         self.history.clear()
-        self.digests.clear()
+        self.summary.reset()
 
     def cancel_runs(self) -> list[asyncio.Task[None]]:
-        """Cancel every run still going; the tasks to await for their ends."""
+        """Cancel every run still going, and the summary's call under way; the tasks to await for their ends."""
         tasks = [task for task in self._active if not task.done()]
         for task in tasks:
             task.cancel()
-        return tasks
+        summarizing = self.summary.cancel()
+        return [*tasks, summarizing] if summarizing is not None else tasks
 
     def _forget_finished(self) -> None:
         """Keep the latest ``runs_in_memory`` finished runs (and every running one); older ones stay in the store."""
@@ -63,7 +72,7 @@ class Conversation:
         if dropped:
             self.runs[:] = [run for run in self.runs if id(run) not in dropped]
 
-    def _finished(self, run: DagRun, task: asyncio.Task[None]) -> None:
+    def _finished(self, run: DagRun, task: asyncio.Task[None], loop: GoalLoop) -> None:
         self._active.discard(task)
         self._forget_finished()
         if not task.cancelled():
@@ -76,3 +85,14 @@ class Conversation:
             else:
                 self._in_history[run.run_id] = len(self.history)
                 self.history.append(exchange)
+            self._summarize_later(loop)
+
+    def _summarize_later(self, loop: GoalLoop) -> None:
+        """Extend the history's summary in the background with the models of the run that answered, when the
+        history outgrew the planner's share: the next run plans with it made, not waiting for it.
+        """
+        guard = ContextGuard(loop.registry, loop.settings, emit=self.summary.note, windows=self.windows)
+        try:
+            PlannerHistory(guard, self.summary).summarize_later(self.history)
+        except Exception:  # a summary is an optimization: the next run summarizes before planning instead
+            log.exception("[dagmagic] the conversation's summary could not be started")

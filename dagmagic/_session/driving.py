@@ -56,10 +56,19 @@ class RunDriver:
     conversation: Conversation
 
     @classmethod
-    def of(cls, parts: SessionParts, history: list[Exchange], options: Mapping[str, Any], *, replaying: bool) -> Self:
+    def of(
+        cls,
+        parts: SessionParts,
+        history: list[Exchange],
+        options: Mapping[str, Any],
+        *,
+        replaying: bool,
+        history_read: str | None = None,
+    ) -> Self:
         """The driver of a run with ``options`` (``RunOptions``, every one given): the session's goal loop with
         them (``replaying``: its models answer from a run's recording, which neither the response cache nor a
-        cassette of the settings may answer for: a divergence would be hidden).
+        cassette of the settings may answer for: a divergence would be hidden; ``history_read``: the
+        conversation as the replayed run read it).
         """
         settings: DagSettings = options["settings"]
         models: ModelRegistry = options["models"]
@@ -78,7 +87,9 @@ class RunDriver:
             history=tuple(history),
             tool_names=[tool.name for tool in toolset],
             tools=toolset,
-            digests=parts.conversation.digests,
+            summary=None if replaying else parts.conversation.summary,
+            windows=parts.conversation.windows,
+            history_read=history_read,
             approve_plans=options["approve_plans"],
             connect=parts.toolbox.connector(servers, runner is not parts.step_runner) if servers else None,
         )
@@ -112,7 +123,7 @@ class RunDriver:
         token = store.lease_token(run.run_id) if store is not None else None
         if store is not None and token is not None:  # the run's end gives it back; this, if the end was not saved
             task.add_done_callback(lambda _: _release(store, run.run_id, token))
-        self.conversation.started(run, task)
+        self.conversation.started(run, task, self.loop)
         return task
 
     async def _drive(self, run: DagRun, origin: Origin, tracer: RunTracer | None = None) -> None:

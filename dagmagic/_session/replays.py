@@ -1,17 +1,20 @@
-"""Which run a replay re-executes, and the conversation it was planned in."""
+"""Which run a replay re-executes, the conversation it was planned in, and that conversation as its planner read
+it (its summary, made outside the run, is not made again: the replay reads what the run read).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from dagmagic._session.stores import SessionStores
+from dagmagic.engine.calls.context import past_of
 from dagmagic.engine.run.dag_run import DagRun
 from dagmagic.errors import DagError
 from dagmagic.models import Exchange
 from dagmagic.settings import DagSettings
 from dagmagic.store import StoredRun
 
-__all__ = ["replayable"]
+__all__ = ["history_read", "replayable"]
 
 
 def replayable(
@@ -27,6 +30,14 @@ def replayable(
     if not original.state.calls:
         raise DagError(f"run {run_id} made no model call: there is nothing to replay")
     return original, history
+
+
+def history_read(original: Any) -> str | None:
+    """The conversation as the planner of ``original`` (a run, or a run read back) read it: what its first plan's
+    query held before the goal; None when it held none.
+    """
+    rounds = original.state.rounds
+    return past_of(rounds[0].plan.query, rounds[0].plan.goal) if rounds else None
 
 
 def _original(

@@ -83,6 +83,7 @@ def _litellm_classes(exc: BaseException) -> list[tuple[type[BaseException], type
         (litellm.InternalServerError, errors.ServerError),
         (litellm.ServiceUnavailableError, errors.ServerError),
         (litellm.BadGatewayError, errors.ServerError),
+        (litellm.ContextWindowExceededError, errors.ContextWindowExceededError),
         (litellm.BadRequestError, errors.BadRequestError),
         (litellm.UnprocessableEntityError, errors.BadRequestError),
     ]

@@ -24,10 +24,21 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from dagmagic.llm.litellm_backend import LiteLLMBackend
+from dagmagic.llm.wrapping import provider_backend
+
 if TYPE_CHECKING:
     from dagmagic.llm.registry import ModelEntry
 
-__all__ = ["approximate_tokens", "context_window", "count_tokens", "estimate_tokens", "fits", "request_tokens"]
+__all__ = [
+    "approximate_tokens",
+    "context_window",
+    "count_tokens",
+    "estimate_tokens",
+    "fits",
+    "litellm_serves",
+    "request_tokens",
+]
 
 _DIGITS = re.compile(r"\d+")
 _WORDS = re.compile(r"[A-Za-z]+")
@@ -208,3 +219,10 @@ def context_window(entry: ModelEntry) -> int | None:
         value = window_of(entry.target)
         return int(value) if value else None
     return None
+
+
+def litellm_serves(entry: ModelEntry) -> bool:
+    """Whether litellm serves the model, so its window is litellm's to know: its calls reach a provider through
+    litellm (perhaps cached or recorded), not through a backend of one's own or a replay.
+    """
+    return isinstance(provider_backend(entry.backend), LiteLLMBackend)

@@ -343,3 +343,16 @@ async def test_a_providers_retry_after_is_honoured() -> None:
     waited = asyncio.get_running_loop().time() - started
     assert (result.content, result.call.retries) == ("ok", 1)
     assert waited >= 0.3  # not the 0.01 s backoff
+
+
+def test_a_prompt_too_long_for_the_window_is_a_bad_request_of_its_own_that_says_the_window() -> None:
+    import litellm
+
+    said = "This model's maximum context length is 8,192 tokens. However, your messages resulted in 9,000 tokens."
+    error = translate_error(litellm.ContextWindowExceededError(said, model="m", llm_provider="openai"), "local")
+    assert isinstance(error, errors.ContextWindowExceededError) and isinstance(error, errors.BadRequestError)
+    assert error.window == 8192 and error.model == "local"
+    assert "context_window=N" in str(error) and "DAG_DEFAULT_CONTEXT_TOKENS" in str(error)  # what to set
+    llama = '{"error":{"message":"the request exceeds the available context size","n_prompt_tokens":5000,"n_ctx":4096}}'
+    assert errors.ContextWindowExceededError(llama).window == 4096  # llama.cpp's body
+    assert errors.ContextWindowExceededError("Prompt is too long").window is None

@@ -16,9 +16,11 @@ __all__ = [
     "compose_query",
     "dependency_context",
     "enriched_query",
+    "format_exchanges",
     "format_history",
     "format_results",
     "has_structured_content",
+    "past_of",
     "result_blocks",
     "truncate",
     "truncate_middle",
@@ -45,10 +47,24 @@ def compose_query(past: str | None, goal: str, follow_ups: Sequence[str]) -> str
     return "".join([text, *(f"\n\n[User follow-up]: {follow_up}" for follow_up in follow_ups)])
 
 
+def past_of(query: str, objective: str) -> str | None:
+    """The conversation a planner's ``query`` held before the goal and follow-ups ``objective`` (what
+    ``compose_query`` was given as ``past``); None when it held none.
+    """
+    tail = f"\n\nCurrent request: {objective}"
+    if not query.endswith(tail):
+        return None
+    return query[: -len(tail)] or None
+
+
 def format_history(history: Sequence[Exchange]) -> str:
     """``Previous conversation: ...`` with each exchange as ``User:`` / ``Assistant:`` lines."""
-    turns = "\n\n".join(f"User: {e.goal}\nAssistant: {e.answer}" for e in history)
-    return f"Previous conversation:\n{turns}"
+    return f"Previous conversation:\n{format_exchanges(history)}"
+
+
+def format_exchanges(history: Sequence[Exchange]) -> str:
+    """Each exchange as ``User:`` / ``Assistant:`` lines, a blank line between two."""
+    return "\n\n".join(f"User: {e.goal}\nAssistant: {e.answer}" for e in history)
 
 
 def has_structured_content(text: str) -> bool:

@@ -2,29 +2,36 @@
 
 A model's window is what its registry entry declares, else litellm's figure, else
 ``default_context_tokens``; a request may take ``GUARD_SHARE`` of it (at least ``context_floor_tokens``,
-always leaving ``MIN_REPLY_TOKENS`` for the reply). The goal and its follow-ups, which every call site sends,
-may take ``OBJECTIVE_SHARE`` of that: longer, each is cut in the middle (head and tail kept) to a fair share,
-and a warning says what was cut and by how much. Each call site measures its fixed part (instructions, the goal
-so fitted, tool schemas) and fits its variable part (dependency results, step results, the replan context, the
-history, a step's own transcript) into what is left. Over budget, the fast model compacts the text
-(purpose ``compaction``); without one, or when that fails, a truncation keeps its head and tail.
+always leaving ``MIN_REPLY_TOKENS`` for the reply). A window nobody knows is not guessed: that model's prompts
+are sent as they are, never compacted (a guess too small cost a ``compaction`` call per step past 100 steps),
+and for a model litellm serves the run says so, once per model in a session, naming the settings that give it.
+Until its provider refuses a prompt as too long (``ContextWindowExceededError``): then the window the refusal
+states (else four fifths of what was sent) is the model's for the session (``learn_window``), and a step sends
+the refused prompt once more, fitted to it.
+
+The goal and its follow-ups, which every call site sends, may take ``OBJECTIVE_SHARE`` of a budget: longer, each
+is cut in the middle (head and tail kept) to a fair share, and a warning says what was cut and by how much. Each
+call site measures its fixed part (instructions, the goal so fitted, tool schemas) and fits its variable part
+(dependency results, step results, the replan context, the history, a step's own transcript) into what is left.
+Over budget, the fast model compacts the text (purpose ``compaction``); without one, or when that fails, a
+truncation keeps its head and tail. The history is read from its summary (``dagmagic.engine.calls.history``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Callable, MutableMapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from dagmagic.engine.calls import prompts
-from dagmagic.engine.calls.context import compose_query, format_history, truncate_middle
-from dagmagic.errors import RUN_ENDING
+from dagmagic.engine.calls.context import compose_query, truncate_middle
+from dagmagic.errors import RUN_ENDING, ContextWindowExceededError
 from dagmagic.events import Event, RunWarning
 from dagmagic.llm import ChatModel, ModelRegistry
 from dagmagic.llm.breaker import CircuitBreakers
-from dagmagic.llm.tokens import context_window, count_tokens, fits, request_tokens
-from dagmagic.models import Exchange, Purpose
+from dagmagic.llm.tokens import context_window, count_tokens, fits, litellm_serves, request_tokens
+from dagmagic.models import Purpose
 from dagmagic.settings import DagSettings
 
 __all__ = [
@@ -34,8 +41,9 @@ __all__ = [
     "PLANNER_RESERVE",
     "SHORTENED_MARKER",
     "STRUCTURED_RESERVE",
+    "UNKNOWN_WINDOW_BUDGET",
     "ContextGuard",
-    "HistoryDigests",
+    "ModelWindows",
     "water_fill",
 ]
 
@@ -66,11 +74,8 @@ FOLLOW_UP_TOKENS = 8
 
 SHORTENED_MARKER = "[Earlier observation, shortened]\n"
 
-DIGESTS_KEPT = 4
-"""History summaries a session keeps."""
-
-HistoryDigests = MutableMapping[tuple[tuple[Exchange, ...], int], str]
-"""A session's summaries of its history, by (history, token limit): made once, reused while unchanged."""
+UNKNOWN_WINDOW_BUDGET = 1 << 40
+"""The budget of a model whose window nobody knows: no prompt is over it, so none is compacted or cut."""
 
 
 def water_fill(sizes: Sequence[int], room: int) -> list[int]:
@@ -85,6 +90,20 @@ def water_fill(sizes: Sequence[int], room: int) -> list[int]:
     return shares
 
 
+class ModelWindows:
+    """What a session learned of its models' windows, by model (``name``, NUL, ``target``)."""
+
+    def __init__(self) -> None:
+        self.told: set[str] = set()
+        """The models whose window the session was told is unknown: it is told once."""
+        self.learned: dict[str, int] = {}
+        """Windows a provider's refusal taught: they win over every other source (it is the provider's word)."""
+
+
+def _model_key(model: ChatModel) -> str:
+    return f"{model.entry.name}\0{model.entry.target}"
+
+
 class ContextGuard:
     """Keeps each prompt inside its model's window, for one run (compactions are remembered for the run)."""
 
@@ -94,7 +113,7 @@ class ContextGuard:
         settings: DagSettings,
         *,
         emit: Callable[[Event], object] | None = None,
-        digests: HistoryDigests | None = None,
+        windows: ModelWindows | None = None,
         breakers: CircuitBreakers | None = None,
     ) -> None:
         self.registry = registry
@@ -102,20 +121,80 @@ class ContextGuard:
         self.emit = emit
         self.breakers = breakers
         """The run's breakers: the fast model is not called once it stopped answering."""
-        self.digests: HistoryDigests = digests if digests is not None else {}
+        self.windows = windows if windows is not None else ModelWindows()
+        """What the session learned of its models' windows (else this run alone)."""
         self._compacted: dict[tuple[str, str], str] = {}
         self._objectives: dict[tuple[str, int, str], tuple[str, list[str]]] = {}
         self._objectives_cut: set[tuple[str, str]] = set()
 
     # --- measures
 
-    def window(self, model: ChatModel) -> int:
-        """The model's input window in tokens (``default_context_tokens`` when nobody knows it)."""
-        return context_window(model.entry) or self.settings.default_context_tokens
+    def window(self, model: ChatModel) -> int | None:
+        """The model's input window in tokens (``default_context_tokens`` when litellm does not know it); None
+        when nobody knows it (the first time, for a litellm model, a warning says so).
+        """
+        learned = self.windows.learned.get(_model_key(model))
+        if learned is not None:
+            return learned
+        window = context_window(model.entry) or self.settings.default_context_tokens
+        if window is None:
+            self._tell_unknown(model)
+        return window
+
+    def learn_window(
+        self,
+        model: ChatModel,
+        refusal: ContextWindowExceededError,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] | None = None,
+        *,
+        round: int | None,
+        step_id: str | None = None,
+    ) -> bool:
+        """``model``'s provider refused ``messages`` as too long: from now on, in this session, its window is the
+        one the provider stated, else four fifths of what was sent, and a warning says so. Whether that is smaller
+        than the window the guard went by (unknown, say): then fitting the prompt again may get it accepted.
+        """
+        sent = request_tokens(model.entry, messages, tools, counted=True)
+        stated = refusal.window
+        learned = max(stated or sent * 4 // 5, 256)
+        before = self.window(model)
+        if before is not None and learned >= before:
+            return False
+        self.windows.learned[_model_key(model)] = learned
+        if self.emit is not None:
+            source = "the window its provider stated" if stated else "an estimate, a fifth under what was sent"
+            message = (
+                f"Model {model.name!r} refused a prompt of {sent:,} tokens as too long for its window: its prompts "
+                f"are fitted to a window of {learned:,} tokens from now on ({source}). Give its window to spare the "
+                "refused call: register(..., context_window=N), or DAG_DEFAULT_CONTEXT_TOKENS=N."
+            )
+            self.emit(RunWarning(message=message, round=round, step_id=step_id))
+        return True
+
+    def _tell_unknown(self, model: ChatModel) -> None:
+        """Say once per model that its window is unknown, when it is litellm's to know (a backend of one's own,
+        such as ``ScriptedLLM``, says its window or has none to say).
+        """
+        entry, key = model.entry, _model_key(model)
+        if key in self.windows.told or not litellm_serves(entry):
+            return
+        self.windows.told.add(key)
+        if self.emit is not None:
+            message = (
+                f"The context window of model {entry.name!r} ({entry.target}) is unknown: litellm does not list it. "
+                "Its prompts are sent as they are, never compacted to fit; a provider with a smaller window rejects "
+                "them (or, as Ollama does, cuts them). Give the window: register(..., context_window=N) for this "
+                "model, or DAG_DEFAULT_CONTEXT_TOKENS=N (DagSettings(default_context_tokens=N)) for every model "
+                "whose window litellm does not know."
+            )
+            self.emit(RunWarning(message=message))
 
     def budget(self, model: ChatModel) -> int:
-        """Tokens a whole request to ``model`` may take."""
+        """Tokens a whole request to ``model`` may take (``UNKNOWN_WINDOW_BUDGET`` when its window is unknown)."""
         window = self.window(model)
+        if window is None:
+            return UNKNOWN_WINDOW_BUDGET
         share = max(self.settings.context_floor_tokens, int(window * GUARD_SHARE))
         return max(MIN_ROOM, min(share, window - MIN_REPLY_TOKENS))
 
@@ -190,9 +269,11 @@ class ContextGuard:
             f"{label} from {before:,} to {after:,} tokens"
             for label, (_, before, after) in zip(labels, cuts, strict=True)
         )
+        window = self.window(model)
         message = (
-            f"{subject[0].upper()}{subject[1:]} {verbs} for model {model.name!r} (its window: {self.window(model):,} "
-            f"tokens): cut in the middle to fit, head and tail kept ({details})."
+            f"{subject[0].upper()}{subject[1:]} {verbs} for model {model.name!r} (its window: "
+            f"{f'{window:,} tokens' if window is not None else 'unknown'}): cut in the middle to fit, head and tail "
+            f"kept ({details})."
         )
         self.emit(RunWarning(message=message, round=round))
 
@@ -240,10 +321,12 @@ class ContextGuard:
         if earlier is not None and fits(model.entry, earlier, budget):
             return earlier
         fast = self._fast()
-        target = max(min(budget // 2, self.window(fast) - self.budget(fast)), 50)
+        fast_window = self.window(fast)
+        reply_room = fast_window - self.budget(fast) if fast_window is not None else budget
+        target = max(min(budget // 2, reply_room), 50)
         task = self.truncate(task, fast, COMPACTION_TASK_TOKENS)
         system = prompts.COMPACTION_SYSTEM.format(tokens=target, task=task)
-        compacted = await self._ask_fast(system, text, purpose="compaction", round=round, step_id=step_id)
+        compacted = await self.ask_fast(system, text, purpose="compaction", round=round, step_id=step_id)
         if not compacted:
             return None
         if not fits(model.entry, compacted, budget):
@@ -257,7 +340,7 @@ class ContextGuard:
         breaker = self.breakers.of(entry.name) if self.breakers is not None else None
         return ChatModel(entry, settings=self.settings, emit=self.emit, breaker=breaker)
 
-    async def _ask_fast(
+    async def ask_fast(
         self, system: str, text: str, *, purpose: Purpose, round: int | None, step_id: str | None = None
     ) -> str:
         """The fast model's reply to ``system`` about ``text`` (cut to fit it first); "" when it fails: a
@@ -286,7 +369,7 @@ class ContextGuard:
         if self.emit is None:
             return
         if purpose == "history_summary":
-            fallback = f"the planner sees its last {self.settings.history_fallback_chars} characters"
+            fallback = "the planner reads its latest part as written instead"
             what = "The conversation so far could not be summarized"
         else:
             what, fallback = "A text could not be compacted", "it is cut to fit instead (its head and tail kept)"
@@ -331,6 +414,8 @@ class ContextGuard:
         else truncated), then every observation and the model's own turns, oldest first, and the step's own
         prompt last, harder.
         """
+        if self.window(model) is None:  # nothing to fit into: not even counted
+            return
         budget = self.budget(model)
         if request_tokens(model.entry, messages, tools) <= budget:
             return
@@ -363,45 +448,13 @@ class ContextGuard:
 
     # --- the history
 
-    async def history(self, history: Sequence[Exchange], *, limit: int, round: int | None) -> str | None:
-        """``Previous conversation: ...`` within ``limit`` tokens of the smart model: as is, else summarized
-        by the fast model (once per history; later runs reuse it), else its last ``history_fallback_chars``.
-        """
-        if not history:
-            return None
-        past = format_history(history)
-        smart = ChatModel(self.registry.for_role("smart"), settings=self.settings)
-        if fits(smart.entry, past, limit):
-            return past
-        key = (tuple(history), limit)
-        summary = self.digests.get(key)
-        if summary is None and self.registry.has_role("fast"):
-            summary = await self._summarize(past, limit, round=round)
-            if summary is not None:
-                while len(self.digests) >= DIGESTS_KEPT:  # older histories will not come back
-                    del self.digests[next(iter(self.digests))]
-                self.digests[key] = summary
-        if summary is not None:
-            return f"Previous conversation (summary):\n{summary}"
-        tail = f"Previous conversation (last part):\n...{past[-self.settings.history_fallback_chars :]}"
-        return self.truncate(tail, smart, limit)
-
-    async def _summarize(self, past: str, limit: int, *, round: int | None) -> str | None:
-        summary = await self._ask_fast(prompts.HISTORY_SUMMARY_SYSTEM, past, purpose="history_summary", round=round)
-        smart = ChatModel(self.registry.for_role("smart"), settings=self.settings)
-        return self.truncate(summary, smart, limit) if summary else None
+    def smart(self) -> ChatModel:
+        """The smart model, which reads the history (in the planner's prompt)."""
+        return ChatModel(self.registry.for_role("smart"), settings=self.settings)
 
     def history_limit(self) -> int:
         """Tokens the history may take in the planner's prompt."""
-        smart = ChatModel(self.registry.for_role("smart"), settings=self.settings)
-        return min(self.settings.planner_input_tokens, self.budget(smart) // 3)
-
-    async def planner_input(
-        self, goal: str, history: Sequence[Exchange], follow_ups: Sequence[str], *, round: int | None
-    ) -> str:
-        """The enriched query with its history fitted (see ``history``)."""
-        past = await self.history(history, limit=self.history_limit(), round=round)
-        return compose_query(past, goal, follow_ups)
+        return min(self.settings.planner_input_tokens, self.budget(self.smart()) // 3)
 
 
 def _digest(texts: Sequence[str]) -> str:

@@ -129,8 +129,9 @@ That verdict cannot be read. Begin with a line that says yes or no and your conf
 when the goal is reached, the answer on the next lines."""
 
 HISTORY_SUMMARY_SYSTEM = """\
-Summarize this conversation so a planner can continue it: keep every fact, number, name, decision and
-open question; drop pleasantries. Write in the conversation's language."""
+Summarize this conversation so a planner can continue it, in at most {tokens} tokens: keep every fact, number,
+name, decision and open question; drop pleasantries. Write in the conversation's language. When it starts with a
+summary of the conversation so far, write that summary again with the exchanges since added to it."""
 
 COMPACTION_SYSTEM = """\
 Shorten the following text to at most {tokens} tokens for the task: "{task}". Keep every fact, figure,

@@ -85,12 +85,16 @@ class Drive:
         return self.services.settings.domain_routing and not self.run.state.routed
 
     async def past(self) -> str | None:
-        """The conversation before this run, fitted for the planner (summarized once, when it is long)."""
+        """The conversation before this run, fitted for the planner (from its summary, when it is long; a
+        replay's as its original read it).
+        """
         state = self.state
+        if not state.past_known and self.services.loop.history_read is not None:
+            state.past, state.past_known = self.services.loop.history_read, True
         if not state.past_known:
-            guard, history = self.services.guard, self.services.loop.history
-            limit, round = guard.history_limit(), len(self.run.rounds) + 1
-            state.past, state.past_known = await guard.history(history, limit=limit, round=round), True
+            reader, history = self.services.history, self.services.loop.history
+            limit, round = self.services.guard.history_limit(), len(self.run.rounds) + 1
+            state.past, state.past_known = await reader.read(history, limit=limit, round=round), True
         return state.past
 
     # --- where a drive starts

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dagmagic._secrets import mask_secrets, scrub_exception
-from dagmagic.engine.calls.guard import HistoryDigests
+from dagmagic.engine.calls.guard import ModelWindows
+from dagmagic.engine.calls.history import ConversationSummary
 from dagmagic.engine.calls.synthesis import fallback_answer
 from dagmagic.engine.loop.decisions import completed
 from dagmagic.engine.loop.drive import Drive
@@ -57,8 +58,14 @@ class GoalLoop:
     """The names of the tools steps may use (the names of ``tools`` when it is given and this is not)."""
     tools: Sequence[Tool] = field(default_factory=list)
     """The tools themselves: the planner describes their arguments, and tool steps call them directly."""
-    digests: HistoryDigests | None = None
-    """The session's history summaries, so a history is summarized once however many runs read it."""
+    summary: ConversationSummary | None = None
+    """The session's summary of its conversation, kept up to date after each answer (None: the run's own)."""
+    windows: ModelWindows | None = None
+    """What the session learned of its models' windows: an unknown one is told once, a refusal's is kept (None:
+    the run's own)."""
+    history_read: str | None = None
+    """A replay's: the conversation as the run it replays read it, not fitted again (its summary was made
+    outside that run, from a conversation the replay does not have)."""
     approve_plans: bool = False
     """Every plan waits for the user's approval before it runs."""
     depth: int = 0

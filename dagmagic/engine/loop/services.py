@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dagmagic.engine.calls.guard import ContextGuard
+from dagmagic.engine.calls.history import ConversationSummary, PlannerHistory
 from dagmagic.engine.calls.planner import Planner
 from dagmagic.events import Event
 from dagmagic.llm import ChatModel, ModelEntry
@@ -34,6 +35,8 @@ class DriveServices:
     """The goal loop's configuration: models, settings, step runner, tools, depth."""
     emit: Callable[[Event], object]
     guard: ContextGuard = field(init=False)
+    history: PlannerHistory = field(init=False)
+    """The conversation before the run, as the planner reads it (from the session's summary, else its own)."""
     breakers: CircuitBreakers = field(init=False)
     """Which models stopped answering in this drive (shared with its subruns): they are not called again."""
     cost_budget: CostBudget | None = field(init=False)
@@ -47,8 +50,10 @@ class DriveServices:
             loop.breakers if loop.breakers is not None else CircuitBreakers(loop.settings.llm_unanswered_limit)
         )
         self.guard = ContextGuard(
-            loop.registry, loop.settings, emit=self.emit, digests=loop.digests, breakers=self.breakers
+            loop.registry, loop.settings, emit=self.emit, windows=loop.windows, breakers=self.breakers
         )
+        summary = loop.summary if loop.summary is not None else ConversationSummary()
+        self.history = PlannerHistory(self.guard, summary)
 
     @property
     def settings(self) -> DagSettings:

@@ -38,9 +38,9 @@ from dagmagic.engine.steps.transcript import (
     recorded_turns,
 )
 from dagmagic.engine.tools.functions import Tool, ToolInterrupted, ToolOutcome, capped
-from dagmagic.errors import RUN_ENDING
+from dagmagic.errors import RUN_ENDING, ContextWindowExceededError
 from dagmagic.events import RunWarning, Verification, Verifying
-from dagmagic.llm import ChatModel, extract_json, structured_llm_call
+from dagmagic.llm import ChatModel, ChatResult, extract_json, structured_llm_call
 
 __all__ = ["SHORT_ANSWER_CHARS", "StepAgent", "ToolSelection"]
 
@@ -201,14 +201,7 @@ class StepAgent:
         settings = request.settings
         for iteration in range(done + 1, settings.step_max_iterations + 1):
             await _fit(request, messages, schemas)
-            reply = await model.chat(
-                messages,
-                purpose="step",
-                round=request.round,
-                step_id=step.id,
-                tools=schemas,
-                tool_choice="auto" if native else None,
-            )
+            reply = await _chat(request, messages, schemas, native)
             calls = _native_calls(reply.response.tool_calls) or _text_calls(reply.content, tools)
             if not calls:
                 answer = reply.content.strip()
@@ -291,6 +284,32 @@ class StepAgent:
         model: ChatModel = request.model
         reply = await model.chat(check, purpose="step", round=request.round, step_id=request.step.id)
         return reply.content.strip() or None
+
+
+async def _chat(
+    request: StepRequest, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, native: bool
+) -> ChatResult:
+    """The step model's reply to ``messages``; refused as too long for a window the guard did not know (or knew
+    larger), once more with the conversation fitted to the window the refusal taught.
+    """
+    model: ChatModel = request.model
+
+    async def chat() -> ChatResult:
+        tool_choice = "auto" if native else None
+        return await model.chat(
+            messages, purpose="step", round=request.round, step_id=request.step.id, tools=tools, tool_choice=tool_choice
+        )
+
+    try:
+        return await chat()
+    except ContextWindowExceededError as refusal:
+        guard = request.guard
+        if guard is None or not guard.learn_window(
+            model, refusal, messages, tools, round=request.round, step_id=request.step.id
+        ):
+            raise
+    await _fit(request, messages, tools)
+    return await chat()
 
 
 async def _fit(request: StepRequest, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> None:

@@ -8,9 +8,11 @@ import pytest
 
 from dagmagic import DagSession
 from dagmagic.engine.calls.context import enriched_query, format_history
-from dagmagic.engine.calls.guard import ContextGuard
+from dagmagic.engine.calls.guard import UNKNOWN_WINDOW_BUDGET, ContextGuard
+from dagmagic.engine.calls.history import ConversationSummary, PlannerHistory
 from dagmagic.events import Event, LLMCallRecorded, RunWarning
 from dagmagic.llm import ChatModel, ModelRegistry
+from dagmagic.llm.litellm_backend import LiteLLMBackend
 from dagmagic.llm.tokens import count_tokens, request_tokens
 from dagmagic.models import Exchange
 from dagmagic.settings import DagSettings
@@ -50,7 +52,9 @@ async def test_planner_input_under_budget_is_the_enriched_query() -> None:
     guard = ContextGuard(registry(smart, fast), PLANNER_SETTINGS)
     history = [Exchange("short question", "short answer")]
 
-    text = await guard.planner_input("the goal", history, ["a follow-up"], round=1)
+    text = await PlannerHistory(guard, ConversationSummary()).planner_input(
+        "the goal", history, ["a follow-up"], round=1
+    )
 
     assert text == enriched_query("the goal", history, ["a follow-up"])
     assert fast.requests == [] and smart.requests == []
@@ -62,7 +66,9 @@ async def test_planner_input_over_budget_is_summarized_by_the_fast_model() -> No
     events: list[Event] = []
     guard = ContextGuard(registry(smart, fast), PLANNER_SETTINGS, emit=events.append)
 
-    text = await guard.planner_input("the goal", long_history(), ["also cover Spain"], round=2)
+    text = await PlannerHistory(guard, ConversationSummary()).planner_input(
+        "the goal", long_history(), ["also cover Spain"], round=2
+    )
 
     calls = fast.requests_for("history_summary")
     assert len(calls) == 1
@@ -82,7 +88,7 @@ async def test_planner_input_without_a_fast_model_keeps_the_last_characters() ->
     guard = ContextGuard(registry(smart), PLANNER_SETTINGS)
     history = long_history()
 
-    text = await guard.planner_input("the goal", history, (), round=1)
+    text = await PlannerHistory(guard, ConversationSummary()).planner_input("the goal", history, (), round=1)
 
     assert smart.requests == []  # no LLM call at all
     assert format_history(history)[-1000:] in text
@@ -99,7 +105,9 @@ async def test_planner_input_falls_back_when_the_summary_fails() -> None:
     guard = ContextGuard(registry(smart, fast), PLANNER_SETTINGS)
     history = long_history()
 
-    text = await guard.planner_input("the goal", history, ["also cover Spain"], round=1)
+    text = await PlannerHistory(guard, ConversationSummary()).planner_input(
+        "the goal", history, ["also cover Spain"], round=1
+    )
 
     assert len(fast.requests_for("history_summary")) == 1
     assert format_history(history)[-1000:] in text
@@ -113,7 +121,7 @@ async def test_planner_input_falls_back_when_the_summary_is_empty() -> None:
     guard = ContextGuard(registry(ScriptedLLM({}), fast), PLANNER_SETTINGS)
     history = long_history()
 
-    text = await guard.planner_input("the goal", history, (), round=1)
+    text = await PlannerHistory(guard, ConversationSummary()).planner_input("the goal", history, (), round=1)
 
     assert format_history(history)[-1000:] in text
     assert "question number 0" not in text
@@ -139,9 +147,9 @@ def test_budget_is_a_share_of_the_window_with_a_floor_but_always_inside_the_wind
     assert guard.budget(model) == 2_000 - 512  # never so much that no reply fits
 
 
-def test_a_model_whose_window_nobody_knows_gets_the_default_window() -> None:
+def test_a_model_whose_window_nobody_knows_is_not_guessed_small_and_the_setting_gives_one() -> None:
     guard, model, _ = guarded(None, None)
-    assert guard.window(model) == 8192 and guard.budget(model) == 6144
+    assert guard.window(model) is None and guard.budget(model) == UNKNOWN_WINDOW_BUDGET  # was 8192 and 6144
     settings = DagSettings(default_context_tokens=32_000)
     models = registry(ScriptedLLM({}))
     assert ContextGuard(models, settings).window(ChatModel(models.get("smart"))) == 32_000
@@ -151,11 +159,14 @@ def test_a_window_declared_at_registration_wins() -> None:
     models = ModelRegistry().register("local", ScriptedLLM({}, context_window=100_000), context_window=4096)
     guard = ContextGuard(models, SETTINGS)
     assert guard.window(ChatModel(models.get("local"))) == 4096
-    # litellm does not know a local server's model: the default applies, unless declared
+    # litellm does not know a local server's model: unknown (the setting's, when it is set), unless declared
     unknown = ModelRegistry().register("a", "openai/my-local-qwen", api_base="http://127.0.0.1:9/v1")
     unknown.register("b", "openai/my-local-qwen", context_window=16_384)
-    assert ContextGuard(unknown, SETTINGS).window(ChatModel(unknown.get("a"))) == 8192
+    assert ContextGuard(unknown, SETTINGS).window(ChatModel(unknown.get("a"))) is None
     assert ContextGuard(unknown, SETTINGS).window(ChatModel(unknown.get("b"))) == 16_384
+    defaulted = SETTINGS.model_copy(update={"default_context_tokens": 12_000})
+    assert ContextGuard(unknown, defaulted).window(ChatModel(unknown.get("a"))) == 12_000
+    assert ContextGuard(unknown, defaulted).window(ChatModel(unknown.get("b"))) == 16_384
 
 
 @pytest.mark.parametrize("bad", [0, 100, -5, "8k"])
@@ -221,10 +232,12 @@ async def test_fit_truncates_without_a_fast_model() -> None:
     assert text.startswith("HEAD-MARK") and text.endswith("TAIL-MARK")
 
 
-async def test_fit_guards_a_model_whose_window_is_unknown_with_the_default() -> None:
+async def test_fit_guards_a_model_whose_window_is_unknown_with_the_setting_and_not_without() -> None:
     guard, model, _ = guarded(None, None)
     huge = "HEAD-MARK " + "a dependency result that goes on " * 12_000 + " TAIL-MARK"  # ~400,000 characters
+    assert await guard.fit(huge, model, task="t", round=1) == huge  # nothing known to fit it into
 
+    guard = ContextGuard(guard.registry, SETTINGS.model_copy(update={"default_context_tokens": 8192}))
     text = await guard.fit(huge, model, task="t", round=1)
 
     assert len(huge) > 390_000 and litellm_tokens(text) <= 6144
@@ -321,20 +334,22 @@ async def test_no_request_of_a_run_exceeds_an_8000_token_window() -> None:
     assert not over, f"requests over the {WINDOW}-token window: {over}"
     purposes = {purpose for purpose, *_ in sizes}
     assert {"plan", "step", "analyze", "synthesize", "compaction", "history_summary"} <= purposes
-    assert len(fast.requests_for("history_summary")) == 1  # once per run, though two rounds planned
+    before_planning = [r for r in fast.requests_for("history_summary") if r.round is not None]
+    assert len(before_planning) == 1  # once, the history given without a summary, though two rounds planned
     assert len(smart.requests_for("step", "s2")) >= 13  # all its turns ran, older observations compacted
     assert any("[Earlier observation, shortened]" in r.prompt for r in smart.requests_for("step", "s2"))
     assert max(sizes.values()) > WINDOW * 0.5  # the window was used, not avoided
 
 
-async def test_a_dependency_of_400000_characters_is_not_sent_whole_to_a_model_whose_window_is_unknown() -> None:
-    llm = ScriptedLLM(  # no context_window: like every local server, litellm does not know it
+async def test_a_dependency_of_400000_characters_is_not_sent_whole_to_a_local_model_of_8k() -> None:
+    llm = ScriptedLLM(  # litellm does not know a local server: its window given (llama.cpp's -c 8192)
         {
             "plan": [plan_reply(("s1", []), ("s2", ["s1"]))],
             "step": lambda r: PROSE * 4000 if r.step_id == "s1" else "done",
             "analyze": [verdict(True, 0.9, "ok")],
             "synthesize": [["ok"]],
-        }
+        },
+        context_window=8192,
     )
     session = DagSession(ModelRegistry().register("local", llm), DagSettings(store="none"))
     await session.run("goal")
@@ -493,8 +508,9 @@ async def test_a_numeric_table_leaves_room_for_the_verdict_on_a_per_digit_tokeni
             "step": lambda r: table if r.step_id == "s1" else "City11999, City11998, City11997",
             "analyze": [verdict(True, 0.9, "found them")],
             "synthesize": [["City11999 is the largest."]],
-        }
-    )  # no window declared: the default 8192
+        },
+        context_window=8192,
+    )
     session = DagSession(ModelRegistry().register("local", llm), DagSettings(store="none"))
     run = await session.run("Load the city table and name the three largest cities")
     assert run.achieved and len(llm.requests_for("analyze")) == 1
@@ -537,3 +553,125 @@ async def test_a_runaway_turn_before_a_tool_call_does_not_push_the_next_turn_out
     second = llm.requests_for("step", "s1")[1]
     assert request_tokens_measured(second) <= 8000 * 0.75
     assert second.messages[-2]["tool_calls"][0]["function"]["name"] == "census"
+
+
+# --- a window nobody knows
+
+
+async def test_a_1000_step_run_on_a_model_whose_window_is_unknown_makes_no_compaction_call() -> None:
+    """Before: the window taken as 8,192 tokens, the analyzer's 1,000 results were over it from about 100 steps
+    on, and each was compacted: 1,000 ``compaction`` calls for text the model may well have taken whole.
+    """
+    steps = 1000
+    plan = {"steps": [{"id": f"s{i}", "task": f"measure item {i}", "dependencies": []} for i in range(1, steps + 1)]}
+    llm = ScriptedLLM(  # no context_window: nobody knows it
+        {
+            "plan": [plan],
+            "step": lambda r: f"Result of {r.step_id}: " + " ".join(f"word{k}" for k in range(40)),
+            "analyze": [verdict(True, 0.9, "all measured", "All 1000 measured.")],
+            "compaction": ["shortened"],
+            "history_summary": ["summary"],
+        }
+    )
+    models = ModelRegistry().register("scripted", llm, roles=["smart", "general", "fast"])
+    session = DagSession(models, DagSettings(store="none", plan_max_steps=steps, max_concurrency=50))
+
+    run = await session.run("measure a thousand items")
+
+    assert run.status == "done" and len(llm.requests_for("step")) == steps
+    assert llm.requests_for("compaction") == []  # before: 1000
+    (analyze,) = llm.requests_for("analyze")
+    assert "Result of s1:" in analyze.prompt and "Result of s1000:" in analyze.prompt  # every result, whole
+    assert "characters omitted" not in analyze.prompt
+    assert not any("window" in warning for warning in run.warnings)  # a scripted model has no window to say
+
+
+class OfflineLiteLLM(LiteLLMBackend):
+    """litellm's backend for everything but the calls themselves, which a script answers: its window is what
+    litellm's map says of a model it does not list (nothing).
+    """
+
+    def __init__(self, script: ScriptedLLM) -> None:
+        super().__init__()
+        self.script = script
+
+    def capabilities(self, model: str) -> Any:
+        return self.script.capabilities(model)
+
+    async def complete(self, request: Any) -> Any:
+        return await self.script.complete(request)
+
+    def stream(self, request: Any) -> Any:
+        return self.script.stream(request)
+
+
+async def test_a_litellm_model_whose_window_is_unknown_is_told_once_a_session_and_the_setting_gives_it() -> None:
+    script = ScriptedLLM(
+        {
+            "plan": [plan_reply(("s1", []), ("s2", ["s1"]))],
+            "step": lambda r: PROSE * 400 if r.step_id == "s1" else "done",  # about 10,000 tokens
+            "analyze": [verdict(True, 0.9, "ok", "Done.")],
+            "compaction": ["shortened"],
+        }
+    )
+    models = ModelRegistry().register("my-local-qwen", OfflineLiteLLM(script), roles=["smart", "general", "fast"])
+    session = DagSession(models, DagSettings(store="none", max_message_chars=100_000))
+
+    first, second = await session.run("goal one"), await session.run("goal two")
+
+    said = [w for w in first.warnings if "context window" in w]
+    assert len(said) == 1 and not any("context window" in w for w in second.warnings)  # once, not every run
+    assert "'my-local-qwen'" in said[0] and "is unknown" in said[0]
+    assert "DAG_DEFAULT_CONTEXT_TOKENS" in said[0] and "context_window=N" in said[0]  # what to set
+    assert script.requests_for("compaction") == []  # not guessed at 8,192 tokens: sent whole
+    assert all((PROSE * 400).strip() in r.prompt for r in script.requests_for("step", "s2"))
+
+    windowed = DagSession(models, DagSettings(store="none", max_message_chars=100_000, default_context_tokens=8192))
+    third = await windowed.run("goal three")
+    assert not any("context window" in w for w in third.warnings)  # the setting gives it: nothing to say
+    s2 = script.requests_for("step", "s2")[-1]
+    assert script.requests_for("compaction") and (PROSE * 400).strip() not in s2.prompt  # fitted to 8,192 tokens
+    assert request_tokens_measured(s2) <= 8192 * 0.75
+
+
+async def test_a_step_refused_as_too_long_for_a_window_nobody_knew_learns_it_and_is_tried_again_fitted() -> None:
+    """No window known, nothing is compacted: until the provider refuses a prompt as too long. Then the window it
+    states is the model's for the session, and the refused step is sent once more, fitted to it.
+    """
+    from dagmagic.errors import ContextWindowExceededError
+    from dagmagic.llm.tokens import approximate_tokens
+
+    def step(request: ScriptedRequest) -> Any:
+        if request.step_id == "s1":
+            return PROSE * 400  # about 10,000 tokens, which s2 reads
+        if approximate_tokens(request.prompt) > 4096:  # a llama.cpp server started with -c 4096
+            return ContextWindowExceededError(
+                '{"message": "the request exceeds the available context size", "n_ctx": 4096}'
+            )
+        return "s2 done"
+
+    llm = ScriptedLLM(
+        {
+            "plan": [plan_reply(("s1", []), ("s2", ["s1"]))],
+            "step": step,
+            "analyze": [verdict(True, 0.9, "ok", "Done.")],
+            "compaction": ["the census, in short"],
+        }
+    )
+    models = ModelRegistry().register("local", llm, roles=["smart", "general", "fast"])
+    session = DagSession(models, DagSettings(store="none", max_message_chars=100_000, llm_retries=0))
+
+    run = await session.run("goal")
+
+    assert run.status == "done" and run.steps["s2"].status == "completed" and run.steps["s2"].result == "s2 done"
+    refused, accepted = [call for call in run.calls if call.step_id == "s2"]
+    assert refused.error and "ContextWindowExceededError" in refused.error and accepted.error is None
+    (again,) = [r for r in llm.requests_for("step", "s2") if approximate_tokens(r.prompt) <= 4096]
+    assert approximate_tokens(again.prompt) <= 4096 - 512  # fitted to the window the refusal stated, room to reply
+    said = [w for w in run.rounds[0].warnings if "refused a prompt" in w]
+    assert len(said) == 1 and "4,096 tokens" in said[0] and "context_window=N" in said[0]
+
+    later = await session.run("goal again")  # the session keeps what the refusal taught: fitted at once
+    assert later.steps["s2"].status == "completed"
+    assert not [call for call in later.calls if call.error]
+    assert llm.requests_for("compaction")  # the dependency compacted to the window, before the step is sent
