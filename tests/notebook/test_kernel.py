@@ -281,12 +281,14 @@ def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kernel]:
 
 LOAD = """
 import json, sys, threading, time
+import os
 assert "litellm" not in sys.modules
+os.environ["OPENAI_API_KEY"] = "sk-test-" + "0" * 24  # a provider key: a cell without --models runs litellm
 began = time.perf_counter()
 %load_ext dagmagic
 loaded = time.perf_counter() - began
 def importing():
-    return any(t.name == "dagmagic:litellm-import" and t.is_alive() for t in threading.enumerate())
+    return any(t.name == "dagmagic:import-litellm" and t.is_alive() for t in threading.enumerate())
 print(json.dumps({"loaded": loaded, "importing": importing()}))
 """
 
@@ -306,7 +308,7 @@ def wait_for_the_import(kernel: Kernel, margin: float = 300.0) -> dict[str, Any]
         time.sleep(0.2)
 
 
-def test_loading_the_extension_imports_litellm_in_the_background(tmp_path: Path) -> None:
+def test_loading_the_extension_with_a_provider_key_imports_litellm_in_the_background(tmp_path: Path) -> None:
     with started_kernel(tmp_path) as fresh:
         load = fresh.execute(LOAD, timeout=60)
         loaded = json.loads(load.stdout)
