@@ -82,7 +82,8 @@ def first_dag_cell(kernel: Kernel, *, pause: bool) -> dict[str, Any]:
     """Load the extension, define a model, then (``pause``: once the background import ended) run the first
     ``%%dag`` with the loop's ticks and the imports watched.
     """
-    kernel.execute("%load_ext dagmagic\nimport dagmagic\nfrom dagmagic.notebook import preload", timeout=60)
+    grace = "" if pause else "preload.GRACE_SECONDS = 600.0  # no pause comes, however slow the cells\n"
+    kernel.execute(f"from dagmagic.notebook import preload\n{grace}%load_ext dagmagic\nimport dagmagic", timeout=60)
     kernel.execute(SCRIPTED, timeout=60)
     if pause:  # a person typing the goal: the modules are imported meanwhile (bounded by a wide margin)
         deadline = time.monotonic() + 60
