@@ -273,7 +273,7 @@ def main() -> None:
             compare(f"first %%dag, {what}", codes, args.repeats, lambda code, p=pause: first_cell(code, p))
         compare("a trivial anywidget, fresh kernel", codes, args.repeats, trivial_widget)
         compare("headless first %%dag (nbclient)", codes, args.repeats, headless)
-        compare("masking, ms per 1,000 calls", codes, 1, masking)
+        compare("masking, ms per 1,000 calls", codes, args.repeats, masking)
         for pause, what in ((0.0, "Run All"), (2.0, "2 s after"), (4.0, "4 s after")):
             compare(f"first real-model %%dag, {what}", codes, args.repeats, lambda code, p=pause: real_model(code, p))
 
