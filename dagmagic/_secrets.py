@@ -14,10 +14,11 @@ would no longer run.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from dagmagic import errors
@@ -85,23 +86,77 @@ def _remember(value: str) -> None:
         _known.add(value)
 
 
+if TYPE_CHECKING:
+    _Environ = os._Environ[str]
+else:
+    _Environ = os._Environ
+
+
+class _WatchedEnviron(_Environ):
+    """``os.environ``'s own class, which also counts the changes made through it (``os.environb`` shares its
+    variables and gets the same class): masking then knows, without reading the environment, whether it changed.
+    """
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        super().__setitem__(key, value)
+        _environ_changed()
+
+    def __delitem__(self, key: Any) -> None:
+        super().__delitem__(key)
+        _environ_changed()
+
+
+_changes = itertools.count()
+_environ_version = next(_changes)
+"""A new number after each change of the environment through ``os.environ`` or ``os.environb``."""
+
+
+def _environ_changed() -> None:
+    global _environ_version
+    _environ_version = next(_changes)  # after the change: whoever reads this number reads the changed environment
+
+
+def _watch(environ: Any) -> bool:
+    """Give ``environ`` (``os.environ`` or ``os.environb``) the watched class; whether it has it."""
+    if type(environ) is os._Environ:
+        environ.__class__ = _WatchedEnviron
+    return type(environ) is _WatchedEnviron
+
+
 class _Secrets:
     """The values to mask, longest first (a key inside another), worked out again only when the registered keys
-    or the environment changed: reading ``os.environ`` decodes every variable, too slow for each text masked.
+    or the environment changed. Reading ``os.environ`` decodes every variable, and comparing it with a copy
+    reads them all: too slow for each text masked (a run masks several texts per step). The watched
+    ``os.environ`` says whether it changed by a number; a mapping put in its place is compared with a copy.
     """
 
     def __init__(self) -> None:
         self.values: tuple[str, ...] = ()
         self._known_count = -1
-        self._environment: dict[Any, Any] = {}
+        self._environ: Any = None
+        self._version = -1
+        self._copy: dict[Any, Any] = {}
 
     def current(self) -> tuple[str, ...]:
-        # os.environ's own dict of encoded names and values: compared with a copy, no variable is decoded
-        raw: Mapping[Any, Any] = getattr(os.environ, "_data", os.environ)
-        if len(_known) != self._known_count or raw != self._environment:
-            self._known_count, self._environment = len(_known), dict(raw)
+        environ = os.environ
+        if environ is not self._environ:
+            self._environ, self._version, self._copy = environ, -1, {}
+            if _watch(environ):
+                _watch(getattr(os, "environb", None))
+        if type(environ) is _WatchedEnviron:
+            changed = _environ_version != self._version
+        else:  # its own dict of encoded names and values, compared with a copy: no variable is decoded
+            raw: Mapping[Any, Any] = getattr(environ, "_data", environ)
+            changed = raw != self._copy
+        if changed or len(_known) != self._known_count:
+            version = _environ_version  # read before the environment: a change made meanwhile is seen next time
+            self._known_count = len(_known)
+            if type(environ) is _WatchedEnviron:
+                self._version = version
+            else:
+                self._copy = dict(getattr(environ, "_data", environ))
             from_env = [
-                value for name, value in os.environ.items() if len(value) >= 12 and name.upper().endswith(_ENV_SUFFIXES)
+                value for name, value in environ.items() if len(value) >= 12 and name.upper().endswith(_ENV_SUFFIXES)
             ]
             self.values = tuple(sorted({*_known, *from_env}, key=len, reverse=True))
         return self.values

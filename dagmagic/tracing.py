@@ -24,6 +24,7 @@ dagmagic's output (``dagmagic._secrets.mask_secrets``): no key reaches a span.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -61,7 +62,15 @@ if TYPE_CHECKING:
 
     from dagmagic.engine.run.dag_run import DagRun
 
-__all__ = ["CAPTURE_CONTENT_VARIABLE", "RunTracer", "capture_content", "provider_name", "run_tracer", "tracer_for"]
+__all__ = [
+    "CAPTURE_CONTENT_VARIABLE",
+    "RunTracer",
+    "capture_content",
+    "import_api",
+    "provider_name",
+    "run_tracer",
+    "tracer_for",
+]
 
 log = logging.getLogger("dagmagic")
 
@@ -117,6 +126,14 @@ _exporting = threading.local()
 def capture_content() -> bool:
     """Whether the conventions' opt-in asks for message content on spans."""
     return os.environ.get(CAPTURE_CONTENT_VARIABLE, "").strip().lower() in _ON
+
+
+def import_api() -> None:
+    """Import OpenTelemetry's API when it is installed: what ``tracer_for`` reads as each run starts (imported in
+    the background by the notebook, the first run's event loop does not import it).
+    """
+    with contextlib.suppress(ImportError):  # tracing is optional: a run says so only when asked for traces
+        import opentelemetry.trace  # noqa: F401
 
 
 def tracer_for(settings: DagSettings) -> tuple[Tracer, TracerProvider | None] | None:

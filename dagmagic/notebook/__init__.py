@@ -11,19 +11,20 @@ __all__ = ["load_ipython_extension", "unload_ipython_extension"]
 
 
 def load_ipython_extension(shell: Any) -> None:
-    """``%load_ext dagmagic``: register the magics, the transformer and the display of runs, and start
-    importing litellm in the background (``dagmagic.notebook.preload``).
+    """``%load_ext dagmagic``: register the magics, the transformer and the display of runs, and start importing
+    in the background what a ``%%dag`` cell uses, and litellm once a litellm model is in sight
+    (``dagmagic.notebook.preload``).
     """
     from dagmagic.notebook import magics, preload, transformer
 
-    magics.register(shell)
+    registered = magics.register(shell)
     transformer.install(shell)
     # by name: the engine (and pydantic) load with the first run, not with the extension
     shell.display_formatter.mimebundle_formatter.for_type_by_name("dagmagic.engine.run.dag_run", "DagRun", _display_run)
     shell.display_formatter.mimebundle_formatter.for_type_by_name(
         "dagmagic.evaluation.experiment", "Experiment", _display_experiment
     )
-    preload.import_litellm_in_background(shell)
+    preload.preload_in_background(shell, registered)
 
 
 def _display_run(run: Any, include: Any = None, exclude: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -45,9 +45,9 @@ _widgets: weakref.WeakKeyDictionary[DagRun, Any] = weakref.WeakKeyDictionary()
 _static_only: weakref.WeakSet[DagRun] = weakref.WeakSet()
 FRONT_END_WAIT = 3.0
 """Seconds the first live view of a kernel waits for a front end to say it made the widget (a browser answers
-within a fraction of that); a headless execution waits once."""
+within a fraction of that). A cell run headless (nbclient, papermill: no stdin) does not wait at all."""
 _nobody_answered = False
-"""No front end answered the first wait: this kernel runs headless, later cells do not wait."""
+"""No front end answered the first wait: no front end that draws widgets is here, later cells do not wait."""
 
 
 @dataclass
@@ -169,12 +169,13 @@ def settle_live_view(run: DagRun) -> None:
 
 async def settle_live_view_once_seen(run: DagRun) -> None:
     """``settle_live_view``, after giving a front end that has not spoken yet in this kernel a moment to say
-    it made the widget (a run can end, or a ``--bg`` cell return, before its word arrives). Where nothing
-    answered once (a headless execution), later cells do not wait.
+    it made the widget (a run can end, or a ``--bg`` cell return, before its word arrives). A cell run headless
+    (``_asked_by_a_person`` says no: nbclient, papermill, ``nbconvert --execute``) does not wait: nothing there
+    draws widgets. Where nothing answered once, later cells do not wait either.
     """
     global _nobody_answered
     widget = _widgets.get(run)
-    if widget is not None and not front_end_known() and not _nobody_answered:
+    if widget is not None and not front_end_known() and _asked_by_a_person():
         loop = asyncio.get_running_loop()
         deadline = loop.time() + FRONT_END_WAIT
         while not widget.front_end and loop.time() < deadline:

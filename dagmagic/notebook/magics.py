@@ -19,6 +19,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from traitlets import Bool, Float, Int, Unicode
 
 from dagmagic.notebook._arguments import usd
+from dagmagic.notebook.preload import modules_ready
 from dagmagic.notebook.session import NO_MODEL_HELP, NotebookSession
 
 if TYPE_CHECKING:  # the engine loads on the first %%dag, not with the extension: loading must stay fast
@@ -35,6 +36,7 @@ _active: DagMagics | None = None
 async def run_dag_cell(line: str, cell: str) -> DagRun | None:
     """What a rewritten ``%%dag`` cell awaits (``%%dag eval``: nothing, its grid is shown already)."""
     magics = _magics()
+    await _modules_ready()
     if _is_eval(line):
         await magics.run_eval_cell(line, cell)
         return None
@@ -49,13 +51,25 @@ async def run_dag_line(command: str, rest: str) -> DagRun | None:
     """What a rewritten ``%dag demo``, ``%dag resume ...``, ``%dag rerun ...`` or ``%dag replay ...`` cell awaits
     (``%dag resume`` of an experiment: nothing, its grid is shown already).
     """
+    magics = _magics()
+    await _modules_ready()
     from dagmagic.notebook import commands
 
-    magics = _magics()
     awaited = {"demo": commands.demo, "resume": commands.resume, "rerun": commands.rerun, "replay": commands.replay}
     work = awaited[command]
     with commands.settings_told_in_one_line():
         return await _told_in_one_line(magics, work(magics.notebook, rest))
+
+
+async def _modules_ready() -> None:
+    """The engine and the views imported, off the loop (the first cell of a kernel imports them in a thread);
+    interrupted meanwhile, the cell says so in one line.
+    """
+    try:
+        await modules_ready()
+    except asyncio.CancelledError as exc:
+        setattr(exc, "_render_traceback_", lambda: ["Interrupted."])  # noqa: B010 (not the class's attribute)
+        raise
 
 
 async def _told_in_one_line(magics: DagMagics, work: Coroutine[Any, Any, _Result]) -> _Result:

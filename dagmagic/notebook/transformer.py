@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["rewrite_dag_cell"]
+__all__ = ["awaited", "rewrite_dag_cell"]
 
 _CALL = "await __import__('dagmagic.notebook.magics', fromlist=['_']).{method}({args})\n"
 _AWAITED = ("demo", "resume", "rerun", "replay")
@@ -30,6 +30,12 @@ def rewrite_dag_cell(lines: list[str]) -> list[str]:
         rest = words[2] if len(words) > 2 else ""
         return [_CALL.format(method="run_dag_line", args=f"{words[1]!r}, {rest!r}")]
     return lines
+
+
+def awaited(cell: str) -> bool:
+    """Whether the cell ``cell`` (its source) is rewritten into an ``await``."""
+    lines = cell.lstrip().splitlines(keepends=True)  # IPython drops leading empty lines before rewriting
+    return rewrite_dag_cell(lines) != lines
 
 
 def _can_await() -> bool:

@@ -131,9 +131,11 @@ class Kernel:
             return msg
         return None
 
-    def submit(self, code: str) -> str:
-        """Send a cell without waiting; returns its msg_id."""
-        return str(self.client.execute(code, allow_stdin=False))
+    def submit(self, code: str, *, person: bool = False) -> str:
+        """Send a cell without waiting; returns its msg_id. As nbclient sends it (no stdin: headless), or with
+        ``person`` as JupyterLab does (stdin allowed).
+        """
+        return str(self.client.execute(code, allow_stdin=person))
 
     def wait_for(self, predicate: Callable[[Message], bool], what: str, timeout: float = 20.0) -> Message:
         """The first iopub message (seen before or arriving now) that satisfies ``predicate``."""
@@ -167,10 +169,12 @@ class Kernel:
             if _parent(reply) == msg_id:
                 return CellResult(messages, reply, submitted, finished)
 
-    def execute(self, code: str, timeout: float = 30.0, *, ok: bool = True) -> CellResult:
-        """Run a cell to its end; unless ``ok=False``, a failing cell fails the test with its traceback."""
+    def execute(self, code: str, timeout: float = 30.0, *, ok: bool = True, person: bool = False) -> CellResult:
+        """Run a cell to its end (``person``: see ``submit``); unless ``ok=False``, a failing cell fails the test
+        with its traceback.
+        """
         submitted = time.monotonic()
-        result = self.collect(self.submit(code), submitted, timeout)
+        result = self.collect(self.submit(code, person=person), submitted, timeout)
         if ok:
             assert result.status == "ok", f"the cell failed:\n{code}\n{result.error}"
         return result
@@ -277,12 +281,14 @@ def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kernel]:
 
 LOAD = """
 import json, sys, threading, time
+import os
 assert "litellm" not in sys.modules
+os.environ["OPENAI_API_KEY"] = "sk-test-" + "0" * 24  # a provider key: a cell without --models runs litellm
 began = time.perf_counter()
 %load_ext dagmagic
 loaded = time.perf_counter() - began
 def importing():
-    return any(t.name == "dagmagic:litellm-import" and t.is_alive() for t in threading.enumerate())
+    return any(t.name == "dagmagic:import-litellm" and t.is_alive() for t in threading.enumerate())
 print(json.dumps({"loaded": loaded, "importing": importing()}))
 """
 
@@ -302,7 +308,7 @@ def wait_for_the_import(kernel: Kernel, margin: float = 300.0) -> dict[str, Any]
         time.sleep(0.2)
 
 
-def test_loading_the_extension_imports_litellm_in_the_background(tmp_path: Path) -> None:
+def test_loading_the_extension_with_a_provider_key_imports_litellm_in_the_background(tmp_path: Path) -> None:
     with started_kernel(tmp_path) as fresh:
         load = fresh.execute(LOAD, timeout=60)
         loaded = json.loads(load.stdout)
@@ -394,7 +400,7 @@ def test_a_run_changed_after_its_cell_updates_the_view_the_notebook_saves(tmp_pa
             " {**verdict, 'final_answer': 'The second answer.'}])"
         )
         submitted = time.monotonic()
-        msg_id = fresh.submit("%%dag --models changing\nA goal re-run later")
+        msg_id = fresh.submit("%%dag --models changing\nA goal re-run later", person=True)
         comm_id = fresh.widget_comm_id(msg_id)
         fresh.send_comm_msg(comm_id, {"method": "custom", "content": {"kind": "dagmagic-front-end"}})
         cell = fresh.collect(msg_id, submitted)
@@ -421,13 +427,14 @@ def test_a_run_changed_after_its_cell_updates_the_view_the_notebook_saves(tmp_pa
 
 def test_a_front_end_whose_word_comes_after_the_run_ended_still_keeps_the_widget(tmp_path: Path) -> None:
     """A run can end before the browser's word that it made the widget arrives: the first live view of a
-    kernel waits a moment for it rather than emptying a view someone is looking at.
+    kernel run from a front end a person uses (stdin allowed, as JupyterLab asks) waits a moment for it rather
+    than emptying a view someone is looking at.
     """
     with started_kernel(tmp_path) as fresh:
         fresh.execute(SETUP, timeout=60)
         fresh.execute("quick = scripted()")
         submitted = time.monotonic()
-        msg_id = fresh.submit("%%dag --models quick\nA goal answered at once")
+        msg_id = fresh.submit("%%dag --models quick\nA goal answered at once", person=True)
         comm_id = fresh.widget_comm_id(msg_id)
         fresh.wait_for_update(
             comm_id, lambda m: m["content"]["data"].get("state", {}).get("status") == "done", "the end"

@@ -59,6 +59,21 @@ def test_a_dag_cell_returns_the_finished_run(ip: InteractiveShell) -> None:
     assert ip.user_ns["_"] is run
 
 
+def test_a_key_set_with_os_environ_in_a_cell_is_masked_in_the_next_run(
+    ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = "acme0key0set0in0a0cell0mid0session"
+    monkeypatch.setenv("ACME_SERVICE_TOKEN", "")
+    monkeypatch.delenv("ACME_SERVICE_TOKEN")  # unset now, and again after the test (the cell sets it)
+    ip.user_ns["echo"] = scripted(step=[f"the service answered with {key}"])
+    before = run_cell(ip, "%%dag --models echo\nAsk the service")  # masking's secrets worked out and kept
+    assert isinstance(before, DagRun) and key in before.steps["s1"].result  # no variable holds it yet
+    run_cell(ip, f"import os\nos.environ['ACME_SERVICE_TOKEN'] = {key!r}")
+    after = run_cell(ip, "%%dag --models echo\nAsk the service again")
+    assert isinstance(after, DagRun) and after.steps["s1"].result == "the service answered with ***"
+    ip.user_ns.pop("echo")
+
+
 def test_output_binds_the_run(ip: InteractiveShell) -> None:
     run = run_cell(ip, "%%dag --models llm -o myrun\ngoal")
     assert ip.user_ns["myrun"] is run
@@ -228,9 +243,10 @@ def test_loading_the_extension_leaves_litellms_import_to_a_background_thread() -
         "ip = InteractiveShell.instance()\n"
         "t = time.perf_counter(); ip.run_line_magic('load_ext', 'dagmagic'); dt = time.perf_counter() - t\n"
         "from dagmagic.notebook import preload\n"
-        "print(dt, preload._started.is_alive())"
+        "print(dt, preload._started.litellm.is_alive())"
     )
     env = {k: v for k, v in os.environ.items() if k != "LITELLM_LOCAL_MODEL_COST_MAP"}
+    env["OPENAI_API_KEY"] = "sk-test-" + "0" * 24  # a provider key: the default models are litellm's
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     seconds, importing = out.stdout.split()
     assert importing == "True"  # the load returned while litellm was still being imported
