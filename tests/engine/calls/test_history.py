@@ -12,7 +12,7 @@ from typing import Any
 
 from dagmagic import DagRun, DagSession, DagSettings, ModelRegistry
 from dagmagic.events import RunWarning
-from dagmagic.testing import ScriptedLLM, ScriptedRequest
+from dagmagic.testing import ScriptedLLM, ScriptedRequest, TokenRate
 from tests.engine.conftest import plan_reply, verdict
 
 SUMMARIZING = "dagmagic:history-summary"
@@ -73,6 +73,32 @@ async def test_the_101st_run_of_a_conversation_plans_at_once_from_a_summary_exte
     await session.aclose()
 
 
+async def test_the_101st_run_is_no_slower_than_the_first_when_time_follows_tokens() -> None:
+    """At a provider that charges by the token (issue 40's model, ten times faster: 0.03 s to the first token,
+    20,000 input and 400 output tokens a second), the 101st run of a conversation takes no more than 10 % longer
+    than the first: no summary call on its path, and a prompt that does not grow with the conversation. The runs
+    between answer at once.
+    """
+    session, llm = conversation()
+    rate = TokenRate(first_token=0.03, input_tokens_per_s=20_000, output_tokens_per_s=400)
+    llm.latency = rate
+    started = time.perf_counter()
+    await session.run("question 0")
+    first = time.perf_counter() - started
+    llm.latency = 0.0
+    for n in range(1, 100):
+        await session.run(f"question {n}")
+        await summary_made()
+    llm.latency = rate
+    started = time.perf_counter()
+    last = await session.run("question 100")
+    hundred_first = time.perf_counter() - started
+    assert last.status == "done" and [c.purpose for c in last.calls][0] == "history_summary"  # made before it
+    assert last.calls[0].started_at < last.state.started_at  # ... after run 100's answer, off this run's path
+    assert hundred_first <= first * 1.10, (first, hundred_first)
+    await session.aclose()
+
+
 async def test_runs_back_to_back_do_not_wait_for_the_summary_being_made() -> None:
     """A summary call that takes 0.5 s, runs that take a few milliseconds: no run waits for it. Before, each run
     past the limit took 0.5 s more than the first.
@@ -86,7 +112,8 @@ async def test_runs_back_to_back_do_not_wait_for_the_summary_being_made() -> Non
         durations.append(time.perf_counter() - started)
 
     assert all(run.status == "done" for run in runs)
-    assert max(durations) < 0.4, durations  # before: 0.5 s more from the sixth run on
+    # before: 0.5 s more from the sixth run on; the first run is left out (it pays the imports of a cold process)
+    assert max(durations[1:]) < 0.5 * 0.8, durations
     assert 1 <= len(llm.requests_for("history_summary")) < 10  # answers joining meanwhile go together in the next
     assert "User: question 28\n" in llm.requests_for("plan")[-1].prompt  # the latest exchanges, as written
     await session.aclose()
