@@ -55,29 +55,37 @@ class LineReader:
         parameters: Mapping[str, Sequence[str]] | None = None,
         earlier: Collection[str] = (),
         roles: Collection[str] = ("fast", "reasoning", "general"),
+        prompt: str = "",
     ) -> None:
         """``parameters``: each tool's parameter names in order (for positional arguments, and to tell a tool
         hint from a role); ``earlier``: earlier rounds' reusable results (``r1.s2``); ``roles``: the hints that
-        name a model.
+        name a model; ``prompt``: the instructions the plan was asked with (a line that only repeats them is
+        no step).
         """
         self.parameters = dict(parameters or {})
         self.roles = set(roles)
+        self.prompt = " ".join(prompt.split()).lower()
+        self.echoes = 0
+        """Lines that only repeated the instructions (a small model writes its prompt back as a plan)."""
         self.earlier = set(earlier)
         self.ids: list[str] = []
         self.domain: str | None = None
 
     def read(self, line: str) -> dict[str, Any] | None:
         """The step ``line`` writes, as the JSON form has it; None for a line that is no step."""
-        domain = _DOMAIN.match(line)
-        if domain is not None and not self.ids:
-            self.domain = domain.group(1).lower()
-            return None
         match = _STEP.match(line)
+        domain = _DOMAIN.match(match.group(3) if match is not None else line)
+        if domain is not None:
+            self.domain = self.domain or domain.group(1).lower()
+            return None
         if match is None:
             return None
         label = f"s{match.group(1)}" if match.group(1) else match.group(2)
         body = match.group(3).strip()
         if label.lower() in {"note", "domain", "goal", "plan", "result", "answer", "thought"}:
+            return None
+        if self._echoes(body):
+            self.echoes += 1
             return None
         note = _NOTE.search(body)
         if note is not None and _CALL.match(_HINTS.sub("", body[: note.start()]).strip()):
@@ -104,6 +112,11 @@ class LineReader:
             return None
         self.ids.append(label)
         return step
+
+    def _echoes(self, body: str) -> bool:
+        """Whether ``body`` only repeats the instructions: a line of them, or a heading."""
+        said = " ".join(body.split()).lower()
+        return bool(self.prompt) and (said.endswith(":") or (len(said) >= 5 and said in self.prompt))
 
     def _call(self, label: str, body: str) -> dict[str, Any] | None:
         """A tool step, or None when ``body`` is not a call (a task in words)."""

@@ -81,7 +81,8 @@ class PlanStream:
         )
         streamed = StreamedPlan(messages=messages)
         handover = _Handover(self, streamed, earlier, planner.settings.plan_max_steps)
-        reply = _Reply(planner.reader(earlier))
+        instructions = str(messages[0]["content"])
+        reply = _Reply(planner.reader(earlier, instructions))
         try:
             async for chunk in planner.model.stream(
                 messages, purpose="plan", round=round, temperature=0.0, structured_level="text", reply_format="plan"
@@ -96,7 +97,7 @@ class PlanStream:
         for index, item in reply.finish():
             handover.offer(item, index)
         try:
-            draft = planner.read(reply.whole(), earlier)  # the whole reply, read once
+            draft = planner.read(reply.whole(), earlier, instructions)  # the whole reply, read once
             streamed.drafts = draft.steps
             streamed.domain = draft.domain if ask_domain else None
         except (ValueError, TypeError, RecursionError):

@@ -94,20 +94,24 @@ class Planner:
         lines += [name for name in self.tool_names if name not in described]
         return prompts.PLANNER_TOOL_LIST.format(lines="".join(f"\n  {line}" for line in lines)) if lines else ""
 
-    def reader(self, earlier: Collection[str] = ()) -> LineReader:
-        """A reader of this planner's plan lines (its tools' parameters known, for positional arguments)."""
+    def reader(self, earlier: Collection[str] = (), prompt: str = "") -> LineReader:
+        """A reader of this planner's plan lines (its tools' parameters known, for positional arguments; lines
+        that only repeat ``prompt``, the instructions, are no steps).
+        """
         parameters = {tool.name: list(tool.parameters.get("properties", {})) for tool in self.tools}
         parameters.update({name: [] for name in self.tool_names if name not in parameters})
-        return LineReader(parameters, earlier, self.roles)
+        return LineReader(parameters, earlier, self.roles, prompt)
 
-    def read(self, text: str, earlier: Collection[str] = ()) -> PlanDraft:
+    def read(self, text: str, earlier: Collection[str] = (), prompt: str = "") -> PlanDraft:
         """The plan a whole reply writes: its lines, else the JSON a model wrote instead. ``ValueError`` when it
-        holds no plan.
+        holds no plan (the instructions written back are none).
         """
-        reader = self.reader(earlier)
+        reader = self.reader(earlier, prompt)
         steps = [step for line in text.splitlines() if (step := reader.read(line)) is not None]
         if steps:
             return recover_plan({"domain": reader.domain, "steps": steps})
+        if reader.echoes:
+            raise _Echo("it repeats the instructions instead of giving a plan")
         raw = extract_json(text)
         if echoes_schema(raw, plan_schema(ask_domain=True)):  # a small model writes back the form it knows
             raise ValueError("the reply repeats the plan's JSON schema instead of giving a plan")
@@ -228,9 +232,9 @@ class Planner:
             except TransientProviderError as exc:  # retried already: the goal is planned as one step
                 raise PlanningError(f"Planning failed: the model gave no plan ({exc.kind})") from exc
             try:
-                return self.read(result.content, earlier)
+                return self.read(result.content, earlier, prompt=str(messages[0]["content"]))
             except (ValueError, TypeError, RecursionError) as exc:  # as PlanStream.run: a reply that is no plan
-                problem = f"it has no numbered step lines ({exc})"
+                problem = str(exc) if isinstance(exc, _Echo) else "it has no numbered step lines, one step a line"
                 messages = [
                     *messages,
                     {"role": "assistant", "content": result.content},
@@ -253,6 +257,10 @@ class Planner:
         if self.emit is not None:
             self.emit(RunWarning(message=message, round=round, plan_cut=cut))
         return drafts[:limit]
+
+
+class _Echo(ValueError):
+    """A reply that wrote the instructions back instead of a plan."""
 
 
 def _as_lines(drafts: list[StepDraft]) -> str:

@@ -698,3 +698,20 @@ def test_a_task_that_only_mentions_such_a_name_is_a_task(task: str) -> None:
 def test_a_task_that_is_only_such_a_name_is_a_problem(task: str) -> None:
     _, problem = validate_steps([StepDraft(id="s1", task=task), StepDraft(id="s2", task="do s2")], max_steps=6)
     assert problem is not None and "s1" in problem and "s2" not in problem
+
+
+async def test_a_plan_that_writes_the_instructions_back_is_asked_again_then_planned_as_the_goal() -> None:
+    # Qwen2.5-Coder-0.5B, asked for plan lines about the Nile, numbered the lines of its own prompt: the format's
+    # description, "Tools:", the tool's description, "domain: natural sciences"; none of them is a step
+    def echo(request: ScriptedRequest) -> str:
+        system = str(request.messages[0]["content"]).splitlines()[2:]
+        return "\n".join(f"{number}. {line.strip()}" for number, line in enumerate(system, 1)) + "\n9. domain: sciences"
+
+    harness = Harness(echo, tools=TOOLS)
+    plan = await harness.planner.plan("How long is the Nile?", goal="How long is the Nile?")
+    assert [(step.id, step.task) for step in plan.steps] == [("s1", "How long is the Nile?")]
+    assert len(harness.requests) == 2
+    assert harness.last_user_message(1).startswith(
+        "That plan cannot be used: it repeats the instructions instead of giving a plan"
+    )
+    assert any("no usable plan" in warning for warning in harness.warnings)
