@@ -93,7 +93,7 @@ async def test_the_101st_run_is_no_slower_than_the_first_when_time_follows_token
     started = time.perf_counter()
     last = await session.run("question 100")
     hundred_first = time.perf_counter() - started
-    assert last.status == "done" and [c.purpose for c in last.calls][0] == "history_summary"  # made before it
+    assert last.status == "done" and last.calls[0].purpose == "history_summary"  # made before it
     assert last.calls[0].started_at < last.state.started_at  # ... after run 100's answer, off this run's path
     assert hundred_first <= first * 1.10, (first, hundred_first)
     await session.aclose()
