@@ -40,7 +40,9 @@ __all__ = ["LineReader", "read_plan_lines", "render_plan_lines"]
 _STEP = re.compile(r"^\s*(?:[-*]\s+)?(?:step\s+)?(?:(\d+)[.):]|([A-Za-z_][\w-]*)[.)])\s+(.+?)\s*$", re.IGNORECASE)
 _CALL = re.compile(r"^`?([A-Za-z_][\w.-]*)\((.*)\)`?$", re.DOTALL)
 _HINTS = re.compile(r"\s*\[([^\[\]]*)\]\s*$")
-_NOTE = re.compile(r"\s+#\s+(.+)$")
+_NOTE = re.compile(r"\s+(?:#|-|–|—)\s+(.+)$")
+_ANNOTATED = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\s*:\s*")
+"""``city: Paris``: an argument written as the tool list writes its parameters (small models copy it)."""
 _DOMAIN = re.compile(r"^\s*\**domain\**\s*[:=]\s*\**\s*([A-Za-z]+)", re.IGNORECASE)
 _REFERENCE = re.compile(r"\$(r\d+\.\w+|\w+)(?![\w.,]*\d)")
 _NOT_STEPS = frozenset({"join", "finish", "end_of_plan"})
@@ -143,6 +145,8 @@ class LineReader:
         # outside a string ``$x`` can only be a reference (the validation names one to no step); inside one, only
         # a step written before is ("$5" in a query is money)
         def written(part: str, quoted: str | None) -> str:
+            if quoted is None:
+                part = _ANNOTATED.sub(r"\1=", part)
             return _REFERENCE.sub(lambda m: named(m) if quoted is None or self._known(m.group(1)) else m.group(0), part)
 
         source = "".join(written(part, quoted) for part, quoted in _string_parts(text))
@@ -207,7 +211,7 @@ def _value(node: ast.AST, references: Mapping[str, str]) -> Any:
             return references[node.id]
         if node.id.lower() in _CONSTANTS:
             return _CONSTANTS[node.id.lower()]
-        raise ValueError(f"{node.id} is not a value")
+        return node.id  # a word left unquoted (city=Paris) is that word
     if isinstance(node, ast.Constant):
         if isinstance(node.value, str):
             return re.sub(r"_ref_\d+", lambda m: references.get(m.group(0), m.group(0)), node.value)

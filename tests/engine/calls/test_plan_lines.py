@@ -107,3 +107,34 @@ def test_a_scripted_plan_reads_back_as_it_was_written() -> None:
 )
 def test_a_malformed_scripted_plan_is_not_written_as_lines(plan: Any) -> None:
     assert render_plan_lines(plan) is None  # it keeps its JSON: the recovery of what models write is tested on it
+
+
+def test_calls_written_as_a_small_model_writes_them_are_calls() -> None:
+    # Qwen2.5-Coder-0.5B copied the tool list's "city_population(city: string)" into its calls, left the city
+    # unquoted and said what the step does after a dash
+    tools = {"city_population": ["city"], "is_prime": ["n"]}
+    plan = read_plan_lines(
+        '1. city_population(city: Paris) - The population of Paris\n2. city_population(city: "Berlin")\n'
+        "3. is_prime(101)",
+        tools,
+    )
+    assert plan is not None
+    assert [(s["tool_hint"], s["tool_args"], s["task"]) for s in plan["steps"]] == [
+        ("city_population", {"city": "Paris"}, "The population of Paris"),
+        ("city_population", {"city": "Berlin"}, 'city_population(city: "Berlin")'),
+        ("is_prime", {"n": 101}, "is_prime(101)"),
+    ]
+
+
+def test_lines_that_repeat_the_instructions_are_no_steps() -> None:
+    prompt = "Write the plan as numbered lines.\nTools:\n  lookup(city: string) — The population of a city."
+    plan = read_plan_lines(
+        "1. Write the plan as numbered lines.\n2. Tools:\n3. lookup(city: string) — The population of a city.", {}
+    )
+    assert plan is not None and len(plan["steps"]) == 3  # without the instructions, nothing tells them apart
+    from dagmagic.engine.calls.plan_lines import LineReader
+
+    reader = LineReader({"lookup": ["city"]}, prompt=prompt)
+    lines = ["1. Write the plan as numbered lines.", "2. tools:", "3. lookup(city: string) — the population of a city."]
+    assert [reader.read(line) for line in lines] == [None, None, None] and reader.echoes == 3
+    assert reader.read("4. lookup(city: Paris)") is not None
