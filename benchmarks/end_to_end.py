@@ -1088,6 +1088,8 @@ def summary(shapes: list[Shape], results: Results) -> dict[str, dict[str, float]
         _, ref_plan_in, ref_plan_out = _purpose_tokens(per_call["reference"], "plan")
         row.update(
             {
+                "plan out x": dag_plan_out / ref_plan_out,
+                "plan in x": dag_plan_in / ref_plan_in,
                 "calls dagmagic": statistics.median(o.calls for o in per_call["dagmagic"]),
                 "calls reference": statistics.median(o.calls for o in per_call["reference"]),
                 "plan in dagmagic": dag_plan_in,
@@ -1206,9 +1208,7 @@ def print_summary(rows: dict[str, dict[str, float]], before: dict[str, dict[str,
         line = f"{shape:42}"
         line += "".join(cell(shape, f"e2e {n}", width + 4) for n in names)
         line += "".join(cell(shape, f"first {n}", width + 4) for n in names)
-        plan_out = row["plan out dagmagic"] / row["plan out reference"]
-        plan_in = row["plan in dagmagic"] / row["plan in reference"]
-        rows[shape]["plan out x"], rows[shape]["plan in x"] = plan_out, plan_in
+        plan_out, plan_in = row["plan out x"], row["plan in x"]
         line += cell(shape, "plan out x", width + 2) + cell(shape, "plan in x", width + 2)
         line += cell(shape, "calls dagmagic", width, 0)
         print(line)
