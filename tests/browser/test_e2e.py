@@ -551,7 +551,7 @@ def test_clocks_tick_between_kernel_messages_and_the_timeline_and_trace_open(not
     expect(trace.locator(".dagmagic-trace-offset").first).to_have_text(re.compile(r"^\+\d"))
     rows.first.click()  # the plan
     detail = trace.locator('.dagmagic-trace-detail[data-index="0"]')
-    expect(detail.locator('.dagmagic-trace-message[data-role="system"]')).to_contain_text("planner")
+    expect(detail.locator('.dagmagic-trace-message[data-role="system"]')).to_contain_text("Plan how to reach")
     notebook.screenshot("trace-open", focus=detail)
     assert notebook.errors == []
 

@@ -47,6 +47,8 @@ _DOMAIN = re.compile(r"^\s*\**domain\**\s*[:=]\s*\**\s*([A-Za-z]+)", re.IGNORECA
 _REFERENCE = re.compile(r"\$(r\d+\.\w+|\w+)(?![\w.,]*\d)")
 _NOT_STEPS = frozenset({"join", "finish", "end_of_plan"})
 _CONSTANTS = {"true": True, "false": False, "null": None, "none": None}
+ECHO_CHARS = 24
+"""A line this long found word for word in the instructions repeats them (shorter ones may be tasks)."""
 
 
 class LineReader:
@@ -67,6 +69,7 @@ class LineReader:
         self.parameters = dict(parameters or {})
         self.roles = set(roles)
         self.prompt = " ".join(prompt.split()).lower()
+        self.prompt_lines = {" ".join(line.split()).lower() for line in prompt.splitlines() if line.strip()}
         self.echoes = 0
         """Lines that only repeated the instructions (a small model writes its prompt back as a plan)."""
         self.earlier = set(earlier)
@@ -116,9 +119,13 @@ class LineReader:
         return step
 
     def _echoes(self, body: str) -> bool:
-        """Whether ``body`` only repeats the instructions: a line of them, or a heading."""
+        """Whether ``body`` only repeats the instructions: a line of them, a sentence of them (long enough not to
+        be a short task that happens to be in them: "block" is in "blocking()"), or a heading.
+        """
         said = " ".join(body.split()).lower()
-        return bool(self.prompt) and (said.endswith(":") or (len(said) >= 5 and said in self.prompt))
+        if not self.prompt:
+            return False
+        return said.endswith(":") or said in self.prompt_lines or (len(said) >= ECHO_CHARS and said in self.prompt)
 
     def _call(self, label: str, body: str) -> dict[str, Any] | None:
         """A tool step, or None when ``body`` is not a call (a task in words)."""

@@ -138,3 +138,11 @@ def test_lines_that_repeat_the_instructions_are_no_steps() -> None:
     lines = ["1. Write the plan as numbered lines.", "2. tools:", "3. lookup(city: string) — the population of a city."]
     assert [reader.read(line) for line in lines] == [None, None, None] and reader.echoes == 3
     assert reader.read("4. lookup(city: Paris)") is not None
+
+
+def test_a_short_task_found_inside_the_instructions_is_still_a_task() -> None:
+    from dagmagic.engine.calls.plan_lines import LineReader
+
+    reader = LineReader({"blocking": []}, prompt="Tools:\n  blocking() — Sleeps in a plain function.")
+    assert reader.read("1. block") == {"id": "s1", "task": "block", "dependencies": []}  # "block" is in "blocking"
+    assert reader.read("2. Sleeps in a plain function.") is None  # a whole line of the instructions
