@@ -100,10 +100,10 @@ async def test_the_101st_run_is_no_slower_than_the_first_when_time_follows_token
 
 
 async def test_runs_back_to_back_do_not_wait_for_the_summary_being_made() -> None:
-    """A summary call that takes 0.5 s, runs that take a few milliseconds: no run waits for it. Before, each run
-    past the limit took 0.5 s more than the first.
+    """A summary call that takes 5 s, runs that take a few milliseconds: no run waits for it. Before, each run
+    past the limit took 5 s more than the first.
     """
-    session, llm = conversation(history_summary=0.5)
+    session, llm = conversation(history_summary=5.0)
     durations = []
     runs: list[DagRun] = []
     for n in range(30):
@@ -112,8 +112,9 @@ async def test_runs_back_to_back_do_not_wait_for_the_summary_being_made() -> Non
         durations.append(time.perf_counter() - started)
 
     assert all(run.status == "done" for run in runs)
-    # before: 0.5 s more from the sixth run on; the first run is left out (it pays the imports of a cold process)
-    assert max(durations[1:]) < 0.5 * 0.8, durations
+    # before: 5 s more from the sixth run on; the first run is left out (it pays the imports of a cold process).
+    # Half the call leaves a loaded machine its margin (a run once took 0.48 s in CI).
+    assert max(durations[1:]) < 5.0 / 2, durations
     assert 1 <= len(llm.requests_for("history_summary")) < 10  # answers joining meanwhile go together in the next
     assert "User: question 28\n" in llm.requests_for("plan")[-1].prompt  # the latest exchanges, as written
     await session.aclose()
