@@ -21,6 +21,8 @@ in order, the last one repeating, or to a callable ``(request) -> reply``, sync 
   written as the plan and verdict lines the planner and the analyzer ask for;
 - a ``ToolCall`` or a list of them: a request to call tools (a JSON action in the text when the model
   lacks tool calling);
+- a ``ChatResponse``: the reply exactly as a provider gave it, with its usage and ``finish_reason``
+  (``"length"``: cut at its token limit);
 - an exception instance: raised, for fault injection;
 - a list of strings: pieces of a streamed reply (an exception in the list is raised at that point);
 - an iterator of strings (a generator, ``itertools.repeat("la ")``): pieces taken as they are streamed, so it
@@ -276,6 +278,8 @@ class ScriptedLLM:
         yield StreamChunk(final=final)
 
     def _response(self, request: ChatRequest, reply: Any) -> ChatResponse:
+        if isinstance(reply, ChatResponse):
+            return reply
         content, tool_calls = self._render(request, reply)
         if isinstance(self.latency, TokenRate):
             input_tokens = self.latency.input_tokens(request)

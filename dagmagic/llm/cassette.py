@@ -256,7 +256,7 @@ class Interaction(BaseModel):
             cached_input_tokens=call.usage.cached_input_tokens,
             reasoning_tokens=call.usage.reasoning_tokens,
             cost=call.usage.cost,
-            finish_reason="tool_calls" if call.tool_calls else "stop",
+            finish_reason=call.finish_reason or ("tool_calls" if call.tool_calls else "stop"),
         )
         outcomes: dict[str, Literal["ok", "error", "cancelled"]] = {"failed": "error", "cancelled": "cancelled"}
         outcome = outcomes.get(call.status, "ok")

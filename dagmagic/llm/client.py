@@ -155,6 +155,7 @@ class ChatModel:
             tools=tool_names(request.tools),
             request_digest=request_digest(request),
             max_tokens=request.max_tokens,
+            finish_reason=response.finish_reason,
             cached=response.cached,
             response_model=response.model,
         )
@@ -412,9 +413,12 @@ class ChatModel:
         temperature: float | None = None,
         structured_level: StructuredLevel | None = None,
         reply_format: Literal["plan", "verdict"] | None = None,
+        on_finish: Callable[[str | None], object] | None = None,
     ) -> AsyncIterator[StreamChunk]:
         """The reply in pieces. A transient error before the first piece is retried; after it, raised
         (a retry would repeat text the caller already showed). The call is recorded when the stream ends.
+        ``on_finish`` is told why the reply ended, as the provider said (``"length"``: cut at its token limit;
+        None when it did not say), after the last piece.
         """
         request = self._request(
             messages,
@@ -465,6 +469,7 @@ class ChatModel:
             for held in masks.flush():
                 text.append(held.text)
                 yield held
+            (on_finish or _unheard)(getattr(final, "finish_reason", None))
         except asyncio.CancelledError:
             cancelled = True
             raise
@@ -490,6 +495,10 @@ class ChatModel:
                 pieces=received,
                 hold=hold,
             )
+
+
+def _unheard(finish_reason: str | None) -> None:
+    """No one asked how the reply ended."""
 
 
 def _usage(response: ChatResponse) -> Usage:

@@ -94,6 +94,9 @@ class LLMCall(BaseModel):
     request_digest: str | None = None
     """A digest of what the request asked besides its messages (tool schemas, tool choice, response format,
     temperature), so that a replay can tell a changed tool from an unchanged one."""
+    finish_reason: str | None = None
+    """Why the reply ended, as the provider said (``stop``, ``length``: cut at its token limit, ``tool_calls``);
+    None when unknown. A replay answers with it, so a cut reply is read as cut again."""
     max_tokens: int | None = None
     """The ``max_tokens`` the call was sent (None: none, or a model's own from its registration)."""
     cached: bool = False

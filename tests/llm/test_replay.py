@@ -11,7 +11,7 @@ import pytest
 
 from dagmagic import DagSession, DagSettings, ModelRegistry, tool
 from dagmagic.errors import ConfigurationError, ReplayMismatch
-from dagmagic.llm.protocol import ChatRequest
+from dagmagic.llm.protocol import ChatRequest, ChatResponse
 from dagmagic.llm.replay import cassette_registry, forget_cassettes
 from dagmagic.testing import Cassette, ReplayLLM, ScriptedLLM, ToolCall, recording_of, replay
 from tests.engine.conftest import plan_reply, verdict
@@ -541,3 +541,20 @@ async def test_a_run_with_a_subrun_is_replayed_from_the_store(tmp_path: Path) ->
     assert len(llm.requests) == made
     assert shape(replayed) == shape(run)
     assert replayed.steps["s2"].result == run.steps["s2"].result
+
+
+async def test_a_reply_cut_at_its_token_limit_is_replayed_as_cut() -> None:
+    # the run store keeps why each reply ended; a replay that said "stop" instead would read the cut line
+    llm = ScriptedLLM(
+        {
+            "plan": [ChatResponse(content='1. lookup(city="Paris")\n2. lookup(city="Ber', finish_reason="length")],
+            "analyze": [verdict(True, 0.9, "", final_answer="Paris has 2.1 million people.")],
+            "*": ["ok"],
+        }
+    )
+    run = await session(ModelRegistry().register("m", llm)).run(GOAL)
+    (plan,) = [call for call in run.calls if call.purpose == "plan"]
+    assert plan.finish_reason == "length"
+    assert [step.id for step in run.steps.values()] == ["s1"]
+    replayed = await session(replay(run)).run(GOAL)
+    assert shape(replayed) == shape(run)

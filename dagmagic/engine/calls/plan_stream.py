@@ -85,7 +85,13 @@ class PlanStream:
         reply = _Reply(planner.reader(earlier, instructions))
         try:
             async for chunk in planner.model.stream(
-                messages, purpose="plan", round=round, temperature=0.0, structured_level="text", reply_format="plan"
+                messages,
+                purpose="plan",
+                round=round,
+                temperature=0.0,
+                structured_level="text",
+                reply_format="plan",
+                on_finish=reply.ended,
             ):
                 for index, item in reply.add(chunk):
                     handover.offer(item, index)
@@ -97,7 +103,7 @@ class PlanStream:
         for index, item in reply.finish():
             handover.offer(item, index)
         try:
-            draft = planner.read(reply.whole(), earlier, instructions)  # the whole reply, read once
+            draft = planner.read(reply.whole(), earlier, instructions, cut=reply.cut)  # the whole reply, read once
             streamed.drafts = draft.steps
             streamed.domain = draft.domain if ask_domain else None
         except (ValueError, TypeError, RecursionError):
@@ -119,6 +125,8 @@ class _Reply:
         self.lines = lines
         self._line = ""
         self._line_steps = 0
+        self.cut = False
+        """The provider cut the reply at its token limit: its last line is a fragment."""
         self._text_steps = _StepScanner()
         self._argument_steps = _StepScanner()
 
@@ -137,9 +145,13 @@ class _Reply:
                 closed += self._json(self._text_steps.feed(chunk.text))
         return closed
 
+    def ended(self, finish_reason: str | None) -> None:
+        """How the provider said the reply ended."""
+        self.cut = finish_reason == "length"
+
     def finish(self) -> list[tuple[int, Any]]:
-        """The last line, which no newline ended."""
-        if self.arguments or self._text_steps.found or not self._line:
+        """The last line, which no newline ended (unless the reply was cut in it)."""
+        if self.arguments or self._text_steps.found or not self._line or self.cut:
             return []
         return self._read_lines("\n")
 

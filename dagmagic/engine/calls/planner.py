@@ -102,12 +102,16 @@ class Planner:
         parameters.update({name: [] for name in self.tool_names if name not in parameters})
         return LineReader(parameters, earlier, self.roles, prompt)
 
-    def read(self, text: str, earlier: Collection[str] = (), prompt: str = "") -> PlanDraft:
+    def read(self, text: str, earlier: Collection[str] = (), prompt: str = "", *, cut: bool = False) -> PlanDraft:
         """The plan a whole reply writes: its lines, else the JSON a model wrote instead. ``ValueError`` when it
-        holds no plan (the instructions written back are none).
+        holds no plan (the instructions written back are none). ``cut``: the reply stopped at its length limit,
+        so its last line is a fragment (half a call, or the start of an instruction written back): not read.
         """
         reader = self.reader(earlier, prompt)
-        steps = [step for line in text.splitlines() if (step := reader.read(line)) is not None]
+        lines = text.splitlines()
+        if cut and lines and not text.endswith("\n"):
+            lines.pop()
+        steps = [step for line in lines if (step := reader.read(line)) is not None]
         if steps:
             return recover_plan({"domain": reader.domain, "steps": steps})
         if reader.echoes:
@@ -232,7 +236,8 @@ class Planner:
             except TransientProviderError as exc:  # retried already: the goal is planned as one step
                 raise PlanningError(f"Planning failed: the model gave no plan ({exc.kind})") from exc
             try:
-                return self.read(result.content, earlier, prompt=str(messages[0]["content"]))
+                cut = result.response.finish_reason == "length"
+                return self.read(result.content, earlier, prompt=str(messages[0]["content"]), cut=cut)
             except (ValueError, TypeError, RecursionError) as exc:  # as PlanStream.run: a reply that is no plan
                 problem = str(exc) if isinstance(exc, _Echo) else "it has no numbered step lines, one step a line"
                 messages = [

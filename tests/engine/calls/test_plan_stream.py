@@ -18,7 +18,7 @@ from dagmagic.engine.calls.planner import Planner
 from dagmagic.engine.steps.executor import DagExecutor
 from dagmagic.events import LLMCallRecorded, PlanReady, RunWarning, StepPlanned, StepStarted
 from dagmagic.llm import ChatModel, ModelRegistry, extraction
-from dagmagic.llm.protocol import StreamChunk, ToolCallDelta
+from dagmagic.llm.protocol import ChatResponse, StreamChunk, ToolCallDelta
 from dagmagic.models import ExecutionPlan, PlanStep
 from dagmagic.settings import DagSettings
 from dagmagic.testing import ScriptedLLM
@@ -425,3 +425,18 @@ async def test_a_streamed_step_whose_task_is_the_plans_own_name_does_not_start()
     text = '{"steps": [{"id": "s1", "task": "submit_plandraft"}, {"id": "s2", "task": "Find the population"}]}'
     streamed, handed_over = await stream_text(text)
     assert handed_over == ["s2"] and [draft.id for draft in streamed.drafts] == ["s1", "s2"]
+
+
+@pytest.mark.parametrize("cut", [True, False])
+async def test_a_streamed_plan_cut_at_its_token_limit_does_not_run_its_last_half_line(cut: bool) -> None:
+    # a provider that stops a reply at max_tokens says so in its last chunk (finish_reason "length"): the line
+    # it stopped in is a fragment (Qwen2.5-Coder-0.5B's "24. $N stands for"), not a step
+    text = "1. find the population of France\n2. find the population of Ger"
+    llm = ScriptedLLM({"plan": [ChatResponse(content=text, finish_reason="length" if cut else "stop")]})
+    settings = DagSettings(store="none")
+    model = ChatModel(ModelRegistry().register("m", llm).get("m"), settings=settings)
+    started: list[PlanStep] = []
+    streamed = await PlanStream(Planner(model, settings), started.append).run("goal", round=1)
+    whole = ["find the population of France", "find the population of Ger"]
+    assert [step.task for step in started] == (whole[:1] if cut else whole)
+    assert [draft.task for draft in streamed.drafts] == (whole[:1] if cut else whole)

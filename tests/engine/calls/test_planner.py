@@ -16,6 +16,7 @@ from dagmagic.engine.calls.planner import Planner
 from dagmagic.engine.tools.functions import Tool
 from dagmagic.events import LLMCallRecorded, RunWarning
 from dagmagic.llm import ChatModel, ModelRegistry
+from dagmagic.llm.protocol import ChatResponse
 from dagmagic.llm.registry import STANDARD_ROLES
 from dagmagic.models import ExecutionPlan
 from dagmagic.settings import DagSettings
@@ -698,6 +699,34 @@ def test_a_task_that_only_mentions_such_a_name_is_a_task(task: str) -> None:
 def test_a_task_that_is_only_such_a_name_is_a_problem(task: str) -> None:
     _, problem = validate_steps([StepDraft(id="s1", task=task), StepDraft(id="s2", task="do s2")], max_steps=6)
     assert problem is not None and "s1" in problem and "s2" not in problem
+
+
+def _cut(content: str) -> ChatResponse:
+    """A reply the provider cut at the request's token limit."""
+    return ChatResponse(content=content, output_tokens=512, finish_reason="length")
+
+
+async def test_a_reply_cut_at_its_token_limit_is_not_read_to_its_last_half_line() -> None:
+    # Qwen2.5-Coder-0.5B wrote its instructions back until max_tokens cut it after "24. $N stands for": the
+    # fragment matches no whole line of the instructions, so it was run as the plan's only step; and a call cut
+    # in the middle would start with half its argument
+    def echo_cut(request: ScriptedRequest) -> ChatResponse:
+        system = str(request.messages[0]["content"]).splitlines()[2:]
+        lines = [f"{number}. {line.strip()}" for number, line in enumerate(system, 1)]
+        return _cut("\n".join(lines) + f"\n{len(lines) + 1}. $N stands for")
+
+    harness = Harness(echo_cut, tools=TOOLS)
+    plan = await harness.planner.plan("How long is the Nile?", goal="How long is the Nile?")
+    assert [(step.id, step.task) for step in plan.steps] == [("s1", "How long is the Nile?")]
+    assert harness.last_user_message(1).startswith("That plan cannot be used: it repeats the instructions")
+
+    harness = Harness([_cut('1. population(country="France")\n2. population(country="Ger')], tools=TOOLS)
+    plan = await harness.planner.plan("France or Germany?")
+    assert [(step.id, step.tool_args) for step in plan.steps] == [("s1", {"country": "France"})]
+
+    harness = Harness([ChatResponse(content='1. population(country="France")\n2. Say how many')], tools=TOOLS)
+    plan = await harness.planner.plan("France?")  # not cut: the provider stopped there, so the line is whole
+    assert [step.task for step in plan.steps][1] == "Say how many"
 
 
 async def test_a_plan_that_writes_the_instructions_back_is_asked_again_then_planned_as_the_goal() -> None:
