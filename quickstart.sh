@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Command 1: from a fresh clone, install dagmagic with JupyterLab into .venv and open JupyterLab on the first
-# tutorial (notebooks/01_quickstart.ipynb), which runs offline: no API key needed.
+# tutorial, which runs offline: no API key needed.
 # Usage: bash quickstart.sh [jupyter lab options, e.g. --port 8899 or --no-browser]
+#
+# JupyterLab opens in workspace/, a working copy kept out of git: the tutorials are copied to
+# workspace/notebooks/ (a tutorial already there is the user's and is left as it is: delete it to get the
+# committed one back), beside links to the README and the other documents the tutorials point to. Running and
+# saving a tutorial, and the notebooks a user makes there, change no file of the repository.
 #
 # The install is done with uv when it is on PATH, else with a uv fetched from PyPI into a temporary directory
 # (a 20 MB download; it then installs in seconds where pip takes minutes), else with pip. A later start skips
@@ -97,5 +102,20 @@ options=()
 if [ "$(id -u)" -eq 0 ]; then
     options+=(--allow-root) # a container's root user; Jupyter refuses root without it
 fi
-echo "==> Opening JupyterLab on notebooks/01_quickstart.ipynb (Ctrl-C twice to stop it)"
-exec .venv/bin/jupyter lab notebooks/01_quickstart.ipynb "${options[@]}" "$@"
+mkdir -p workspace/notebooks
+copied=0
+for original in notebooks/[0-9][0-9]_*.ipynb notebooks/*.cassette.jsonl; do
+    if [ ! -e "workspace/$original" ]; then
+        cp "$original" "workspace/$original"
+        copied=$((copied + 1))
+    fi
+done
+# the documents the tutorials link to (../README.md), as links: they stay the repository's own
+for document in README.md ARCHITECTURE.md benchmarks; do
+    [ -e "workspace/$document" ] || ln -s "../$document" "workspace/$document"
+done
+echo "==> The tutorials' working copy is workspace/notebooks/ ($copied copied now; git ignores workspace/)"
+
+echo "==> Opening JupyterLab on workspace/notebooks/01_quickstart.ipynb (Ctrl-C twice to stop it)"
+cd workspace
+exec ../.venv/bin/jupyter lab notebooks/01_quickstart.ipynb "${options[@]}" "$@"

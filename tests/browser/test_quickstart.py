@@ -1,7 +1,8 @@
 """Command 1, tried as a new user would, from a fresh clone with no ``.venv``: ``bash quickstart.sh`` creates
-the environment, installs dagmagic with JupyterLab, and opens JupyterLab on the quickstart notebook. A second
-start finds the install up to date and opens JupyterLab without installing again; a changed pyproject.toml
-installs again.
+the environment, installs dagmagic with JupyterLab, and opens JupyterLab on the quickstart notebook in the
+tutorials' working copy. Run All on each of the eight tutorials there ends without an error, and leaves every
+tracked file as it was. A second start finds the install up to date and opens JupyterLab without installing
+again; a changed pyproject.toml installs again.
 
 The browser it opens is a recorder (``BROWSER``, as Python's ``webbrowser`` honours it); chromium then loads
 what JupyterLab asked the browser to open, and the test looks at the page.
@@ -17,19 +18,25 @@ import stat
 import subprocess
 import sys
 import time
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import nbformat
 import pytest
 
 from tests.browser.conftest import SCREENSHOTS, WAIT_MS
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTALL_SECONDS = 720.0
 """A fresh virtualenv and dagmagic with JupyterLab from the package index: minutes on a slow network."""
+TUTORIAL_MS = 600_000
+"""Run All on one tutorial: about ten seconds each under nbval; a loaded machine gets a wide margin."""
+TUTORIALS = sorted(path.name for path in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+FAILURE_WORDS = ("Traceback", "No module named", "ModuleNotFoundError", "command not found")
 
 
 def _free_port() -> int:
@@ -91,6 +98,50 @@ def _quickstart(clone: Path, env: dict[str, str], log: Path, opened: Path) -> It
             server.wait(timeout=30)
 
 
+def _run_all(page: Any, origin: str, name: str, working_copy: Path) -> list[str]:
+    """Open a tutorial of the working copy in a workspace of its own, Run All, save it, shut its kernel down;
+    what went wrong in its saved outputs: error outputs, and tracebacks or missing modules in any text (a shell
+    cell's failure is only text).
+    """
+    page.goto(f"{origin}/lab/workspaces/{name[:2]}/tree/notebooks/{name}?reset", timeout=WAIT_MS)
+    ready = """(path) => {
+        const panel = window.jupyterapp?.shell?.currentWidget;
+        return panel?.context?.path === path && panel.content?.widgets?.length > 0
+            && panel.sessionContext?.session?.kernel?.status === "idle";
+    }"""
+    page.wait_for_function(ready, arg=f"notebooks/{name}", timeout=WAIT_MS)
+    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+    page.wait_for_function(
+        """() => {
+            const panel = window.jupyterapp.shell.currentWidget;
+            return panel.sessionContext?.session?.kernel?.status === "idle"
+                && panel.content.widgets.every((cell) => cell.model.type !== "code" || cell.model.executionCount);
+        }""",
+        timeout=TUTORIAL_MS,
+    )
+    page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+    page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty", timeout=WAIT_MS)
+    page.screenshot(path=str(SCREENSHOTS / f"quickstart-run-all-{name.removesuffix('.ipynb')}.png"))
+    page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.shutdown()")
+
+    saved = nbformat.read(working_copy / name, as_version=4)
+    problems = []
+    for index, cell in enumerate(saved.cells):
+        if cell.cell_type != "code":
+            continue
+        if not cell.get("execution_count"):
+            problems.append(f"{name} cell {index}: never ran")
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error":
+                problems.append(f"{name} cell {index}: {output.get('ename')}: {output.get('evalue')}")
+                continue
+            text = output.get("text", "") + "".join(
+                str(value) for mime, value in output.get("data", {}).items() if mime.startswith("text/")
+            )
+            problems += [f"{name} cell {index}: {word!r} in its output" for word in FAILURE_WORDS if word in text]
+    return problems
+
+
 def test_command_1_opens_jupyterlab_on_the_quickstart(tmp_path: Path, browser: Any) -> None:
     clone = tmp_path / "dagmagic"
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
@@ -115,8 +166,28 @@ def test_command_1_opens_jupyterlab_on_the_quickstart(tmp_path: Path, browser: A
             assert "Quickstart" in heading.inner_text()
             SCREENSHOTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(SCREENSHOTS / "quickstart-command-1.png"))
+
+            # the tutorials a user opens are a working copy git ignores; every one runs to its end there
+            working_copy = clone / "workspace" / "notebooks"
+            assert sorted(path.name for path in working_copy.glob("[0-9][0-9]_*.ipynb")) == TUTORIALS
+            assert len(TUTORIALS) == 8, TUTORIALS
+            origin = "{0.scheme}://{0.netloc}".format(urllib.parse.urlsplit(url))
+            problems = [problem for name in TUTORIALS for problem in _run_all(page, origin, name, working_copy)]
+            assert not problems, "\n".join(problems)
+            # the README a tutorial links to (../README.md) is served beside the working copy
+            page.goto(f"{origin}/files/README.md", timeout=WAIT_MS)
+            assert "dagmagic" in page.content()
         finally:
             page.close()
+        # running and saving every tutorial changed no tracked file and left no untracked one
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=all"],
+            cwd=clone,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert status.stdout == "", status.stdout
 
     # a later start: the install is up to date, so JupyterLab opens without installing again
     second = tmp_path / "quickstart-2.log"
