@@ -95,12 +95,26 @@ class Evaluation:
         made_configs = as_configs(configs, session)
         chosen = checked_scorers(scorers)
         scorer_names = [scorer_name(scorer) for scorer in chosen]
+        cells = [
+            Cell(index=index, case_id=case.id, config=config.name, repetition=repetition)
+            for index, (case, config, repetition) in enumerate(
+                (case, config, repetition)
+                for case in made_cases
+                for config in made_configs
+                for repetition in range(1, repeat + 1)
+            )
+        ]
         if shard is not None:
             experiment_id = shared_id(
                 name or "", made_cases, [config.name for config in made_configs], scorer_names, repeat
             )
             store = session.store
             if store is not None and store.experiment_id(experiment_id) is not None:
+                # the worker that made it may not have written its cells yet: they are the same cells, written once
+                for cell in cells:
+                    store.save_experiment_cell(
+                        experiment_id, cell.index, cell.model_dump_json(), cell.status, cell.cost, if_missing=True
+                    )
                 joined = cls.stored(session, experiment_id, configs if configs is not None else None, chosen)
                 joined.shard = shard
                 if max_cost is not None:  # this worker's budget, as a resume's: not the one stored before
@@ -119,15 +133,6 @@ class Evaluation:
             max_cost=max_cost,
             config_descriptions={config.name: describe(config, session) for config in made_configs},
         )
-        cells = [
-            Cell(index=index, case_id=case.id, config=config.name, repetition=repetition)
-            for index, (case, config, repetition) in enumerate(
-                (case, config, repetition)
-                for case in made_cases
-                for config in made_configs
-                for repetition in range(1, repeat + 1)
-            )
-        ]
         evaluation = cls(session, Experiment(definition, cells), made_configs, chosen)
         evaluation.shard = shard
         shared = shard is not None  # another worker may have recorded it meanwhile: what it wrote stays

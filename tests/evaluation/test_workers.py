@@ -82,6 +82,24 @@ async def test_two_workers_share_one_experiment_and_run_each_cell_once(store_pat
     assert len({cell["run_id"] for cell in stored}) == 6 and len(runs_in(store)) == 6
 
 
+async def test_a_worker_joining_before_the_cells_are_written_writes_them(tmp_path: Path) -> None:
+    """Two workers start at once: the second finds the experiment the first recorded before its cells were; the
+    cells are the same for both, so the second writes those missing rather than joining an empty experiment (CI
+    once saw a worker end at once, with no cell).
+    """
+    store = tmp_path / "runs.sqlite"
+    first = worker(store, scripted())
+    first.start_evaluation(GOALS, name="shared", shard=(0, 2))
+    assert first.store is not None
+    first.store.close()  # all it recorded is written
+    with sqlite3.connect(store) as connection:
+        connection.execute("DELETE FROM experiment_cells")
+    assert cells_in(store) == []
+    joined = worker(store, scripted()).start_evaluation(GOALS, name="shared", shard=(1, 2))
+    assert len(joined.cells) == 6
+    assert [cell["index"] for cell in cells_in(store)] == list(range(6))
+
+
 async def test_a_worker_leaves_the_other_part_to_a_worker_starting_later(tmp_path: Path) -> None:
     """Room for every cell does not make the first worker take them all: the other part waits until its own ran,
     so a worker started a moment later (another machine, a slower kernel) still runs its own part.
