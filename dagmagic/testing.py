@@ -12,7 +12,9 @@ runs exactly as with a real model::
     })
 
 A script maps a purpose (or ``purpose:step_id``, or ``*`` for anything else) to a list of replies used
-in order, the last one repeating, or to a callable ``(request) -> reply``, sync or async. A reply is:
+in order, the last one repeating, or to a callable ``(request) -> reply``, sync or async. A key naming no
+purpose (``dagmagic.models.Purpose``; a typo such as ``"steps"`` or ``"planning"``) is warned about when the model
+is made: no request would ever use it. A reply is:
 
 - a string: the content;
 - a dict: a JSON value, delivered as a tool call, JSON text or prose with a fenced JSON block, by what
@@ -28,6 +30,10 @@ in order, the last one repeating, or to a callable ``(request) -> reply``, sync 
 - an iterator of strings (a generator, ``itertools.repeat("la ")``): pieces taken as they are streamed, so it
   may never end, like a model that never stops writing (not streamed, the reply never comes).
 
+A ``ScriptedLLM`` keeps its place in the script for as long as it lives: reused for a second run (a notebook
+cell run again), its lists go on from where the first run left them, so the second run gets the second plan.
+``reset()`` starts the script over; or make a new one for each run.
+
 Replaying a recorded run lives elsewhere and is re-exported here, where tests look for it: ``replay`` and
 ``recording_of`` (``dagmagic.store.replay``), ``ReplayLLM`` (``dagmagic.llm.replay_backend``) and ``Cassette``.
 """
@@ -37,8 +43,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import warnings
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -66,6 +73,10 @@ __all__ = [
     "recording_of",
     "replay",
 ]
+
+
+_PURPOSES: tuple[str, ...] = get_args(Purpose)
+"""The purposes a script (or a latency) may be keyed by, alone or as ``purpose:step_id``."""
 
 
 class ToolCall(BaseModel):
@@ -114,7 +125,11 @@ class ScriptedRequest(BaseModel):
 
 
 class ScriptedLLM:
-    """A scripted model; see the module docstring."""
+    """A scripted model; see the module docstring.
+
+    Each list in the script is consumed in order across every request the model answers, whichever run sends
+    it: reused for another run, it goes on where the last one stopped. ``reset()`` starts it over.
+    """
 
     def __init__(
         self,
@@ -126,19 +141,29 @@ class ScriptedLLM:
         price: tuple[float, float] | None = None,
         context_window: int | None = None,
     ) -> None:
-        """``latency``: seconds before each reply, or per script key, or a ``TokenRate`` (time follows the
-        tokens read and written, and the usage is counted in ``cl100k_base`` tokens); ``chunk_delay``: seconds
-        between streamed pieces; ``price``: USD per (input, output) token, else cost is unknown (None);
-        ``context_window``: input tokens the model accepts (None: unlimited), for context guard tests.
+        """``latency``: seconds before each reply; or per key, keyed like the script (``purpose:step_id`` wins
+        over ``purpose``, which covers each of its step keys, then ``*``; 0 for the rest); or a ``TokenRate``
+        (time follows the tokens read and written, and the usage is counted in ``cl100k_base`` tokens);
+        ``chunk_delay``: seconds between streamed pieces; ``price``: USD per (input, output) token, else cost is
+        unknown (None); ``context_window``: input tokens the model accepts (None: unlimited), for context guard
+        tests. A script or latency key naming no purpose is warned about (``UserWarning``).
         """
         self.script = dict(script)
         self.latency = latency
+        _warn_about_unused_keys("script", self.script)
+        if isinstance(latency, Mapping):
+            _warn_about_unused_keys("latency", latency)
         self._capabilities = Capabilities.of(tuple(capabilities))
         self.chunk_delay = chunk_delay
         self.price = price
         self._context_window = context_window
         self.requests: list[ScriptedRequest] = []
         self._served: dict[str, int] = {}
+
+    def reset(self) -> None:
+        """Start the script over, as if new: every list at its first reply again, no request seen."""
+        self._served.clear()
+        self.requests.clear()
 
     def capabilities(self, model: str) -> Capabilities:
         """The capabilities given at construction."""
@@ -184,13 +209,7 @@ class ScriptedLLM:
         self._served[key] = index + 1
         seen = self._seen(request, stream, index)
         self.requests.append(seen)
-        delay = (
-            0.0
-            if isinstance(self.latency, TokenRate)
-            else self.latency.get(key, 0.0)
-            if isinstance(self.latency, Mapping)
-            else self.latency
-        )
+        delay = self._delay(request)
         if delay:
             await asyncio.sleep(delay)
         entry = self.script[key]
@@ -205,6 +224,18 @@ class ScriptedLLM:
         else:
             reply = entry
         return reply, seen
+
+    def _delay(self, request: ChatRequest) -> float:
+        """Seconds before the reply: the latency of the request's step key, else of its purpose, else of ``*``."""
+        latency = self.latency
+        if isinstance(latency, TokenRate):
+            return 0.0
+        if not isinstance(latency, Mapping):
+            return latency
+        for key in (f"{request.purpose}:{request.step_id}", request.purpose, "*"):
+            if key in latency:
+                return latency[key]
+        return 0.0
 
     @staticmethod
     def _seen(request: ChatRequest, stream: bool, index: int) -> ScriptedRequest:
@@ -326,6 +357,18 @@ class ScriptedLLM:
                 return text, []
             return f"Here is the result:\n```json\n{json.dumps(reply, indent=2, ensure_ascii=False)}\n```", []
         raise ScriptError(f"ScriptedLLM cannot use a reply of type {type(reply).__name__}: {reply!r}")
+
+
+def _warn_about_unused_keys(what: str, keys: Iterable[str]) -> None:
+    """A ``UserWarning`` for each key no request will ever match: its purpose is none of ``_PURPOSES``."""
+    for key in keys:
+        if key != "*" and key.partition(":")[0] not in _PURPOSES:
+            warnings.warn(
+                f"ScriptedLLM: the {what} key {key!r} is never used: it names no purpose. Key it by a purpose, "
+                f"'purpose:step_id' or '*'; known purposes: {', '.join(map(repr, _PURPOSES))}",
+                UserWarning,
+                stacklevel=3,
+            )
 
 
 def _tool_call_data(call: ToolCall, index: int) -> ToolCallData:

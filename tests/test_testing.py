@@ -128,6 +128,53 @@ async def test_latency_per_key_and_request_log() -> None:
     assert len(llm.requests_for("step", "s1")) == 1
 
 
+async def test_a_purposes_latency_applies_to_each_of_its_step_keys() -> None:
+    llm = ScriptedLLM({"step:s1": ["x"], "step:s2": ["y"], "plan": ["p"]}, latency={"step": 0.05, "step:s2": 0.1})
+    loop = asyncio.get_running_loop()
+    for step_id, least in (("s1", 0.05), ("s2", 0.1), ("s3", None)):
+        start = loop.time()
+        try:
+            await llm.complete(request("step", step_id=step_id))
+        except ScriptError:
+            assert least is None  # no script key for s3: no reply, and no wait either
+            continue
+        assert loop.time() - start >= least
+    start = loop.time()
+    await llm.complete(request("plan"))
+    assert loop.time() - start < 0.05
+
+
+@pytest.mark.parametrize(
+    ("script", "latency", "key"),
+    [
+        ({"steps": ["x"]}, 0.0, "steps"),
+        ({"stpe:s1": ["x"]}, 0.0, "stpe:s1"),
+        ({"step": ["x"]}, {"planning": 1.0}, "planning"),
+    ],
+)
+def test_a_key_that_names_no_purpose_is_warned_about_at_construction(
+    script: dict[str, Any], latency: Any, key: str
+) -> None:
+    with pytest.warns(UserWarning, match=rf"'{key}'.*never used.*known purposes: .*'step'"):
+        ScriptedLLM(script, latency=latency)
+
+
+def test_purpose_step_and_star_keys_are_not_warned_about() -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ScriptedLLM({"plan": ["p"], "step:s1.s2": ["x"], "*": ["y"]}, latency={"step": 1.0, "step:s1": 2.0, "*": 0.1})
+
+
+async def test_reset_starts_the_script_over() -> None:
+    llm = ScriptedLLM({"plan": ["first", "second"]})
+    assert [(await llm.complete(request("plan"))).content for _ in range(2)] == ["first", "second"]
+    llm.reset()
+    assert (await llm.complete(request("plan"))).content == "first"
+    assert len(llm.requests) == 1 and llm.requests[0].index == 0
+
+
 async def test_it_plugs_into_the_registry_like_any_model() -> None:
     llm = ScriptedLLM({"step": ["hi"]})
     model = ChatModel(ModelRegistry().register("s", llm).get("s"))

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from dagmagic.session import DagSession
     from dagmagic.testing import ScriptedLLM, ScriptedRequest
 
-__all__ = ["DEMO_GOAL", "demo_session", "run_demo"]
+__all__ = ["DEMO_GOAL", "demo_session", "run_demo", "start_demo_in_background"]
 
 DEMO_GOAL = "Which city has more inhabitants per square kilometre, Paris or Berlin, and by how much?"
 
@@ -146,7 +146,20 @@ async def run_demo(notebook: NotebookSession) -> DagRun:
     kernel's session but outside its conversation.
     """
     args = SimpleNamespace(output=None, bg=False, no_widget=False)
+    return await notebook.magics.present(_start(notebook, args), args)
+
+
+def start_demo_in_background(notebook: NotebookSession) -> DagRun:
+    """Start the demo and return its run at once, for a cell that cannot await it: ``%dag demo`` in the cell that
+    loaded dagmagic was compiled before the extension could rewrite it into an ``await``. The run, the cell's
+    value, shows as any run shown as a value does: its widget, live, where a person's front end draws widgets;
+    its static views as they are when the cell ends elsewhere (headless, as ``--bg``).
+    """
+    return _start(notebook, SimpleNamespace(output=None, bg=True, no_widget=False))
+
+
+def _start(notebook: NotebookSession, args: Any) -> DagRun:
+    """The demo's run, started in the kernel's session but outside its conversation."""
     options = demo_options()
     session = notebook.session(options)
-    run = notebook.numbered(lambda: session.start(DEMO_GOAL, conversation=False, **options), args, "")
-    return await notebook.magics.present(run, args)
+    return notebook.numbered(lambda: session.start(DEMO_GOAL, conversation=False, **options), args, "")

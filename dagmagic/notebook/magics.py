@@ -200,6 +200,8 @@ class DagMagics(Magics):
 
             %dag models            the models and roles in use
             %dag config key=value  set a DagSettings value for later cells (e.g. max_concurrency=8)
+            %dag config models=VAR tools=a,b
+                                   the models and tools of later cells that name none of their own
             %dag config mcp=...    MCP servers for later cells: a command line, a URL, or variables
             %dag history           the stored runs (id, status, when, cost, goal), or this kernel's;
                                    then the experiments (%%dag eval)

@@ -3,7 +3,8 @@
 One ``DagSession`` serves every cell: the conversation (each cell's answer is history for the next), the runs
 in memory with their tasks, the history summaries. A cell's options (models, tools, settings, approval,
 breakpoints) apply to its run only. Besides the session, the kernel keeps each run's number (``%dag show 3``),
-the options of the cell that started it (``%dag resume`` reuses them) and what ``%dag config`` set.
+the options of the cell that started it (``%dag resume`` reuses them) and what ``%dag config`` set: settings, and
+the models and tools of every cell that names none of its own.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ NO_MODEL_HELP = (
     "set one of those keys (os.environ works, no restart needed) and models are picked for it; or set "
     "DAG_SMART_MODEL (and optionally DAG_GENERAL_MODEL, DAG_FAST_MODEL, DAG_REASONING_MODEL) to a litellm model "
     "such as openai/gpt-4.1-mini; or pass --models VAR naming a ModelRegistry (or a ScriptedLLM) in the "
-    "notebook. `%dag models` shows what is in use. Or try `%dag demo` to see it work offline."
+    "notebook, or set it once for every later cell with `%dag config models=VAR`. `%dag models` shows what is in "
+    "use. Or try `%dag demo` to see it work offline."
 )
 NO_STORE = "DAG_STORE is none; set it (or `%dag config store=PATH`) before the runs you want to keep"
 ROLES = ("smart", "general", "fast", "reasoning")
@@ -88,6 +90,10 @@ class NotebookSession:
         """Settings set with ``%dag config key=value``."""
         self.mcp_servers: list[MCPServer] = []
         """MCP servers set with ``%dag config mcp=...``: every later cell's steps may call their tools."""
+        self.default_models: tuple[str, ModelRegistry] | None = None
+        """``%dag config models=VAR``: the variable's name and its models, for every cell that chooses none."""
+        self.default_tools: tuple[str, list[Any]] | None = None
+        """``%dag config tools=a,b``: the names and the tools, for every cell without ``--tools``."""
         self.numbers: list[str] = []
         """Every run's id, by its number in this kernel (``%dag show 3`` is ``numbers[2]``)."""
         self.options: dict[str, str] = {}
@@ -134,14 +140,21 @@ class NotebookSession:
         return {
             "models": self.registry(args, settings),
             "settings": settings,
-            "tools": [
-                *(self.variable(name, "--tools") for name in names(getattr(args, "tools", None))),
-                *self.mcp_servers,
-            ],
+            "tools": [*self.tools(args), *self.mcp_servers],
             "allow_code": self.magics.allow_code,
             "approve_plans": bool(getattr(args, "approve", False)),
             "step_through": bool(getattr(args, "step_through", False)),
         }
+
+    def tools(self, args: Any) -> list[Any]:
+        """The cell's tools: ``--tools``, else those ``%dag config tools=...`` set (MCP servers aside)."""
+        if getattr(args, "tools", None) or self.default_tools is None:
+            return self.tools_of(getattr(args, "tools", None), "--tools")
+        return list(self.default_tools[1])
+
+    def tools_of(self, text: str | None, option: str) -> list[Any]:
+        """The notebook variables ``text`` names (``a,b``), as ``--tools`` takes them."""
+        return [self.variable(name, option) for name in names(text)]
 
     def settings(self, args: Any) -> DagSettings:
         """The magic's defaults, then ``%dag config``, then the cell's flags."""
@@ -168,19 +181,16 @@ class NotebookSession:
             raise UsageError(str(exc)) from None
 
     def registry(self, args: Any, settings: DagSettings) -> ModelRegistry:
-        """The cell's models: ``--models``, else the role options, the magic's traits, ``DAG_*_MODEL``, else
-        the models picked from a provider key or a local Ollama.
+        """The cell's models: ``--models``, else the role options, else ``%dag config models=...``, else the
+        magic's traits, ``DAG_*_MODEL``, else the models picked from a provider key or a local Ollama.
         """
-        from dagmagic.llm import ModelRegistry
-
         flags = {role: getattr(args, role, None) for role in ROLES if getattr(args, role, None)}
         if getattr(args, "models", None) and flags:
             raise UsageError("use either --models or the role options (--smart, --general, ...), not both")
         if getattr(args, "models", None):
-            value = self.variable(args.models, "--models")
-            if isinstance(value, ModelRegistry):
-                return value
-            return self._registry_of({"smart": args.models})  # named after its variable, as it shows in views
+            return self.models_of(args.models, "--models")
+        if not flags and self.default_models is not None:
+            return self.default_models[1]
         configured = {role: getattr(self.magics, f"{role}_model") for role in ROLES}
         from_settings = {role: getattr(settings, f"{role}_model") for role in ROLES}
         specs = {role: flags.get(role) or configured[role] or from_settings[role] for role in ROLES}
@@ -188,6 +198,17 @@ class NotebookSession:
         if not specs:
             return default_registry()
         return self._registry_of(specs)
+
+    def models_of(self, name: str, option: str) -> ModelRegistry:
+        """The models the notebook variable ``name`` holds, as ``--models`` takes them: a ``ModelRegistry``, or
+        one model for every role, named after its variable (as it shows in views).
+        """
+        from dagmagic.llm import ModelRegistry
+
+        value = self.variable(name, option)
+        if isinstance(value, ModelRegistry):
+            return value
+        return self._registry_of({"smart": name})
 
     def _registry_of(self, specs: dict[str, Any]) -> ModelRegistry:
         """One entry per distinct model; a spec naming a notebook variable uses that object."""

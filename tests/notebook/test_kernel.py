@@ -341,6 +341,18 @@ def test_a_run_started_while_litellm_is_imported_waits_for_that_import(tmp_path:
         assert wait_for_the_import(fresh)["litellm"]
 
 
+def test_the_demo_runs_in_the_cell_that_loads_the_extension(tmp_path: Path) -> None:
+    """``%load_ext dagmagic`` and ``%dag demo`` in one cell: the cell was compiled before the extension could
+    rewrite it into an ``await``, so the demo runs in the background, its live widget the cell's value.
+    """
+    with started_kernel(tmp_path) as fresh:
+        cell = fresh.execute("%load_ext dagmagic\n%dag demo", timeout=60, person=True)
+        assert cell.result["text/plain"].startswith("<DagRun running: 'Which city"), cell.result
+        assert WIDGET_VIEW in cell.result
+        ended = fresh.execute("import dagmagic\nrun = dagmagic.last_run()\nawait run\nprint(run.status)", timeout=60)
+        assert ended.stdout == "done\n"
+
+
 def test_a_dag_cell_returns_the_run_with_its_answer(kernel: Kernel) -> None:
     kernel.execute("llm = scripted()")
     cell = kernel.execute("%%dag --models llm\nWhat is six times seven?")

@@ -3,7 +3,8 @@
 ``config`` says and sets what is configured, ``history`` lists, shows and compares runs, ``steering`` passes the
 user's word to a running run, ``running`` holds the subcommands that run the loop (``resume``, ``rerun``,
 ``replay``, ``demo``): alone in a cell they are awaited there (the input transformer rewrites them, like a
-``%%dag`` cell), elsewhere ``COMMANDS`` runs them to the end in a terminal or says to run them alone.
+``%%dag`` cell), elsewhere ``COMMANDS`` runs them to the end in a terminal or says to run them alone (the demo,
+which needs nothing of the user, starts in the background instead: the cell that loads dagmagic may hold it).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from IPython.core.error import UsageError
 from dagmagic.errors import ConfigurationError
 from dagmagic.notebook.commands.config import config, models
 from dagmagic.notebook.commands.history import diff, export, history, show, trace
-from dagmagic.notebook.commands.running import demo, replay, replay_line, rerun, resume
+from dagmagic.notebook.commands.running import demo, demo_in_background, replay, replay_line, rerun, resume
 from dagmagic.notebook.commands.steering import approve, continue_, followup, reject, skip, step, stop
 from dagmagic.notebook.session import NotebookSession
 
@@ -50,12 +51,22 @@ def settings_told_in_one_line() -> Iterator[None]:
         raise UsageError(str(exc)) from None
 
 
-def _awaited(command: str, work: Callable[[NotebookSession, str], Coroutine[Any, Any, Any]]) -> Command:
+def _awaited(
+    command: str,
+    work: Callable[[NotebookSession, str], Coroutine[Any, Any, Any]],
+    in_background: Command | None = None,
+) -> Command:
+    """``work`` for a cell the transformer did not rewrite into an ``await``: run to the end where no loop runs
+    (a terminal), else started ``in_background`` when it can be, else refused with what to do.
+    """
+
     def run_here(notebook: NotebookSession, rest: str) -> Any:
         try:
             asyncio.get_running_loop()
         except RuntimeError:  # a terminal without autoawait: run it here, to the end
             return asyncio.run(work(notebook, rest))
+        if in_background is not None:
+            return in_background(notebook, rest)
         raise UsageError(f"run `%dag {command}` alone in its cell (it is awaited there)")
 
     return run_here
@@ -79,6 +90,6 @@ COMMANDS: dict[str, Command] = {
     "followup": followup,
     "trace": trace,
     "export": export,
-    "demo": _awaited("demo", demo),
+    "demo": _awaited("demo", demo, demo_in_background),
 }
 """Every subcommand, in the order ``%dag?`` lists them."""

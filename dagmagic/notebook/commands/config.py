@@ -13,6 +13,7 @@ from dagmagic.notebook.session import NO_MODEL_HELP, ROLES, NotebookSession, def
 
 if TYPE_CHECKING:
     from dagmagic.engine import MCPServer
+    from dagmagic.llm import ModelRegistry
     from dagmagic.settings import DagSettings
 
 __all__ = ["config", "mcp_servers", "models"]
@@ -23,6 +24,11 @@ def models(notebook: NotebookSession, _: str) -> None:
     from dagmagic.llm import ROLE_ENV
     from dagmagic.settings import DagSettings
 
+    if notebook.default_models is not None:
+        name, registry = notebook.default_models
+        print(_roles(registry))
+        print(f"Set with %dag config models={name}; a cell's --models or role options (--smart, ...) choose its own.")
+        return
     specs = {role: getattr(notebook.magics, f"{role}_model") for role in ROLES}
     settings = DagSettings(**notebook.overrides)
     if not any(specs.values()) and not any(getattr(settings, f"{r}_model") for r in ROLES):
@@ -31,9 +37,7 @@ def models(notebook: NotebookSession, _: str) -> None:
         except UsageError:
             print(NO_MODEL_HELP)
             return
-        for role in ROLES:
-            fallback = "" if registry.has_role(role) else "   (falls back)"
-            print(f"{role:10} {registry.for_role(role).name}{fallback}")
+        print(_roles(registry))
         print(f"Picked because {registry.chosen_because}; set DAG_SMART_MODEL (or --smart) to choose.")
         return
     for role in ROLES:
@@ -42,17 +46,25 @@ def models(notebook: NotebookSession, _: str) -> None:
         print(f"{role:10} {spec or '(falls back)'}" + (f"   [{source}]" if spec else ""))
 
 
+def _roles(registry: ModelRegistry) -> str:
+    """The model of each role, one line each, as ``%dag models`` shows them."""
+    lines = []
+    for role in ROLES:
+        entry = registry.for_role(role)
+        target = f" ({entry.target})" if entry.target != entry.name else ""
+        fallback = "" if registry.has_role(role) else "   (falls back)"
+        lines.append(f"{role:10} {entry.name}{target}{fallback}")
+    return "\n".join(lines)
+
+
 def config(notebook: NotebookSession, rest: str) -> None:
-    """``%dag config key=value ...``: settings for later cells; alone, what is set."""
+    """``%dag config key=value ...``: settings (and the models, tools and MCP servers) for later cells; alone,
+    what is set.
+    """
     from dagmagic.settings import DagSettings
 
     if not rest:
-        if not notebook.overrides and not notebook.mcp_servers:
-            print("Nothing set with %dag config: the defaults apply, with any DAG_* environment variables.")
-        for key, value in sorted(notebook.overrides.items()):
-            print(f"{key} = {_shown(key, value)!r}")
-        if notebook.mcp_servers:
-            print(f"mcp = {notebook.mcp_servers!r}")
+        _say_what_is_set(notebook)
         return
     # %dag takes goals literally (no_var_expand), but a setting's value often lives in a variable (a store
     # path): without this, `store=$path` silently named a file '$path' in the working directory.
@@ -64,6 +76,9 @@ def config(notebook: NotebookSession, rest: str) -> None:
         if key == "mcp":
             notebook.mcp_servers = mcp_servers(value, notebook.namespace)
             print(_mcp_words(notebook.mcp_servers))
+            continue
+        if key in ("models", "tools"):
+            print(_set_models(notebook, value) if key == "models" else _set_tools(notebook, value))
             continue
         if key not in DagSettings.model_fields:
             raise UsageError(f"unknown setting {key!r}; see the README's configuration table")
@@ -82,6 +97,51 @@ def config(notebook: NotebookSession, rest: str) -> None:
             from dagmagic.llm import cassette_words
 
             print(cassette_words(after))
+
+
+def _say_what_is_set(notebook: NotebookSession) -> None:
+    """``%dag config`` alone: every setting, model, tool and MCP server set with it."""
+    if not (notebook.overrides or notebook.mcp_servers or notebook.default_models or notebook.default_tools):
+        print("Nothing set with %dag config: the defaults apply, with any DAG_* environment variables.")
+    for key, value in sorted(notebook.overrides.items()):
+        print(f"{key} = {_shown(key, value)!r}")
+    if notebook.default_models is not None:
+        print(f"models = {notebook.default_models[0]}")
+    if notebook.default_tools is not None:
+        print(f"tools = {notebook.default_tools[0]}")
+    if notebook.mcp_servers:
+        print(f"mcp = {notebook.mcp_servers!r}")
+
+
+def _set_models(notebook: NotebookSession, value: str) -> str:
+    """``models=VAR``: the models of every later cell that chooses none (``none``: back to the usual choice)."""
+    if value.strip().lower() in ("", "none"):
+        notebook.default_models = None
+        return (
+            "models = none: later %%dag cells use --models, the role options, DAG_*_MODEL or a provider key, "
+            "as without %dag config (see %dag models)."
+        )
+    name = value.strip()
+    held = type(notebook.variable(name, f"models={value}")).__name__
+    notebook.default_models = (name, notebook.models_of(name, f"models={value}"))
+    return (
+        f"models = {name} (a {held}): from the next %%dag cell on, every cell without --models or a role option "
+        f"(--smart, ...) uses these models (after assigning {name} anew, run this again):\n"
+        + _roles(notebook.default_models[1])
+    )
+
+
+def _set_tools(notebook: NotebookSession, value: str) -> str:
+    """``tools=a,b``: the tools of every later cell without ``--tools`` (``none``: no tools)."""
+    if value.strip().lower() in ("", "none"):
+        notebook.default_tools = None
+        return "tools = none: later %%dag cells' steps call only the tools their --tools names (and MCP servers')."
+    listed = ", ".join(names(value))
+    notebook.default_tools = (listed, notebook.tools_of(value, f"tools={value}"))
+    return (
+        f"tools = {listed}: from the next %%dag cell on, the steps of every cell without --tools may call them "
+        "(a cell's --tools names its own instead)."
+    )
 
 
 def _shown(key: str, value: Any) -> Any:

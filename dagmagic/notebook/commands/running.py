@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from dagmagic.engine import DagRun
     from dagmagic.store import RunStore
 
-__all__ = ["demo", "replay", "replay_line", "rerun", "resume"]
+__all__ = ["demo", "demo_in_background", "replay", "replay_line", "rerun", "resume"]
 
 
 async def resume(notebook: NotebookSession, line: str) -> DagRun | None:
@@ -157,3 +157,12 @@ async def demo(notebook: NotebookSession, _: str) -> DagRun:
     from dagmagic.notebook.demo import run_demo
 
     return await run_demo(notebook)
+
+
+def demo_in_background(notebook: NotebookSession, _: str) -> DagRun:
+    """``%dag demo`` in a cell that cannot await it (one that also loads dagmagic): started in the background,
+    its live view in the cell.
+    """
+    from dagmagic.notebook.demo import start_demo_in_background
+
+    return start_demo_in_background(notebook)
