@@ -111,13 +111,16 @@ def _print_demo_progress(event: Event) -> None:
     """The progress lines, and one when a model call begins that prints nothing until it ends (planning,
     judging): a terminal that shows nothing for seconds looks stuck.
     """
-    from dagmagic.events import PhaseChanged
+    from dagmagic.events import AnswerReady, PhaseChanged
     from dagmagic.notebook.progress import print_progress
+    from dagmagic.notebook.terminal_text import terminal_text
 
     if isinstance(event, PhaseChanged) and not event.depth and event.round is not None:
         doing = {"planning": "planning…", "analyzing": "judging the round…"}.get(event.phase)
         if doing:
             print(f"[round {event.round}] {doing}", flush=True)
+    if isinstance(event, AnswerReady):  # Markdown, as a terminal shows it (no ** or |---|)
+        event = event.model_copy(update={"answer": terminal_text(event.answer)})
     print_progress(event)
 
 

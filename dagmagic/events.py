@@ -74,6 +74,9 @@ class RunStarted(_Event):
     goal: str
     replay_of: str | None = None
     """The run this one replays (``session.replay``), None for a run of its own."""
+    notebook: str | None = None
+    """The notebook whose kernel started it (Jupyter's ``JPY_SESSION_NAME``, its path), None outside one:
+    ``%dag history`` lists a notebook's own runs from a store that the folder's notebooks share."""
 
 
 class ModelsReady(_Event):

@@ -41,9 +41,16 @@ def test_demo_prints_each_step_the_replan_and_the_answer() -> None:
         "[round 1] s3 failed: RuntimeError: the area source for Berlin is unavailable",
         "[round 1] s4 skipped: Skipped — dependency s3 failed",
         "[round 2] s2 completed",
-        "| Paris | 2,102,650 | 105.4 | 19,949 |",
+        "Paris is far denser: about 19,950 inhabitants per km² against 4,210 in Berlin, so roughly 4.7 times as "
+        "many people per square kilometre.",
+        # issue 41: the answer's Markdown table, as a terminal shows it: aligned, numbers to the right
+        "city    inhabitants  area (km²)  per km²",
+        "------  -----------  ----------  -------",
+        "Paris     2,102,650       105.4   19,949",
+        "Berlin    3,755,251       891.1    4,214",
     ):
         assert expected in lines, f"{expected!r} missing from:\n{done.stdout}"
+    assert "**" not in done.stdout and "|" not in done.stdout  # no raw Markdown
     replanned = next(index for index, line in enumerate(lines) if line.startswith("[round 1] replanning: "))
     assert lines.index("[round 1] s4 skipped: Skipped — dependency s3 failed") < replanned
     assert replanned < lines.index("[round 2] s1 started (demo-model)")

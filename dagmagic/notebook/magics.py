@@ -203,8 +203,8 @@ class DagMagics(Magics):
             %dag config models=VAR tools=a,b
                                    the models and tools of later cells that name none of their own
             %dag config mcp=...    MCP servers for later cells: a command line, a URL, or variables
-            %dag history           the stored runs (id, status, when, cost, goal), or this kernel's;
-                                   then the experiments (%%dag eval)
+            %dag history [--all]   this notebook's runs (--all: the whole store's), numbered as the
+                                   commands take them; then the experiments (%%dag eval)
             %dag show [RUN]        show a run again (RUN: its number in %dag history, or its id)
             %dag resume [RUN] [options]
                                    continue a run that was interrupted (default: the latest one);

@@ -16,7 +16,7 @@ from dagmagic.events import (
     StepPaused,
     StepStarted,
 )
-from dagmagic.models import PlanStep, RoundRecord, ToolCallRecord, Usage
+from dagmagic.models import LLMCall, PlanStep, RoundRecord, ToolCallRecord, Usage
 from dagmagic.notebook.tool_steps import call_text, direct_call, is_tool_step
 
 __all__ = ["follow_in_terminal", "print_progress", "progress_line", "trace_table"]
@@ -88,25 +88,37 @@ def follow_in_terminal(run: DagRun) -> None:
     unsubscribe = run.subscribe(follow)
 
 
+_TRACE_COLUMNS = (
+    ("#", ">"),
+    ("purpose", "<"),
+    ("model", "<"),
+    ("round", ">"),
+    ("step", "<"),
+    ("level", "<"),
+    ("retry", ">"),
+    ("in", ">"),
+    ("out", ">"),
+    ("latency", ">"),
+    ("cost", ">"),
+    ("status", "<"),
+)
+"""The trace's columns and their alignment; each as wide as its widest cell, so a long step id shifts none."""
+
+
 def trace_table(run: DagRun) -> str:
-    """Every LLM call of the run, one line each, with totals per purpose; a tool step's direct call (no LLM) has
-    a line too, where it started among them.
+    """Every LLM call of the run, one row each under a header (``#`` N is ``run.calls[N - 1]``; its status says
+    ``failed: why`` for a call that failed), then totals per purpose. A tool step's direct call (no LLM) has a
+    row too, where it started among them: its call and outcome in the columns after its step.
     """
-    header = f"{'purpose':16} {'model':18} {'round':>5} {'step':6} {'level':9} {'retry':>5} {'in':>7} {'out':>6} "
-    header += f"{'latency':>8} {'cost':>10}"
-    lines = [header]
+    rows: list[list[str]] = []
     direct = _direct_calls(run.state.rounds)
     waiting = list(direct)
-    for call in run.calls:
+    for number, call in enumerate(run.calls, 1):
         while waiting and waiting[0][0] < call.started_at:
-            lines.append(waiting.pop(0)[1])
-        cost = f"{call.cost:.6f}" if call.cost is not None else "—"
-        lines.append(
-            f"{call.purpose:16} {call.model[:18]:18} {call.round if call.round is not None else '':>5} "
-            f"{call.step_id or '':6} {call.structured_level or '':9} {call.retries:>5} {call.usage.input_tokens:>7} "
-            f"{call.usage.output_tokens:>6} {call.latency:>7.2f}s {cost:>10}{'  cached' if call.cached else ''}"
-        )
-    lines += [line for _, line in waiting]
+            rows.append(waiting.pop(0)[1])
+        rows.append(_call_row(number, call))
+    rows += [row for _, row in waiting]
+    lines = _table(rows)
     lines.append("")
     for purpose, usage in run.usage_by("purpose").items():
         cost = f"${usage.cost:.6f}" if usage.cost is not None else "cost unknown"
@@ -119,6 +131,53 @@ def trace_table(run: DagRun) -> str:
     return "\n".join(lines)
 
 
+def _call_row(number: int, call: LLMCall) -> list[str]:
+    if call.status == "failed" or call.error:
+        error = " ".join((call.error or "no reply").split())
+        status = f"failed: {error if len(error) <= 200 else error[:199] + '…'}"
+    else:
+        status = "cancelled" if call.status == "cancelled" else "cached" if call.cached else "ok"
+    return [
+        str(number),
+        call.purpose,
+        call.model,
+        str(call.round) if call.round is not None else "",
+        call.step_id or "",
+        call.structured_level or "",
+        str(call.retries),
+        str(call.usage.input_tokens),
+        str(call.usage.output_tokens),
+        f"{call.latency:.2f}s",
+        f"{call.cost:.6f}" if call.cost is not None else "—",
+        status,
+    ]
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    """The trace's header and rows, each column as wide as its widest cell; a direct call's row (five cells)
+    writes its call across the columns after its step.
+    """
+    widths = [len(name) for name, _ in _TRACE_COLUMNS]
+    for row in rows:
+        for index, cell in enumerate(row if len(row) == len(_TRACE_COLUMNS) else row[:-1]):
+            if index < len(_TRACE_COLUMNS) - 1:  # the last column runs free
+                widths[index] = max(widths[index], len(cell))
+
+    def line(cells: list[str]) -> str:
+        shown = [
+            f"{cell:{align}{width}}" for cell, (_, align), width in zip(cells, _TRACE_COLUMNS, widths, strict=False)
+        ]
+        return "  ".join(shown).rstrip()
+
+    lines = [line([name for name, _ in _TRACE_COLUMNS])]
+    for row in rows:
+        if len(row) == len(_TRACE_COLUMNS):
+            lines.append(line(row))
+        else:  # a direct call: number, purpose, model, round, step, then its call
+            lines.append(f"{line(row[:-1]).ljust(sum(widths[:5]) + 2 * 5)}{row[-1]}")
+    return lines
+
+
 def _saved(usage: Usage) -> str:
     """`` · 3 cached, saved $0.000123`` when calls were answered from the response cache."""
     if not usage.cached_requests:
@@ -127,24 +186,24 @@ def _saved(usage: Usage) -> str:
     return f" · {usage.cached_requests} cached, {saved}"
 
 
-def _direct_calls(rounds: list[RoundRecord], scope: str = "") -> list[tuple[float, str]]:
-    """(when, trace line) of each tool step's direct call, a subrun's too (under its step path), by time."""
-    found: list[tuple[float, str]] = []
+def _direct_calls(rounds: list[RoundRecord], scope: str = "") -> list[tuple[float, list[str]]]:
+    """(when, trace row) of each tool step's direct call, a subrun's too (under its step path), by time."""
+    found: list[tuple[float, list[str]]] = []
     for record in rounds:
         for step in record.plan.steps:
             path = f"{scope}{step.id}"
             call = direct_call(step) if is_tool_step(step) else None
             if call is not None:
-                found.append((call.started_at or step.started_at or 0.0, _direct_line(record.index, path, step, call)))
+                found.append((call.started_at or step.started_at or 0.0, _direct_row(record.index, path, step, call)))
             if step.subrun_state is not None:
                 found += _direct_calls(step.subrun_state.rounds, f"{path}/")
     return sorted(found, key=lambda item: item[0])
 
 
-def _direct_line(round_index: int, path: str, step: PlanStep, call: ToolCallRecord) -> str:
+def _direct_row(round_index: int, path: str, step: PlanStep, call: ToolCallRecord) -> list[str]:
     if call.error:
         error = " ".join(call.error.split())
         outcome = f"failed: {error if len(error) <= 200 else error[:199] + '…'} · an agent ran the step"
     else:
         outcome = "0 LLM calls" + (f" · {call.duration:.2f}s" if call.duration is not None else "")
-    return f"{'direct call':16} {'—':18} {round_index:>5} {path:6} {call_text(step)} · {outcome}"
+    return ["", "direct call", "—", str(round_index), path, f"{call_text(step)} · {outcome}"]

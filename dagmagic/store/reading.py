@@ -36,6 +36,9 @@ class RunSummary:
     """The user's Stop ended it (its status is ``done``; ``%dag history`` says "stopped by you")."""
     host: str = ""
     """The machine that last started or resumed it (a shared store holds runs of many)."""
+    notebook: str | None = None
+    """The notebook whose kernel started it (its path, as Jupyter named it), None when unknown: kept in its
+    ``run_started`` event, as ``replay_of`` is (no column)."""
 
 
 @dataclass
@@ -111,6 +114,10 @@ def summaries(db: Connection, dialect: Dialect, where: str, params: tuple[object
                    WHERE e.run_id = r.run_id AND e.type = 'run_finished'
                      AND COALESCE({dialect.json_number("e.data", "depth")}, 0) = 0
                    ORDER BY e.seq DESC LIMIT 1),
+                  (SELECT {dialect.json_text("e.data", "notebook")} FROM events e
+                   WHERE e.run_id = r.run_id AND e.type = 'run_started'
+                     AND COALESCE({dialect.json_number("e.data", "depth")}, 0) = 0
+                   ORDER BY e.seq LIMIT 1),
                   l.token, l.host, l.pid, l.since, l.heartbeat, l.expires
            FROM runs r LEFT JOIN leases l ON l.run_id = r.run_id
            WHERE {where} ORDER BY r.started_at DESC NULLS LAST LIMIT ?""",
@@ -118,7 +125,7 @@ def summaries(db: Connection, dialect: Dialect, where: str, params: tuple[object
     ).fetchall()
     now = time.time()
     listed = []
-    for run_id, goal, status, started, finished, updated, host, pid, cost, stopped, *held in found:
+    for run_id, goal, status, started, finished, updated, host, pid, cost, stopped, notebook, *held in found:
         if held[0] is not None:
             driver: lease.Lease | None = lease.Lease(run_id, *held)
         elif status == "running":  # a row of schema 2, or one whose lease was just given back
@@ -138,6 +145,7 @@ def summaries(db: Connection, dialect: Dialect, where: str, params: tuple[object
                 driver=driver.owner() if driver is not None and live else None,
                 stopped_by_user=status == "done" and bool(stopped),
                 host=host,
+                notebook=notebook,
             )
         )
     return listed

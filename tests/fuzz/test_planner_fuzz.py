@@ -212,7 +212,7 @@ async def test_hundreds_of_steps_are_cut_to_the_maximum(steps: list[dict[str, An
     text = json.dumps({"steps": steps})
     whole, warnings = await plan_whole(text, level)
     assert_valid_plan(whole, MAX_STEPS)
-    assert any(f"the plan had {len(steps)} steps" in warning for warning in warnings)
+    assert any(f"The plan had {len(steps)} steps" in warning for warning in warnings)
     streamed, started, _ = await plan_streamed(text, level, [size])
     assert_valid_plan(streamed, MAX_STEPS)
     assert len(started) <= MAX_STEPS

@@ -211,10 +211,96 @@ def test_history_show_and_trace(ip: InteractiveShell, capsys: pytest.CaptureFixt
     run = run_cell(ip, "%%dag --models llm\nfirst goal")
     capsys.readouterr()
     run_cell(ip, "%dag history")
-    assert re.search(rf"  1  {run.run_id}  done +\S+ \S+ +\S+  'first goal'", capsys.readouterr().out)
+    assert re.search(rf"  1  {run.run_id}  done +\S+ \S+ +\S+  first goal\n", capsys.readouterr().out)
     run_cell(ip, "%dag trace 1")
     trace = capsys.readouterr().out
     assert "analyze" in trace and "total" in trace and "plan" in trace
+
+
+def test_history_is_a_table_of_this_notebooks_runs_and_all_lists_the_store(
+    ip: InteractiveShell, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # issue 41: no header, only the first row numbered, and every notebook's runs (one store for the folder)
+    store = tmp_path / "runs.sqlite"
+    run_cell(ip, f"%dag config store={store}")
+    elsewhere = (
+        "from dagmagic import DagSession, DagSettings, ModelRegistry\n"
+        f"_other = DagSession(ModelRegistry().register('llm', llm), DagSettings(store={str(store)!r}))\n"
+        "await _other.run({goal!r})"
+    )
+    monkeypatch.setenv("JPY_SESSION_NAME", str(tmp_path / "other.ipynb"))
+    theirs = run_cell(ip, elsewhere.format(goal="another notebook's goal"))
+    monkeypatch.setenv("JPY_SESSION_NAME", str(tmp_path / "this.ipynb"))
+    earlier = run_cell(ip, elsewhere.format(goal="this notebook's goal, an earlier kernel"))
+    mine = run_cell(
+        ip, "%%dag --models llm --no-widget\nthis notebook's goal, this kernel, a goal long enough to be cut"
+    )
+    assert isinstance(theirs, DagRun) and isinstance(earlier, DagRun) and isinstance(mine, DagRun)
+    capsys.readouterr()
+
+    run_cell(ip, "%dag history")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "Runs of this notebook: 2; %dag history --all for the whole store (3)."
+    assert re.fullmatch(r" +# +run +status +started +cost +goal", lines[1]), lines
+    assert re.fullmatch(rf" +1 +{mine.run_id} +done +.*this notebook's goal, this kernel.*", lines[2]), lines
+    assert re.fullmatch(rf" +2 +{earlier.run_id} +done +.*an earlier kernel", lines[3]), lines
+    assert theirs.run_id not in "\n".join(lines)
+    assert len({line.index(" done ") for line in lines[2:4]}) == 1  # the columns line up
+
+    run_cell(ip, "%dag history --all")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"All runs in the store {store}: 3."
+    numbered = {line.split()[1]: line.split()[0] for line in lines[2:5]}
+    assert numbered == {mine.run_id: "1", earlier.run_id: "2", theirs.run_id: "3"}
+    shown = run_cell(ip, "%dag trace 3")  # the number a row shows is the one the commands take
+    assert shown is None and "another notebook" not in capsys.readouterr().err
+
+
+def test_trace_is_a_table_whose_columns_do_not_shift_and_marks_failed_calls() -> None:
+    from dagmagic.models import LLMCall, Usage
+    from dagmagic.notebook.progress import trace_table
+
+    from .samples import tool_step_run
+
+    run = tool_step_run()
+    long_id = "fetch_the_population_of_every_city"
+    calls = run.state.calls
+    calls[1] = calls[1].model_copy(update={"step_id": long_id})
+    calls.append(
+        LLMCall(
+            purpose="step",
+            model="a-model-with-a-rather-long-name",
+            round=1,
+            step_id="s9",
+            usage=Usage(),
+            started_at=calls[-1].started_at + 1,
+            error="ProviderError: 503",
+            status="failed",
+        )
+    )
+    lines = trace_table(run).split("\n\n")[0].splitlines()
+    header, rows = lines[0], lines[1:]
+    assert header.split() == [
+        "#",
+        "purpose",
+        "model",
+        "round",
+        "step",
+        "level",
+        "retry",
+        "in",
+        "out",
+        "latency",
+        "cost",
+        "status",
+    ]
+    llm_rows = [row for row in rows if "direct call" not in row]
+    for column in ("round", "retry", "latency", "cost"):  # right-aligned columns end where their header ends
+        end = header.index(column) + len(column)
+        assert all(row[end - 1] != " " and row[end] == " " for row in llm_rows), (column, rows)
+    assert rows[1].split()[4] == long_id and "a-model-with-a-rather-long-name" in rows[-1]
+    assert rows[-1].endswith("failed: ProviderError: 503") and all(row.endswith(" ok") for row in llm_rows[:-1])
+    assert [row.split()[0] for row in llm_rows] == [str(n) for n in range(1, len(calls) + 1)]  # run.calls[N - 1]
 
 
 def test_help_lists_every_option_and_subcommand(ip: InteractiveShell) -> None:
@@ -392,7 +478,7 @@ def test_a_cell_whose_last_run_was_interrupted_offers_it_and_resume_finishes_it(
     assert widget_for(offered).resumable  # the view offers Resume and Start over
 
     run_cell(ip, "%dag history")
-    assert re.search(rf"  1  {job.run_id}  interrupted .*'the goal'", capsys.readouterr().out)
+    assert re.search(rf"  1  {job.run_id}  interrupted .*  the goal\n", capsys.readouterr().out)
 
     llm = ip.user_ns["llm"]
     resumed = run_cell(ip, "%dag resume --models llm")  # the latest interrupted run

@@ -2,13 +2,17 @@
 
 The reply is read from the shapes models actually write: ``{"steps": [...]}``, a bare list or step, ``steps`` as
 a dict or a JSON string, ``description`` for ``task``, integer ids, dependencies as ``"s1, s2"`` or ``null``,
-``tool_args`` as a JSON string. What the steps then mean together is ``plan_validation``'s.
+``tool_args`` as a JSON string. A step id that is one of the calls' own tool or schema names (``submit_plandraft``:
+a small model names its step after the function it was asked to call) is no id: the step becomes ``sN`` by its
+place, so that no warning shows the form's name as a step. What the steps then mean together is
+``plan_validation``'s.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Mapping
 from typing import Any, Literal, get_args
 
@@ -18,7 +22,30 @@ from pydantic.json_schema import SkipJsonSchema
 from dagmagic.llm import extract_json
 from dagmagic.models import split_round_reference
 
-__all__ = ["Domain", "PlanDraft", "StepDraft", "normalize_step", "plan_schema", "recover_plan", "recover_steps"]
+__all__ = [
+    "Domain",
+    "PlanDraft",
+    "StepDraft",
+    "names_itself",
+    "normalize_step",
+    "plan_schema",
+    "recover_plan",
+    "recover_steps",
+]
+
+
+_OWN_NAME = re.compile(
+    r"submit_\w+|(?:plan|step)_?drafts?|verdict|analysis_?result|execution_?plan|plan_?step", re.IGNORECASE
+)
+"""The names the plan and verdict calls use for their tools and schemas (``OutputShape.tool_name``)."""
+
+
+def names_itself(text: str) -> bool:
+    """Whether a step's task (or id) is only one of the calls' own tool or schema names (``"submit_plandraft"``,
+    ``"PlanDraft"``): a small model copied it from the request; as a task it has nothing to do, as an id it
+    names nothing the user wrote.
+    """
+    return bool(_OWN_NAME.fullmatch(text.strip().strip("`'\".:()[] ")))
 
 
 class StepDraft(BaseModel):
@@ -85,10 +112,17 @@ def recover_steps(raw: Any) -> list[StepDraft]:
     """
     steps = _step_list(raw)
     drafts = []
+    renamed: dict[str, str] = {}  # an id that was the form's name -> the step's own id (the first such step)
     for index, item in enumerate(steps):
         if not isinstance(item, Mapping):
             raise ValueError(f"step {index + 1} is not an object: {item!r}")
+        written = str(item.get("id", "")).strip()
         drafts.append(StepDraft.model_validate(normalize_step(dict(item), index)))
+        if written != drafts[-1].id and names_itself(written):
+            renamed.setdefault(written, drafts[-1].id)
+    if renamed:
+        for draft in drafts:
+            draft.dependencies = [renamed.get(dep, dep) for dep in draft.dependencies]
     return drafts
 
 
@@ -131,6 +165,8 @@ def normalize_step(item: dict[str, Any], index: int) -> dict[str, Any]:
     if "task" not in item and "description" in item:
         item["task"] = item.pop("description")
     item["id"] = str(item["id"]).strip() if item.get("id") is not None else f"s{index + 1}"
+    if names_itself(item["id"]):
+        item["id"] = f"s{index + 1}"
     if split_round_reference(item["id"]) is not None:
         item["id"] = item["id"].replace(".", "_", 1)
     for key in _DEPENDENCY_KEYS[1:]:

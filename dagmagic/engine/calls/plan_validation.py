@@ -13,34 +13,27 @@ the direct call cannot resolve it, and the step's agent runs instead.
 
 Steps whose task is only one of the calls' own tool or schema names (``"submit_plandraft"``, ``"PlanDraft"``:
 a small model copies them from the request) make a plan unusable like a cycle does: re-asked once, then dropped.
+
+Every warning speaks in the user's terms: what the planner wrote (quoted), what was done about it; the schema's
+field names (``tool_args``, ``model_hint``) appear in none.
 """
 
 from __future__ import annotations
 
-import re
+import json
 from collections.abc import Callable, Collection
 from typing import Any
 
 from dagmagic.engine.calls import prompts
-from dagmagic.engine.calls.plan_drafts import StepDraft
+from dagmagic.engine.calls.plan_drafts import StepDraft, names_itself
 from dagmagic.engine.steps.tool_steps import references
 from dagmagic.llm.registry import STANDARD_ROLES
 from dagmagic.models import PlanStep, split_round_reference
 
-__all__ = ["names_itself", "repair_steps", "step_hints", "usable_tool_args", "validate_steps"]
+__all__ = ["cut_warning", "names_itself", "repair_steps", "step_hints", "usable_tool_args", "validate_steps"]
 
-
-_OWN_NAME = re.compile(
-    r"submit_\w+|(?:plan|step)_?drafts?|verdict|analysis_?result|execution_?plan|plan_?step", re.IGNORECASE
-)
-"""The names the plan and verdict calls use for their tools and schemas (``OutputShape.tool_name``)."""
-
-
-def names_itself(task: str) -> bool:
-    """Whether a step's task is only one of the calls' own tool or schema names (``"submit_plandraft"``,
-    ``"PlanDraft"``): a small model copied it from the request, and such a step has nothing to do.
-    """
-    return bool(_OWN_NAME.fullmatch(task.strip().strip("`'\".:()[] ")))
+_INSTEAD = "a model does the step instead of a direct call of the tool."
+"""What happens to a tool step whose call cannot be made as the planner wrote it."""
 
 
 def validate_steps(
@@ -96,7 +89,7 @@ def _plan_steps(
     # round 1 has a result "a" to reuse
     own = {ref: i for i in ids if split_round_reference(ref := i.replace("_", ".", 1)) and ref not in earlier}
     steps: list[PlanStep] = []
-    dropped: list[str] = []
+    dropped: list[tuple[str, str]] = []
     for draft in drafts:
         kept = []
         for dep in dict.fromkeys(own.get(dep, dep) for dep in draft.dependencies):
@@ -104,25 +97,49 @@ def _plan_steps(
             if dep in known or reusable:
                 kept.append(dep)
             else:
-                dropped.append(f"{draft.id} -> {dep}")
+                dropped.append((draft.id, dep))
         tool, hint = step_hints(draft, roles=roles, tools=tools, warn=warn)
         tool_args, dropped_why = usable_tool_args(draft, tool, tools)
         if dropped_why:
-            warn(f"step {draft.id}: {dropped_why} (the step runs as an agent)")
-        tool_args = _referenced(draft, tool_args, kept, known=known, earlier=earlier, warn=warn)
+            warn(f"Step {draft.id}: {dropped_why}: {_INSTEAD}")
+        tool_args = _referenced(draft, tool, tool_args, kept, known=known, earlier=earlier, warn=warn)
         steps.append(
             PlanStep(
                 id=draft.id, task=draft.task, dependencies=kept, tool_hint=tool, model_hint=hint, tool_args=tool_args
             )
         )
     if dropped:
-        more = f" and {len(dropped) - 10} more" if len(dropped) > 10 else ""
-        warn(f"dropped dependencies on unknown steps: {', '.join(dropped[:10])}{more}")
+        warn(_unknown_dependencies(dropped))
     return steps
+
+
+def _unknown_dependencies(dropped: list[tuple[str, str]]) -> str:
+    """The warning for dependencies on steps the plan does not have (what the planner wrote, quoted)."""
+    if len(dropped) == 1:
+        ((step, dep),) = dropped
+        what = (
+            "no result of an earlier round that can be reused" if split_round_reference(dep) else "no step of the plan"
+        )
+        return f"Step {step} was planned to wait for {dep!r}, which is {what}: it runs without waiting for it."
+    named = ", ".join(f"{step} for {dep!r}" for step, dep in dropped[:10])
+    more = f" and {len(dropped) - 10} more" if len(dropped) > 10 else ""
+    return (
+        f"Steps were planned to wait for steps that are not there ({named}{more}): they run without waiting for them."
+    )
+
+
+def _call(tool: str | None, arguments: dict[str, Any]) -> str:
+    """A call as the planner's lines write it, ``double(x="$s9")``, cut to a readable length."""
+    written = ", ".join(
+        f"{key}={json.dumps(value, ensure_ascii=False, default=str)}" for key, value in arguments.items()
+    )
+    written = written if len(written) <= 80 else f"{written[:77]}..."
+    return f"{tool or 'the tool'}({written})"
 
 
 def _referenced(
     draft: StepDraft,
+    tool: str | None,
     tool_args: dict[str, Any] | None,
     kept: list[str],
     *,
@@ -143,19 +160,30 @@ def _referenced(
         earlier_round = split_round_reference(ref) is not None
         if ref != draft.id and (ref in known or (earlier_round and ref in earlier)):
             kept.append(ref)
-            warn(f"step {draft.id}: added dependency {ref} (its tool_args use ${ref})")
+            warn(
+                f"Step {draft.id} now waits for {ref}: its call of {tool} uses ${ref}, the result of {ref} (the plan "
+                "had not said so)."
+            )
         elif earlier_round:
             missing_round_results.append(f"${ref}")
         else:
+            assert tool_args is not None  # it references a step
             warn(
-                f"step {draft.id}: tool_args dropped: they use ${ref}, which names no other step of the plan (the "
-                "step runs as an agent)"
+                f"Step {draft.id}: the planner's call {_call(tool, tool_args)} uses ${ref}, which names no other step "
+                f"of the plan: {_INSTEAD}"
             )
             return None
     if missing_round_results:
         names = ", ".join(missing_round_results)
-        which = "names no reusable result" if len(missing_round_results) == 1 else "name no reusable results"
-        warn(f"step {draft.id}: its tool_args use {names}, which {which} of an earlier round")
+        which = (
+            "no result of an earlier round that can be reused"
+            if len(missing_round_results) == 1
+            else "no results of earlier rounds that can be reused"
+        )
+        warn(
+            f"Step {draft.id}: its call of {tool} uses {names}, {which}: if the call fails, a model does the step "
+            "instead."
+        )
     return tool_args
 
 
@@ -171,10 +199,17 @@ def step_hints(
     """
     hint, tool = draft.model_hint, draft.tool_hint
     if tool is not None and tool in roles and tool not in tools:
-        warn(f"step {draft.id}: tool_hint {tool!r} is a role, not a tool: used as its model_hint")
+        model = tool if hint is None else hint if hint in roles else "general"
+        warn(
+            f"Step {draft.id}: the planner named {tool!r} as its tool, but that is a model role, not a tool: the step "
+            f"runs on the {model} model."
+        )
         hint, tool = hint or tool, None
     if hint is not None and hint not in roles:
-        warn(f"step {draft.id}: unknown model_hint {hint!r} replaced by the general model")
+        warn(
+            f"Step {draft.id}: the planner asked for the model {hint!r}, which is no model role here "
+            f"({', '.join(sorted(roles))}): the step runs on the general model."
+        )
         hint = None
     return tool, hint
 
@@ -186,17 +221,19 @@ def usable_tool_args(
     why they are not kept when the model wrote some: only a step whose tool exists is a tool step.
     """
     if draft.unreadable_tool_args:
-        return None, f"tool_args ignored: {draft.unreadable_tool_args}"
+        return None, f"the planner's arguments for {tool or 'its tool'} cannot be read ({draft.unreadable_tool_args})"
     if draft.tool_args is None:
         return None, None
     if tool is None:
-        return None, "tool_args dropped: the step has no tool_hint"
+        written = json.dumps(draft.tool_args, ensure_ascii=False, default=str)
+        written = written if len(written) <= 80 else f"{written[:77]}..."
+        return None, f"the planner wrote arguments ({written}) but no tool to call with them"
     if tool not in tools:
-        return None, f"tool_args dropped: {tool} is not a tool of this session"
+        return None, f"the planner wrote a call of {tool!r}, which is not a tool of this session"
     if prompts.ARGUMENT_PLACEHOLDER in draft.tool_args.values():
         return None, (
-            f"tool_args dropped: they hold the placeholder {prompts.ARGUMENT_PLACEHOLDER!r} of the planner's "
-            "example, not a value"
+            f"the planner's call of {tool} holds {prompts.ARGUMENT_PLACEHOLDER!r}, the placeholder of its "
+            "instructions' example, not a value"
         )
     return draft.tool_args, None
 
@@ -215,8 +252,7 @@ def repair_steps(
     later first). Each change goes to ``warn``. Empty only when there is no step at all.
     """
     if len(drafts) > max_steps:
-        dropped = ", ".join(draft.id for draft in drafts[max_steps:])
-        warn(f"the plan had {len(drafts)} steps: kept the first {max_steps}, dropped {dropped}")
+        warn(cut_warning(drafts, max_steps))
         drafts = drafts[:max_steps]
     unique: list[StepDraft] = []
     taken = {draft.id for draft in drafts}
@@ -225,17 +261,34 @@ def repair_steps(
         if draft.id in seen:
             new_id = _free_id(draft.id, taken)
             taken.add(new_id)
-            warn(f"step id {draft.id} was used twice: the second step is now {new_id}")
+            warn(f"The plan used the id {draft.id} for two steps: the second is now {new_id}.")
             draft = draft.model_copy(update={"id": new_id})
         seen.add(draft.id)
         unique.append(draft)
-    named = [draft.id for draft in unique if names_itself(draft.task)]
+    named = [draft for draft in unique if names_itself(draft.task)]
     if named:
-        warn(f"dropped {', '.join(named)}: their tasks are the plan's own tool or schema names, not tasks")
-        unique = [draft for draft in unique if draft.id not in named]
+        ids = ", ".join(draft.id for draft in named)
+        tasks = ", ".join(dict.fromkeys(repr(draft.task.strip()) for draft in named))
+        subject, verb, their = ("Steps", "were", "their tasks") if len(named) > 1 else ("Step", "was", "its task")
+        warn(
+            f"{subject} {ids} {verb} left out: {their} ({tasks}) {'are' if len(named) > 1 else 'is'} only the name "
+            "of the form the planner answers in, nothing to do."
+        )
+        unique = [draft for draft in unique if draft not in named]
     steps = _plan_steps(unique, earlier=earlier, roles=roles, warn=warn, tools=tools)
     _break_cycles(steps, warn)
     return steps
+
+
+def cut_warning(drafts: list[StepDraft], limit: int) -> str:
+    """The warning for a plan of more than ``limit`` steps, of which the first ``limit`` run."""
+    left_out = [draft.id for draft in drafts[limit:]]
+    shown = ", ".join(left_out[:10]) + (f" and {len(left_out) - 10} more" if len(left_out) > 10 else "")
+    verb = "is" if len(left_out) == 1 else "are"
+    return (
+        f"The plan had {len(drafts)} steps, more than the {limit} allowed: the first {limit} run and {shown} {verb} "
+        f"left out (plan_max_steps={len(drafts)} would let them all run)."
+    )
 
 
 def _free_id(taken_id: str, taken: set[str]) -> str:
@@ -257,7 +310,10 @@ def _break_cycles(steps: list[PlanStep], warn: Callable[[str], None]) -> None:
             closing = [d for d in step.dependencies if d in component and position[d] >= position[step.id]]
             for dependency in closing:
                 step.dependencies.remove(dependency)
-                warn(f"step {step.id} no longer depends on {dependency}: that dependency closed a cycle")
+                warn(
+                    f"Step {step.id} no longer waits for {dependency}: the plan had steps waiting for each other in a "
+                    "loop."
+                )
 
 
 def _cycles(steps: list[PlanStep]) -> list[set[str]]:

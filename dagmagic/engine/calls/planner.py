@@ -20,7 +20,7 @@ from typing import Any
 from dagmagic.engine.calls import prompts
 from dagmagic.engine.calls.plan_drafts import Domain, PlanDraft, StepDraft, plan_schema, recover_plan
 from dagmagic.engine.calls.plan_lines import LineReader, render_plan_lines
-from dagmagic.engine.calls.plan_validation import repair_steps, validate_steps
+from dagmagic.engine.calls.plan_validation import cut_warning, repair_steps, validate_steps
 from dagmagic.engine.tools.functions import Tool
 from dagmagic.errors import PlanningError, TransientProviderError
 from dagmagic.events import Event, RunWarning
@@ -192,7 +192,11 @@ class Planner:
         steps, problem = self.validate(drafts, round=round, earlier=earlier)
         if problem is None:
             return ExecutionPlan(goal=goal or query, query=query, steps=steps, round=round)
-        self._warn(f"the plan was still unusable after one correction ({problem}); repaired it", round)
+        self._warn(
+            f"The planner's plan was still unusable after it was asked once to correct it ({problem}): it was "
+            "repaired.",
+            round,
+        )
         drafts = self._cut(drafts, round)
         steps = repair_steps(
             drafts,
@@ -208,7 +212,7 @@ class Planner:
 
     def goal_step(self, query: str, goal: str | None, *, round: int, why: str) -> ExecutionPlan:
         """The last resort: one step whose task is the goal itself (a warning says why)."""
-        self._warn(f"no usable plan ({why}): the goal is planned as one step", round)
+        self._warn(f"The planner gave no usable plan ({why}): the goal runs as one step.", round)
         step = PlanStep(id="s1", task=goal or query)
         return ExecutionPlan(goal=goal or query, query=query, steps=[step], round=round)
 
@@ -256,9 +260,8 @@ class Planner:
         limit = self.settings.plan_max_steps
         if len(drafts) <= limit:
             return drafts
-        dropped = ", ".join(draft.id for draft in drafts[limit:])
         cut = PlanCut(planned=len(drafts), kept=limit, dropped=[draft.task for draft in drafts[limit:]])
-        message = f"the plan had {len(drafts)} steps: kept the first {limit}, dropped {dropped}"
+        message = cut_warning(drafts, limit)
         if self.emit is not None:
             self.emit(RunWarning(message=message, round=round, plan_cut=cut))
         return drafts[:limit]

@@ -15,6 +15,7 @@ drive uses and what it changes, and the transitions phases share, in ``dagmagic.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -89,7 +90,8 @@ class GoalLoop:
         and propagates; any other failure ends it ``failed``, keeping what completed and answering from it.
         """
         if not isinstance(origin, Rerun):
-            run.emit(RunStarted(run_id=run.run_id, goal=run.goal, replay_of=run.state.replay_of))
+            notebook = os.environ.get("JPY_SESSION_NAME") or None  # set by Jupyter for a notebook's kernel
+            run.emit(RunStarted(run_id=run.run_id, goal=run.goal, replay_of=run.state.replay_of, notebook=notebook))
         # litellm's callbacks group a run's calls by it (a subrun's calls count in its run's)
         current = CURRENT_RUN.set(run.run_id) if not self.depth else None
         budget = None

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
@@ -19,27 +21,27 @@ if TYPE_CHECKING:
 __all__ = ["diff", "export", "history", "show", "trace"]
 
 _HISTORY_ROWS = 20
+_STORE_ROWS = 1000
+"""Runs read from the store to find this notebook's (and to count the store's: ``1000+`` beyond)."""
+_GOAL_CHARS = 60
 _EXPERIMENT_ROWS = 10
 _NOT_DONE = ("failed", "running", "cancelled", "pending", "not_started")
 """Cell statuses ``%dag history`` counts after the done ones, in this order."""
 
 
-def history(notebook: NotebookSession, _: str) -> None:
-    """``%dag history``: the stored runs (or, without a store, this kernel's), then the experiments."""
+def history(notebook: NotebookSession, rest: str) -> None:
+    """``%dag history [--all]``: this notebook's stored runs (``--all``: the whole store's; without a store, this
+    kernel's), a table numbered as the other commands take them, then the experiments.
+    """
     from dagmagic.engine import STOPPED_BY_YOU
     from dagmagic.store import HOST, ExperimentSummary
 
+    every = parse_words("history", rest, (), (), flags=("--all",)).all
     store = notebook.store()
-    numbers = {run_id: number for number, run_id in enumerate(notebook.numbers, 1)}
     if store is None:
-        if not notebook.runs:
-            print("No runs yet.")
-        for run in notebook.runs:
-            print(
-                _history_line(
-                    numbers.get(run.run_id), run.run_id, run.status_words, run.state.started_at, run.cost, run.goal
-                )
-            )
+        rows = [_Row(run.run_id, run.status_words, run.state.started_at, run.cost, run.goal) for run in notebook.runs]
+        print(f"Runs of this kernel: {len(rows)} (no run store keeps them)." if rows else "No runs yet.")
+        _print_runs(notebook, rows)
         _experiments_history(
             ExperimentSummary(
                 experiment.id,
@@ -51,18 +53,85 @@ def history(notebook: NotebookSession, _: str) -> None:
             for experiment in reversed(notebook.experiments[-_EXPERIMENT_ROWS:])
         )
         return
-    summaries = store.runs(limit=_HISTORY_ROWS)
-    if not summaries:
-        print(f"No runs yet in {store.path}.")
-    shared = any(summary.host != HOST for summary in summaries)  # a team's store: say which machine ran each
-    for summary in summaries:
-        status = "interrupted" if summary.interrupted else STOPPED_BY_YOU if summary.stopped_by_user else summary.status
-        number = numbers.get(summary.run_id)
-        host = summary.host if shared else None
-        print(_history_line(number, summary.run_id, status, summary.started_at, summary.cost, summary.goal, host))
-    if any(summary.interrupted for summary in summaries):
-        print("`%dag resume RUN` continues an interrupted run.")
+    summaries = store.runs(limit=_STORE_ROWS)
+    stored = f"{len(summaries)}{'+' if len(summaries) == _STORE_ROWS else ''}"
+    if every:
+        listed = summaries
+        print(f"All runs in the store {store.path}: {stored}." if summaries else f"No runs yet in {store.path}.")
+    else:
+        path = this_notebook()
+        here = set(notebook.numbers)
+        listed = [s for s in summaries if s.run_id in here or (path is not None and s.notebook == path)]
+        print(
+            f"Runs of this {'notebook' if path else 'kernel'}: {len(listed)}; %dag history --all for the whole "
+            f"store ({stored})."
+        )
+    shared = any(summary.host != HOST for summary in listed)  # a team's store: say which machine ran each
+    rows = [
+        _Row(
+            summary.run_id,
+            "interrupted" if summary.interrupted else STOPPED_BY_YOU if summary.stopped_by_user else summary.status,
+            summary.started_at,
+            summary.cost,
+            summary.goal,
+            summary.host if shared else None,
+        )
+        for summary in listed[:_HISTORY_ROWS]
+    ]
+    _print_runs(notebook, rows)
+    if len(listed) > _HISTORY_ROWS:
+        print(f"(the latest {_HISTORY_ROWS} of {len(listed)})")
+    if any(summary.interrupted for summary in listed[:_HISTORY_ROWS]):
+        print("`%dag resume N` continues an interrupted run.")
     _experiments_history(store.experiments(limit=_EXPERIMENT_ROWS))
+
+
+def this_notebook() -> str | None:
+    """The path of this kernel's notebook, as Jupyter names it to the kernel (None outside a notebook's kernel);
+    a run records it (``RunStarted.notebook``).
+    """
+    return os.environ.get("JPY_SESSION_NAME") or None
+
+
+@dataclass
+class _Row:
+    """One run as ``%dag history`` lists it."""
+
+    run_id: str
+    status: str
+    started: float | None
+    cost: float | None
+    goal: str
+    host: str | None = None
+
+
+def _print_runs(notebook: NotebookSession, rows: list[_Row]) -> None:
+    """The runs as a table with a header, each numbered as ``%dag show N`` (``replay``, ``trace``...) takes it:
+    a run this kernel has no number for yet gets the next one.
+    """
+    if not rows:
+        return
+    for row in rows:
+        if row.run_id not in notebook.numbers:
+            notebook.numbers.append(row.run_id)
+    numbers = {run_id: number for number, run_id in enumerate(notebook.numbers, 1)}
+    number_width = max(len("#"), *(len(str(numbers[row.run_id])) for row in rows))
+    id_width = max(len("run"), *(len(row.run_id) for row in rows))
+    status_width = max(len("status"), *(len(row.status) for row in rows))
+    machines = any(row.host is not None for row in rows)
+    host_width = max(len("machine"), *(len(row.host or "") for row in rows)) if machines else 0
+    machine = f"{'machine':{host_width}}  " if machines else ""
+    header = f"  {'#':>{number_width}}  {'run':{id_width}}  {'status':{status_width}}  {'started':16}  {'cost':>9}"
+    print(f"{header}  {machine}goal")
+    for row in rows:
+        price = f"${row.cost:.4f}" if row.cost is not None else "-"
+        host = f"{row.host or '':{host_width}}  " if machines else ""
+        goal = " ".join(row.goal.split())
+        goal = goal if len(goal) <= _GOAL_CHARS else f"{goal[: _GOAL_CHARS - 1]}…"
+        print(
+            f"  {numbers[row.run_id]:>{number_width}}  {row.run_id:{id_width}}  {row.status:{status_width}}  "
+            f"{when(row.started):16}  {price:>9}  {host}{goal}"
+        )
 
 
 def _experiments_history(summaries: Iterable[ExperimentSummary]) -> None:
@@ -138,17 +207,3 @@ def export(notebook: NotebookSession, rest: str) -> None:
     except DagError as exc:
         raise UsageError(str(exc)) from None
     print(f"Copied the run store {store.path} to {target}.")
-
-
-def _history_line(
-    number: int | None,
-    run_id: str,
-    status: str,
-    started: float | None,
-    cost: float | None,
-    goal: str,
-    host: str | None = None,
-) -> str:
-    price = f"${cost:.4f}" if cost is not None else "-"
-    machine = f"{host[:20]:20}  " if host is not None else ""
-    return f"{number or '':>3}  {run_id}  {status:14}  {when(started)}  {price:>9}  {machine}{goal[:60]!r}"

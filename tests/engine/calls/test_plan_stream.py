@@ -94,7 +94,7 @@ async def test_a_dangling_reference_is_dropped_with_a_warning_when_the_plan_ends
     dangling = {"steps": [{"id": "s1", "task": "a", "dependencies": ["s9"]}, {"id": "s2", "task": "b"}]}
     run = await session_for(streaming_llm([dangling])).run("goal")
     assert run.steps["s1"].dependencies == [] and run.steps["s1"].status == "completed"
-    assert any("s1 -> s9" in e.message for e in run.events if isinstance(e, RunWarning))
+    assert any("Step s1 was planned to wait for 's9'" in e.message for e in run.events if isinstance(e, RunWarning))
 
 
 async def test_a_plan_the_final_validation_rejects_is_dropped_and_re_asked_once() -> None:

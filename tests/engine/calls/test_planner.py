@@ -308,8 +308,7 @@ async def test_dangling_dependencies_are_dropped_with_a_warning_naming_them() ->
     assert shape(plan) == [("s1", "a", []), ("s2", "b", ["s1"]), ("s3", "c", [])]
     assert len(harness.requests) == 1
     (warning,) = harness.warnings
-    assert "s2 -> s9" in warning
-    assert "s3 -> s7" in warning
+    assert "s2 for 's9'" in warning and "s3 for 's7'" in warning
     (event,) = [e for e in harness.events if isinstance(e, RunWarning)]
     assert event.round == 1
 
@@ -338,7 +337,10 @@ async def test_an_unknown_hint_is_read_as_a_role_and_named_in_a_warning() -> Non
     plan = await harness.planner.plan("goal")
     assert [(step.tool_hint, step.model_hint) for step in plan.steps] == [(None, None), (None, None)]
     assert len(harness.requests) == 1
-    assert harness.warnings == ["step s1: unknown model_hint 'teleport' replaced by the general model"]
+    assert harness.warnings == [
+        "Step s1: the planner asked for the model 'teleport', which is no model role here (fast, general, "
+        "reasoning, smart): the step runs on the general model."
+    ]
 
 
 async def test_earlier_round_references_are_kept_only_when_listed() -> None:
@@ -347,13 +349,16 @@ async def test_earlier_round_references_are_kept_only_when_listed() -> None:
     plan = await harness.planner.plan("goal", round=2, context="round 1 failed", earlier=["r1.s2"])
     assert plan.steps[0].dependencies == ["r1.s2"]
     (warning,) = harness.warnings
-    assert "s1 -> r1.s5" in warning
+    assert warning == (
+        "Step s1 was planned to wait for 'r1.s5', which is no result of an earlier round that can be reused: it runs "
+        "without waiting for it."
+    )
     assert "r1.s2" not in warning.replace("r1.s5", "")
 
     unlisted = Harness([reply])
     plan = await unlisted.planner.plan("goal", round=2, context="round 1 failed")
     assert plan.steps[0].dependencies == []
-    assert "s1 -> r1.s2" in unlisted.warnings[0]
+    assert "s1 for 'r1.s2'" in unlisted.warnings[0]
 
 
 async def test_a_plan_of_exactly_the_maximum_is_accepted_and_one_below_the_minimum_too() -> None:
@@ -429,20 +434,32 @@ async def test_unusable_plan_gets_one_reask_quoting_the_problem_then_the_good_pl
 
 REPAIRED: dict[str, tuple[list[tuple[str, list[str]]], list[str]]] = {
     # name: (the repaired plan's steps and dependencies, what the warnings say)
-    "two-node cycle": ([("s1", []), ("s2", ["s1"]), ("s3", ["s1"])], ["s1 no longer depends on s2"]),
+    "two-node cycle": (
+        [("s1", []), ("s2", ["s1"]), ("s3", ["s1"])],
+        ["Step s1 no longer waits for s2: the plan had steps waiting for each other in a loop."],
+    ),
     "three-node cycle": (
         [("s1", []), ("s2", ["s1"]), ("s3", ["s2"]), ("s4", [])],
-        ["s1 no longer depends on s3"],
+        ["Step s1 no longer waits for s3"],
     ),
-    "self cycle": ([("s1", []), ("s2", [])], ["s1 no longer depends on s1"]),
+    "self cycle": ([("s1", []), ("s2", [])], ["Step s1 no longer waits for s1"]),
     "duplicate ids": (
         [("s1", []), ("s1_2", []), ("s2", [])],
-        ["step id s1 was used twice: the second step is now s1_2"],
+        ["The plan used the id s1 for two steps: the second is now s1_2."],
     ),
-    "empty plan": ([("s1", [])], ["no usable plan", "the goal is planned as one step"]),
-    "oversize plan": ([(f"s{i}", []) for i in range(1, 7)], ["kept the first 6, dropped s7"]),
-    "own names": ([("s3", [])], ["dropped s1, s2: their tasks are the plan's own tool or schema names"]),
-    "only own names": ([("s1", [])], ["no usable plan", "the goal is planned as one step"]),
+    "empty plan": ([("s1", [])], ["The planner gave no usable plan", "the goal runs as one step"]),
+    "oversize plan": (
+        [(f"s{i}", []) for i in range(1, 7)],
+        ["The plan had 7 steps, more than the 6 allowed: the first 6 run and s7 is left out (plan_max_steps=7 "],
+    ),
+    "own names": (
+        [("s3", [])],
+        [
+            "Steps s1, s2 were left out: their tasks ('submit_plandraft', 'PlanDraft') are only the name of the "
+            "form the planner answers in, nothing to do."
+        ],
+    ),
+    "only own names": ([("s1", [])], ["The planner gave no usable plan", "the goal runs as one step"]),
 }
 
 
@@ -523,7 +540,9 @@ def test_validate_steps_drops_a_dangling_dependency_that_would_have_closed_a_cyc
     found, problem = validate_steps(drafts(("s1", ["s9"]), ("s2", ["s1"])), max_steps=6, warn=warned.append)
     assert problem is None
     assert found[0].dependencies == []
-    assert warned == ["dropped dependencies on unknown steps: s1 -> s9"]
+    assert warned == [
+        "Step s1 was planned to wait for 's9', which is no step of the plan: it runs without waiting for it."
+    ]
 
 
 def test_validate_steps_problem_order_empty_then_size_then_duplicates() -> None:
@@ -554,7 +573,7 @@ async def test_a_long_list_of_dropped_dependencies_is_named_briefly() -> None:
     harness = Harness([{"steps": [{"id": "s1", "task": "x", "dependencies": list(range(3, 101))}]}])
     await harness.planner.plan("goal")
     (warning,) = harness.warnings
-    assert warning.endswith("s1 -> 12 and 88 more") and len(warning) < 200
+    assert "s1 for '12' and 88 more)" in warning and len(warning) < 240
 
 
 def test_a_role_written_as_the_tool_hint_becomes_the_model_hint() -> None:
@@ -570,7 +589,10 @@ def test_a_role_written_as_the_tool_hint_becomes_the_model_hint() -> None:
     steps, problem = validate_steps(drafts[:3], max_steps=6, warn=warnings.append)
     assert problem is None
     assert [(s.tool_hint, s.model_hint) for s in steps] == [(None, "reasoning"), (None, "reasoning"), ("search", None)]
-    assert warnings[0] == "step s1: tool_hint 'reasoning' is a role, not a tool: used as its model_hint"
+    assert warnings[0] == (
+        "Step s1: the planner named 'reasoning' as its tool, but that is a model role, not a tool: the step runs on "
+        "the reasoning model."
+    )
     kept, _ = validate_steps(drafts[3:], max_steps=6, tools=["fast"])
     assert (kept[0].tool_hint, kept[0].model_hint) == ("fast", None)  # a real tool of that name stays a tool
 
@@ -619,8 +641,15 @@ def test_tool_args_are_read_from_the_shapes_models_write() -> None:
     assert [s.tool_args for s in steps] == [{"x": 1}, {"x": "$s1"}, {"x": 2}, None, None, None]
     warned: list[str] = []
     validate_steps(steps, max_steps=6, warn=warned.append, tools=["double"])
-    assert "step s4: tool_args ignored: 'x=2' is not an object of arguments (the step runs as an agent)" in warned
-    assert "step s5: tool_args ignored: [1, 2] is not an object of arguments (the step runs as an agent)" in warned
+    direct = "a model does the step instead of a direct call of the tool."
+    assert (
+        f"Step s4: the planner's arguments for double cannot be read ('x=2' is not an object of arguments): {direct}"
+        in warned
+    )
+    assert (
+        f"Step s5: the planner's arguments for double cannot be read ([1, 2] is not an object of arguments): {direct}"
+        in warned
+    )
 
 
 def test_validation_adds_referenced_steps_to_the_dependencies_and_drops_tool_args_without_a_tool() -> None:
@@ -652,15 +681,17 @@ def test_validation_adds_referenced_steps_to_the_dependencies_and_drops_tool_arg
         ("s7", [], None),  # no such step at all: the step runs as an agent from the start
         ("s8", [], None),
     ]
+    direct = "a model does the step instead of a direct call of the tool."
     assert warned == [
-        "step s2: added dependency s1 (its tool_args use $s1)",
-        "step s3: added dependency r1.s4 (its tool_args use $r1.s4)",
-        "step s4: added dependency r1.s4 (its tool_args use $r1.s4)",
-        "step s4: its tool_args use $r1.s5, which names no reusable result of an earlier round",
-        "step s5: tool_args dropped: search is not a tool of this session (the step runs as an agent)",
-        "step s6: tool_args dropped: the step has no tool_hint (the step runs as an agent)",
-        "step s7: tool_args dropped: they use $s9, which names no other step of the plan (the step runs as an agent)",
-        "step s8: tool_args dropped: they use $s8, which names no other step of the plan (the step runs as an agent)",
+        "Step s2 now waits for s1: its call of double uses $s1, the result of s1 (the plan had not said so).",
+        "Step s3 now waits for r1.s4: its call of double uses $r1.s4, the result of r1.s4 (the plan had not said so).",
+        "Step s4 now waits for r1.s4: its call of double uses $r1.s4, the result of r1.s4 (the plan had not said so).",
+        "Step s4: its call of double uses $r1.s5, no result of an earlier round that can be reused: if the call "
+        "fails, a model does the step instead.",
+        f"Step s5: the planner wrote a call of 'search', which is not a tool of this session: {direct}",
+        f'Step s6: the planner wrote arguments ({{"q": "x"}}) but no tool to call with them: {direct}',
+        f'Step s7: the planner\'s call double(x="$s9") uses $s9, which names no other step of the plan: {direct}',
+        f'Step s8: the planner\'s call double(x="$s8") uses $s8, which names no other step of the plan: {direct}',
     ]
 
 
@@ -744,3 +775,25 @@ async def test_a_plan_that_writes_the_instructions_back_is_asked_again_then_plan
         "That plan cannot be used: it repeats the instructions instead of giving a plan"
     )
     assert any("no usable plan" in warning for warning in harness.warnings)
+
+
+async def test_a_step_named_after_the_planners_form_gets_a_step_id_and_no_warning_calls_it_so() -> None:
+    # issue 41: a small model named its step after the function it was asked to call, and the user read
+    # "dropped dependencies on unknown steps: submit_plandraft -> city_area_km2", the form's name as a step
+    reply = {
+        "steps": [
+            {"id": "submit_plandraft", "task": "Find the area of Paris", "dependencies": ["city_area_km2"]},
+            {"id": "s2", "task": "Divide the population by $submit_plandraft", "dependencies": ["submit_plandraft"]},
+        ]
+    }
+    harness = Harness([reply])
+    plan = await harness.planner.plan("goal")
+    assert [(step.id, step.dependencies) for step in plan.steps] == [("s1", []), ("s2", ["s1"])]
+    assert not any("submit_plandraft" in warning for warning in harness.warnings)
+    assert harness.warnings == [
+        "Step s1 was planned to wait for 'city_area_km2', which is no step of the plan: it runs without waiting for it."
+    ]
+    lines = await Harness(
+        ["submit_plandraft. Find the area of Paris\n2. Divide 2.1 by $submit_plandraft\n"]
+    ).planner.plan("goal")
+    assert [(step.id, step.dependencies) for step in lines.steps] == [("s1", []), ("s2", ["s1"])]

@@ -318,7 +318,7 @@ async def test_a_cyclic_plan_written_twice_is_repaired_and_the_run_answers() -> 
         ("s2", ["s1"], "completed"),
     ]
     warnings = run.rounds[0].warnings
-    assert any("form a cycle" in w for w in warnings) and "step s1 no longer depends on s2" in " ".join(warnings)
+    assert any("form a cycle" in w for w in warnings) and "Step s1 no longer waits for s2" in " ".join(warnings)
     assert [e.message for e in run.events if isinstance(e, RunWarning)] == warnings  # the widget shows them
 
 
@@ -640,7 +640,10 @@ async def test_a_streamed_step_gets_the_same_hints_as_the_whole_plans_validation
     assert llm.requests_for("plan")[0].stream  # the streaming path
     assert (run.steps["s1"].tool_hint, run.steps["s1"].model_hint) == (None, "fast")
     assert "Suggested tool" not in llm.requests_for("step")[0].prompt
-    assert run.rounds[0].warnings == ["step s1: tool_hint 'fast' is a role, not a tool: used as its model_hint"]
+    assert run.rounds[0].warnings == [
+        "Step s1: the planner named 'fast' as its tool, but that is a model role, not a tool: the step runs on the "
+        "fast model."
+    ]
 
 
 async def test_a_plan_whose_step_is_named_after_the_planners_function_and_needs_a_tool_still_runs() -> None:
@@ -668,12 +671,13 @@ async def test_a_plan_whose_step_is_named_after_the_planners_function_and_needs_
 
     session = DagSession(ModelRegistry().register("qwen", llm), DagSettings(store="none"), tools=[population])
     run = await session.run("Which has more people, France or Germany? Use the population tool.")
-    step = run.steps["submit_plandraft"]
+    step = run.steps["s1"]  # the form's name is no step id
     assert run.status == "done" and step.status == "completed" and step.dependencies == []
     assert step.model_hint == "fast" and step.tool_hint is None
     warnings = [e.message for e in run.events if isinstance(e, RunWarning)]
-    assert any("population" in w and "dropped" in w for w in warnings)
-    assert any("'fast' is a role, not a tool" in w for w in warnings)
+    assert any("'population', which is no step of the plan" in w for w in warnings)
+    assert any("'fast' as its tool, but that is a model role" in w for w in warnings)
+    assert not any("submit_plandraft" in w for w in warnings)
 
 
 async def test_a_plan_cut_to_plan_max_steps_says_so_on_its_round_as_data(tmp_path: Any) -> None:
@@ -691,7 +695,7 @@ async def test_a_plan_cut_to_plan_max_steps_says_so_on_its_round_as_data(tmp_pat
         planned=14, kept=6, dropped=[f"task number {i}" for i in range(7, 15)]
     )  # what the views say, with how to allow more
     cut = [e for e in run.events if isinstance(e, RunWarning) and e.plan_cut is not None]
-    assert len(cut) == 1 and "kept the first 6" in cut[0].message  # the terminal's line says it too
-    assert not any("kept the first" in w for w in record.warnings)  # shown once, as the cut, not as a small note
+    assert len(cut) == 1 and "the first 6 run" in cut[0].message  # the terminal's line says it too
+    assert not any("the first 6 run" in w for w in record.warnings)  # shown once, as the cut, not as a small note
     assert load_run(run.run_id, store=store).rounds[0].plan_cut == record.plan_cut  # saved with the round
     session.close()

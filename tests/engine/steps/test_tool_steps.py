@@ -136,7 +136,10 @@ async def test_a_referenced_step_missing_from_the_dependencies_is_added_with_a_w
     run = await session(llm, tools).run("goal")
     assert run.steps["s2"].dependencies == ["s1"] and run.steps["s2"].result == "136.8"
     assert run.steps["s2"].started_at >= run.steps["s1"].completed_at
-    assert "step s2: added dependency s1 (its tool_args use $s1)" in run.rounds[0].warnings
+    assert (
+        "Step s2 now waits for s1: its call of double uses $s1, the result of s1 (the plan had not said so)."
+        in run.rounds[0].warnings
+    )
 
 
 async def test_a_bad_argument_falls_back_to_the_agent_once_with_the_error_in_its_prompt() -> None:
@@ -236,9 +239,10 @@ async def test_tool_args_on_an_unknown_tool_are_dropped_and_the_step_runs_as_an_
     llm = ScriptedLLM(script(plan))
     run = await session(llm, tools).run("goal")
     assert run.steps["s1"].tool_args is None and run.steps["s1"].result == "agent result of s1"
-    assert "step s1: tool_args dropped: teleport is not a tool of this session (the step runs as an agent)" in (
-        run.rounds[0].warnings
-    )
+    assert (
+        "Step s1: the planner wrote a call of 'teleport', which is not a tool of this session: a model does the "
+        "step instead of a direct call of the tool."
+    ) in run.rounds[0].warnings
 
 
 async def test_tool_args_copied_from_the_prompts_example_are_dropped_not_called() -> None:
@@ -251,8 +255,8 @@ async def test_tool_args_copied_from_the_prompts_example_are_dropped_not_called(
     run = await session(llm, tools).run("goal")
     assert tools.calls == [] and run.steps["s1"].result == "agent result of s1"
     assert (
-        "step s1: tool_args dropped: they hold the placeholder '<from the goal>' of the planner's example, not a value "
-        "(the step runs as an agent)"
+        "Step s1: the planner's call of population holds '<from the goal>', the placeholder of its instructions' "
+        "example, not a value: a model does the step instead of a direct call of the tool."
     ) in run.rounds[0].warnings
 
 
