@@ -180,7 +180,7 @@ def test_a_tool_step_shows_its_call_and_substituted_values_in_the_static_views()
     )
     assert fallback in page
     assert f"<p><i>Note:</i> {FALLBACK_WARNING}</p>" in page
-    assert ">s2 · completed · tool</text>" in pictures(page)[0]  # the DAG's box says it too
+    assert ">✓ s2 · tool</text>" in pictures(page)[0]  # the DAG's box says it too
 
     text = run_markdown(run)  # `$` escaped: JupyterLab would typeset "$s1 … $s2" as math
     assert "| s2 | completed | Add the two figures · add(a=\\$s1 → 68.4, b=12) | direct call | 0.2 | 80.4 |" in text
