@@ -255,7 +255,13 @@ def _tool_call_html(step: PlanStep) -> str:
     call = direct_call(step)
     how = "planned" if call is None else "failed, so an agent ran the step" if call.error else "direct, no LLM call"
     error = f"<br>{html.escape(_cap(call.error, 1000))}" if call is not None and call.error else ""
-    return f"<p><i>Tool call</i> ({how}): <code>{html.escape(call_text(step, 200))}</code>{error}</p>"
+    text = call_text(step, 200)
+    became = f' title="{_BECAME}"' if " → " in text else ""
+    return f"<p><i>Tool call</i> ({how}): <code{became}>{html.escape(text)}</code>{error}</p>"
+
+
+_BECAME = "→: the value the tool was called with, once the step it names had run"
+"""What the arrow in a tool step's call means (the widget's tooltip says the same)."""
 
 
 def _cap(text: str, limit: int = 4000) -> str:
