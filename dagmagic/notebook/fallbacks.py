@@ -1,6 +1,6 @@
 """Static views of a run for nbconvert, GitHub, Colab and terminals: Markdown, and HTML with every round's steps
-and a picture of its DAG (an SVG laid out by layout.py, shown as an image: sanitizers keep it). Everything the
-LLM wrote is escaped.
+and a picture of its DAG (picture.py: an SVG shown as an image, sanitizers keep it; a legend of its glyphs under
+it). Everything the LLM wrote is escaped.
 
 A model's output is untrusted (a prompt-injected model writes payloads), and front ends render these views:
 JupyterLab renders ``text/markdown`` and would fetch a remote image from it. So in the Markdown view every string
@@ -12,9 +12,7 @@ escapes every text and attribute.
 
 from __future__ import annotations
 
-import base64
 import html
-import itertools
 import re
 import textwrap
 
@@ -23,7 +21,7 @@ from markdown_it import MarkdownIt
 
 from dagmagic.engine import DagRun
 from dagmagic.models import ExecutionPlan, PlanCut, PlanStep, RoundRecord, no_math, split_round_reference
-from dagmagic.notebook.layout import layout
+from dagmagic.notebook.picture import STATUS_COLORS, legend, picture, svg
 from dagmagic.notebook.tool_steps import call_text, direct_call, fell_back, is_tool_step
 
 __all__ = [
@@ -38,18 +36,6 @@ __all__ = [
     "step_rows",
     "svg",
 ]
-
-STATUS_COLORS = {
-    "pending": "#9e9e9e",
-    "queued": "#b0bec5",
-    "paused": "#fb8c00",
-    "running": "#1e88e5",
-    "retrying": "#fb8c00",
-    "completed": "#43a047",
-    "failed": "#e53935",
-    "skipped": "#bdbdbd",
-    "cancelled": "#757575",
-}
 
 _PREVIEW = 160
 
@@ -170,7 +156,10 @@ def _round_html(run: DagRun, record: RoundRecord, *, open_: bool) -> str:
         parts.append(_cut_html(record.plan_cut, f"Dropped: {dropped}" if dropped else ""))
     if steps:
         drawn = drawn_plan(record, reused)
-        parts.append(f"<p>{picture(drawn, _caption(record), reused={step.id for step in reused})}</p>")
+        ids = {step.id for step in reused}
+        parts.append(f"<p>{picture(drawn, _caption(record), reused=ids)}</p>")
+        if glyphs := legend(drawn, ids):  # what the picture's glyphs mean, under it
+            parts.append(f"<p>{html.escape(glyphs)}</p>")
         parts += [_step_html(step, reused=True) for step in reused]
         parts += [_step_html(step) for step in steps]
     if record.analysis is not None and record.analysis.reasoning:
@@ -266,7 +255,13 @@ def _tool_call_html(step: PlanStep) -> str:
     call = direct_call(step)
     how = "planned" if call is None else "failed, so an agent ran the step" if call.error else "direct, no LLM call"
     error = f"<br>{html.escape(_cap(call.error, 1000))}" if call is not None and call.error else ""
-    return f"<p><i>Tool call</i> ({how}): <code>{html.escape(call_text(step, 200))}</code>{error}</p>"
+    text = call_text(step, 200)
+    became = f' title="{_BECAME}"' if " → " in text else ""
+    return f"<p><i>Tool call</i> ({how}): <code{became}>{html.escape(text)}</code>{error}</p>"
+
+
+_BECAME = "→: the value the tool was called with, once the step it names had run"
+"""What the arrow in a tool step's call means (the widget's tooltip says the same)."""
 
 
 def _cap(text: str, limit: int = 4000) -> str:
@@ -305,74 +300,6 @@ def _absolute_links_only(tag: str, attribute: str, value: str) -> str | None:
 def run_mimebundle(run: DagRun) -> dict[str, str]:
     """Every static representation at once."""
     return {"text/plain": repr(run), "text/markdown": run_markdown(run), "text/html": run_html(run)}
-
-
-def svg(plan: ExecutionPlan, reused: frozenset[str] | set[str] = frozenset()) -> str:
-    """The plan's DAG as an SVG document, coloured by status: edges curve down around the boxes, each ending in an
-    arrowhead drawn as a shape (no ``<marker>``: a marker's id would be shared by every picture on a page).
-    ``reused``: the ids of earlier rounds' results the plan builds on (``r1.s3``), drawn dashed as reused.
-    """
-    placed = layout(plan)
-    steps = {step.id: step for step in plan.steps}
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{placed.width:g}" height="{placed.height:g}" '
-        f'viewBox="0 0 {placed.width:g} {placed.height:g}" font-family="sans-serif" font-size="11">',
-        # its own background: shown as an image, the picture must read on a dark theme as on a light one
-        f'<rect width="{placed.width:g}" height="{placed.height:g}" rx="6" fill="#ffffff"/>',
-    ]
-    for edge in placed.edges:
-        parts.append(f'<path class="edge" d="{_edge_path(edge.points)}" fill="none" stroke="{_EDGE_COLOR}"/>')
-        x, y = edge.points[-1]
-        head = f"M{x - 4:g},{y - 8:g} L{x + 4:g},{y - 8:g} L{x:g},{y:g} Z"
-        parts.append(f'<path class="arrowhead" d="{head}" fill="{_EDGE_COLOR}"/>')
-    for node in placed.nodes:
-        parts.append(_svg_node(steps[node.id], node.x, node.y, node.w, node.h, reused=node.id in reused))
-    parts.append("</svg>")
-    return "".join(parts)
-
-
-_EDGE_COLOR = "#888888"
-
-
-def _edge_path(points: tuple[tuple[float, float], ...]) -> str:
-    """Straight down through a slot; between layers a curve whose control points stay between its ends, so it
-    stays in the gap between the two layers, and leaves and arrives vertically (the arrowhead points down).
-    """
-    x, y = points[0]
-    path = [f"M{x:g},{y:g}"]
-    for (x0, y0), (x1, y1) in itertools.pairwise(points):
-        if x0 == x1:
-            path.append(f"L{x1:g},{y1:g}")
-        else:
-            middle = (y0 + y1) / 2
-            path.append(f"C{x0:g},{middle:g} {x1:g},{middle:g} {x1:g},{y1:g}")
-    return " ".join(path)
-
-
-def picture(plan: ExecutionPlan, caption: str, reused: frozenset[str] | set[str] = frozenset()) -> str:
-    """The plan's DAG as an ``<img>`` holding the SVG as a data URI: JupyterLab's sanitizer (an untrusted
-    notebook) strips an inline ``<svg>`` to its bare text but keeps this, and GitHub shows it. A browser shows an
-    SVG image as a picture only: no script in it runs, nothing it names is fetched.
-    """
-    placed = layout(plan)
-    data = base64.b64encode(svg(plan, reused).encode()).decode("ascii")
-    return (
-        f'<img src="data:image/svg+xml;base64,{data}" alt="{html.escape(caption)}" width="{placed.width:g}" '
-        f'height="{placed.height:g}" style="max-width: 100%; height: auto">'
-    )
-
-
-def _svg_node(step: PlanStep, x: float, y: float, w: float, h: float, *, reused: bool = False) -> str:
-    color = STATUS_COLORS.get(step.status, "#9e9e9e")
-    task = html.escape(textwrap.shorten(step.task, 26, placeholder="…"))
-    kind = " · tool" if is_tool_step(step) else ""
-    status, dashes = ("reused", ' stroke-dasharray="4 3"') if reused else (step.status, "")
-    return (
-        f'<g data-step-id="{html.escape(step.id)}"><rect x="{x:g}" y="{y:g}" width="{w:g}" height="{h:g}" rx="6" '
-        f'fill="{color}" fill-opacity="0.18" stroke="{color}"{dashes}/>'
-        f'<text x="{x + 8:g}" y="{y + 18:g}" font-weight="bold">{html.escape(step.id)} · {status}{kind}</text>'
-        f'<text x="{x + 8:g}" y="{y + 36:g}">{task}</text></g>'
-    )
 
 
 def _summary(run: DagRun) -> str:

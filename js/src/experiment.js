@@ -104,7 +104,9 @@ export function gridCell(runs, scored) {
   if (costs.length) parts.push(formatCost(costs.reduce((a, b) => a + b, 0)));
   const latencies = runs.map((cell) => cell[5]).filter((value) => typeof value === "number");
   if (latencies.length) parts.push(formatDuration(mean(latencies)));
-  return { status, text: parts.join(" · "), title: word };
+  // a mixed cell's marks are not said in words in its text: its title says them
+  const marks = [...statuses].map((each) => `${MARKS[each] ?? "?"} ${each.replace("_", " ")}`).join(", ");
+  return { status, text: parts.join(" · "), title: status === "mixed" ? `mixed: ${marks}` : word };
 }
 
 /** @param {number[]} values */

@@ -156,7 +156,8 @@ function renderNode(node, box, now, selected, interactive) {
   const chars = Math.max(Math.floor((w - 16) / CHAR), 4);
 
   const stats = nodeStats(node, now);
-  const head = shorten(`${STATUS_GLYPH[node.status] ?? "?"} ${node.id}`, Math.max(chars - stats.length - 1, 4));
+  const glyph = STATUS_GLYPH[node.status] ?? "?"; // its meaning in the box's title
+  const head = shorten(`${glyph} ${node.id}`, Math.max(chars - stats.length - 1, 4));
   const toolStep = isToolStep(node);
   const tool = toolStep ? "" : toolLabel(node); // a tool step's call names its tool
   const model = toolStep && !fellBack(node) ? "" : shortModel(node.model ?? node.model_hint);
@@ -179,7 +180,7 @@ function renderNode(node, box, now, selected, interactive) {
     ),
   );
 
-  const title = `${node.id} (${described}): ${node.task}${toolStep ? `\n${callText(node, TITLE_VALUE)}` : ""}`;
+  const title = `${node.id} (${glyph} ${described}): ${node.task}${toolStep ? `\n${callText(node, TITLE_VALUE)}` : ""}`;
   const children = [
     s("title", {}, [title]),
     s("rect", { class: "dagmagic-node-box", x: coord(x), y: coord(y), width: coord(w), height: coord(h), rx: 6 }),

@@ -5,7 +5,7 @@
 import { h } from "./dom.js";
 import { renderDetail } from "./detail.js";
 import { phaseCall, tokenCount } from "./state.js";
-import { renderVerdict, roundNotes, roundSummary } from "./verdict.js";
+import { renderVerdict, roundNotes, roundSummary, roundSummaryTitle } from "./verdict.js";
 import { graphView } from "./zoom.js";
 
 /** @typedef {import("./types.js").Round} Round */
@@ -58,7 +58,7 @@ export function renderRound(round, state, expanded, selected, isLatest, actions)
           h("span", { class: "dagmagic-rerun-label" }, [
             `re-run of round ${round.rerun_of}${round.rerun_step ? ` (${round.rerun_step})` : ""}`,
           ]),
-        h("span", { class: "dagmagic-round-summary" }, [
+        h("span", { class: "dagmagic-round-summary", title: planning ? null : roundSummaryTitle(round) || null }, [
           planning ? "planning…" : roundSummary(round) + (phase === "planning" ? " · planning…" : ""),
         ]),
       ]),

@@ -4,7 +4,7 @@
 
 import { h } from "./dom.js";
 import { isLive } from "./state.js";
-import { renderVerdict, roundNotes, roundSummary } from "./verdict.js";
+import { renderVerdict, roundNotes, roundSummary, roundSummaryTitle } from "./verdict.js";
 import { graphView } from "./zoom.js";
 
 /** @typedef {import("./types.js").Round} Round */
@@ -100,7 +100,7 @@ function renderSubrunRound(round, path, now, isOpen, pending) {
   return h("section", { class: "dagmagic-subrun-round", "data-round": round.index }, [
     h("div", { class: "dagmagic-subrun-round-head" }, [
       h("span", { class: "dagmagic-subrun-round-title" }, [`Round ${round.index}`]),
-      h("span", { class: "dagmagic-round-summary" }, [roundSummary(round)]),
+      h("span", { class: "dagmagic-round-summary", title: roundSummaryTitle(round) || null }, [roundSummary(round)]),
     ]),
     ...roundNotes(round),
     round.nodes.length

@@ -176,11 +176,14 @@ export function createTimeline() {
     const ticks = [];
     for (let i = 0; i <= 4; i++) {
       const t = start + (span * i) / 4;
+      // the last label ends on its line: centred, its second half would leave the drawing
       ticks.push(
         s("line", { class: "dagmagic-timeline-tick", x1: x(t), y1: AXIS - 4, x2: x(t), y2: height }),
-        s("text", { class: "dagmagic-timeline-tick-label", x: x(t), y: AXIS - 6, "text-anchor": "middle" }, [
-          formatDuration(t - start),
-        ]),
+        s(
+          "text",
+          { class: "dagmagic-timeline-tick-label", x: x(t), y: AXIS - 6, "text-anchor": i === 4 ? "end" : "middle" },
+          [formatDuration(t - start)],
+        ),
       );
     }
     // the label ends 8 px before the 0 s line (and its tick label, centred on it)

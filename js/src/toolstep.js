@@ -108,6 +108,9 @@ export function callText(node, chars) {
   return `${toolName(node)}(${parts.join(", ")})`;
 }
 
+/** What the arrow between an argument as planned and its value means: its tooltip. */
+const BECAME = "became: the value the tool was called with, once the step it names had run";
+
 /** How long a value may be in the detail's call before it is cut (the whole is its title). */
 const DETAIL_VALUE = 80;
 
@@ -128,7 +131,7 @@ export function renderCall(node) {
           h("span", { class: "dagmagic-toolstep-planned", title: planned.length > DETAIL_VALUE ? planned : null }, [
             shorten(planned, DETAIL_VALUE),
           ]),
-        planned !== null && value !== null && " → ",
+        planned !== null && value !== null && h("span", { class: "dagmagic-toolstep-became", title: BECAME }, [" → "]),
         value !== null && h("span", { class: "dagmagic-toolstep-value", title: value }, [shorten(value, DETAIL_VALUE)]),
       ]),
     );

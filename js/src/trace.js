@@ -17,6 +17,9 @@ const COLUMNS = ["purpose", "model", "round", "step", "level", "retries", "in", 
 /** The columns of numbers: their heads align with them. */
 const NUMBERS = new Set(["start", "round", "retries", "in", "out", "latency", "cost"]);
 
+/** What a streamed call's mark (⇣, after its latency) means: its tooltip. */
+const STREAMED = "streamed: the reply arrived token by token";
+
 /** The columns before the numbers the totals add up (purpose to retries, and the start when shown). */
 const LABEL_COLUMNS = 6;
 
@@ -151,7 +154,10 @@ export function createTrace({ signal, requests, redraw }) {
         h("td", { class: "dagmagic-num" }, [formatInt(num(call.retries) ?? 0)]),
         h("td", { class: "dagmagic-num" }, [formatInt(num(call.input_tokens) ?? 0)]),
         h("td", { class: "dagmagic-num" }, [formatInt(num(call.output_tokens) ?? 0)]),
-        h("td", { class: "dagmagic-num" }, [formatDuration(call.latency) + (call.stream ? " ⇣" : "")]),
+        h("td", { class: "dagmagic-num" }, [
+          formatDuration(call.latency),
+          call.stream && h("span", { class: "dagmagic-trace-streamed", title: STREAMED }, [" ⇣"]),
+        ]),
         h("td", { class: "dagmagic-num" }, [
           call.cached ? h("span", { class: "dagmagic-trace-cached" }, ["cached"]) : null,
           formatCost(call.cost),

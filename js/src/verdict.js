@@ -10,29 +10,51 @@ import { isLive, tokenCount } from "./state.js";
 /** @typedef {import("./types.js").Round} Round */
 /** @typedef {import("./dom.js").Child} Child */
 
+const SUMMARY_STATUSES = /** @type {const} */ ([
+  "completed",
+  "running",
+  "retrying",
+  "paused",
+  "failed",
+  "skipped",
+  "cancelled",
+]);
+
 /**
- * "4 steps · 3 ✓ · 1 ✗ · achieved 85%"
+ * How many steps of the round have each status.
  * @param {Round} round
  */
-export function roundSummary(round) {
+function statusCounts(round) {
   /** @type {Record<string, number>} */
   const counts = {};
   for (const n of round.nodes) counts[n.status] = (counts[n.status] ?? 0) + 1;
+  return counts;
+}
+
+/**
+ * What the glyphs of the round's summary mean, its tooltip: "3 ✓ completed · 1 ⤼ skipped" ("" for none).
+ * @param {Round} round
+ */
+export function roundSummaryTitle(round) {
+  const counts = statusCounts(round);
+  return SUMMARY_STATUSES.filter((status) => counts[status])
+    .map((status) => `${counts[status]} ${STATUS_GLYPH[status]} ${status}`)
+    .join(" · ");
+}
+
+/**
+ * "4 steps · 3 ✓ · 1 ✗ · achieved 85%" (roundSummaryTitle says what its glyphs mean)
+ * @param {Round} round
+ */
+export function roundSummary(round) {
+  const counts = statusCounts(round);
   const cut = round.plan_cut;
   const parts = [
     cut
       ? `${round.nodes.length} of ${cut.planned} planned steps`
       : `${round.nodes.length} step${round.nodes.length === 1 ? "" : "s"}`,
   ];
-  for (const status of /** @type {const} */ ([
-    "completed",
-    "running",
-    "retrying",
-    "paused",
-    "failed",
-    "skipped",
-    "cancelled",
-  ])) {
+  for (const status of SUMMARY_STATUSES) {
     if (counts[status]) parts.push(`${counts[status]} ${STATUS_GLYPH[status]}`);
   }
   if (round.analysis)

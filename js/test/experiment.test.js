@@ -126,7 +126,7 @@ describe("the experiment grid", () => {
         ],
         true,
       ),
-    ).toEqual({ status: "mixed", text: "✓✗ mixed · 0.50 · $0.0030 · 2.0s", title: "mixed" });
+    ).toEqual({ status: "mixed", text: "✓✗ mixed · 0.50 · $0.0030 · 2.0s", title: "mixed: ✓ done, ✗ failed" });
   });
 
   it("opens a started cell's run through the host, and a cell not started says so", async () => {

@@ -1473,7 +1473,7 @@ describe("tool steps", () => {
     expect(b.querySelector(".dagmagic-badge-tool")).toBeNull(); // the call names the tool
     expect(b.querySelector(".dagmagic-node-task")?.textContent).toBe("Add the two figures");
     expect(b.querySelector(".dagmagic-node-call")?.textContent).toBe("add(a=$a → 68.4, b=12)");
-    expect(b.querySelector("title")?.textContent).toBe("b (completed): Add the two figures\nadd(a=$a → 68.4, b=12)");
+    expect(b.querySelector("title")?.textContent).toBe("b (✓ completed): Add the two figures\nadd(a=$a → 68.4, b=12)");
     expect(b.getAttribute("aria-label")).toContain("a direct call of add");
     // not run yet: the planned call, references as written
     expect(nodeEl(el, "e").querySelector(".dagmagic-node-call")?.textContent).toBe("divide(x=$b, y=$d)");

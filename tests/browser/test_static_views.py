@@ -218,3 +218,27 @@ def test_dollar_amounts_in_a_saved_run_are_not_typeset_as_math(jupyterlab: Noteb
     assert "$5 and the full one $10" in text, text
     jupyterlab.screenshot("static-dollars", focus=output)
     assert jupyterlab.errors == []
+
+
+def test_every_text_of_the_picture_stays_in_its_box_in_the_browsers_font(browser: Any) -> None:
+    """What the picture's width estimate promises, measured: each text's box as chromium lays it out (DejaVu Sans
+    here, the widest of the usual UI fonts) ends inside its step's box."""
+    from dagmagic.notebook.picture import svg
+
+    from ..notebook.test_static_picture import long_plan
+
+    page = browser.new_page()
+    try:
+        page.set_content(f"<!doctype html><html><body>{svg(long_plan())}</body></html>")
+        overflows = page.evaluate(
+            """() => [...document.querySelectorAll("g[data-step-id]")].flatMap((g) => {
+                const box = g.querySelector("rect").getBBox();
+                return [...g.querySelectorAll("text")]
+                    .map((text) => [text.textContent, text.getBBox()])
+                    .filter(([, b]) => b.x < box.x || b.x + b.width > box.x + box.width - 4)
+                    .map(([words, b]) => `${words}: ${b.x + b.width} > ${box.x + box.width - 4}`);
+            })"""
+        )
+        assert overflows == []
+    finally:
+        page.close()

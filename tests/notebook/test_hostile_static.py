@@ -78,7 +78,7 @@ PAYLOAD = "<script>window.__pwned=1</script>"
 ALLOWED_TAGS = {
     "a", "b", "blockquote", "br", "code", "del", "details", "div", "em", "h1", "h2", "h3", "h4", "h5", "h6", "hr",
     "i", "li", "ol", "p", "pre", "s", "strong", "summary", "table", "tbody", "td", "th", "thead", "tr", "ul", "img",
-    "svg", "path", "g", "rect", "text",
+    "svg", "path", "g", "rect", "text", "title",
 }  # fmt: skip
 ALLOWED_ATTRIBUTES = {
     "href", "rel", "title", "align", "class", "open", "start", "src", "alt",

@@ -172,15 +172,16 @@ def test_layers_put_s2_before_s10() -> None:
 def test_a_tool_step_shows_its_call_and_substituted_values_in_the_static_views() -> None:
     run = tool_step_run()
     page = run_html(run)
-    assert "<p><i>Tool call</i> (direct, no LLM call): <code>add(a=$s1 → 68.4, b=12)</code></p>" in page
+    arrow = 'title="→: the value the tool was called with, once the step it names had run"'  # what → means
+    assert f"<p><i>Tool call</i> (direct, no LLM call): <code {arrow}>add(a=$s1 → 68.4, b=12)</code></p>" in page
     fallback = (
-        "<p><i>Tool call</i> (failed, so an agent ran the step): <code>search(query=&quot;population of $s1 "
+        f"<p><i>Tool call</i> (failed, so an agent ran the step): <code {arrow}>search(query=&quot;population of $s1 "
         "million&quot; → &quot;population of 68.4 million&quot;, limit=&quot;many&quot;)</code><br>"
         f"{FALLBACK_ERROR}</p>"
     )
     assert fallback in page
     assert f"<p><i>Note:</i> {FALLBACK_WARNING}</p>" in page
-    assert ">s2 · completed · tool</text>" in pictures(page)[0]  # the DAG's box says it too
+    assert ">✓ s2 · tool</text>" in pictures(page)[0]  # the DAG's box says it too
 
     text = run_markdown(run)  # `$` escaped: JupyterLab would typeset "$s1 … $s2" as math
     assert "| s2 | completed | Add the two figures · add(a=\\$s1 → 68.4, b=12) | direct call | 0.2 | 80.4 |" in text
