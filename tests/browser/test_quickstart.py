@@ -72,6 +72,7 @@ def _quickstart(clone: Path, env: dict[str, str], log: Path, opened: Path) -> It
     with log.open("wb") as output:
         port = _free_port()
         command = ["bash", "quickstart.sh", f"--port={port}", "--ip=127.0.0.1", "--ServerApp.port_retries=0"]
+        command.append("--LabApp.expose_app_in_browser=True")  # the test drives JupyterLab's own commands
         server = subprocess.Popen(
             command,
             cwd=clone,
@@ -171,7 +172,7 @@ def test_command_1_opens_jupyterlab_on_the_quickstart(tmp_path: Path, browser: A
             working_copy = clone / "workspace" / "notebooks"
             assert sorted(path.name for path in working_copy.glob("[0-9][0-9]_*.ipynb")) == TUTORIALS
             assert len(TUTORIALS) == 8, TUTORIALS
-            origin = "{0.scheme}://{0.netloc}".format(urllib.parse.urlsplit(url))
+            origin = "{0.scheme}://{0.netloc}".format(urllib.parse.urlsplit(page.url))  # not the file it was given
             problems = [problem for name in TUTORIALS for problem in _run_all(page, origin, name, working_copy)]
             assert not problems, "\n".join(problems)
             # the README a tutorial links to (../README.md) is served beside the working copy
