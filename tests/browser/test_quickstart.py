@@ -110,7 +110,19 @@ def _run_all(page: Any, origin: str, name: str, working_copy: Path) -> list[str]
         return panel?.context?.path === path && panel.content?.widgets?.length > 0
             && panel.sessionContext?.session?.kernel?.status === "idle";
     }"""
-    page.wait_for_function(ready, arg=f"notebooks/{name}", timeout=WAIT_MS)
+    try:
+        page.wait_for_function(ready, arg=f"notebooks/{name}", timeout=WAIT_MS)
+    except Exception:
+        page.screenshot(path=str(SCREENSHOTS / f"quickstart-not-ready-{name.removesuffix('.ipynb')}.png"))
+        seen = page.evaluate(
+            """() => {
+                const panel = window.jupyterapp?.shell?.currentWidget;
+                return {app: !!window.jupyterapp, url: location.href, path: panel?.context?.path,
+                        cells: panel?.content?.widgets?.length, kernel: panel?.sessionContext?.session?.kernel?.status,
+                        dialog: document.querySelector(".jp-Dialog")?.innerText};
+            }"""
+        )
+        raise AssertionError(f"{name} did not open with an idle kernel: {seen}") from None
     page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
     page.wait_for_function(
         """() => {

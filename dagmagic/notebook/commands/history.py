@@ -30,8 +30,9 @@ _NOT_DONE = ("failed", "running", "cancelled", "pending", "not_started")
 
 
 def history(notebook: NotebookSession, rest: str) -> None:
-    """``%dag history [--all]``: this notebook's stored runs (``--all``: the whole store's; without a store, this
-    kernel's), a table numbered as the other commands take them, then the experiments.
+    """``%dag history [--all]``: this notebook's stored runs (``--all``, or a kernel that does not know its
+    notebook: the whole store's; without a store, this kernel's), a table numbered as the other commands take
+    them, then the experiments.
     """
     from dagmagic.engine import STOPPED_BY_YOU
     from dagmagic.store import HOST, ExperimentSummary
@@ -55,17 +56,16 @@ def history(notebook: NotebookSession, rest: str) -> None:
         return
     summaries = store.runs(limit=_STORE_ROWS)
     stored = f"{len(summaries)}{'+' if len(summaries) == _STORE_ROWS else ''}"
-    if every:
+    path = this_notebook()
+    if every or path is None:  # a kernel that does not know its notebook (a console, a script) lists them all
         listed = summaries
         print(f"All runs in the store {store.path}: {stored}." if summaries else f"No runs yet in {store.path}.")
     else:
-        path = this_notebook()
-        here = set(notebook.numbers)
-        listed = [s for s in summaries if s.run_id in here or (path is not None and s.notebook == path)]
-        print(
-            f"Runs of this {'notebook' if path else 'kernel'}: {len(listed)}; %dag history --all for the whole "
-            f"store ({stored})."
-        )
+        here = set(notebook.numbers) | {  # an experiment's cells are runs of this kernel too
+            cell.run_id for experiment in notebook.experiments for cell in experiment.cells if cell.run_id
+        }
+        listed = [s for s in summaries if s.run_id in here or s.notebook == path]
+        print(f"Runs of this notebook: {len(listed)}; %dag history --all for the whole store ({stored}).")
     shared = any(summary.host != HOST for summary in listed)  # a team's store: say which machine ran each
     rows = [
         _Row(
