@@ -118,4 +118,6 @@ echo "==> The tutorials' working copy is workspace/notebooks/ ($copied copied no
 
 echo "==> Opening JupyterLab on workspace/notebooks/01_quickstart.ipynb (Ctrl-C twice to stop it)"
 cd workspace
-exec ../.venv/bin/jupyter lab notebooks/01_quickstart.ipynb "${options[@]}" "$@"
+# root_dir said outright: given a file alone, Jupyter serves the file's folder, and the tutorials' ../README.md
+# links would lead nowhere
+exec ../.venv/bin/jupyter lab notebooks/01_quickstart.ipynb --ServerApp.root_dir=. "${options[@]}" "$@"
