@@ -93,6 +93,8 @@ def execute(nb: nbformat.NotebookNode, cassette: Path, timeout: int) -> None:
         copy = Path(workdir) / cassette.name
         if cassette.exists():
             shutil.copyfile(cassette, copy)
+        # the notebook's path, as Jupyter tells a notebook's kernel (%dag history lists this notebook's runs)
+        env["JPY_SESSION_NAME"] = str(Path(workdir) / cassette.name.replace(".cassette.jsonl", ".ipynb"))
         client = NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": workdir}})
         client.execute(env=env)
         if copy.exists() and not cassette.exists():
