@@ -117,6 +117,12 @@ def test_the_front_page_is_the_readme_with_its_picture_and_the_settings_are_gene
         expect(table.locator("td code", has_text=name).first).to_be_visible()
     expect(table).to_contain_text("DAG_MAX_CONCURRENCY")
 
+    # the API reference, from the docstrings: the session, and what a run answers (from its base class)
+    page.goto(site + "api/", timeout=WAIT_MS)
+    expect(page.locator("article h2", has_text="DagSession").first).to_be_visible()
+    expect(page.locator('[id="dagmagic.engine.run.dag_run.DagRun.answer"]')).to_have_count(1)
+    page.screenshot(path=str(SCREENSHOTS / "docs-api.png"))
+
 
 def test_a_tutorial_is_rendered_with_its_stored_outputs(page: Any, site: str) -> None:
     page.goto(site, timeout=WAIT_MS)
