@@ -4,9 +4,11 @@ front page (short, its links lead to pages that exist), and its test command is 
 from __future__ import annotations
 
 import importlib.util
+import logging
 import re
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
+from typing import Any
 
 from dagmagic.settings import DagSettings, settings_table
 
@@ -75,3 +77,30 @@ def test_the_readme_links_every_tutorial_in_reading_order() -> None:
     linked = re.findall(r"\]\((notebooks/\d\d_\w+\.ipynb)\)", _section("Tutorials"))
     stored = sorted(f"notebooks/{path.name}" for path in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     assert linked == stored and len(linked) == 8
+
+
+def test_a_license_a_changelog_and_the_project_urls() -> None:
+    import tomllib
+
+    assert "MIT License" in (ROOT / "LICENSE").read_text(encoding="utf-8")
+    changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    assert "Keep a Changelog" in changelog and "## [Unreleased]" in changelog
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert {"Homepage", "Documentation", "Repository", "Changelog"} <= set(project["urls"])
+
+
+def test_a_tutorials_links_go_to_the_sites_pages_and_one_to_nowhere_is_a_warning(caplog: Any) -> None:
+    hooks = _hooks()
+    pages = {"tutorials/08_evaluate.ipynb": "tutorials/08_evaluate/", "evaluation.md": "evaluation/"}
+    files = SimpleNamespace(
+        get_file_from_path=lambda src: SimpleNamespace(url=pages[src]) if src in pages else None,
+    )
+    page = SimpleNamespace(file=SimpleNamespace(src_uri="tutorials/07_replay.ipynb"), url="tutorials/07_replay/")
+    html = '<a href="08_evaluate.ipynb">next</a> <a href="../docs/evaluation.md#cases">cases</a>'
+    assert hooks.on_page_content(html, page, None, files) == (
+        '<a href="../08_evaluate/">next</a> <a href="../../evaluation/#cases">cases</a>'
+    )
+    with caplog.at_level(logging.WARNING):
+        kept = hooks.on_page_content('<a href="../README.md#cache">x</a>', page, None, files)
+    assert kept == '<a href="../README.md#cache">x</a>'
+    assert "not a page of the site" in caplog.text  # a warning: mkdocs build --strict fails on it
