@@ -110,9 +110,15 @@ for original in notebooks/[0-9][0-9]_*.ipynb notebooks/*.cassette.jsonl; do
         copied=$((copied + 1))
     fi
 done
-# the documents the tutorials link to (../README.md), as links: they stay the repository's own
+# the documents the tutorials link to (../README.md, ../docs/*.md), as links: they stay the repository's own
 for document in README.md ARCHITECTURE.md benchmarks; do
     [ -e "workspace/$document" ] || ln -s "../$document" "workspace/$document"
+done
+# the documentation's pages one by one, not docs/ whole: its tutorials/ are links to the committed notebooks,
+# which a user would then edit in place
+mkdir -p workspace/docs
+for page in docs/*.md docs/images; do
+    [ -e "workspace/$page" ] || ln -s "../../$page" "workspace/$page"
 done
 echo "==> The tutorials' working copy is workspace/notebooks/ ($copied copied now; git ignores workspace/)"
 

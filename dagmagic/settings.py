@@ -532,7 +532,7 @@ _MIN_MAX_FIELDS = ("plan_min_steps", "plan_max_steps")
 
 
 def settings_table() -> str:
-    """The README's configuration table, made from the fields themselves."""
+    """The configuration reference's table (docs/configuration.md), made from the fields themselves."""
     rows = ["| setting | environment variable | default | meaning |", "|---|---|---|---|"]
     for name, field in DagSettings.model_fields.items():
         default = field.default

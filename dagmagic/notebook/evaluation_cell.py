@@ -67,7 +67,7 @@ def parse_eval(line: str) -> Any:
     except UsageError as exc:
         raise UsageError(f"bad %%dag eval options: {exc}") from None
     except SystemExit:  # argparse's own exit on bad input
-        raise UsageError(f"bad %%dag eval options: {line!r}; see the README's 'Evaluate over a dataset'") from None
+        raise UsageError(f"bad %%dag eval options: {line!r}; see docs/evaluation.md") from None
     if args.cases is None and args.resume is None:
         raise UsageError("%%dag eval needs --cases VAR: a notebook variable holding goals, dicts or a DataFrame")
     if args.repeat < 1:

@@ -187,14 +187,15 @@ def test_command_1_opens_jupyterlab_on_the_quickstart(tmp_path: Path, browser: A
             origin = "{0.scheme}://{0.netloc}".format(urllib.parse.urlsplit(page.url))  # not the file it was given
             problems = [problem for name in TUTORIALS for problem in _run_all(page, origin, name, working_copy)]
             assert not problems, "\n".join(problems)
-            # the README the last tutorial links to (../README.md) opens beside it, from the working copy
-            link = page.locator('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-RenderedMarkdown a[href*="README.md"]')
+            # the documentation page the last tutorial links to (../docs/evaluation.md) opens beside it, from the
+            # working copy
+            link = page.locator('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-RenderedMarkdown a[href*="evaluation.md"]')
             link.last.click()
-            current.filter(has_text="README.md").wait_for(timeout=WAIT_MS)
-            shown = page.locator(".jp-MainAreaWidget:not(.lm-mod-hidden)").filter(has_text="%%dag")
-            shown.first.wait_for(timeout=WAIT_MS)  # the README's own text, not an error
+            current.filter(has_text="evaluation.md").wait_for(timeout=WAIT_MS)
+            shown = page.locator(".jp-MainAreaWidget:not(.lm-mod-hidden)").filter(has_text="%%dag eval")
+            shown.first.wait_for(timeout=WAIT_MS)  # the page's own text, not an error
             assert page.locator(".jp-Dialog").count() == 0
-            page.screenshot(path=str(SCREENSHOTS / "quickstart-readme-from-tutorial-08.png"))
+            page.screenshot(path=str(SCREENSHOTS / "quickstart-docs-from-tutorial-08.png"))
         finally:
             page.close()
         # running and saving every tutorial changed no tracked file and left no untracked one

@@ -198,7 +198,7 @@ async def test_six_parallel_steps_pass_a_budget_of_about_one_step_by_at_most_the
     unbudgeted = await session_for(ScriptedLLM(six_steps_script(), price=PARALLEL_PRICE), **settings).run("goal")
     costs = {call.step_id or call.purpose: call.cost or 0.0 for call in unbudgeted.calls}
     budget = costs["plan"] + 1.5 * costs["s1"]  # the plan and about one step
-    # The README's bound: the spend passes the budget by at most what the calls in flight when the last one
+    # docs/budgets.md's bound: the spend passes the budget by at most what the calls in flight when the last one
     # started cost beyond their estimates. Each reply here is within its purpose's expected length, so a
     # call's estimate can only miss its prompt's tokens: at most that prompt's cost, per call in flight (the
     # plan's and the steps': the verdict's, with every result in its prompt, is never in flight beside them).

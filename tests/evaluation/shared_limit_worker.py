@@ -22,7 +22,7 @@ REPLY = json.dumps(
 
 
 def shared_router(api_base: str, redis_port: int, rpm: int) -> Any:
-    """The Router each process builds alike, as README's "Shared rate limits" shows."""
+    """The Router each process builds alike, as the documentation's "Shared rate limits" shows (docs/team.md)."""
     from litellm.router import Router
 
     deployment = {"model": "openai/gpt-4.1-mini", "api_base": api_base, "api_key": "sk-test", "rpm": rpm}

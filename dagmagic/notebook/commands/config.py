@@ -81,7 +81,7 @@ def config(notebook: NotebookSession, rest: str) -> None:
             print(_set_models(notebook, value) if key == "models" else _set_tools(notebook, value))
             continue
         if key not in DagSettings.model_fields:
-            raise UsageError(f"unknown setting {key!r}; see the README's configuration table")
+            raise UsageError(f"unknown setting {key!r}; see the configuration reference (docs/configuration.md)")
         before = DagSettings(**notebook.overrides)
         try:
             after = DagSettings(**{**notebook.overrides, key: value})
