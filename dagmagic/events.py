@@ -249,6 +249,8 @@ class AnswerReady(_Event):
     partial: bool = False
     """True when the run was stopped before it finished (by the user, or a model that stopped answering) and
     the answer covers only what completed."""
+    round: int | None = None
+    """The round it answers (the last; None when no round began)."""
 
 
 class RunFinished(_Event):

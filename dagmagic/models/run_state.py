@@ -308,6 +308,9 @@ class RoundRecord(BaseModel):
     """Where the plan stands when plans wait for the user's approval (None when they do not)."""
     follow_ups: list[str] = Field(default_factory=list)
     """The user's follow-ups this round's plan was the first to see."""
+    answered_follow_ups: list[str] = Field(default_factory=list)
+    """The user's follow-ups that came after this round's plan and that its verdict and answer took into account,
+    no new round following (a new round's plan sees the others: its ``follow_ups``)."""
     plan_cut: PlanCut | None = None
     """The planner wrote more steps than ``plan_max_steps`` allows, twice: what was cut."""
 

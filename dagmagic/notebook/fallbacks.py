@@ -27,6 +27,7 @@ from dagmagic.notebook.tool_steps import call_text, direct_call, fell_back, is_t
 __all__ = [
     "STATUS_COLORS",
     "answer_unreached",
+    "follow_ups",
     "inert_markdown",
     "markdown_html",
     "picture",
@@ -41,6 +42,20 @@ _PREVIEW = 160
 
 PARTIAL_NOTE = "partial: the run was stopped before it finished"
 UNREACHED_NOTE = "goal not reached: written from what completed, it says what is missing"
+
+
+PARTIAL_VERDICT = "Partial answer: the run was stopped before it finished; the answer covers what completed."
+"""What a round's verdict adds when its answer is partial (whatever the verdict found of the goal)."""
+
+
+def follow_ups(record: RoundRecord) -> list[tuple[str, str]]:
+    """The user's follow-ups that shaped the round, each with how, in words: its plan was made for it, or it came
+    while the round ran and its verdict and answer took it into account (no new round followed).
+    """
+    return [(f"planned for in round {record.index}", text) for text in record.follow_ups] + [
+        (f"taken into account by round {record.index}'s verdict and answer", text)
+        for text in record.answered_follow_ups
+    ]
 
 
 def answer_unreached(run: DagRun) -> bool:
@@ -100,6 +115,9 @@ def run_markdown(run: DagRun) -> str:
     if (divergence := run.divergence) is not None and divergence.detail:  # the diff keeps its lines, as written
         lines += [_code_block(divergence.detail), ""]
     lines += [f"- warning: {_md(_cap(warning, 1000))}" for warning in run.warnings] + ([""] if run.warnings else [])
+    said = [(how, text) for record in run.rounds for how, text in follow_ups(record)]
+    lines += [f"- your follow-up ({how}): {_md(_cap(text, 1000))}" for how, text in said]
+    lines += [""] if said else []
     rows = _reused_rows(run) + step_rows(run.plan)
     if rows:
         lines += ["| step | status | task | model | s | result |", "|---|---|---|---|---|---|"]
@@ -148,7 +166,10 @@ def _round_html(run: DagRun, record: RoundRecord, *, open_: bool) -> str:
     if record.analysis is not None:
         achieved = "achieved" if record.analysis.achieved else "not achieved"
         label += f" · {achieved}, confidence {record.analysis.confidence:.0%}"
+    if record.decision is not None and record.decision.partial:
+        label += " · partial answer"
     parts = [f"<summary>{e(label)}</summary>"]
+    parts += [f"<p><b>Your follow-up</b> ({e(how)}): {e(_cap(text, 1000))}</p>" for how, text in follow_ups(record)]
     if record.error:
         parts.append(f"<p>{e(record.error)}</p>")
     if record.plan_cut is not None:
@@ -166,6 +187,8 @@ def _round_html(run: DagRun, record: RoundRecord, *, open_: bool) -> str:
         parts.append(f"<p><i>Verdict:</i> {e(record.analysis.reasoning)}</p>")
     if record.decision is not None and record.decision.reason != (record.analysis and record.analysis.reasoning):
         parts.append(f"<p><i>Then:</i> {e(record.decision.reason)}</p>")
+    if record.decision is not None and record.decision.partial:
+        parts.append(f"<p><b>⚠ {e(PARTIAL_VERDICT)}</b></p>")
     return f"<details{' open' if open_ else ''}>{''.join(parts)}</details>"
 
 
@@ -308,6 +331,8 @@ def _summary(run: DagRun) -> str:
         parts.append(f"replay of run {run.replay_of}")
     if run.analysis is not None:
         parts += [f"achieved: {'yes' if run.achieved else 'no'}", f"confidence: {run.confidence:.2f}"]
+    if run.partial and run.answer:
+        parts.append("partial answer")
     if (divergence := run.divergence) is not None:  # the diff follows, on lines of its own
         parts.append(f"{divergence.headline}: {divergence.why}")
     elif run.error:

@@ -246,6 +246,13 @@ def _approve(widget: DagWidget, content: dict[str, Any]) -> Reply:
     return None
 
 
+def _follow_up(widget: DagWidget, content: dict[str, Any]) -> Reply:
+    """Send a follow-up; the answer says what it will do (the view confirms it in those words)."""
+    outlook = widget.run.follow_up_outlook  # for the phase it arrives in: the run moves on once it is taken
+    widget.run.follow_up(str(content.get("text", "")))
+    return {"notice": outlook}
+
+
 def _rerun(widget: DagWidget, content: dict[str, Any]) -> Reply:
     widget.run.start_rerun(str(content.get("step", "")), task=_text(content.get("task")))
     return None
@@ -265,7 +272,7 @@ def _release(word: str) -> Callable[[DagWidget, dict[str, Any]], Reply]:
 _HANDLERS: dict[str, Callable[[DagWidget, dict[str, Any]], Reply]] = {
     "stop": lambda w, c: w._stop(),
     "cancel": lambda w, c: w._cancel(),
-    "follow_up": lambda w, c: w.run.follow_up(str(c.get("text", ""))),
+    "follow_up": _follow_up,
     "retry_now": lambda w, c: w._retry_now(str(c.get("step", ""))),
     "rerun": _rerun,
     "approve": _approve,

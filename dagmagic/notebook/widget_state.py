@@ -137,6 +137,7 @@ def _round_state(record: RoundRecord, run: DagRun) -> dict[str, Any]:
         "rerun_step": record.rerun_step,
         "approval": record.approval,
         "follow_ups": [cap(text, 500) for text in record.follow_ups],
+        "answered_follow_ups": [cap(text, 500) for text in record.answered_follow_ups],
         "diff_base": _diff_base(run, record),
         "diff": _diff_state(run, record),
         "error": record.error,
@@ -154,7 +155,7 @@ def _round_state(record: RoundRecord, run: DagRun) -> dict[str, Any]:
         "analysis": record.analysis.model_dump(include={"achieved", "confidence", "reasoning"})
         if record.analysis
         else None,
-        "decision": record.decision.model_dump(include={"action", "reason"}) if record.decision else None,
+        "decision": record.decision.model_dump(include={"action", "reason", "partial"}) if record.decision else None,
     }
 
 

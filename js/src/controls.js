@@ -74,13 +74,18 @@ export function createControls({ requests, signal }) {
    * Sends a request; Python's refusal shows here, and what waited for it works again.
    * @param {string} name
    * @param {Record<string, unknown>} msg
-   * @param {import("./requests.js").RequestOptions} [options]
+   * @param {import("./requests.js").RequestOptions & {then?: (value: unknown) => void}} [options]  `then` gets
+   *   the answer's value when Python took it
    * @returns {Promise<boolean>} whether Python took it
    */
-  function post(name, msg, options) {
+  function post(name, msg, options = {}) {
     message.clear();
-    const answer = requests.request(name, msg, options).then(
-      () => true,
+    const { then, ...rest } = options;
+    const answer = requests.request(name, msg, rest).then(
+      (value) => {
+        then?.(value);
+        return true;
+      },
       (/** @type {Error} */ error) => {
         message.show(error.message);
         return false;
@@ -95,9 +100,9 @@ export function createControls({ requests, signal }) {
     const text = input.value.trim();
     if (!running || !text) return;
     input.value = "";
-    notice.textContent = `Follow-up sent: the run will replan with it.`;
+    notice.textContent = "Sending your follow-up…";
     notice.hidden = false;
-    void post("follow_up", { text }).then((took) => {
+    void post("follow_up", { text }, { then: (value) => (notice.textContent = outlook(value)) }).then((took) => {
       if (took) return;
       notice.hidden = true;
       if (!input.value) input.value = text; // refused: the user gets their text back
@@ -160,6 +165,18 @@ export function createControls({ requests, signal }) {
   }
 
   return { el, update };
+}
+
+/**
+ * What Python says the follow-up will do, in the phase it arrived in (a new round, or the verdict and answer under
+ * way taking it into account); a kernel that says nothing gets the words that hold whatever the phase.
+ * @param {unknown} value  the answer's value: `{notice}`
+ */
+export function outlook(value) {
+  const said = value && typeof value === "object" ? /** @type {{notice?: unknown}} */ (value).notice : null;
+  return typeof said === "string" && said.trim()
+    ? said
+    : "Follow-up sent: it is planned for in a new round, or taken into account by the answer.";
 }
 
 /**

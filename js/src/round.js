@@ -187,15 +187,21 @@ function renderDiff(round, rounds) {
 }
 
 /**
- * The follow-ups a round was planned for: what the user asked that made this round.
+ * The follow-ups that shaped a round: those its plan was made for, and those that came while it ran and that its
+ * verdict and answer took into account (no new round followed).
  * @param {Round} round
  */
 function renderFollowUps(round) {
-  const texts = round.follow_ups ?? [];
-  if (!texts.length) return null;
-  return h(
-    "ul",
-    { class: "dagmagic-round-followups", "aria-label": "Planned for your follow-up" },
-    texts.map((text) => h("li", { class: "dagmagic-round-followup" }, [h("b", {}, ["Follow-up: "]), text])),
-  );
+  const planned = round.follow_ups ?? [];
+  const answered = round.answered_follow_ups ?? [];
+  if (!planned.length && !answered.length) return null;
+  /** @param {string} how  @param {string} text  @param {string} kind */
+  const item = (how, text, kind) =>
+    h("li", { class: "dagmagic-round-followup", "data-kind": kind }, [h("b", {}, [how]), text]);
+  return h("ul", { class: "dagmagic-round-followups", "aria-label": "Your follow-ups in this round" }, [
+    ...planned.map((text) => item("Follow-up: ", text, "planned")),
+    ...answered.map((text) =>
+      item("Follow-up, taken into account by this round's verdict and answer: ", text, "answered"),
+    ),
+  ]);
 }

@@ -128,6 +128,7 @@ function normalizeRound(round, position) {
     diff: Array.isArray(r.diff) ? r.diff.map(normalizeDiff) : null,
     diff_base: num(r.diff_base),
     follow_ups: list(r.follow_ups).map(String),
+    answered_follow_ups: list(r.answered_follow_ups).map(String),
     plan_cut: normalizePlanCut(r.plan_cut),
   };
 }

@@ -63,7 +63,11 @@
 /** @typedef {{role: string, content: string}} PausedMessage */
 
 /** @typedef {{achieved: boolean, confidence: number, reasoning: string}} Analysis */
-/** @typedef {{action: "synthesize" | "replan" | "stop", reason: string}} Decision */
+/**
+ * @typedef {{action: "synthesize" | "replan" | "stop", reason: string, partial?: boolean}} Decision  `partial`: the
+ *   answer that follows covers only what completed (the user stopped the run, a model stopped answering, the budget
+ *   was spent), whatever the verdict found
+ */
 
 /** @typedef {"pending" | "approved" | "rejected"} Approval */
 /** @typedef {"task" | "result" | "status" | "dependencies" | "model"} DiffField */
@@ -99,6 +103,8 @@
  * @property {number | null} [diff_base]  the round `diff` compares with (the re-run one, or for a follow-up's
  *   round the round before)
  * @property {string[]} [follow_ups]  the user's follow-ups this round's plan was the first to see
+ * @property {string[]} [answered_follow_ups]  follow-ups that came after its plan and that its verdict and answer
+ *   took into account, no new round following
  * @property {PlanCut | null} [plan_cut]  its plan was cut to plan_max_steps
  */
 

@@ -60,6 +60,7 @@ export function roundSummary(round) {
   if (round.analysis)
     parts.push(`${round.analysis.achieved ? "achieved" : "not achieved"} ${formatPercent(round.analysis.confidence)}`);
   if (round.decision) parts.push(round.decision.action);
+  if (round.decision?.partial) parts.push("partial answer");
   return parts.join(" · ");
 }
 
@@ -89,6 +90,10 @@ export function renderVerdict(round, judging, tokens = null, writing = false) {
         ]),
       analysis?.reasoning && h("p", { class: "dagmagic-verdict-reasoning" }, [String(analysis.reasoning)]),
       decision && decisionLine(decision, analysis?.reasoning),
+      decision?.partial &&
+        h("p", { class: "dagmagic-verdict-partial", role: "note" }, [
+          "Partial answer: the run was stopped before it finished, so the answer covers only what completed.",
+        ]),
     ],
   );
 }

@@ -601,6 +601,38 @@ describe("the open step across views of a run", () => {
 });
 
 describe("follow-ups in their round", () => {
+  it("shows a follow-up the round's verdict and answer took in, in that round", async () => {
+    const state = sampleState();
+    state.rounds[1].answered_follow_ups = ["also cover Spain"];
+    const { el } = mount(state);
+    await nextRedraw();
+    const second = /** @type {HTMLElement} */ (el.querySelector('.dagmagic-round[data-round="2"]'));
+    const item = /** @type {HTMLElement} */ (second.querySelector('.dagmagic-round-followup[data-kind="answered"]'));
+    expect(item.textContent).toBe("Follow-up, taken into account by this round's verdict and answer: also cover Spain");
+    expect(el.querySelector('.dagmagic-round[data-round="1"] .dagmagic-round-followups')).toBeNull();
+  });
+
+  it("says a round's answer is partial beside its verdict, whatever the verdict found", async () => {
+    const state = sampleState();
+    const last = state.rounds[1];
+    last.analysis = { achieved: true, confidence: 0.9, reasoning: "all found" };
+    last.decision = {
+      action: "synthesize",
+      reason: "You stopped the run: answering from what completed.",
+      partial: true,
+    };
+    const { el } = mount(state);
+    await nextRedraw();
+    const second = /** @type {HTMLElement} */ (el.querySelector('.dagmagic-round[data-round="2"]'));
+    expect(second.querySelector(".dagmagic-verdict-mark")?.textContent).toBe("✓ achieved");
+    expect(second.querySelector(".dagmagic-verdict-partial")?.textContent).toContain("Partial answer");
+    expect(second.querySelector(".dagmagic-round-summary")?.textContent).toContain("partial answer");
+    last.decision = { action: "synthesize", reason: "The goal was achieved." };
+    const whole = mount(state);
+    await nextRedraw();
+    expect(whole.el.querySelector(".dagmagic-verdict-partial")).toBeNull();
+  });
+
   it("shows the follow-up a round was planned for, and what changed since the round before", async () => {
     const state = sampleState();
     state.rounds[1].follow_ups = ["also in euros <b>now</b>"];

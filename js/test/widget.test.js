@@ -600,6 +600,23 @@ describe("controls", () => {
     expect(button(el, "dagmagic-stop").textContent).toBe("Stop");
   });
 
+  it("confirms a follow-up in the words Python answers with: what it will actually do", async () => {
+    const { el, model } = mount();
+    const input = /** @type {HTMLInputElement} */ (el.querySelector(".dagmagic-followup-input"));
+    const notice = /** @type {HTMLElement} */ (el.querySelector(".dagmagic-notice"));
+    input.value = "also Spain";
+    click(button(el, "dagmagic-followup-send"));
+    expect(notice.hidden).toBe(false);
+    expect(notice.textContent).not.toContain("replan"); // nothing is promised before Python says what happens
+    const said =
+      "Follow-up sent: steps not started are skipped and running ones finish. Then the verdict judges what " +
+      "completed against the goal with your follow-up: a new round plans for it, unless those results already " +
+      "answer it, and then the answer takes it into account.";
+    model.answer({ value: { notice: said } });
+    await answered();
+    expect(notice.textContent).toBe(said);
+  });
+
   it("gives a refused follow-up its text back", async () => {
     vi.spyOn(console, "warn").mockImplementation(() => {});
     const { el, model } = mount();

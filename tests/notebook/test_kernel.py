@@ -514,14 +514,49 @@ def test_the_widgets_stop_message_skips_pending_steps_mid_run(kernel: Kernel) ->
     kernel.request(comm_id, "stop")
     cell = kernel.collect(msg_id, submitted, timeout=30)
     assert cell.status == "ok", cell.error
-    assert cell.result["text/plain"].startswith(
-        "<DagRun done (stopped by you): 'a goal stopped half-way' rounds=1 steps=2/3"
+    assert cell.result["text/plain"].startswith(  # s3 was skipped: partial, though the verdict found the goal met
+        "<DagRun done (stopped by you, partial answer): 'a goal stopped half-way' rounds=1 steps=2/3"
     )
+    assert "· partial answer" in cell.result["text/markdown"]
+    assert "⚠ Partial answer: the run was stopped before it finished" in cell.result["text/html"]
+    states = [m["content"]["data"]["state"] for m in kernel.updates(comm_id)]
+    assert [state["answer_partial"] for state in states if "answer_partial" in state][-1] is True
+    assert [state["rounds"][-1]["decision"] for state in states if state.get("rounds")][-1]["partial"] is True
 
     steps = json.loads(kernel.execute("print(json.dumps(steps_of(dagmagic.last_run())))").stdout)
     assert steps == {"s1": ["completed", None], "s2": ["completed", None], "s3": ["skipped", STOPPED_REASON]}
     drawn = [_node_statuses(m) for m in kernel.updates(comm_id) if _node_statuses(m)]
     assert drawn[-1] == {"s1": "completed", "s2": "completed", "s3": "skipped"}  # the front end was told too
+
+
+def test_a_follow_up_sent_from_the_widget_mid_steps_is_confirmed_as_it_happens_and_kept_in_its_round(
+    kernel: Kernel,
+) -> None:
+    kernel.execute('steered = scripted(latency={"step": 2.0})')  # its verdict finds the goal met
+    submitted = time.monotonic()
+    msg_id = kernel.submit("%%dag --models steered\na goal steered half-way")
+    comm_id = kernel.widget_comm_id(msg_id)
+    kernel.wait_for_update(comm_id, _both_running, "s1 and s2 running")
+    kernel.request(comm_id, "follow_up", text="also cover Spain")
+    reply = kernel.wait_for(
+        lambda m: (
+            m["msg_type"] == "comm_msg"
+            and m["content"]["comm_id"] == comm_id
+            and m["content"]["data"].get("content", {}).get("kind") == "anywidget-command-response"
+        ),
+        "the follow-up's answer",
+    )
+    cell = kernel.collect(msg_id, submitted, timeout=30)
+    assert cell.status == "ok", cell.error
+
+    notice = reply["content"]["data"]["content"]["response"]["value"]["notice"]
+    assert "the answer takes it into account" in notice  # and so it did: one round, the answer saw it
+    assert "rounds=1 steps=2/3" in cell.result["text/plain"]
+    said = "your follow-up (taken into account by round 1's verdict and answer): also cover Spain"
+    assert said in cell.result["text/markdown"]
+    states = [m["content"]["data"]["state"] for m in kernel.updates(comm_id)]
+    rounds = [state["rounds"] for state in states if state.get("rounds")][-1]
+    assert rounds[0]["answered_follow_ups"] == ["also cover Spain"]
 
 
 def test_widget_updates_stay_at_most_20_per_second_while_500_tokens_stream(

@@ -833,3 +833,20 @@ def test_setting_a_store_url_confirms_it_with_its_password_masked(
     assert "s3cret" not in shown, shown
     magics = ip.magics_manager.registry["DagMagics"]
     assert magics.overrides["store"] == "postgresql://dag:other-s3cret@127.0.0.1:5432/runs"  # what connects
+
+
+def test_dag_followup_says_what_the_follow_up_will_do(ip: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:
+    ip.user_ns["llm"] = scripted()  # its verdict finds the goal met: the answer takes the follow-up in
+    ip.user_ns["llm"].latency = {"step": 0.3}
+    run_cell(ip, "%%dag --models llm --bg --no-widget -o run\nsteer me")
+    wait = (
+        "import asyncio\nfor _ in range(500):\n    if run.phase == 'executing': break\n    await asyncio.sleep(0.01)\n"
+    )
+    run_cell(ip, wait)
+    capsys.readouterr()
+    run_cell(ip, "%dag followup also cover Spain")
+    said = capsys.readouterr().out
+    assert said.startswith("Follow-up sent: steps not started are skipped") and "answer takes it into account" in said
+    run = run_cell(ip, "await run\nrun")
+    assert isinstance(run, DagRun) and len(run.rounds) == 1
+    assert run.rounds[0].answered_follow_ups == ["also cover Spain"]

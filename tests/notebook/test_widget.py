@@ -135,7 +135,8 @@ async def test_messages_from_the_front_end_drive_the_run() -> None:
     widget = DagWidget(run)
     front = FrontEnd(widget)
     await gate.wait()
-    assert front.ask("follow_up", text="also Spain") == {"ok": True, "value": None}
+    answer = front.ask("follow_up", text="also Spain")
+    assert answer["ok"] and answer["value"]["notice"].startswith("Follow-up sent: steps not started are skipped")
     await asyncio.sleep(0)
     assert run.pending_follow_ups == ["also Spain"] and run.follow_ups == []  # not seen by a plan yet
     assert front.ask("stop")["ok"]
@@ -573,4 +574,110 @@ async def test_a_widget_holds_its_run_while_it_runs_and_again_while_a_step_is_re
     assert widget._running is run and not run.done()
     await rerun
     assert widget._running is None and len(widget.rounds) == 2  # the widget followed the re-run
+    widget.close()
+
+
+# --- Stop and follow-up, as every view tells them ---------------------------------------------------------------
+
+PARALLEL = {
+    "steps": [
+        {"id": "s1", "task": "slow lookup", "dependencies": []},
+        {"id": "s2", "task": "quick lookup", "dependencies": []},
+        {"id": "s3", "task": "summary of s1", "dependencies": ["s1"]},
+    ]
+}
+
+
+def slow_s1() -> tuple[asyncio.Event, Any]:
+    started = asyncio.Event()
+
+    async def step(request: Any) -> str:
+        if request.step_id == "s1":
+            started.set()
+            await asyncio.sleep(0.2)
+        return f"result of {request.step_id}"
+
+    return started, step
+
+
+def static_views(run: DagRun) -> tuple[str, str, str]:
+    from dagmagic.notebook.fallbacks import run_mimebundle
+
+    bundle = run_mimebundle(run)
+    return bundle["text/plain"], bundle["text/markdown"], bundle["text/html"]
+
+
+async def test_a_stop_that_skipped_a_step_is_partial_in_every_view() -> None:
+    started, step = slow_s1()
+    llm = scripted(plan=[PARALLEL], step=step, synthesize=[["Only ", "s1 and s2."]])
+    models = ModelRegistry().register("m", llm)
+    run = DagSession(models, DagSettings(store="none", max_concurrency=2)).start("goal")
+    widget = DagWidget(run)
+    front = FrontEnd(widget)
+    await started.wait()
+    assert front.ask("stop")["ok"]
+    await run
+    widget.sync()
+
+    assert run.steps["s3"].status == "skipped" and run.partial  # the verdict found the goal met: partial all the same
+    assert widget.answer_partial and widget.stopped_by_user
+    (first,) = widget.rounds
+    assert first["analysis"]["achieved"] and first["decision"]["partial"]  # the verdict's banner says partial
+    plain, markdown, html = static_views(run)
+    assert "(stopped by you, partial answer)" in plain
+    assert "· partial answer" in markdown and "**Answer** (partial: the run was stopped before it finished)" in markdown
+    assert "achieved, confidence 90% · partial answer</summary>" in html
+    assert "⚠ Partial answer: the run was stopped before it finished" in html
+    widget.close()
+
+
+async def test_a_follow_up_while_steps_run_is_confirmed_as_it_happens_and_shown_in_its_round(tmp_path: Any) -> None:
+    import dagmagic
+
+    started, step = slow_s1()
+    llm = scripted(plan=[PARALLEL], step=step)  # the verdict finds the goal, with the follow-up, met
+    store = str(tmp_path / "runs.sqlite")
+    run = DagSession(ModelRegistry().register("m", llm), DagSettings(store=store, max_concurrency=2)).start("goal")
+    widget = DagWidget(run)
+    front = FrontEnd(widget)
+    await started.wait()
+    answer = front.ask("follow_up", text="also cover Spain")
+    await run
+    widget.sync()
+
+    notice = answer["value"]["notice"]
+    assert answer["ok"] and notice.startswith("Follow-up sent: steps not started are skipped")
+    assert "the answer takes it into account" in notice  # what then happened: no new round, the answer saw it
+    assert len(run.rounds) == 1 and run.steps["s3"].status == "skipped"
+    (first,) = widget.rounds
+    assert first["answered_follow_ups"] == ["also cover Spain"] and first["follow_ups"] == []
+    for shown in (run, dagmagic.load_run(run.run_id, store=store)):  # the saved run says it too
+        _, markdown, html = static_views(shown)
+        assert "your follow-up (taken into account by round 1's verdict and answer): also cover Spain" in markdown
+        assert (
+            "<b>Your follow-up</b> (taken into account by round 1&#x27;s verdict and answer): also cover Spain" in html
+        )
+    widget.close()
+
+
+async def test_a_follow_up_that_gets_a_round_is_shown_in_that_round() -> None:
+    started, step = slow_s1()
+    not_yet = {"achieved": False, "confidence": 0.3, "reasoning": "Spain is missing"}
+    llm = scripted(
+        plan=[PARALLEL, PARALLEL],
+        step=step,
+        analyze=[not_yet, {"achieved": True, "confidence": 0.9, "reasoning": "fine", "final_answer": "With Spain."}],
+    )
+    run = DagSession(ModelRegistry().register("m", llm), DagSettings(store="none", max_concurrency=2)).start("goal")
+    widget = DagWidget(run)
+    front = FrontEnd(widget)
+    await started.wait()
+    notice = front.ask("follow_up", text="also cover Spain")["value"]["notice"]
+    await run
+    widget.sync()
+    assert "a new round plans for it" in notice and len(run.rounds) == 2
+    assert [r["follow_ups"] for r in widget.rounds] == [[], ["also cover Spain"]]
+    _, markdown, html = static_views(run)
+    assert "your follow-up (planned for in round 2): also cover Spain" in markdown
+    assert "<b>Your follow-up</b> (planned for in round 2): also cover Spain" in html
     widget.close()

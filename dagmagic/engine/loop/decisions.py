@@ -60,16 +60,18 @@ def decide(
     *,
     follow_up: bool,
     stopped: bool,
+    cut_short: bool = False,
     autonomous_rounds: int,
     settings: DagSettings,
     unanswered: Sequence[str] = (),
 ) -> Decision:
-    """What follows a judged round: achieved, then the user's latest word (a Stop answers now from what
-    completed), then models of the round that stopped answering (``unanswered``: another round would meet them
-    again, so the answer is written from what completed, and sees any follow-up), then a follow-up not yet
-    planned for (a round outside the budget), then the budget, then confidence.
+    """What follows a judged round: achieved (unless a Stop skipped steps of it, ``cut_short``: what completed
+    may meet the goal, but the answer covers only that, so it is partial), then the user's latest word (a Stop
+    answers now from what completed), then models of the round that stopped answering (``unanswered``: another
+    round would meet them again, so the answer is written from what completed, and sees any follow-up), then a
+    follow-up not yet planned for (a round outside the budget), then the budget, then confidence.
     """
-    if analysis.achieved:
+    if analysis.achieved and not (stopped and cut_short):
         return Decision(action="synthesize", reason="The goal was achieved.")
     if stopped:  # a follow-up after the Stop would have cleared it: the Stop is the latest word
         return Decision(action="synthesize", reason=STOPPED, partial=True)

@@ -232,7 +232,7 @@ class Drive:
         run = self.run
         if self.answered_by_verdict(record, decision):
             assert record.analysis is not None and record.analysis.final_answer is not None
-            run.state.follow_ups.extend(run.inbox.seen(len(run.inbox.pending)))  # the verdict judged them
+            self.answered(len(run.inbox.pending))  # the verdict judged them
             self.answer(run, record.analysis.final_answer, fallback=False)
             return FINISHED
         self.settle_draft(record, decision)
@@ -285,6 +285,16 @@ class Drive:
         self.answer(run, fallback_answer(analysis, steps, why), fallback=True, partial=True)
         return FINISHED
 
+    def answered(self, count: int) -> None:
+        """The first ``count`` pending follow-ups are in the answer (no new plan saw them): the last round keeps
+        them, the round they shaped.
+        """
+        run = self.run
+        seen = run.inbox.seen(count)
+        run.state.follow_ups.extend(seen)
+        if run.rounds:
+            run.rounds[-1].answered_follow_ups.extend(seen)
+
     @staticmethod
     def clear_answer(run: DagRun, reason: str = FOLLOW_UP_WHILE_ANSWERING) -> None:
         """Drop the answer being written: a follow-up (or a re-run) made it outdated."""
@@ -296,7 +306,8 @@ class Drive:
     def answer(run: DagRun, answer: str, *, fallback: bool, partial: bool = False) -> None:
         """The run's answer."""
         run.state.answer = answer
-        run.emit(AnswerReady(answer=answer, fallback=fallback, partial=partial))
+        round = run.rounds[-1].index if run.rounds else None  # its row keeps the follow-ups the answer saw
+        run.emit(AnswerReady(answer=answer, fallback=fallback, partial=partial, round=round))
 
 
 def _plan_whole(run: DagRun, record: RoundRecord) -> bool:

@@ -40,6 +40,7 @@ from dagmagic.engine.loop.decisions import (
 )
 from dagmagic.engine.loop.executing_phase import Execution
 from dagmagic.engine.run.inbox import Interrupted
+from dagmagic.engine.steps.executor import FOLLOWED_UP_REASON, STOPPED_REASON
 from dagmagic.errors import DagError
 from dagmagic.events import AnalysisReady, AnswerDelta, ApprovalRequested, PlanReady, Replanning
 from dagmagic.messages import Approve, Message, Reject
@@ -54,6 +55,8 @@ __all__ = ["FINISHED", "Analyzing", "AwaitingApproval", "Executing", "Finished",
 
 STOPPED_BEFORE_APPROVAL = "Skipped — you stopped the run before approving the plan"
 DROPPED_FOR_FOLLOW_UP = "Skipped — the plan was dropped for your follow-up before it ran"
+USERS_SKIPS = (STOPPED_REASON, FOLLOWED_UP_REASON)
+"""What the steps a round's stop skipped say."""
 
 
 class Phase:
@@ -165,6 +168,11 @@ async def _awaited(future: asyncio.Future[tuple[str, Any]]) -> tuple[str, Any]:
     return await future
 
 
+def _cut_short(record: RoundRecord) -> bool:
+    """Whether the user's word skipped steps of the round (a Stop's, or a follow-up's before a later Stop)."""
+    return any(step.status == "skipped" and step.error in USERS_SKIPS for step in record.plan.steps)
+
+
 def _skip_all(plan: ExecutionPlan, why: str) -> None:
     for step in plan.steps:
         step.status, step.error = "skipped", why
@@ -249,6 +257,7 @@ class Analyzing(Phase):
                 analysis,
                 follow_up=bool(inbox.pending),
                 stopped=inbox.stopped,
+                cut_short=_cut_short(record),
                 autonomous_rounds=budget.used,
                 settings=drive.services.settings,
                 unanswered=drive.services.unanswered(record),
@@ -344,7 +353,7 @@ class Synthesizing(Phase):
         if isinstance(outcome, Interrupted) or len(inbox.pending) > waiting:
             drive.clear_answer(run)
             return drive.users_round(FOLLOW_UP_WHILE_ANSWERING)
-        run.state.follow_ups.extend(inbox.seen(waiting))
+        drive.answered(waiting)
         answer, fallback = outcome
         drive.answer(run, answer, fallback=fallback, partial=self.partial)
         return FINISHED

@@ -14,7 +14,7 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 from dagmagic._secrets import mask_secrets
-from dagmagic.engine.run.inbox import Inbox
+from dagmagic.engine.run.inbox import FOLLOW_UP_OUTLOOK, Inbox
 from dagmagic.engine.run.queries import RunQueries
 from dagmagic.errors import DagError, RunFailedError
 from dagmagic.events import (
@@ -265,9 +265,16 @@ class DagRun(RunQueries):
 
     def follow_up(self, text: str) -> None:
         """Steer the run: ``text`` joins the goal; it is planned for in a new round or seen by the answer
-        (no budget used). It wins over an earlier ``stop()``.
+        (no budget used). It wins over an earlier ``stop()``. ``follow_up_outlook`` says which, before it is sent.
         """
         self.send(FollowUp(text=text if isinstance(text, str) else ""))
+
+    @property
+    def follow_up_outlook(self) -> str:
+        """What a follow-up sent now would do, in the user's words (the views' confirmation); "" once the run
+        has ended (a follow-up is refused then).
+        """
+        return "" if self.done() or self.read_only else FOLLOW_UP_OUTLOOK.get(self.inbox.phase.name, "")
 
     def cancel(self) -> bool:
         """Abort now: running steps are cancelled and the run ends ``cancelled``. False if already done."""

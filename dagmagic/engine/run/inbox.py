@@ -51,7 +51,7 @@ from dagmagic.messages import (
 )
 from dagmagic.models import PlanStep, RunPhase, RunState
 
-__all__ = ["EFFECTS", "INTERRUPTED", "Effect", "Inbox", "Interrupted", "ReceivingPhase", "Word"]
+__all__ = ["EFFECTS", "FOLLOW_UP_OUTLOOK", "INTERRUPTED", "Effect", "Inbox", "Interrupted", "ReceivingPhase", "Word"]
 
 T = TypeVar("T")
 
@@ -84,6 +84,26 @@ rerun              refuse    refuse     refuse             refuse     refuse    
 - A step skipped while its plan awaits approval is skipped when the plan runs.
 - Breakpoints and stepping through are settings of the run: they apply from the next step that is ready.
 - A step can only wait to retry while steps run; elsewhere retry-now finds nothing to wake.
+"""
+
+
+FOLLOW_UP_OUTLOOK: Final[Mapping[RunPhase, str]] = {
+    "starting": "Follow-up sent: the first plan will include it.",
+    "planning": "Follow-up sent: the plan being made is dropped; a new round plans for it.",
+    "awaiting_approval": "Follow-up sent: the plan waiting for your approval is dropped; a new round plans for it.",
+    "executing": (
+        "Follow-up sent: steps not started are skipped and running ones finish. Then the verdict judges what "
+        "completed against the goal with your follow-up: a new round plans for it, unless those results already "
+        "answer it, and then the answer takes it into account."
+    ),
+    "analyzing": (
+        "Follow-up sent: the round is judged again with it: a new round plans for it, unless the results already "
+        "answer it, and then the answer takes it into account."
+    ),
+    "synthesizing": "Follow-up sent: the answer being written is dropped; a new round plans for it.",
+}
+"""What a follow-up taken in each phase will do, as the user is told when they send it (the table's
+``follow_up`` row, and what ``decide`` makes of it: a verdict that finds the goal with it met answers at once).
 """
 
 

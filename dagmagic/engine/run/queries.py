@@ -276,7 +276,8 @@ class RunQueries:
         goal = self.goal if len(self.goal) <= 60 else f"{self.goal[:57]}..."
         steps = self.steps.values()
         completed = sum(step.status == "completed" for step in steps)
-        status = f"{self.status} ({STOPPED_BY_YOU})" if self.stopped_by_user else self.status
+        qualifiers = [STOPPED_BY_YOU] * self.stopped_by_user + ["partial answer"] * (self.partial and bool(self.answer))
+        status = f"{self.status} ({', '.join(qualifiers)})" if qualifiers else self.status
         return (
             f"<DagRun {status}: {goal!r} rounds={len(self.rounds)} "
             f"steps={completed}/{len(steps)} completed achieved={self.achieved} confidence={self.confidence:.2f}>"

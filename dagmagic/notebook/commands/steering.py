@@ -64,4 +64,7 @@ def followup(notebook: NotebookSession, rest: str) -> None:
     """``%dag followup TEXT``: steer the running run."""
     if not rest:
         raise UsageError("%dag followup needs the text of the follow-up")
-    act(lambda run: run.follow_up(rest), notebook.running())
+    run = notebook.running()
+    outlook = run.follow_up_outlook  # for the phase it arrives in: the run moves on once it is taken
+    act(lambda run: run.follow_up(rest), run)
+    print(outlook)

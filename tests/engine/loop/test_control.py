@@ -511,3 +511,115 @@ async def test_a_follow_up_at_any_moment_reaches_a_plan_or_the_final_answer(slow
     if slow in ("plan", "synthesize"):
         assert MARK in llm.requests_for("plan")[-1].prompt
     assert run.follow_ups == [FOLLOW_UP] and run.pending_follow_ups == [] and run.status == "done"
+
+
+# --- what the views are told: a Stop that skipped steps, a follow-up's outlook and its round ----------------------
+
+
+PARALLEL = plan_reply(("s1", []), ("s2", []), ("s3", ["s1"]))
+"""s1 is slow, s2 quick, s3 waits for s1: a Stop or a follow-up while s1 runs skips s3 only."""
+
+
+async def test_a_stop_that_skipped_steps_makes_the_answer_partial_even_when_the_verdict_finds_the_goal_met() -> None:
+    step = Moment(lambda r: f"result of {r.step_id}", hold=0.2)
+    llm = ScriptedLLM(
+        script(
+            plan=[PARALLEL],
+            step=step,
+            analyze=[verdict(True, 0.9, "all found", "The verdict's answer.")],
+            synthesize=[["From s1 and s2 only."]],
+        )
+    )
+    run = session_for(llm, streaming_planner=False, max_concurrency=2).start("goal")
+    await step.arrived.wait()
+    run.stop()
+    await run
+
+    assert [(s.id, s.status) for s in run.plan.steps] == [("s1", "completed"), ("s2", "completed"), ("s3", "skipped")]
+    assert run.partial and run.stopped_by_user and run.achieved  # the verdict's finding stands; the answer is partial
+    decision = run.rounds[0].decision
+    assert (
+        decision is not None
+        and decision.partial
+        and decision.reason == "You stopped the run: answering from what completed."
+    )
+    (synthesis,) = llm.requests_for("synthesize")  # the partial answer is written apart, saying what is missing
+    assert "the answer is partial" in synthesis.prompt
+    assert run.answer == "From s1 and s2 only."
+    assert [e.partial for e in run.events if isinstance(e, AnswerReady)] == [True]
+    assert repr(run).startswith("<DagRun done (stopped by you, partial answer): 'goal'")
+
+
+async def test_a_stop_that_skipped_nothing_lets_the_verdict_decide() -> None:
+    step = Moment(lambda r: f"result of {r.step_id}", hold=0.2)
+    llm = ScriptedLLM(script(plan=[plan_reply(("s1", []))], step=step))
+    run = session_for(llm, streaming_planner=False).start("goal")
+    await step.arrived.wait()
+    run.stop()  # s1 runs, and nothing else is left to skip: the results are whole
+    await run
+    assert not run.partial and run.answer == "The answer." and llm.requests_for("synthesize") == []
+    assert "partial" not in repr(run)
+
+
+async def test_a_follow_up_while_steps_run_is_told_what_happens_and_the_verdict_takes_it_into_account() -> None:
+    step = Moment(lambda r: f"result of {r.step_id}", hold=0.2)
+    llm = ScriptedLLM(script(plan=[PARALLEL], step=step, analyze=[verdict(True, 0.9, "covered", "With Spain.")]))
+    run = session_for(llm, streaming_planner=False, max_concurrency=2).start("goal")
+    await step.arrived.wait()
+    outlook = run.follow_up_outlook
+    run.follow_up(FOLLOW_UP)
+    await run
+
+    # what the user was told: the verdict judges with it, and answers with it when the results already meet it
+    assert "the verdict judges what completed against the goal with your follow-up" in outlook
+    assert "and then the answer takes it into account" in outlook
+    assert len(run.rounds) == 1 and MARK in llm.requests_for("analyze")[0].prompt and run.answer == "With Spain."
+    first = run.rounds[0]
+    assert first.follow_ups == [] and first.answered_follow_ups == [FOLLOW_UP]  # the round it shaped keeps it
+    assert run.follow_ups == [FOLLOW_UP] and not run.partial
+    assert run.follow_up_outlook == ""  # ended: a follow-up is refused
+
+
+async def test_a_follow_up_while_steps_run_that_the_results_do_not_meet_gets_its_round() -> None:
+    step = Moment(lambda r: f"result of {r.step_id} in round {r.round}", hold=0.2)
+    llm = ScriptedLLM(
+        script(
+            plan=[PARALLEL],
+            step=step,
+            analyze=[verdict(False, 0.3, "Spain missing"), verdict(True, 0.9, "ok", "Done.")],
+        )
+    )
+    run = session_for(llm, streaming_planner=False, max_concurrency=2).start("goal")
+    await step.arrived.wait()
+    outlook = run.follow_up_outlook
+    run.follow_up(FOLLOW_UP)
+    await run
+    assert "a new round plans for it" in outlook
+    assert len(run.rounds) == 2 and MARK in llm.requests_for("plan")[1].prompt
+    assert run.rounds[1].follow_ups == [FOLLOW_UP] and run.rounds[0].answered_follow_ups == []
+    assert run.answer == "Done." and not run.partial
+
+
+@pytest.mark.parametrize(
+    ("slow", "says"),
+    [
+        ("plan", "the plan being made is dropped; a new round plans for it"),
+        ("analyze", "the round is judged again with it"),
+        ("synthesize", "the answer being written is dropped; a new round plans for it"),
+    ],
+)
+async def test_the_outlook_of_a_follow_up_is_what_then_happens(slow: str, says: str) -> None:
+    overrides: dict[str, Any] = {slow: Moment(ONE_REPLY[slow])}
+    if slow == "synthesize":
+        overrides["analyze"] = [verdict(True, 0.9, "ok")]
+    llm = ScriptedLLM(script(**overrides))
+    run = session_for(llm, streaming_planner=False).start("goal")
+    await overrides[slow].arrived.wait()
+    outlook = run.follow_up_outlook
+    run.follow_up(FOLLOW_UP)
+    await run
+    assert says in outlook
+    if "new round" in says:
+        assert len(run.rounds) == 2 and run.rounds[-1].follow_ups == [FOLLOW_UP]
+    else:  # judged again, and (the verdict finding it met) answered in its round
+        assert len(run.rounds) == 1 and run.rounds[0].answered_follow_ups == [FOLLOW_UP]
