@@ -41,5 +41,17 @@ def strip_live_views(model: dict[str, Any], **_: Any) -> None:
 
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:
-    serverapp.contents_manager.register_pre_save_hook(strip_live_views)
+    hooked: list[Any] = []
+
+    def hook(contents_manager: Any) -> None:
+        if not any(contents_manager is done for done in hooked):
+            contents_manager.register_pre_save_hook(strip_live_views)
+            hooked.append(contents_manager)
+
+    hook(serverapp.contents_manager)
+    # An extension loaded after this one may replace the contents manager (jupytext's does, and mkdocs-jupyter
+    # brings it): once every extension is loaded, the one that saves gets the hook too.
+    serverapp.io_loop.add_callback(
+        lambda: hook(serverapp.web_app.settings.get("contents_manager", serverapp.contents_manager))
+    )
     serverapp.log.info("dagmagic: saved notebooks keep the static views of runs, not their live widgets")
