@@ -95,8 +95,8 @@ def widget_for(run: DagRun) -> Any:
 
 
 def _widget_of_id(run_id: str) -> Any:
-    """The widget a live view shows run ``run_id`` in, whichever object of the run it was made for."""
-    return next((widget for widget in _live_views if widget.run_id == run_id), None)
+    """The open widget a live view shows run ``run_id`` in, whichever object of the run it was made for."""
+    return next((w for w in _live_views if w.run_id == run_id and getattr(w, "comm", None) is not None), None)
 
 
 def _hand_off(widget: Any, run: DagRun, *, resumed: bool = False) -> None:
