@@ -283,7 +283,8 @@ def _view_bundle(widget: Any, view: _LiveView) -> dict[str, Any]:
 def run_bundle(run: DagRun, include: Any = None, exclude: Any = None) -> dict[str, Any]:
     """The run's display as a value: the static views for every reader, and the widget view where a front end
     draws it. Beside the live view shown in the same cell it is the widget alone where the live view keeps the
-    static views (it stays up to date, this value could not).
+    static views (it stays up to date, this value could not); where a front end draws widgets, a cell without
+    one shows one first.
     """
     static: dict[str, Any] = run_mimebundle(run)
     if run in _static_only or not _in_kernel():
@@ -293,7 +294,12 @@ def run_bundle(run: DagRun, include: Any = None, exclude: Any = None) -> dict[st
     shown_here = [v for v in _live_views.get(widget, []) if v.cell == cell] if widget is not None else []
     if shown_here:
         return {**_widget_bundle(run), "text/plain": static["text/plain"]} if shown_here[-1].keeps_widget else static
-    if not (front_end_known() or _asked_by_a_person()):
+    if front_end_known():
+        # shown as a live view of this cell, as a %%dag cell shows it: a later cell the run goes on in can hand
+        # that view off (a value cannot be changed once shown: its widget view would go blank there)
+        show_live(run)
+        return {**_widget_bundle(run), "text/plain": static["text/plain"]}
+    if not _asked_by_a_person():
         return static
     bundle = {**_widget_bundle(run), **static}
     _hand_off(widget_for(run), run)  # drawn here, the widget's views in earlier cells would go blank
