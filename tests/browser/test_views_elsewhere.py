@@ -76,8 +76,11 @@ def test_a_bg_cell_awaited_below_keeps_the_run_as_it_left_it_and_points_below(ju
     expect(kept).to_contain_text("cell [4] shows it as it is now")  # ...and where it went on
     expect(kept.locator(".dagmagic-static")).to_be_visible()
     expect(kept).to_contain_text("Go on in the cell below")
-    expect(bg.locator(".dagmagic:visible")).to_have_count(0)  # no second live view
+    expect(bg.locator(".dagmagic:visible")).to_have_count(0)  # no second live view...
+    expect(bg.locator(".jp-OutputArea-child:visible")).to_have_count(1)  # ...nor the empty prompt of its hidden value
+    expect(below.locator(".jp-OutputArea-child:visible")).to_have_count(1)
     tab.screenshot("bg-after-awaited", focus=bg)
+    tab.screenshot("bg-after-awaited-below", focus=below.locator(".dagmagic-answer"))
 
     views = run_views(save(tab, "bg-below.ipynb"))
     assert [len(v) for v in views] == [0, 0, 1, 1], views  # the run once per cell that showed it
@@ -107,6 +110,7 @@ def test_an_earlier_view_of_a_resumed_run_says_where_it_was_resumed(jupyterlab: 
     expect(kept).to_contain_text("cancelled")  # the run as it stopped, under the line that says where it went
     # no stale widget still offering to resume a run that is done
     expect(first.locator(".dagmagic:visible")).to_have_count(0)
+    expect(first.locator(".jp-OutputArea-child:visible")).to_have_count(1)
     expect(tab.page.locator(".dagmagic-resume-offer:visible")).to_have_count(0)
     tab.screenshot("resumed-earlier-cell", focus=first)
     tab.screenshot("resumed-later-cell", focus=drawn)
