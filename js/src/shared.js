@@ -75,39 +75,18 @@ function createRunMemory() {
   };
 }
 
-/**
- * Hides or shows a view, and with it the host's output that holds it: JupyterLab and Notebook 7 draw an output's
- * prompt ("[3]:") beside it, which would stay behind, empty, under a hidden view.
- * @param {WeakMap<HTMLElement, HTMLElement>} outputs  the host output hidden with each view (found while on the page)
- * @param {HTMLElement} root
- * @param {boolean} hidden
- */
-function setHidden(outputs, root, hidden) {
-  root.hidden = hidden;
-  const output = root.closest(".jp-OutputArea-child") ?? outputs.get(root);
-  if (!(output instanceof HTMLElement)) return;
-  // a style, not the attribute: the host's stylesheet sets the output's display, which would win over [hidden]
-  output.style.display = hidden ? "none" : "";
-  if (hidden) outputs.set(root, output);
-  else outputs.delete(root);
-}
-
 /** The views of the widget, oldest first: only the newest shows. */
 function createViews() {
   /** @type {HTMLElement[]} */
   const views = [];
-  /** @type {WeakMap<HTMLElement, HTMLElement>} */
-  const outputs = new WeakMap();
   return (/** @type {HTMLElement} */ root) => {
-    for (const older of views) setHidden(outputs, older, true);
+    for (const older of views) older.hidden = true;
     views.push(root);
     return () => {
       const at = views.indexOf(root);
       if (at >= 0) views.splice(at, 1);
-      // the view goes (its output updated to something else, which must show): its output shows again
-      setHidden(outputs, root, false);
       const newest = views[views.length - 1];
-      if (newest) setHidden(outputs, newest, false);
+      if (newest) newest.hidden = false;
     };
   };
 }

@@ -3,7 +3,6 @@ import {
   answered,
   approvalState,
   definitionOf,
-  fakeModel,
   mount,
   nextRedraw,
   pausedState,
@@ -789,30 +788,6 @@ describe("lifecycle", () => {
     ]);
     cleanup();
     expect(older.hidden).toBe(false);
-  });
-
-  it("hides the host's whole output with an older view, its prompt too, and shows it again", () => {
-    /** An output of JupyterLab's output area: its prompt ("[3]:") beside the view's element. */
-    const output = () => {
-      const child = document.createElement("div");
-      child.className = "jp-OutputArea-child";
-      const prompt = document.createElement("div");
-      prompt.textContent = "[3]:";
-      const el = document.createElement("div");
-      child.append(prompt, el);
-      document.body.append(child);
-      return { child, el };
-    };
-    const [live, value] = [output(), output()];
-    const model = fakeModel(sampleState());
-    const first = definitionOf(model).render({ model: /** @type {any} */ (model), el: live.el });
-    const second = definitionOf(model).render({ model: /** @type {any} */ (model), el: value.el });
-    expect([live.child.style.display, value.child.style.display]).toEqual(["none", ""]);
-    second(); // the newer view goes (its output updated): both outputs show
-    expect([live.child.style.display, value.child.style.display]).toEqual(["", ""]);
-    first();
-    live.child.remove();
-    value.child.remove();
   });
 
   it("says when there is no plan at all", () => {

@@ -15,7 +15,7 @@ from playwright.sync_api import expect
 from dagmagic.server import strip_live_views
 
 from .conftest import CHROMIUM, WAIT_MS, NotebookPage
-from .test_e2e import ANSWER_TEXT, Gate, cells, expect_waiting_for_the_gate
+from .test_e2e import ANSWER_TEXT, Gate, cells, expect_waiting_for_the_gate, node
 
 pytestmark = [
     pytest.mark.browser,
@@ -80,7 +80,7 @@ def test_a_bg_cell_awaited_below_keeps_the_run_as_it_left_it_and_points_below(ju
     expect(bg.locator(".jp-OutputArea-child:visible")).to_have_count(1)  # ...nor the empty prompt of its hidden value
     expect(below.locator(".jp-OutputArea-child:visible")).to_have_count(1)
     tab.screenshot("bg-after-awaited", focus=bg)
-    tab.screenshot("bg-after-awaited-below", focus=below.locator(".dagmagic-answer"))
+    tab.screenshot("bg-after-awaited-below", focus=below.locator(".dagmagic:visible .dagmagic-answer"))
 
     views = run_views(save(tab, "bg-below.ipynb"))
     assert [len(v) for v in views] == [0, 0, 1, 1], views  # the run once per cell that showed it
@@ -114,4 +114,28 @@ def test_an_earlier_view_of_a_resumed_run_says_where_it_was_resumed(jupyterlab: 
     expect(tab.page.locator(".dagmagic-resume-offer:visible")).to_have_count(0)
     tab.screenshot("resumed-earlier-cell", focus=first)
     tab.screenshot("resumed-later-cell", focus=drawn)
+    assert tab.errors == []
+
+
+def test_a_rerun_started_from_the_view_leaves_one_output_under_the_cell(jupyterlab: NotebookPage) -> None:
+    """The live view, updated when the re-run ends, draws the widget anew: the cell's value, now the older view,
+    is hidden with its prompt (before, an empty "[3]:" stayed under the widget).
+    """
+    tab = jupyterlab
+    gate = Gate(tab, "rerun-here")
+    gate.open()
+    tab.open("rerun-here", cells(gate, "scripted()", "Re-run me from the view"))
+    tab.run_all()
+    tab.wait_until_done()
+    cell = code_cell(tab, 2)
+    widget = cell.locator(".dagmagic:visible")
+    expect(widget.locator(".dagmagic-status")).to_have_attribute("data-status", "done")
+    node(widget, "s2", 1).click()
+    widget.locator('.dagmagic-detail[data-step-id="s2"] .dagmagic-rerun').click()
+    expect(widget.locator('.dagmagic-round[data-round="2"]')).to_have_count(1)
+    expect(widget.locator(".dagmagic-status")).to_have_attribute("data-status", "done")
+    tab.page.wait_for_timeout(1_000)  # the live view's update, sent as the re-run ends, is drawn
+    expect(cell.locator(".dagmagic:visible")).to_have_count(1)
+    expect(cell.locator(".jp-OutputArea-child:visible")).to_have_count(1)
+    tab.screenshot("rerun-from-the-view", focus=cell.locator(".dagmagic:visible"))
     assert tab.errors == []
