@@ -138,9 +138,9 @@ def _moved_bundle(line: str, static: dict[str, str] | None) -> dict[str, str]:
     static = static or {"text/plain": "", "text/markdown": "", "text/html": ""}
     note = html.escape(line).replace("`", "")
     return {
-        "text/plain": f"{line}\n{static['text/plain']}".strip(),
-        "text/markdown": f"> ↪ {line}\n\n{static['text/markdown']}".strip(),
-        "text/html": f'<p class="dagmagic-moved">↪ {note}</p>\n{static["text/html"]}'.strip(),
+        "text/plain": f"{line}\n{static['text/plain']}",
+        "text/markdown": f"> ↪ {line}\n\n{static['text/markdown']}",
+        "text/html": f'<p class="dagmagic-moved">↪ {note}</p>\n{static["text/html"]}',
     }
 
 
@@ -293,7 +293,15 @@ def run_bundle(run: DagRun, include: Any = None, exclude: Any = None) -> dict[st
     cell = _cell_number()
     shown_here = [v for v in _live_views.get(widget, []) if v.cell == cell] if widget is not None else []
     if shown_here:
-        return {**_widget_bundle(run), "text/plain": static["text/plain"]} if shown_here[-1].keeps_widget else static
+        view = shown_here[-1]
+        if view.keeps_widget:
+            return {**_widget_bundle(run), "text/plain": static["text/plain"]}
+        if view.outlived is not None and not run.done():  # headless, the run goes on after the cell (--bg)
+            number = run_number(run.run_id)
+            see = f"`%dag show {number}`" if number is not None else "`%dag show`"
+            line = f"This run goes on after this cell: a later cell that shows it, or {see}, shows it as it is then."
+            return {**_moved_bundle(line, static), "text/plain": static["text/plain"]}
+        return static
     if front_end_known():
         # shown as a live view of this cell, as a %%dag cell shows it: a later cell the run goes on in can hand
         # that view off (a value cannot be changed once shown: its widget view would go blank there)

@@ -158,3 +158,22 @@ def test_an_earlier_view_of_a_resumed_run_says_where_it_was_resumed(tmp_path: Pa
         # the same widget follows the resumed run: the earlier cell's widget (its value) is no longer a second,
         # stale one with Resume and Start over
         assert now[WIDGET_VIEW]["model_id"] == comm_id
+
+
+def test_headless_a_bg_cell_says_its_run_goes_on_after_it(tmp_path: Path) -> None:
+    """Executed headless (nbclient, as the tutorials are stored): the ``--bg`` cell's value is the run as the cell
+    left it, and says where to see the rest; a cell that awaited its run says nothing of the kind.
+    """
+    with started_kernel(tmp_path) as kernel:
+        kernel.execute(SETUP, timeout=60)
+        kernel.execute("slow = scripted(latency={'step': 0.3})")
+        bg = kernel.execute("%%dag --models slow --bg -o job\nA goal that goes on below")
+        assert WIDGET_VIEW not in bg.result
+        pointer = "This run goes on after this cell: a later cell that shows it, or `%dag show 1`, shows it as it is"
+        assert bg.result["text/markdown"].startswith(f"> ↪ {pointer}")
+        assert "This run goes on after this cell" in bg.result["text/html"]
+        assert bg.result["text/plain"].startswith("<DagRun running")  # the repr stays the run's alone
+        done = kernel.execute("await job")
+        assert "goes on after" not in done.result["text/markdown"] and "status: done" in done.result["text/markdown"]
+        awaited = kernel.execute("%%dag --models slow\nA goal awaited here")
+        assert "goes on after" not in awaited.result["text/markdown"]
