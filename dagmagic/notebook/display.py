@@ -11,6 +11,11 @@ What a saved notebook shows depends on where each view ends up, and a notebook i
 - Where nothing drew the view by the end of the cell (nbclient, papermill, ``jupyter nbconvert --execute``),
   the live view is emptied and the cell's value holds the static views alone: a file with a widget view and no
   front end behind it would read "Error displaying widget: model not found" in JupyterLab.
+- A run shown again in a later cell (a ``--bg`` run awaited or shown there, ``%dag rerun``, ``%dag resume`` of a run
+  read back under the same id) is drawn there: the front end shows only the newest view of a widget, so each
+  earlier cell's live view is handed off, once: it becomes the run's static views as they are at that moment, led
+  by a line saying which cell the run went on in. The earlier cell never goes blank, and a saved notebook holds
+  the run once per cell that showed it, the live view only in the newest.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from typing import Any
 
 from dagmagic.engine import DagRun
 from dagmagic.notebook.fallbacks import run_mimebundle
-from dagmagic.notebook.session import take_back
+from dagmagic.notebook.session import run_number, take_back
 
 __all__ = [
     "WIDGET_VIEW",
@@ -61,6 +66,10 @@ class _LiveView:
     """A front end draws it: it shows the widget and the static views. Else it is emptied once settled."""
     settled: bool = False
     """Decided for good: the cell that shows it has ended, or no cell waits for it."""
+    outlived: dict[str, str] | None = None
+    """The run's static views when the cell ended, if the run went on after it (``--bg``)."""
+    moved: dict[str, str] | None = None
+    """Handed off to a later cell: the run's static views as this cell left it, led by where it went on."""
 
 
 _live_views: weakref.WeakKeyDictionary[Any, list[_LiveView]] = weakref.WeakKeyDictionary()
@@ -69,6 +78,13 @@ _live_views: weakref.WeakKeyDictionary[Any, list[_LiveView]] = weakref.WeakKeyDi
 def widget_for(run: DagRun) -> Any:
     """The run's widget, made on first use (one per run, so every view shows the same live state)."""
     widget = _widgets.get(run)
+    earlier = _widget_of_id(run.run_id) if widget is None else None
+    if earlier is not None:
+        # the same run read back or resumed as another object: the widget earlier cells show follows it, so
+        # they point to where it went on instead of showing what it no longer is
+        _hand_off(earlier, run, resumed=not run.read_only and earlier.in_memory and earlier.run is not run)
+        earlier.follow(run)
+        widget = _widgets[run] = earlier
     if widget is None:
         from dagmagic.notebook.widget import DagWidget
 
@@ -76,6 +92,56 @@ def widget_for(run: DagRun) -> Any:
         widget.take_back = lambda run_id: _taken_back(widget, run_id)
         _widgets[run] = widget
     return widget
+
+
+def _widget_of_id(run_id: str) -> Any:
+    """The open widget a live view shows run ``run_id`` in, whichever object of the run it was made for."""
+    return next((w for w in _live_views if w.run_id == run_id and getattr(w, "comm", None) is not None), None)
+
+
+def _hand_off(widget: Any, run: DagRun, *, resumed: bool = False) -> None:
+    """The run goes on in this cell: every live view of ``widget`` in an earlier cell that a front end draws
+    becomes the run's static views as they are now, led by a line saying where it went on (once: it keeps
+    pointing there). Else the front end, drawing only a widget's newest view, would leave that cell blank.
+    """
+    cell = _cell_number()
+    earlier = [view for view in _live_views.get(widget, []) if view.cell != cell and view.keeps_widget]
+    if not earlier:
+        return
+    try:
+        now: dict[str, str] | None = run_mimebundle(widget.run)
+    except Exception:  # no longer in memory nor in a store: the line alone says where it went
+        now = None
+    where = f"cell [{cell}]" if cell is not None else "a later cell"
+    number = run_number(run.run_id)
+    see = f" (`%dag show {number}` shows it too)" if number is not None else ""
+    for view in earlier:
+        if view.moved is not None:
+            continue
+        if resumed:  # below: the run as it stopped, what this view showed last
+            line = f"This run was resumed in {where}, which shows it as it is now{see}."
+            view.moved = _moved_bundle(f"{line} Below: the run as it stopped.", now)
+        elif view.outlived is not None:
+            line = f"This run went on after this cell ended: {where} shows it as it is now{see}."
+            view.moved = _moved_bundle(f"{line} Below: the run when this cell ended.", view.outlived)
+        else:
+            goes_on = "goes on in" if not run.done() else "is shown again in"
+            line = f"This run {goes_on} {where}, which shows it as it is now{see}."
+            view.moved = _moved_bundle(f"{line} Below: the run as this cell left it.", now)
+        _update(widget, view)
+
+
+def _moved_bundle(line: str, static: dict[str, str] | None) -> dict[str, str]:
+    """The static views of a handed-off live view: where the run went on, then the run as the cell left it."""
+    import html
+
+    static = static or {"text/plain": "", "text/markdown": "", "text/html": ""}
+    note = html.escape(line).replace("`", "")
+    return {
+        "text/plain": f"{line}\n{static['text/plain']}",
+        "text/markdown": f"> ↪ {line}\n\n{static['text/markdown']}",
+        "text/html": f'<p class="dagmagic-moved">↪ {note}</p>\n{static["text/html"]}',
+    }
 
 
 def _taken_back(widget: Any, run_id: str) -> DagRun:
@@ -144,6 +210,7 @@ def show_live(run: DagRun, *, settled_later: bool = False) -> None:
         display(run_mimebundle(run), raw=True, metadata=marker(run))  # type: ignore[no-untyped-call]
         return
     widget = widget_for(run)
+    _hand_off(widget, run)
     view = _LiveView(f"dagmagic-{uuid.uuid4().hex}", _cell_number(), keeps_widget=known, settled=not settled_later)
     views = _live_views.get(widget)
     if views is None:
@@ -164,6 +231,8 @@ def settle_live_view(run: DagRun) -> None:
     view = views[-1]
     view.settled = True
     view.keeps_widget = view.keeps_widget or widget.front_end or front_end_known()
+    if not widget.run.done():  # the run outlives its cell: what the cell leaves, should the run go on elsewhere
+        view.outlived = run_mimebundle(widget.run)
     _update(widget, view)
 
 
@@ -189,21 +258,23 @@ def _refresh(widget: Any) -> None:
     show its static views as they are now.
     """
     for view in _live_views.get(widget, []):
-        if view.keeps_widget:
+        if view.keeps_widget and view.moved is None:
             _update(widget, view)
 
 
 def _update(widget: Any, view: _LiveView) -> None:
     from IPython.display import update_display
 
-    run = widget.run
-    update_display(_view_bundle(widget, view), raw=True, metadata=marker(run), display_id=view.display_id)  # type: ignore[no-untyped-call]
+    metadata = {"dagmagic": {"run_id": widget.run_id}}
+    update_display(_view_bundle(widget, view), raw=True, metadata=metadata, display_id=view.display_id)  # type: ignore[no-untyped-call]
 
 
 def _view_bundle(widget: Any, view: _LiveView) -> dict[str, Any]:
     """What a live view shows: the widget (and, where it stays, the run's static views, for the saved file);
     nothing once settled without a front end. No text stand-in: a reader without widgets has the cell's value.
     """
+    if view.moved is not None:
+        return view.moved
     if not view.keeps_widget:
         return {} if view.settled else _widget_bundle(widget.run)
     return {**run_mimebundle(widget.run), **_widget_bundle(widget.run)}
@@ -212,7 +283,8 @@ def _view_bundle(widget: Any, view: _LiveView) -> dict[str, Any]:
 def run_bundle(run: DagRun, include: Any = None, exclude: Any = None) -> dict[str, Any]:
     """The run's display as a value: the static views for every reader, and the widget view where a front end
     draws it. Beside the live view shown in the same cell it is the widget alone where the live view keeps the
-    static views (it stays up to date, this value could not).
+    static views (it stays up to date, this value could not); where a front end draws widgets, a cell without
+    one shows one first.
     """
     static: dict[str, Any] = run_mimebundle(run)
     if run in _static_only or not _in_kernel():
@@ -221,8 +293,25 @@ def run_bundle(run: DagRun, include: Any = None, exclude: Any = None) -> dict[st
     cell = _cell_number()
     shown_here = [v for v in _live_views.get(widget, []) if v.cell == cell] if widget is not None else []
     if shown_here:
-        return {**_widget_bundle(run), "text/plain": static["text/plain"]} if shown_here[-1].keeps_widget else static
-    return {**_widget_bundle(run), **static} if front_end_known() or _asked_by_a_person() else static
+        view = shown_here[-1]
+        if view.keeps_widget:
+            return {**_widget_bundle(run), "text/plain": static["text/plain"]}
+        if view.outlived is not None and not run.done():  # headless, the run goes on after the cell (--bg)
+            number = run_number(run.run_id)
+            see = f"`%dag show {number}`" if number is not None else "`%dag show`"
+            line = f"This run goes on after this cell: a later cell that shows it, or {see}, shows it as it is then."
+            return {**_moved_bundle(line, static), "text/plain": static["text/plain"]}
+        return static
+    if front_end_known():
+        # shown as a live view of this cell, as a %%dag cell shows it: a later cell the run goes on in can hand
+        # that view off (a value cannot be changed once shown: its widget view would go blank there)
+        show_live(run)
+        return {**_widget_bundle(run), "text/plain": static["text/plain"]}
+    if not _asked_by_a_person():
+        return static
+    bundle = {**_widget_bundle(run), **static}
+    _hand_off(widget_for(run), run)  # drawn here, the widget's views in earlier cells would go blank
+    return bundle
 
 
 def _asked_by_a_person() -> bool:
@@ -243,10 +332,13 @@ def _asked_by_a_person() -> bool:
 
 
 def _cell_number() -> int | None:
+    """The running cell's number as its prompt shows it (IPython 9 counts the next cell's while one runs; the
+    display hook's count is the prompt's in every version).
+    """
     from IPython import get_ipython
 
     shell = get_ipython()
-    count = getattr(shell, "execution_count", None)
+    count = getattr(getattr(shell, "displayhook", None), "prompt_count", None)
     return count if isinstance(count, int) else None
 
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # the engine loads on the first %%dag, not with the extension
     from dagmagic.settings import DagSettings
     from dagmagic.store import RunStore
 
-__all__ = ["NO_MODEL_HELP", "NO_STORE", "CellMagics", "NotebookSession", "names", "take_back"]
+__all__ = ["NO_MODEL_HELP", "NO_STORE", "CellMagics", "NotebookSession", "names", "run_number", "take_back"]
 
 NO_MODEL_HELP = (
     "No model is configured for %%dag, and none could be picked: no OPENAI_API_KEY, ANTHROPIC_API_KEY or "
@@ -403,6 +403,12 @@ def take_back(run_id: str) -> DagRun:
     if _kernel is None:
         raise UsageError(f"run {run_id} is no longer in memory; dagmagic is not loaded here to read it back")
     return _kernel.taken_back(run_id)
+
+
+def run_number(run_id: str) -> int | None:
+    """The run's number in this kernel (``%dag show N``), or None."""
+    numbers = _kernel.numbers if _kernel is not None else []
+    return numbers.index(run_id) + 1 if run_id in numbers else None
 
 
 def default_registry() -> ModelRegistry:

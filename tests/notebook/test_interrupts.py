@@ -28,7 +28,7 @@ from jupyter_client.manager import KernelManager
 from dagmagic.testing import ScriptedRequest
 
 from .conftest import scripted
-from .test_kernel import CellResult, Kernel
+from .test_kernel import WIDGET_VIEW, CellResult, Kernel, _parent
 
 INTERRUPTS = 20
 CANCEL_WITHIN = 2.0
@@ -264,11 +264,22 @@ def _check_cancelled(kernel: Kernel, interrupted: Interrupted, label: str) -> di
     return report
 
 
+def _view_of(kernel: Kernel, msg_id: str) -> str:
+    """The comm id of the widget the cell ``msg_id`` shows live: opened there, or by an earlier cell of the same
+    run (a resumed run's widget is the one its first cell showed, which follows it).
+    """
+    shown = kernel.wait_for(
+        lambda m: m["msg_type"] == "display_data" and _parent(m) == msg_id and WIDGET_VIEW in m["content"]["data"],
+        "the cell's live view",
+    )
+    return str(shown["content"]["data"][WIDGET_VIEW]["model_id"])
+
+
 def _view_state(
     kernel: Kernel, msg_id: str, check: Callable[[dict[str, Any]], bool], timeout: float = 10
 ) -> dict[str, Any]:
-    """The state of the live view the cell ``msg_id`` opened, once ``check`` holds (its updates folded in)."""
-    comm_id = kernel.widget_comm_id(msg_id)
+    """The state of the live view the cell ``msg_id`` shows, once ``check`` holds (its updates folded in)."""
+    comm_id = _view_of(kernel, msg_id)
     opened = kernel.wait_for(lambda m: m["msg_type"] == "comm_open" and m["content"]["comm_id"] == comm_id, "open")
     state: dict[str, Any] = dict(opened["content"]["data"]["state"])
     deadline = time.monotonic() + timeout
@@ -311,7 +322,7 @@ def _help_on(kernel: Kernel, msg_id: str) -> None:
     """Until the cell ``msg_id`` ends, approve its view's waiting plan, continue its paused steps and retry its
     waiting ones now, with the messages the view's buttons send.
     """
-    comm_id = kernel.widget_comm_id(msg_id)
+    comm_id = _view_of(kernel, msg_id)
     last_sent = 0.0
 
     def act(state: dict[str, Any]) -> bool:
