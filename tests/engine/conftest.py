@@ -24,3 +24,10 @@ def verdict(achieved: bool, confidence: float, reasoning: str = "because", final
 
 def session_for(llm: ScriptedLLM, **settings: Any) -> DagSession:
     return DagSession(ModelRegistry().register("scripted", llm), DagSettings(store="none", **settings))
+
+
+def with_a_reasoning_model(llm: ScriptedLLM) -> ModelRegistry:
+    """``llm`` as the general model and, under another name, as the reasoning one: the roles lead to two models,
+    so the planner is asked for hints and the goal's domain (which route steps between them).
+    """
+    return ModelRegistry().register("scripted", llm).register("careful", llm, roles=("reasoning",))

@@ -29,7 +29,7 @@ from dagmagic.store import RunStore
 from dagmagic.testing import ScriptedLLM, ScriptedRequest, ToolCall
 
 from ..stored import step_statuses
-from .conftest import plan_reply, verdict
+from .conftest import plan_reply, verdict, with_a_reasoning_model
 
 CHILD = textwrap.dedent(
     """
@@ -120,6 +120,11 @@ def session(path: Path | str, llm: ScriptedLLM, **settings: Any) -> DagSession:
     return DagSession(ModelRegistry().register("scripted", llm), DagSettings(store=str(path), **settings))
 
 
+def routed_session(path: Path | str, llm: ScriptedLLM, **settings: Any) -> DagSession:
+    """Two models behind the roles: the planner says the goal's domain."""
+    return DagSession(with_a_reasoning_model(llm), DagSettings(store=str(path), **settings))
+
+
 async def cancel_when(run: Any, ready: Any) -> None:
     while not ready():
         await asyncio.sleep(0.005)
@@ -203,10 +208,10 @@ async def test_a_run_cancelled_while_planning_plans_again_on_resume(store_path: 
         await asyncio.sleep(5)
         return plan_reply(("s1", []))
 
-    run = session(path, ScriptedLLM(script(plan=slow_plan)), streaming_planner=False).start("goal")
+    run = routed_session(path, ScriptedLLM(script(plan=slow_plan)), streaming_planner=False).start("goal")
     await cancel_when(run, planning.is_set)
     llm = ScriptedLLM(script())
-    resumed = await session(path, llm, streaming_planner=False).resume(run.run_id)
+    resumed = await routed_session(path, llm, streaming_planner=False).resume(run.run_id)
     assert resumed.status == "done" and len(resumed.rounds) == 1 and len(llm.requests_for("plan")) == 1
     # the interrupted plan never said the goal's domain: the plan made on resume is asked for it
     assert prompts.PLANNER_DOMAIN_ASK in llm.requests_for("plan")[0].messages[0]["content"]
@@ -222,10 +227,10 @@ async def test_a_resumed_run_keeps_the_domain_its_first_plan_said(store_path: Pa
         return "late"
 
     legal = {"domain": "legal", **plan_reply(("s1", []))}
-    run = session(path, ScriptedLLM(script(plan=[legal], step=slow_step)), streaming_planner=False).start("goal")
+    run = routed_session(path, ScriptedLLM(script(plan=[legal], step=slow_step)), streaming_planner=False).start("goal")
     await cancel_when(run, stepping.is_set)
     llm = ScriptedLLM(script(plan=[plan_reply(("s1", []))], analyze=[verdict(False, 0.2, "no"), verdict(True, 0.9)]))
-    resumed = await session(path, llm, streaming_planner=False).resume(run.run_id)
+    resumed = await routed_session(path, llm, streaming_planner=False).resume(run.run_id)
     assert resumed.status == "done" and resumed.state.domain == "legal" and len(resumed.rounds) == 2
     (replan,) = llm.requests_for("plan")  # round 2: steered by the stored domain, not asked again
     assert prompts.PLANNER_DOMAIN.format(domain="legal") in replan.messages[0]["content"]

@@ -20,6 +20,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+from dagmagic.engine.calls.plan_copies import CopyCheck
 from dagmagic.engine.calls.plan_drafts import Domain, StepDraft, normalize_step
 from dagmagic.engine.calls.plan_lines import LineReader
 from dagmagic.engine.calls.plan_validation import names_itself, step_hints, usable_tool_args
@@ -80,7 +81,7 @@ class PlanStream:
             query, round=round, context=context, earlier=earlier, domain=domain, ask_domain=ask_domain
         )
         streamed = StreamedPlan(messages=messages)
-        handover = _Handover(self, streamed, earlier, planner.settings.plan_max_steps)
+        handover = _Handover(self, streamed, earlier, planner.settings.plan_max_steps, planner.copies(query))
         instructions = str(messages[0]["content"])
         reply = _Reply(planner.reader(earlier, instructions))
         try:
@@ -309,8 +310,12 @@ class _StepScanner:
 class _Handover:
     """Decides which streamed steps can start now."""
 
-    def __init__(self, stream: PlanStream, streamed: StreamedPlan, earlier: Collection[str], limit: int) -> None:
+    def __init__(
+        self, stream: PlanStream, streamed: StreamedPlan, earlier: Collection[str], limit: int, copies: CopyCheck
+    ) -> None:
         self.stream = stream
+        self.copies = copies
+        self.drafts: list[StepDraft] = []
         self.streamed = streamed
         self.earlier = set(earlier)
         self.limit = limit
@@ -324,6 +329,9 @@ class _Handover:
         if draft is None or draft.id in self.seen:
             return  # unreadable or a duplicate: the validation at the end names it
         self.seen.add(draft.id)
+        self.drafts.append(draft)
+        if self.copies.step_problem(draft, self.drafts) is not None:
+            return  # copied, not planned: it does not start, and the validation at the end has it re-asked
         draft = self._with_references(draft)
         waiting = _Waiting(self.arrivals, draft, {dep for dep in draft.dependencies if not self._known(dep)})
         self.arrivals += 1

@@ -25,6 +25,7 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from dagmagic.engine.calls import prompts
+from dagmagic.engine.calls.plan_copies import CopyCheck
 from dagmagic.engine.calls.plan_drafts import StepDraft, names_itself
 from dagmagic.engine.steps.tool_steps import references
 from dagmagic.llm.registry import STANDARD_ROLES
@@ -44,12 +45,13 @@ def validate_steps(
     roles: Collection[str] = STANDARD_ROLES,
     warn: Callable[[str], None] = lambda message: None,
     tools: Collection[str] = (),
+    copies: CopyCheck | None = None,
 ) -> tuple[list[PlanStep], str | None]:
     """The plan's steps and the problem that makes it unusable (None when it is usable).
 
     Fixed with a warning: dependencies on unknown steps are dropped (``earlier`` lists the ``rN.id``
     references that may be used), an unknown ``model_hint`` becomes null. Problems: no steps, too many,
-    duplicate ids, tasks that are the calls' own names, a cycle.
+    duplicate ids, tasks that are the calls' own names, what ``copies`` finds copied from the request, a cycle.
     """
     if not drafts:
         return [], "the plan has no steps; a plan needs at least one step"
@@ -67,6 +69,9 @@ def validate_steps(
             f"the tasks of {', '.join(draft.id for draft in named)} are the plan's own tool or schema names "
             f"({tasks}), not what a step must do: write each step's task for the goal"
         )
+    copied = copies.problem(drafts) if copies is not None else None
+    if copied is not None:
+        return [], copied
     steps = _plan_steps(drafts, earlier=earlier, roles=roles, warn=warn, tools=tools)
     cycle = _cycle(steps)
     if cycle:
@@ -246,10 +251,12 @@ def repair_steps(
     roles: Collection[str] = STANDARD_ROLES,
     warn: Callable[[str], None] = lambda message: None,
     tools: Collection[str] = (),
+    copies: CopyCheck | None = None,
 ) -> list[PlanStep]:
     """The usable part of a plan that stayed invalid: the first ``max_steps`` steps, repeated ids renamed,
-    unknown dependencies dropped, and the dependencies that close a cycle dropped (those on a step listed
-    later first). Each change goes to ``warn``. Empty only when there is no step at all.
+    what ``copies`` finds copied made harmless, unknown dependencies dropped, and the dependencies that close a
+    cycle dropped (those on a step listed later first). Each change goes to ``warn``. Empty only when there is
+    no step at all.
     """
     if len(drafts) > max_steps:
         warn(cut_warning(drafts, max_steps))
@@ -275,6 +282,8 @@ def repair_steps(
             "of the form the planner answers in, nothing to do."
         )
         unique = [draft for draft in unique if draft not in named]
+    if copies is not None:
+        unique = copies.repair(unique, warn)
     steps = _plan_steps(unique, earlier=earlier, roles=roles, warn=warn, tools=tools)
     _break_cycles(steps, warn)
     return steps

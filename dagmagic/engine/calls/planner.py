@@ -18,6 +18,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from dagmagic.engine.calls import prompts
+from dagmagic.engine.calls.plan_copies import CopyCheck
 from dagmagic.engine.calls.plan_drafts import Domain, PlanDraft, StepDraft, plan_schema, recover_plan
 from dagmagic.engine.calls.plan_lines import LineReader, render_plan_lines
 from dagmagic.engine.calls.plan_validation import cut_warning, repair_steps, validate_steps
@@ -47,10 +48,12 @@ class Planner:
         today: Callable[[], dt.date] = dt.date.today,
         subruns: bool = False,
         tools: Sequence[Tool] = (),
+        model_choice: bool = True,
     ) -> None:
         """``subruns``: steps may be marked ``subplan``, to run as subruns (a DAG of their own). ``tools``: the
         tools themselves, whose arguments the prompt describes (so that steps can be tool steps); a tool known
-        only by name (``tool_names``) is listed by name.
+        only by name (``tool_names``) is listed by name. ``model_choice``: the roles a step may name lead to more
+        than one model (else the prompt names no role and asks no domain, which only steers steps to a model).
         """
         self.model = model
         self.subruns = subruns
@@ -60,26 +63,33 @@ class Planner:
         self.tool_names = sorted(set(tool_names) | {tool.name for tool in tools})
         self.roles = sorted(set(roles) | set(STANDARD_ROLES))
         self.today = today
+        self.model_choice = model_choice
 
     def system_prompt(self, domain: str | None = None, *, ask_domain: bool = False) -> str:
         """The planner's instructions for today, the available tools and roles, and the goal's domain: the one
-        known (``domain``), else, with ``ask_domain``, the request to say it.
+        known (``domain``), else, with ``ask_domain``, the request to say it. Only what this registry and these
+        tools need is said: no roles (nor domain) when one model plays them all, no subplans unless subruns are
+        on, no computing rule without a computing tool.
         """
-        extra_roles = [r for r in self.roles if r not in STANDARD_ROLES]
-        formats = [prompts.PLANNER_FORMAT_CALL] if self.tools else []
-        with_tools = " that has the tools" if self.tool_names else ""
-        formats.append(prompts.PLANNER_FORMAT_TASK.format(number=len(formats) + 1, with_tools=with_tools))
-        hints = prompts.PLANNER_HINTS.format(
-            tool="the tool it should use, " if self.tool_names else "",
-            roles=prompts.PLANNER_ROLES.format(names=", ".join(extra_roles)) if extra_roles else "",
-            subplan=prompts.PLANNER_SUBPLAN if self.subruns else "",
-        )
+        computing = [tool.name for tool in self.tools if tool.computes]
+        hints = []
+        if self.tool_names:
+            hints.append(prompts.PLANNER_HINT_TOOL)
+        if self.model_choice:
+            extra_roles = [r for r in self.roles if r not in STANDARD_ROLES]
+            others = prompts.PLANNER_ROLES.format(names=", ".join(extra_roles)) if extra_roles else ""
+            hints.append(prompts.PLANNER_HINT_ROLES.format(others=others))
+        if self.subruns:
+            hints.append(prompts.PLANNER_SUBPLAN)
+        if not self.model_choice:
+            domain, ask_domain = None, False
         return prompts.PLANNER_SYSTEM.format(
             today=self.today().isoformat(),
-            formats="\n".join(formats),
+            formats=prompts.PLANNER_FORMATS_TOOLS if self.tools else prompts.PLANNER_FORMATS_TASKS,
+            compute=prompts.PLANNER_COMPUTE.format(tools=" or ".join(computing)) if computing else "",
             min_steps=self.settings.plan_min_steps,
             max_steps=self.settings.plan_max_steps,
-            hints=(prompts.PLANNER_CALL_RULE if self.tools else "") + hints,
+            hints=prompts.PLANNER_HINTS.format(hints="; ".join(hints)) if hints else "",
             tools=self._tools_prompt(),
             domain=prompts.PLANNER_DOMAIN.format(domain=domain)
             if domain
@@ -134,7 +144,8 @@ class Planner:
         """The planner's conversation for a round (``ask_domain``: it must say the goal's domain)."""
         user = query
         if context:
-            reusable = f"\nReusable results: {', '.join(sorted(earlier))}." if earlier else ""
+            names = " or ".join(", ".join(f"${ref}" for ref in sorted(earlier)).rsplit(", ", 1))
+            reusable = prompts.PLANNER_REUSE.format(names=names) if earlier else ""
             user = f"{query}\n\n{prompts.PLANNER_REPLAN.format(round=round, context=context, reusable=reusable)}"
         system = self.system_prompt(domain, ask_domain=ask_domain and not domain)
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
@@ -179,7 +190,7 @@ class Planner:
         goal: str | None = None,
     ) -> ExecutionPlan:
         """Validate a first attempt's steps; on a problem, ONE re-ask quoting it; then repair what came back."""
-        steps, problem = self.validate(drafts, round=round, earlier=earlier)
+        steps, problem = self.validate(drafts, round=round, earlier=earlier, goal=query)
         if problem is None:
             return ExecutionPlan(goal=goal or query, query=query, steps=steps, round=round)
         messages = [
@@ -189,7 +200,7 @@ class Planner:
         ]
         with contextlib.suppress(PlanningError):  # an unreadable correction: the first attempt is repaired
             drafts = (await self._draft(messages, round, earlier=earlier)).steps
-        steps, problem = self.validate(drafts, round=round, earlier=earlier)
+        steps, problem = self.validate(drafts, round=round, earlier=earlier, goal=query)
         if problem is None:
             return ExecutionPlan(goal=goal or query, query=query, steps=steps, round=round)
         self._warn(
@@ -205,6 +216,7 @@ class Planner:
             roles=self.roles,
             warn=lambda message: self._warn(message, round),
             tools=self.tool_names,
+            copies=self.copies(query),
         )
         if not steps:
             return self.goal_step(query, goal, round=round, why=problem)
@@ -217,9 +229,11 @@ class Planner:
         return ExecutionPlan(goal=goal or query, query=query, steps=[step], round=round)
 
     def validate(
-        self, drafts: list[StepDraft], *, round: int, earlier: Collection[str] = ()
+        self, drafts: list[StepDraft], *, round: int, earlier: Collection[str] = (), goal: str = ""
     ) -> tuple[list[PlanStep], str | None]:
-        """``validate_steps`` with this planner's limits and roles, warnings as events."""
+        """``validate_steps`` with this planner's limits, roles and tools (what a plan for ``goal`` copied is a
+        problem), warnings as events.
+        """
         return validate_steps(
             drafts,
             max_steps=self.settings.plan_max_steps,
@@ -227,7 +241,12 @@ class Planner:
             roles=self.roles,
             warn=lambda message: self._warn(message, round),
             tools=self.tool_names,
+            copies=self.copies(goal),
         )
+
+    def copies(self, goal: str) -> CopyCheck:
+        """What a plan for ``goal`` may copy from its request, with these tools."""
+        return CopyCheck.of(goal, self.tools, self.tool_names)
 
     async def _draft(self, messages: list[dict[str, Any]], round: int, *, earlier: Collection[str] = ()) -> PlanDraft:
         """The plan the model writes, asked once more (quoting the problem) when its reply holds none."""

@@ -24,25 +24,31 @@ __all__ = [
 
 PLANNER_SYSTEM = """\
 Plan how to reach the user's goal. Today is {today}.
-Write the plan as numbered lines, one step a line, and nothing else:
+Answer with numbered lines, one step a line, and nothing else.
 {formats}
-$N stands for step N's result: write it where a step needs that result, and the step runs once step N is done;
-steps that need no other step's result run at once. Use {min_steps} to {max_steps} steps. Write tasks in the goal's
+Where a step needs what an earlier step gives, write $ and that step's number in its place ($2 is step 2's
+result): the step then waits for that step. Steps that need no other step's result run at once.{compute}
+The answer to the goal is written from all the results once the steps are done: write no step that only
+restates, compares or sums up results in words. Use {min_steps} to {max_steps} steps. Write tasks in the goal's
 language.{hints}{tools}{domain}"""
 
-PLANNER_FORMAT_CALL = "1. tool(name=value, ...) - a step that is one call of a tool (it runs without a model)"
-PLANNER_FORMAT_TASK = "{number}. a task in words [hints] - a step for an agent{with_tools}"
-PLANNER_CALL_RULE = (
-    "\nWrite a call for each lookup or computation that one call does; a task in words only for a step that needs "
-    "judgement, several calls, or to read a result before choosing what to do."
+PLANNER_FORMATS_TOOLS = """\
+A step is one of:
+- a call of one tool, written as the tool list below writes it but with real values in place of the types: it
+  runs without a model. A call looks up one value: three countries are three calls.
+- a task in words, for an agent that has the tools: only for a step that needs judgement, several calls, or to
+  read a result before choosing what to do."""
+PLANNER_FORMATS_TASKS = "Each step is a task in words, for an agent."
+PLANNER_COMPUTE = (
+    "\nFigures are compared, ranked, added or otherwise computed only by a call of {tools}, with the $ of the steps "
+    "that give them; an agent's or the answer's own arithmetic is not trusted."
 )
-PLANNER_HINTS = (
-    "\nHints, in brackets after a task, all optional: {tool}fast (a simple step) or reasoning (careful "
-    "analysis){roles}{subplan}."
-)
-PLANNER_TOOL_LIST = "\nTools:{lines}"
+PLANNER_HINTS = "\nAfter a task in words, optional hints in brackets: {hints}."
+PLANNER_HINT_TOOL = "the tool it should use"
+PLANNER_HINT_ROLES = "fast (a simple step) or reasoning (careful analysis){others}"
 PLANNER_ROLES = ", or a role: {names}"
-PLANNER_SUBPLAN = "; subplan for a step too big for one agent (it is planned and run as a plan of its own; rarely)"
+PLANNER_SUBPLAN = "subplan for a step too big for one agent (it is planned and run as a plan of its own; rarely)"
+PLANNER_TOOL_LIST = "\nTools:{lines}"
 SUBRUN_GOAL = "{task}\n\nThis is one step of a larger goal: {goal}"
 PLANNER_DOMAIN = (
     "\nThis goal is in the {domain} domain: precision matters. Hint reasoning for every step that states facts, "
@@ -58,8 +64,11 @@ This is round {round}. Earlier rounds did not reach the goal. What happened:
 
 {context}
 
-Make a new plan that fixes what went wrong. Completed results of earlier rounds can be reused without
-running them again: write $rN.id for them (for example $r1.s2).{reusable}"""
+Make a new plan that fixes what went wrong.{reusable}"""
+
+PLANNER_REUSE = (
+    "\nResults that completed can be used again without running them: write {names} where a step needs that result."
+)
 
 PLANNER_REASK = """\
 That plan cannot be used: {problem}

@@ -79,10 +79,11 @@ class Drive:
 
     @property
     def asks_domain(self) -> bool:
-        """Whether the next plan call must say the goal's domain: routing is on and no plan has said it yet
-        (a resumed run keeps what its first plan said).
+        """Whether the next plan call must say the goal's domain: routing is on, there is a model to route to (the
+        roles lead to more than one), and no plan has said it yet (a resumed run keeps what its first plan said).
         """
-        return self.services.settings.domain_routing and not self.run.state.routed
+        services = self.services
+        return services.settings.domain_routing and services.planner.model_choice and not self.run.state.routed
 
     async def past(self) -> str | None:
         """The conversation before this run, fitted for the planner (from its summary, when it is long; a

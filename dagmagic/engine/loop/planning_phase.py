@@ -211,7 +211,9 @@ class Planning(Phase):
         streamed, _ = outcome
         if not streamed.readable:
             return [], "unreadable"
-        return drive.services.planner.validate(streamed.drafts, round=self.index, earlier=self.earlier.keys())
+        return drive.services.planner.validate(
+            streamed.drafts, round=self.index, earlier=self.earlier.keys(), goal=self.query
+        )
 
     async def _plan_again(self, drive: Drive, outcome: Outcome) -> Executing | Planning | Synthesizing | Finished:
         """A streamed plan the validation rejected: re-asked once (or planned anew when it was unreadable);

@@ -18,6 +18,7 @@ from dagmagic.events import Event
 from dagmagic.llm import ChatModel, ModelEntry
 from dagmagic.llm.breaker import CircuitBreakers
 from dagmagic.llm.budget import CURRENT_BUDGET, CostBudget
+from dagmagic.llm.registry import STANDARD_ROLES
 from dagmagic.models import ExecutionPlan, RoundRecord
 from dagmagic.settings import DagSettings
 
@@ -82,8 +83,15 @@ class DriveServices:
                 tools=loop.tools,
                 roles=loop.registry.roles.keys(),
                 subruns=loop.depth < loop.settings.max_depth,
+                model_choice=self.model_choice,
             )
         return self._planner
+
+    @property
+    def model_choice(self) -> bool:
+        """Whether the roles a step may name lead to more than one model (else naming one changes nothing)."""
+        roles = {*STANDARD_ROLES, *self.loop.registry.roles}
+        return len({self.loop.entry(role).name for role in roles}) > 1
 
     @property
     def streams(self) -> bool:

@@ -41,8 +41,9 @@ from dagmagic.engine.tools.functions import Tool, ToolInterrupted, ToolOutcome, 
 from dagmagic.errors import RUN_ENDING, ContextWindowExceededError
 from dagmagic.events import RunWarning, Verification, Verifying
 from dagmagic.llm import ChatModel, ChatResult, extract_json, structured_llm_call
+from dagmagic.models import PlanStep
 
-__all__ = ["SHORT_ANSWER_CHARS", "StepAgent", "ToolSelection"]
+__all__ = ["SHORT_ANSWER_CHARS", "StepAgent", "ToolSelection", "needed_tools"]
 
 log = logging.getLogger("dagmagic")
 
@@ -138,8 +139,10 @@ class StepAgent:
         return await verify_citations(smart, step.task, checked, citations, round=request.round, step_id=step.id)
 
     async def _select(self, request: StepRequest) -> list[Tool]:
-        """All tools, or at most ``tool_selection_max`` picked by the step's model above the threshold."""
-        tools = list(self.tools.values())
+        """The tools the step needs (``needed_tools``): all of them, or at most ``tool_selection_max`` picked by the
+        step's model above the threshold.
+        """
+        tools = needed_tools(request.step, list(self.tools.values()), failed_call=request.failed_call is not None)
         settings = request.settings
         if len(tools) <= settings.tool_selection_threshold:
             return tools
@@ -335,6 +338,29 @@ def _late_notice(request: StepRequest) -> Callable[[str], None]:
             request.emit(RunWarning(message=message, round=request.round, step_id=request.step.id))
 
     return late
+
+
+_COMBINING = re.compile(
+    r"\b(?:compar\w*|rank\w*|order|sort\w*|sum|add|total|combine|difference|subtract|divide|ratio|average|mean|"
+    r"percent\w*|(?:larg|small|bigg|high|low|great|few)(?:er|est)|more|most|less|least|which of)\b",
+    re.IGNORECASE,
+)
+"""A task that compares, ranks or combines what it is given."""
+_LOOKING_UP = re.compile(r"\b(?:look\w* up|lookup|search\w*|fetch\w*|retriev\w*|query|download\w*|browse)\b", re.I)
+
+
+def needed_tools(step: PlanStep, tools: list[Tool], *, failed_call: bool = False) -> list[Tool]:
+    """The tools a step is offered: a step with no tool hint that only compares, ranks or combines the results it
+    waits for (its inputs are complete) gets the computing tools (``Tool.computes``) and the tools its task names,
+    none else: given every tool, a small model looked up again what it had and looped on them. Any other step
+    gets every tool.
+    """
+    if step.tool_hint or not step.dependencies or failed_call:
+        return tools
+    task = step.task
+    if not _COMBINING.search(task) or _LOOKING_UP.search(task):
+        return tools
+    return [tool for tool in tools if tool.computes or re.search(rf"\b{re.escape(tool.name)}\b", task)]
 
 
 def _all_tools(request: StepRequest, cause: str, count: int) -> None:

@@ -130,7 +130,13 @@ class CodeWorkspace:
             return await self.run(code)
 
         # the step's own tool timeout must not cut the process short of its kill
-        return Tool(python, name="python", description=self._description(), timeout=self.timeout + _STOP_GRACE + 3)
+        return Tool(
+            python,
+            name="python",
+            description=self._description(),
+            timeout=self.timeout + _STOP_GRACE + 3,
+            computes=True,
+        )
 
     @property
     def refusal(self) -> str | None:

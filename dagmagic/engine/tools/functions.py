@@ -31,9 +31,19 @@ from dagmagic.errors import ConfigurationError
 from dagmagic.models import safe_text
 from dagmagic.settings import DagSettings
 
-__all__ = ["Tool", "ToolInterrupted", "ToolOutcome", "arguments_object", "as_tools", "capped", "tool"]
+__all__ = [
+    "Tool",
+    "ToolInterrupted",
+    "ToolOutcome",
+    "arguments_object",
+    "as_tools",
+    "capped",
+    "computing_name",
+    "tool",
+]
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+_COMPUTING = re.compile(r"calc|comput|math|arithm|eval|python", re.IGNORECASE)
 _THREADS = ToolThreads()
 """Every sync tool's thread in this process: hung tools are the kernel's concern, whichever session called them."""
 
@@ -81,13 +91,22 @@ class Tool:
         name: str | None = None,
         description: str | None = None,
         timeout: float | None = None,
+        computes: bool | None = None,
     ) -> None:
+        """``computes``: the tool computes with the values it is given (a calculator, a code runner), so
+        comparisons and sums over other steps' figures go to it; None infers it from the name (``calculate``,
+        ``compute``, ``math``, ``eval``, ``python``, ``arithmetic``).
+        """
         self.function = function
         self.name: str = name or str(getattr(function, "__name__", ""))
         summary, params = _parse_docstring(inspect.getdoc(function) or "")
         self.description = description or summary or f"Call {self.name}."
         self.timeout = timeout
         """Seconds one call may take; None uses the session's ``tool_timeout``."""
+        self.computes: bool = computing_name(self.name) if computes is None else computes
+        """Whether the tool computes with what it is given (figures compared, added, ranked) rather than looks
+        something up.
+        """
         # an object with an ``async def __call__`` is async too
         self.is_async = inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(type(function).__call__)
         problems = []
@@ -204,7 +223,11 @@ def tool(function: Callable[..., Any], /) -> Tool: ...
 
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None, timeout: float | None = None
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float | None = None,
+    computes: bool | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -215,14 +238,22 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     timeout: float | None = None,
+    computes: bool | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
-    """Make a function a tool: ``@tool`` or ``@tool(name=..., description=..., timeout=...)``.
+    """Make a function a tool: ``@tool`` or ``@tool(name=..., description=..., timeout=..., computes=...)``.
 
     The result still works as the plain function when called.
     """
     if function is not None:
         return Tool(function)
-    return lambda fn: Tool(fn, name=name, description=description, timeout=timeout)
+    return lambda fn: Tool(fn, name=name, description=description, timeout=timeout, computes=computes)
+
+
+def computing_name(name: str) -> bool:
+    """Whether a tool's name says it computes (``calculate``, ``math_eval``, ``python``), for a tool that does not
+    say so itself.
+    """
+    return _COMPUTING.search(name) is not None
 
 
 def capped(outcome: ToolOutcome, limit: int) -> ToolOutcome:

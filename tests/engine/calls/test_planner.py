@@ -88,7 +88,9 @@ def test_system_prompt_follows_the_injected_clock_not_the_real_one() -> None:
 def test_system_prompt_asks_for_plan_lines_the_goals_language_and_the_step_range() -> None:
     prompt = Harness([GOOD_PLAN]).planner.system_prompt()
     assert "numbered lines, one step a line" in prompt
-    assert "$N stands for step N's result" in prompt
+    assert "write $ and that step's number in its place ($2 is step 2's\nresult)" in prompt
+    assert "the step then waits for that step" in prompt
+    assert "The answer to the goal is written from all the results once the steps are done" in prompt
     assert "in the goal's\nlanguage" in prompt or "in the goal's language" in prompt
     assert "Use 2 to 6 steps" in prompt
 
@@ -102,10 +104,23 @@ def test_step_range_comes_from_the_settings() -> None:
 
 def test_system_prompt_explains_model_hints() -> None:
     prompt = Harness([GOOD_PLAN]).planner.system_prompt()
-    hint_rule = prompt[prompt.index("Hints, in brackets") :]
+    hint_rule = prompt[prompt.index("optional hints in brackets") :]
     assert "fast (a simple step)" in hint_rule
     assert "reasoning (careful analysis)" in hint_rule
-    assert "all optional" in hint_rule
+
+
+def test_a_prompt_for_one_model_names_no_role_asks_no_domain_and_offers_no_subplan() -> None:
+    """What one model plays every role with cannot be steered by a role: the prompt says nothing of them (nor of
+    the domain, which only steers steps to the reasoning model), and subplans only when subruns are on.
+    """
+    planner = Harness([GOOD_PLAN]).planner
+    planner.model_choice = False
+    prompt = planner.system_prompt(ask_domain=True)
+    assert "fast" not in prompt and "reasoning" not in prompt and "domain" not in prompt
+    assert "subplan" not in prompt and "hints in brackets" not in prompt
+    assert "domain" not in planner.system_prompt("legal")
+    planner.subruns = True
+    assert "subplan for a step too big for one agent" in planner.system_prompt()
 
 
 def test_tool_names_are_listed_sorted_only_when_given() -> None:
@@ -213,7 +228,8 @@ async def test_replan_message_carries_the_round_the_context_and_reusable_results
     user = harness.last_user_message(0)
     assert "This is round 2" in user
     assert "--- Round 1 ---\ns2 failed" in user
-    assert "Reusable results: r1.s2." in user
+    assert "Results that completed can be used again without running them: write $r1.s2 where" in user
+    assert "for example" not in user  # no made-up id to copy
     assert harness.requests[0].round == 2
     assert plan.round == 2
 
@@ -617,14 +633,24 @@ def test_the_prompt_lists_each_tools_arguments_and_says_when_to_write_a_call() -
     prompt = Harness([GOOD_PLAN], tools=TOOLS).planner.system_prompt()
     assert "population(country: string, year: integer = 2024) — The population of a country, in millions." in prompt
     assert "double(x: number) — Twice a number." in prompt
-    assert "1. tool(name=value, ...) - a step that is one call of a tool" in prompt
-    assert "2. a task in words [hints] - a step for an agent that has the tools" in prompt
-    rule = prompt[prompt.index("Write a call") :]
-    assert "one call does" in rule and "judgement" in rule
-    # no example plan a small model could copy into its own
-    assert "<from the goal>" not in prompt and "population(country=" not in prompt
+    assert "- a call of one tool, written as the tool list below writes it but with real values" in prompt
+    assert "A call looks up one value: three countries are three calls." in prompt
+    assert "- a task in words, for an agent that has the tools: only for a step that needs judgement" in prompt
+    # no example a small model could copy into its own plan, and no placeholder that looks like a value
+    assert "<from the goal>" not in prompt and "population(country=" not in prompt and "name=value" not in prompt
+    assert "computed only by a call of" not in prompt  # no computing tool here
     bare = Harness([GOOD_PLAN]).planner.system_prompt()
-    assert "tool(name=value" not in bare and "1. a task in words [hints] - a step for an agent\n" in bare
+    assert "a call of one tool" not in bare and "Each step is a task in words, for an agent." in bare
+
+
+def test_with_a_computing_tool_the_prompt_sends_figures_to_it() -> None:
+    def calculate(expression: str) -> float:
+        """Evaluate an arithmetic expression."""
+        return 0.0
+
+    prompt = Harness([GOOD_PLAN], tools=[*TOOLS, Tool(calculate)]).planner.system_prompt()
+    assert "Figures are compared, ranked, added or otherwise computed only by a call of calculate" in prompt
+    assert "with the $ of the steps that give them" in prompt
 
 
 def test_tool_args_are_read_from_the_shapes_models_write() -> None:

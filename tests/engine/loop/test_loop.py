@@ -236,7 +236,7 @@ async def test_a_later_round_reuses_an_earlier_result_without_running_it_again()
     assert len(run.rounds) == 2
     assert [(r.round, r.step_id) for r in llm.requests_for("step")] == [(1, "s1"), (1, "s2"), (2, "s1")]
     assert "[r1.s1] (completed) do s1\nResult: result of s1 in round 1" in llm.requests_for("step")[2].prompt
-    assert "Reusable results: r1.s1." in llm.requests_for("plan")[1].prompt
+    assert "can be used again without running them: write $r1.s1 where" in llm.requests_for("plan")[1].prompt
     assert "[r1.s1] (completed)" in llm.requests_for("analyze")[1].prompt
 
 

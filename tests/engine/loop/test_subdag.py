@@ -10,7 +10,7 @@ import dagmagic
 from dagmagic import DagRun, DagSession, DagSettings, ModelRegistry
 from dagmagic.engine.calls import prompts
 from dagmagic.testing import ScriptedLLM, ScriptedRequest
-from tests.engine.conftest import verdict
+from tests.engine.conftest import verdict, with_a_reasoning_model
 
 NESTED = "This is one step of a larger goal"
 OUTER = {
@@ -51,7 +51,7 @@ def session(path: Path | None = None, **settings: Any) -> tuple[DagSession, Scri
         }
     )
     store = str(path) if path else "none"
-    return DagSession(ModelRegistry().register("m", llm), DagSettings(store=store, **settings)), llm
+    return DagSession(with_a_reasoning_model(llm), DagSettings(store=store, **settings)), llm
 
 
 async def test_a_composite_step_runs_as_a_nested_dag_whose_answer_is_its_result(tmp_path: Path) -> None:

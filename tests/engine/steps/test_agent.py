@@ -25,7 +25,7 @@ from dagmagic.engine.steps.agent import COMPLETION_CHECK, FORCE_ANSWER, REPEAT_W
 from dagmagic.engine.tools.functions import Tool
 from dagmagic.events import Event, RunWarning, StepIteration, Verification, Verifying
 from dagmagic.testing import ScriptedLLM, ScriptedRequest, ToolCall
-from tests.engine.conftest import plan_reply, verdict
+from tests.engine.conftest import plan_reply, verdict, with_a_reasoning_model
 from tests.fake_provider import Provider
 from tests.stored import step_statuses
 
@@ -47,6 +47,11 @@ def script(step: Any, **overrides: Any) -> dict[str, Any]:
 def session(llm: ScriptedLLM, tools: Iterable[Any] = (), **settings: Any) -> DagSession:
     registry = ModelRegistry().register("scripted", llm)
     return DagSession(registry, DagSettings(store="none", **settings), tools=tools)
+
+
+def routed_session(llm: ScriptedLLM, **settings: Any) -> DagSession:
+    """A session whose roles lead to two models: the planner says the goal's domain, which routes steps."""
+    return DagSession(with_a_reasoning_model(llm), DagSettings(store="none", **settings))
 
 
 def events_of(run: DagRun, kind: type[Event], step_id: str = "s1") -> list[Any]:
@@ -888,7 +893,7 @@ STREAMED = pytest.mark.parametrize("streaming", [False, True], ids=["whole-plan"
 @STREAMED
 async def test_the_plan_call_says_the_domain_and_no_route_call_is_made(streaming: bool) -> None:
     llm = ScriptedLLM(script("answer", plan=[LEGAL_PLAN]))
-    run = await session(llm, streaming_planner=streaming).run("May my landlord keep the deposit?")
+    run = await routed_session(llm, streaming_planner=streaming).run("May my landlord keep the deposit?")
     assert run.status == "done" and run.state.domain == "legal" and run.state.routed
     assert [r.purpose for r in llm.requests if r.purpose not in ("plan", "step", "analyze", "synthesize")] == []
     assert prompts.PLANNER_DOMAIN_ASK in planner_system(llm) and "precision matters" not in planner_system(llm)
@@ -905,7 +910,7 @@ async def test_a_domain_the_first_plan_said_steers_the_later_rounds(streaming: b
             analyze=[verdict(False, 0.2, "the statute is missing"), verdict(True, 0.9, "found it", "fallback")],
         )
     )
-    run = await session(llm, streaming_planner=streaming).run("May my landlord keep the deposit?")
+    run = await routed_session(llm, streaming_planner=streaming).run("May my landlord keep the deposit?")
     assert run.status == "done" and len(run.rounds) == 2 and run.state.domain == "legal"
     later = planner_system(llm, 1)
     assert prompts.PLANNER_DOMAIN.format(domain="legal") in later and "Hint reasoning for every step" in later
@@ -920,7 +925,7 @@ async def test_a_plan_with_no_domain_leaves_the_later_rounds_unsteered() -> None
             analyze=[verdict(False, 0.2, "not yet"), verdict(True, 0.9, "found it", "fallback")],
         )
     )
-    run = await session(llm).run("What is the capital of France?")
+    run = await routed_session(llm).run("What is the capital of France?")
     assert run.status == "done" and run.state.domain is None and run.state.routed
     later = planner_system(llm, 1)
     assert "precision matters" not in later and prompts.PLANNER_DOMAIN_ASK not in later  # asked once, answered
@@ -929,20 +934,85 @@ async def test_a_plan_with_no_domain_leaves_the_later_rounds_unsteered() -> None
 @pytest.mark.parametrize("said", ["astrology", 42, ["legal"], "", "null"])
 async def test_a_domain_the_plan_cannot_mean_is_no_domain(said: Any) -> None:
     llm = ScriptedLLM(script("answer", plan=[{"domain": said, **ONE_STEP}]))
-    run = await session(llm).run("goal")
+    run = await routed_session(llm).run("goal")
     assert run.status == "done" and run.error is None and run.steps["s1"].status == "completed"
     assert run.state.domain is None and not [e for e in run.events if isinstance(e, RunWarning)]
 
 
 async def test_a_domain_written_in_capitals_is_still_that_domain() -> None:
     llm = ScriptedLLM(script("answer", plan=[{"domain": " Medical ", **ONE_STEP}]))
-    assert (await session(llm).run("Is ibuprofen safe with aspirin?")).state.domain == "medical"
+    assert (await routed_session(llm).run("Is ibuprofen safe with aspirin?")).state.domain == "medical"
 
 
 @STREAMED
 async def test_domain_routing_can_be_turned_off(streaming: bool) -> None:
     llm = ScriptedLLM(script("answer", plan=[LEGAL_PLAN]))
-    run = await session(llm, domain_routing=False, streaming_planner=streaming).run("May my landlord keep it?")
+    run = await routed_session(llm, domain_routing=False, streaming_planner=streaming).run("May my landlord keep it?")
     assert run.status == "done" and run.state.domain is None
     system = planner_system(llm)
     assert prompts.PLANNER_DOMAIN_ASK not in system and "precision matters" not in system and "domain" not in system
+
+
+# --- the tools a step is offered ----------------------------------------------------------------------------
+
+
+def _lookup(country: str) -> int:
+    """The population of a country."""
+    return {"dorvania": 12_480_000, "kelmar": 7_310_000}[country.lower()]
+
+
+def _calculate(expression: str) -> str:
+    """Evaluate an arithmetic expression."""
+    return str(eval(expression, {"__builtins__": {}}))  # the script's expressions only
+
+
+LOOKUP_AND_CALCULATOR = [Tool(_lookup, name="population"), Tool(_calculate, name="calculate")]
+
+
+@pytest.mark.parametrize(
+    ("task", "offered"),
+    [
+        ("Compare $s1 and $s2: which country has more people?", ["calculate"]),
+        ("Rank $s1 and $s2 from the largest to the smallest", ["calculate"]),
+        ("Say which is larger, $s1 or $s2, using population", ["population", "calculate"]),
+        ("Find the capital of the country in $s1", ["population", "calculate"]),
+        ("Look up again which is larger: $s1 or $s2", ["population", "calculate"]),
+    ],
+)
+async def test_a_step_that_only_compares_its_inputs_is_offered_the_computing_tools(
+    task: str, offered: list[str]
+) -> None:
+    """Given every tool, a small model's comparing step looked up again what it had and looped on the calculator
+    (four such steps took 26 calls): a step that compares, ranks or combines the results it waits for gets only
+    the computing tools, and a tool its task names; a step that looks something up keeps them all.
+    """
+    plan = {
+        "steps": [
+            {
+                "id": "s1",
+                "task": "population of Dorvania",
+                "tool_hint": "population",
+                "tool_args": {"country": "Dorvania"},
+            },
+            {"id": "s2", "task": "population of Kelmar", "tool_hint": "population", "tool_args": {"country": "Kelmar"}},
+            {"id": "s3", "task": task, "dependencies": ["s1", "s2"]},
+        ]
+    }
+    llm = ScriptedLLM(script(["Dorvania has more people."], plan=[plan]))
+    run = await session(llm, LOOKUP_AND_CALCULATOR).run("Which has more people, Dorvania or Kelmar?")
+    assert run.status == "done" and run.steps["s1"].result == "12480000"
+    (request,) = llm.requests_for("step", "s3")
+    assert sorted(tool_names(request)) == sorted(offered)
+
+
+async def test_a_comparing_step_without_a_computing_tool_is_one_call_with_no_tools() -> None:
+    plan = {
+        "steps": [
+            {"id": "s1", "task": "Dorvania", "tool_hint": "population", "tool_args": {"country": "Dorvania"}},
+            {"id": "s2", "task": "Compare $s1 with the world average", "dependencies": ["s1"]},
+        ]
+    }
+    llm = ScriptedLLM(script(["It is above it."], plan=[plan]))
+    run = await session(llm, [LOOKUP_AND_CALCULATOR[0]]).run("Is Dorvania above the world average?")
+    (request,) = llm.requests_for("step", "s2")
+    assert run.status == "done" and not request.tools and run.steps["s2"].tool_calls == []

@@ -254,10 +254,15 @@ async def test_tool_args_copied_from_the_prompts_example_are_dropped_not_called(
     llm = ScriptedLLM(script(plan))
     run = await session(llm, tools).run("goal")
     assert tools.calls == [] and run.steps["s1"].result == "agent result of s1"
-    assert (
-        "Step s1: the planner's call of population holds '<from the goal>', the placeholder of its instructions' "
-        "example, not a value: a model does the step instead of a direct call of the tool."
-    ) in run.rounds[0].warnings
+    assert len(llm.requests_for("plan")) == 2  # asked once to correct it, with the reason
+    reason = "step 1 calls population with '<from the goal>', which only holds the place of a value"
+    assert reason in llm.requests_for("plan")[1].messages[-1]["content"]
+    assert any(
+        warning.startswith("Step s1: the planner's call")
+        and reason in warning
+        and "a model does the step instead" in warning
+        for warning in run.rounds[0].warnings
+    ), run.rounds[0].warnings
 
 
 async def test_a_rerun_keeps_a_tool_steps_arguments_unless_its_task_is_edited() -> None:

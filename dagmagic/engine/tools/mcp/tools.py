@@ -10,7 +10,7 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from dagmagic.engine.tools.functions import Tool, arguments_object
+from dagmagic.engine.tools.functions import Tool, arguments_object, computing_name
 
 __all__ = ["MCPTool", "MCPToolError", "observation_of"]
 
@@ -49,6 +49,7 @@ class MCPTool(Tool):
         """The server's command line or URL."""
         self.description = " ".join(str(listed.description or "").split()) or f"{remote}, a tool of {server}."
         self.timeout = None
+        self.computes = computing_name(name)
         self.is_async = True
         schema = dict(listed.input_schema or {})
         schema.setdefault("type", "object")
