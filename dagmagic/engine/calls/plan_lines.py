@@ -39,12 +39,16 @@ __all__ = ["LineReader", "read_plan_lines", "render_plan_lines"]
 
 _STEP = re.compile(r"^\s*(?:[-*]\s+)?(?:step\s+)?(?:(\d+)[.):]|([A-Za-z_][\w-]*)[.)])\s+(.+?)\s*$", re.IGNORECASE)
 _CALL = re.compile(r"^`?([A-Za-z_][\w.-]*)\((.*)\)`?$", re.DOTALL)
+_EMBEDDED = re.compile(r"`([A-Za-z_][\w.-]*\([^`]*\))`|:\s*([A-Za-z_][\w.-]*\(.*\))\s*$")
+"""A call inside a task in words: in backticks, or after a colon at the line's end."""
 _HINTS = re.compile(r"\s*\[([^\[\]]*)\]\s*$")
 _NOTE = re.compile(r"\s+(?:#|-|–|—)\s+(.+)$")
 _ANNOTATED = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\s*:\s*")
 """``city: Paris``: an argument written as the tool list writes its parameters (small models copy it)."""
 _DOMAIN = re.compile(r"^\s*\**domain\**\s*[:=]\s*\**\s*([A-Za-z]+)", re.IGNORECASE)
 _REFERENCE = re.compile(r"\$(r\d+\.\w+|\w+)(?![\w.,]*\d)")
+_CONTEXT_ECHO = re.compile(r"^\$?r\d+\.\w+\s*\((?:completed|failed|skipped|pending|running|cancelled)\)", re.I)
+"""A line of the replan context written back (``$r1.s2 (completed): ...``): what happened, not a step."""
 _NOT_STEPS = frozenset({"join", "finish", "end_of_plan"})
 _CONSTANTS = {"true": True, "false": False, "null": None, "none": None}
 ECHO_CHARS = 24
@@ -74,6 +78,8 @@ class LineReader:
         """Lines that only repeated the instructions (a small model writes its prompt back as a plan)."""
         self.earlier = set(earlier)
         self.ids: list[str] = []
+        self.calls: dict[str, str] = {}
+        """Each tool step's call (``_call_key``) -> its id: the same call written inside a later call is its result."""
         self.domain: str | None = None
 
     def read(self, line: str) -> dict[str, Any] | None:
@@ -89,7 +95,7 @@ class LineReader:
         body = match.group(3).strip()
         if label.lower() in {"note", "domain", "goal", "plan", "result", "answer", "thought"}:
             return None
-        if self._echoes(body):
+        if self._echoes(body) or _CONTEXT_ECHO.match(body):
             self.echoes += 1
             return None
         note = _NOTE.search(body)
@@ -102,7 +108,9 @@ class LineReader:
         if bracket is not None:
             hints = [hint.strip() for hint in bracket.group(1).split(",") if hint.strip()]
             body = body[: bracket.start()].rstrip()
-        step = self._call(label, body) or {"id": label, "task": self._references(body)}
+        step = (
+            self._call(label, body) or self._embedded_call(label, body) or {"id": label, "task": self._references(body)}
+        )
         dependencies = [self._id(hint[1:]) for hint in hints if hint.startswith("$")]
         for hint in (hint for hint in hints if not hint.startswith("$")):
             # a tool, else a role: a word that names neither is a made-up role, which the validation names
@@ -116,6 +124,23 @@ class LineReader:
         if step["task"].strip().lower() in _NOT_STEPS or not step["task"].strip():
             return None
         self.ids.append(label)
+        if step.get("tool_args") is not None:
+            self.calls.setdefault(_call_key(step["tool_hint"], step["tool_args"]), label)
+        return step
+
+    def _embedded_call(self, label: str, body: str) -> dict[str, Any] | None:
+        """A task in words that holds one call of a tool of this session (``Get Dorvania's population:
+        `population(Dorvania)` ``, or the call after a colon at its end) is that call, the words its description.
+        """
+        found = [m for m in _EMBEDDED.finditer(body) if _called(m.group(1) or m.group(2)) in self.parameters]
+        if len(found) != 1:
+            return None
+        match = found[0]
+        step = self._call(label, match.group(1) or match.group(2))
+        if step is None:
+            return None
+        words = (body[: match.start()] + body[match.end() :]).strip().rstrip(":").strip()
+        step["task"] = self._references(words) or step["task"]
         return step
 
     def _echoes(self, body: str) -> bool:
@@ -164,12 +189,42 @@ class LineReader:
         arguments: dict[str, Any] = {}
         for position, node in enumerate(call.args):
             key = names[position] if position < len(names) else f"arg{position + 1}"
-            arguments[key] = _value(node, references)
+            arguments[key] = self._argument(node, references)
         for keyword in call.keywords:
             if keyword.arg is None:
                 raise ValueError("** is not an argument")
-            arguments[keyword.arg] = _value(keyword.value, references)
+            arguments[keyword.arg] = self._argument(keyword.value, references)
         return arguments
+
+    def _argument(self, node: ast.expr, references: dict[str, str]) -> Any:
+        """An argument's value: a literal, a reference, or an expression written unquoted (``calculate($1 > $2)``),
+        which is its text; a call of a tool inside it that an earlier step makes is that step's result
+        (``calculate(population(Dorvania) > population(Kelmar))`` after those two calls).
+        """
+        node = _Inliner(self, references).visit(node)
+        try:
+            return _value(node, references)
+        except ValueError:
+            if not _is_expression(node):
+                raise
+        text = ast.unparse(node)
+        return re.sub(r"_ref_\d+", lambda m: references.get(m.group(0), m.group(0)), text)
+
+    def inlined(self, call: ast.Call, references: dict[str, str]) -> ast.expr:
+        """``call`` as the reference to the earlier step that makes it, when one does (else unchanged)."""
+        if not isinstance(call.func, ast.Name) or call.func.id not in self.parameters:
+            return call
+        try:
+            source = ast.unparse(call)
+            arguments = self._arguments(call.func.id, source[source.index("(") + 1 : -1])
+        except (SyntaxError, ValueError):
+            return call
+        made_by = self.calls.get(_call_key(call.func.id, arguments))
+        if made_by is None:
+            return call
+        placeholder = f"_ref_{len(references)}"
+        references[placeholder] = f"${made_by}"
+        return ast.Name(id=placeholder, ctx=ast.Load())
 
     def _references(self, text: str) -> str:
         """``text`` with each reference to a step written as that step's id (``$1`` -> ``$s1``)."""
@@ -182,6 +237,37 @@ class LineReader:
     @staticmethod
     def _id(written: str) -> str:
         return f"s{written}" if written.isdigit() else written
+
+
+class _Inliner(ast.NodeTransformer):
+    """Replaces the calls of tools an earlier step makes by references to that step."""
+
+    def __init__(self, reader: LineReader, references: dict[str, str]) -> None:
+        self.reader = reader
+        self.references = references
+
+    def visit_Call(self, node: ast.Call) -> ast.expr:
+        return self.reader.inlined(node, self.references)
+
+
+_EXPRESSION_NODES = (ast.BinOp, ast.Compare, ast.BoolOp, ast.UnaryOp)
+
+
+def _is_expression(node: ast.expr) -> bool:
+    """Whether an argument is arithmetic or a comparison over names and literals (written unquoted)."""
+    if not isinstance(node, _EXPRESSION_NODES):
+        return False
+    allowed = (*_EXPRESSION_NODES, ast.Name, ast.Constant, ast.operator, ast.cmpop, ast.boolop, ast.unaryop, ast.Load)
+    return all(isinstance(child, allowed) for child in ast.walk(node))
+
+
+def _called(call: str) -> str:
+    """The name a written call calls."""
+    return call.split("(", 1)[0].strip()
+
+
+def _call_key(tool: str, arguments: Any) -> str:
+    return f"{tool}:{json.dumps(arguments, sort_keys=True, default=str)}"
 
 
 def _string_parts(text: str) -> list[tuple[str, str | None]]:

@@ -146,3 +146,40 @@ def test_a_short_task_found_inside_the_instructions_is_still_a_task() -> None:
     reader = LineReader({"blocking": []}, prompt="Tools:\n  blocking() — Sleeps in a plain function.")
     assert reader.read("1. block") == {"id": "s1", "task": "block", "dependencies": []}  # "block" is in "blocking"
     assert reader.read("2. Sleeps in a plain function.") is None  # a whole line of the instructions
+
+
+# --- what Qwen2.5-Coder 1.5B writes instead of a call (issue 42) --------------------------------------------------
+
+
+def test_a_call_in_backticks_or_after_a_colon_in_a_task_is_that_call_with_the_words_as_its_description() -> None:
+    read = steps(
+        "1. Get the population of Norway: `search(Norway)`\n"
+        "2. Get the population of Sweden: search(Sweden)\n"
+        "3. Write `reverse(s)` in Python"
+    )
+    assert [(s["task"], s.get("tool_hint"), s.get("tool_args")) for s in read] == [
+        ("Get the population of Norway", "search", {"query": "Norway"}),
+        ("Get the population of Sweden", "search", {"query": "Sweden"}),
+        ("Write `reverse(s)` in Python", None, None),  # no tool of the session: a task in words
+    ]
+
+
+def test_an_unquoted_expression_is_its_text_and_a_call_an_earlier_step_makes_is_its_result() -> None:
+    read = steps(
+        "1. search(Norway)\n2. search(Sweden)\n"
+        "3. Compare them: `math(search(Norway) > search(Sweden))`\n"
+        "4. math($1 + $2 * 2)\n"
+        "5. math(search(Denmark) - 1)"
+    )
+    assert [(s.get("tool_args"), s["dependencies"]) for s in read[2:]] == [
+        ({"expression": "$s1 > $s2"}, ["s1", "s2"]),
+        ({"expression": "$s1 + $s2 * 2"}, ["s1", "s2"]),
+        (None, []),  # a call no step makes: not guessed, the line is a task in words
+    ]
+
+
+def test_the_replan_context_written_back_is_no_step() -> None:
+    plan = read_plan_lines(
+        "1. $r1.s2 (completed): Calculate the population of Norway\n   Result: 5 million\n2. search(Sweden)", TOOLS
+    )
+    assert plan is not None and [s["task"] for s in plan["steps"]] == ["search(Sweden)"]
