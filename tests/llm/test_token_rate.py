@@ -36,7 +36,8 @@ async def test_a_streamed_reply_arrives_as_its_tokens_are_written() -> None:
     first = RATE.first_token + 404 / 2000
     assert pieces[0][0] >= first and pieces[0][0] < first + 0.1
     # the first piece ("one ") is two tokens, the whole ten: the last comes 8 tokens later, 40 ms at 200 a second
-    assert pieces[-1][0] - pieces[0][0] >= 8 / 200 * 0.9
+    # measured from the start: a loaded machine may deliver the first piece late and the rest on time
+    assert pieces[-1][0] >= first + 8 / 200 * 0.9
     final = arrivals[-1][1].final
     assert final is not None and (final.input_tokens, final.output_tokens) == (404, wire_tokens(reply))
 
