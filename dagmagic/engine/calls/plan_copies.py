@@ -7,7 +7,8 @@ Measured on Qwen2.5-Coder 0.5B and 1.5B, a plan copies from its request:
 - a step named after a tool (``population. ...``): an id that names what the user's tool is, not a step;
 - a placeholder as an argument: ``<value>``, ``...``, ``$N``, a type from the tool list (``string``);
 - an example of a tool's docstring as the arguments (``Examples: >>> population("Atlantis")``) where the goal
-  says nothing of it.
+  says nothing of it;
+- a computing tool given one result and nothing to compute (``calculate($1)``, where a lookup was meant).
 
 ``CopyCheck.problem`` names them (the planner re-asks once with the reason); ``CopyCheck.repair`` makes the best
 of what is still there, each change a warning in the user's terms: a copied call runs as its agent's task
@@ -87,7 +88,23 @@ class CopyCheck:
                 f"step {label} gives {tool} the result of step {_label(chained)}, which is itself a {tool} result, "
                 f"not what {tool} looks up; write each {tool} call with its own value from the goal"
             )
+        idle = self._computes_nothing(draft)
+        if idle is not None:
+            return (
+                f"step {label} gives {tool} only {idle}, with nothing to compute; call the tool that gives what the "
+                "goal asks for"
+            )
         return None
+
+    def _computes_nothing(self, draft: StepDraft) -> str | None:
+        """The one result a computing tool's call is given and nothing to do with it (``calculate($1)``)."""
+        tool = self.tools.get(draft.tool_hint or "")
+        if tool is None or not tool.computes or not draft.tool_args:
+            return None
+        values = [value.strip() for value in draft.tool_args.values() if isinstance(value, str)]
+        if len(values) != len(draft.tool_args) or not all(_REFERENCE.fullmatch(value) for value in values):
+            return None
+        return " and ".join(dict.fromkeys(values))
 
     def repair(self, drafts: list[StepDraft], warn: Callable[[str], None]) -> list[StepDraft]:
         """The plan with each copy made harmless: a copied call runs as its agent's task (not called as written, no

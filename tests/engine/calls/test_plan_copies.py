@@ -73,7 +73,7 @@ def test_a_computing_tools_own_chain_and_a_cross_tool_reference_are_no_copies() 
     drafts = [
         draft("s1", "population", country="Dorvania"),
         draft("s2", "calculate", ["s1"], expression="$s1 * 2"),
-        draft("s3", "calculate", ["s2"], expression="$s2"),
+        draft("s3", "calculate", ["s2"], expression="$s2 + 1"),
     ]
     assert check().problem(drafts) is None
 
@@ -183,3 +183,15 @@ def test_no_warning_event_for_a_plan_that_copied_nothing() -> None:
     )
     assert problem is None and steps[0].tool_args == {"country": "Dorvania"}
     assert not [e for e in harness.events if isinstance(e, RunWarning)]
+
+
+def test_a_computing_tool_given_only_a_result_computes_nothing() -> None:
+    """The 1.5B wrote ``calculate(capital(Ostria))`` for "the population of the capital of Ostria": the direct call
+    failed and its agent invented a population.
+    """
+    drafts = [draft("s1", "population", country="Ostria"), draft("s2", "calculate", ["s1"], expression="$s1")]
+    problem = check().problem(drafts)
+    assert problem == (
+        "step 2 gives calculate only $s1, with nothing to compute; call the tool that gives what the goal asks for"
+    )
+    assert check().problem([drafts[0], draft("s2", "calculate", ["s1"], expression="$s1 * 2")]) is None
