@@ -22,7 +22,8 @@ Run: ``python benchmarks/real_model.py --model 1.5b --max-tokens 512`` (an hour 
 runs the N-th goal only; ``--repeat N`` runs each goal N times; ``--max-tokens N`` caps every reply at N tokens,
 litellm's ``max_tokens``: these models sometimes write until their context is full; ``--save DIR`` writes each
 run to ``DIR/<engine>-goalN.json``: the DAG run's state, or the agent's answer, tool calls and LLM calls, every
-call's messages and reply). Without the server it says so and exits. Nothing is asserted.
+call's messages and reply; ``--rescore DIR`` runs nothing and scores such files again, for a checker changed or
+a run cut short). Without the server it says so and exits. Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"  # never fetch litellm's pri
 
 import argparse
 import asyncio
+import glob
 import json
 import platform
 import statistics
@@ -56,7 +58,7 @@ from dagmagic.engine.steps.runner import StepRequest
 from dagmagic.engine.tools.functions import Tool
 from dagmagic.events import Event, LLMCallRecorded
 from dagmagic.llm import ChatModel
-from dagmagic.models import LLMCall, PlanStep
+from dagmagic.models import LLMCall, PlanStep, RunState
 
 MODELS = {
     "1.5b": ("openai/qwen-1.5b", "http://127.0.0.1:8766/v1"),
@@ -225,8 +227,11 @@ async def run_dag(goal: BenchGoal, tools: list[Tool], model: str, max_tokens: in
     """The goal through a fresh ``DagSession``; with the run's state as JSON."""
     start = time.perf_counter()
     run = await DagSession(registry(model, max_tokens), SETTINGS, tools=tools).run(goal.text)
-    seconds = time.perf_counter() - start
-    state = run.state
+    return dag_outcome(goal, run.state, time.perf_counter() - start), run.state.model_dump_json(indent=1)
+
+
+def dag_outcome(goal: BenchGoal, state: RunState, seconds: float) -> Outcome:
+    """What a DAG run's state says: its answer's score, calls, lookups."""
     answer = state.answer or ""
     outcome = Outcome("dag", _score(goal, answer), list(state.calls), seconds, str(state.status), answer)
     outcome.lookup_steps, outcome.direct_steps, fallback = tool_steps(state, _is_lookup)
@@ -243,7 +248,7 @@ async def run_dag(goal: BenchGoal, tools: list[Tool], model: str, max_tokens: in
     ]
     if state.error:
         outcome.details.append(f"error: {' '.join(state.error.split())[:200]}")
-    return outcome, state.model_dump_json(indent=1)
+    return outcome
 
 
 async def run_agent(goal: BenchGoal, tools: list[Tool], model: str, max_tokens: int | None) -> tuple[Outcome, str]:
@@ -266,18 +271,55 @@ async def run_agent(goal: BenchGoal, tools: list[Tool], model: str, max_tokens: 
         answer, status = failure.notes or "", f"failed: {failure.reason}"
     except Exception as exc:  # a provider error ends the agent's run; the benchmark goes on
         answer, status = "", f"error: {type(exc).__name__}: {exc}"
-    seconds = time.perf_counter() - start
-    outcome = Outcome("agent", _score(goal, answer) if status == "done" else "wrong", calls, seconds, status, answer)
-    outcome.lookups = sum(_is_lookup(c.name) for c in step.tool_calls)
-    outcome.details = [f"tool calls {len(step.tool_calls)}, lookups {outcome.lookups}"]
     saved = {
         "goal": goal.text,
         "status": status,
         "answer": answer,
+        "seconds": time.perf_counter() - start,
         "tool_calls": [c.model_dump() for c in step.tool_calls],
         "calls": [c.model_dump() for c in calls],
     }
-    return outcome, json.dumps(saved, indent=1, default=str)
+    return agent_outcome(goal, saved), json.dumps(saved, indent=1, default=str)
+
+
+def agent_outcome(goal: BenchGoal, saved: dict[str, Any]) -> Outcome:
+    """What an agent's run says (as saved): its answer's score (a failed run's notes are no answer), calls, lookups."""
+    calls = [LLMCall.model_validate(call) for call in saved["calls"]]
+    if "seconds" in saved:
+        seconds = saved["seconds"]
+    else:  # saved before the seconds were: from its first call's start to its last call's end
+        seconds = max((c.started_at + c.latency for c in calls), default=0.0) - min(
+            (c.started_at for c in calls), default=0.0
+        )
+    status, answer = saved["status"], saved["answer"]
+    outcome = Outcome("agent", _score(goal, answer) if status == "done" else "wrong", calls, seconds, status, answer)
+    outcome.lookups = sum(_is_lookup(c["name"]) for c in saved["tool_calls"])
+    outcome.details = [f"tool calls {len(saved['tool_calls'])}, lookups {outcome.lookups}"]
+    return outcome
+
+
+def rescore(directory: str, goals: list[BenchGoal], only: int | None) -> dict[str, list[Outcome]]:
+    """The outcomes of the runs saved in ``directory`` (``--save``), scored again, printed as a run prints them."""
+    outcomes: dict[str, list[Outcome]] = {"dag": [], "agent": []}
+    for number, goal in enumerate(goals, 1):
+        if only is not None and number != only:
+            continue
+        header = f"[{number}] {goal.text}{f' ({goal.kind})' if goal.kind else ''}"
+        for engine in outcomes:
+            for path in sorted(glob.glob(os.path.join(directory, f"{engine}-goal{number}.json"))) + sorted(
+                glob.glob(os.path.join(directory, f"{engine}-goal{number}-run*.json"))
+            ):
+                with open(path) as saved:
+                    text = saved.read()
+                if engine == "dag":
+                    state = RunState.model_validate_json(text)
+                    outcome = dag_outcome(goal, state, (state.finished_at or state.started_at) - state.started_at)
+                else:
+                    outcome = agent_outcome(goal, json.loads(text))
+                outcomes[engine].append(outcome)
+                print("\n".join([header, *goal_lines(outcome)] if header else goal_lines(outcome)))
+                header = ""
+    return outcomes
 
 
 def goal_lines(outcome: Outcome) -> list[str]:
@@ -317,6 +359,14 @@ def summary(engine: str, outcomes: Sequence[Outcome]) -> str:
     return line
 
 
+def summaries(outcomes: dict[str, list[Outcome]]) -> None:
+    """Prints each engine's summary line."""
+    print("Summary")
+    for engine, done in outcomes.items():
+        if done:
+            print(summary(engine, done))
+
+
 ENGINES = {"dag": run_dag, "agent": run_agent}
 
 
@@ -350,10 +400,7 @@ async def main(arguments: argparse.Namespace) -> None:
                     suffix = f"-run{repeat}" if arguments.repeat > 1 else ""
                     with open(os.path.join(arguments.save, f"{engine}-goal{number}{suffix}.json"), "w") as out:
                         out.write(saved)
-    print("Summary")
-    for engine, done in outcomes.items():
-        if done:
-            print(summary(engine, done))
+    summaries(outcomes)
     after = os.getloadavg()
     print(
         f"load average before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, "
@@ -372,6 +419,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=1, help="run each goal N times")
     parser.add_argument("--max-tokens", type=int, help="cap every reply at N tokens (litellm's max_tokens)")
     parser.add_argument("--save", metavar="DIR", help="write each run to DIR/<engine>-goalN.json")
+    parser.add_argument(
+        "--rescore", metavar="DIR", help="run nothing: score the runs saved in DIR again (--save's files) and sum up"
+    )
     arguments = parser.parse_args(argv)
     count = len(SETS[arguments.set][0])
     if arguments.goal is not None and not 1 <= arguments.goal <= count:
@@ -381,6 +431,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 if __name__ == "__main__":
     arguments = parse()
+    if arguments.rescore:
+        summaries(rescore(arguments.rescore, SETS[arguments.set][0], arguments.goal))
+        sys.exit(0)
     api_base = MODELS[arguments.model][1]
     if not server_up(api_base):
         print(
