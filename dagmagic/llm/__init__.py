@@ -3,7 +3,7 @@
 from dagmagic.errors import StructuredOutputError
 from dagmagic.llm._litellm import import_litellm
 from dagmagic.llm.client import ChatModel, ChatResult, EventSink, as_chat_model
-from dagmagic.llm.extraction import extract_json
+from dagmagic.llm.extraction import extract_json, extract_json_span
 from dagmagic.llm.litellm_backend import LiteLLMBackend
 from dagmagic.llm.protocol import (
     Capabilities,
@@ -39,6 +39,7 @@ __all__ = [
     "as_chat_model",
     "cassette_words",
     "extract_json",
+    "extract_json_span",
     "import_litellm",
     "structured_llm_call",
 ]

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from itertools import islice
 from typing import Any
 
-__all__ = ["extract_json", "parse_json"]
+__all__ = ["extract_json", "extract_json_span", "parse_json"]
 
 _FENCE = re.compile(r"```[ \t]*(?:json|JSON|javascript|js)?[ \t]*\n?(.*?)```", re.DOTALL)
 _TRAILING_COMMA = re.compile(r",\s*([}\]])")
@@ -47,16 +47,25 @@ def extract_json(text: str, *, mend: bool = True) -> Any:
     first bracket: the last resort before the caller asks the model again. ``mend=False`` leaves it out: for a
     caller that must know the JSON came whole (a stream that broke off).
     """
+    return extract_json_span(text, mend=mend)[0]
+
+
+def extract_json_span(text: str, *, mend: bool = True) -> tuple[Any, int, int]:
+    """``extract_json``'s value and where in ``text`` it was written: ``(value, start, end)``, ``text[start:end]``
+    being the whole text, the code fence or the bracketed span it came from (to the end of the text when
+    ``json_repair`` mended it). For a caller that keeps what comes before or after the JSON apart from it.
+    """
     if not isinstance(text, str) or not text.strip():
         raise ValueError("the reply is empty")
-    for candidate in _candidates(text):
+    for candidate, start, end in _candidates(text):
         value = parse_json(candidate)
         if value is not None:
-            return value
+            return value, start, end
     opener = _OPENER.search(text)
     value = None if opener is None or not mend else _repaired(text[opener.start() :])
     if value is not None:
-        return value
+        assert opener is not None
+        return value, opener.start(), len(text)
     raise ValueError("no JSON object or array found in the reply")
 
 
@@ -94,15 +103,16 @@ def _repaired(fragment: str) -> Any:
     return value if structured and not _has_latex_damage(value) else None
 
 
-def _candidates(text: str) -> Iterator[str]:
-    yield text.strip()
+def _candidates(text: str) -> Iterator[tuple[str, int, int]]:
+    """Each candidate with the span of ``text`` it stands for."""
+    yield text.strip(), len(text) - len(text.lstrip()), len(text.rstrip())
     for match in _FENCE.finditer(text):
-        yield match.group(1).strip()
+        yield match.group(1).strip(), match.start(), match.end()
     starts = [match.start() for match in islice(_OPENER.finditer(text), _MAX_STARTS)]
     ends = _balanced_ends(text, starts)
     for start in starts:
         if start in ends:
-            yield text[start : ends[start] + 1]
+            yield text[start : ends[start] + 1], start, ends[start] + 1
 
 
 def _balanced_ends(text: str, starts: list[int]) -> dict[int, int]:

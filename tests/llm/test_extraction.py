@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from dagmagic.llm import extract_json, extraction
+from dagmagic.llm import extract_json, extract_json_span, extraction
 from dagmagic.llm.extraction import parse_json
 
 
@@ -207,3 +207,18 @@ def test_without_mending_json_that_never_closed_is_no_json() -> None:
     assert extract_json(cut) == {"achieved": True, "reasoning": "ok but"}
     with pytest.raises(ValueError, match="no JSON object or array"):
         extract_json(cut, mend=False)
+
+
+@pytest.mark.parametrize(
+    ("text", "written"),
+    [
+        ('  {"a": 1}\n', '{"a": 1}'),
+        ('Here:\n```json\n{"a": 1}\n```\nThe result is 5.', '```json\n{"a": 1}\n```'),
+        ('Call [it] now: [{"a": 1}] and then 5.', '[{"a": 1}]'),
+        ('Cut off: {"a": 1, "b": [2', '{"a": 1, "b": [2'),
+    ],
+    ids=["whole", "fenced", "inside prose", "mended"],
+)
+def test_the_span_is_where_the_json_was_written(text: str, written: str) -> None:
+    value, start, end = extract_json_span(text)
+    assert text[start:end] == written and value == extract_json(text)

@@ -2,7 +2,8 @@
 
 Native tool calling when the step's model supports it, else a JSON action format parsed like structured
 output; a call a model offered native tools writes as text instead (``{"name": ..., "arguments": ...}``,
-the JSON action, ``<tool_call>...</tool_call>``) is recognised and run too. The loop ends when the model
+the JSON action, ``<tool_call>...</tool_call>``) is recognised and run too, and what the model wrote after
+such a call (often its result, invented) is left out of the conversation. The loop ends when the model
 answers without calling a tool. Guards: the same call with the same arguments a second time gets a warning
 instead of a result; a third time the model is asked once, without tools, for its answer from what it has
 (else the step fails, keeping its notes); observations are capped; at ``step_max_iterations`` the step fails,
@@ -40,7 +41,7 @@ from dagmagic.engine.steps.transcript import (
 from dagmagic.engine.tools.functions import Tool, ToolInterrupted, ToolOutcome, capped
 from dagmagic.errors import RUN_ENDING, ContextWindowExceededError
 from dagmagic.events import RunWarning, Verification, Verifying
-from dagmagic.llm import ChatModel, ChatResult, extract_json, structured_llm_call
+from dagmagic.llm import ChatModel, ChatResult, extract_json_span, structured_llm_call
 from dagmagic.models import PlanStep
 
 __all__ = ["SHORT_ANSWER_CHARS", "StepAgent", "ToolSelection", "needed_tools"]
@@ -205,7 +206,10 @@ class StepAgent:
         for iteration in range(done + 1, settings.step_max_iterations + 1):
             await _fit(request, messages, schemas)
             reply = await _chat(request, messages, schemas, native)
-            calls = _native_calls(reply.response.tool_calls) or _text_calls(reply.content, tools)
+            content = reply.content
+            calls = _native_calls(reply.response.tool_calls)
+            if not calls:
+                calls, content = _text_turn(reply.content, tools)
             if not calls:
                 answer = reply.content.strip()
                 if used >= 3 and len(answer) < SHORT_ANSWER_CHARS:
@@ -213,7 +217,7 @@ class StepAgent:
                 if not answer:
                     raise StepFailure("the model returned an empty answer", notes=_notes(notes))
                 return answer
-            messages.append(assistant_message(reply.content, calls, native))
+            messages.append(assistant_message(content, calls, native))
             for call in calls:
                 key = _call_key(call.name, call.arguments)
                 seen[key] += 1
@@ -381,25 +385,45 @@ def _native_calls(tool_calls: Sequence[Any]) -> list[RequestedCall]:
 
 
 def _text_calls(content: str, tools: list[Tool]) -> list[RequestedCall]:
+    """Tool calls written in the reply's text (``_text_turn``'s calls)."""
+    return _text_turn(content, tools)[0]
+
+
+def _text_turn(content: str, tools: list[Tool]) -> tuple[list[RequestedCall], str]:
     """Tool calls written in the reply's text: the JSON action format (``{"tool": ..., "arguments": ...}``),
     an OpenAI-style call (``{"name": ..., "arguments": ...}``, or under ``"function"``), a list of them, or
-    Qwen's ``<tool_call>...</tool_call>``; only calls naming a tool the step was offered count.
+    Qwen's ``<tool_call>...</tool_call>``; only calls naming a tool the step was offered count. With them, the
+    turn's text as kept in the conversation: what came before the first call, then the calls as written.
+    What a model writes after a call it wrote as text (often the result it expects, invented: "The population
+    of Berlin is ...") is no observation: it is left out, and the tools' results come in its place.
     """
     if not tools or not content.strip():
-        return []
+        return [], content
     offered = {tool.name for tool in tools}
-    tagged = [match.group(1) for match in _TOOL_CALL_TAG.finditer(content)]
+    # where calls may be: (the text, its offset in the reply, where its tag opens, where it closes: None if not)
+    pieces: list[tuple[str, int, int | None, int | None]] = [
+        (tag.group(1), tag.start(1), tag.start(), tag.end() if tag.group(0).endswith("</tool_call>") else None)
+        for tag in _TOOL_CALL_TAG.finditer(content)
+    ]
     calls: list[RequestedCall] = []
-    for text in tagged or [content]:
+    spans: list[tuple[int, int]] = []
+    for text, offset, tag_start, tag_end in pieces or [(content, 0, None, None)]:
         try:
-            value = extract_json(text)
+            value, json_start, json_end = extract_json_span(text)
         except ValueError:
             continue
+        found = len(calls)
         for item in value if isinstance(value, list) else [value]:
             call = _as_call(item, len(calls))
             if call is not None and call.name in offered:
                 calls.append(call)
-    return calls
+        if len(calls) > found:  # a tag from its opening; a closed one to its close, else to the JSON's end
+            start = tag_start if tag_start is not None else offset + json_start
+            spans.append((start, tag_end if tag_end is not None else offset + json_end))
+    if not calls:
+        return [], content
+    kept = content[: spans[0][0]] + "\n".join(content[start:end] for start, end in spans)
+    return calls, kept
 
 
 def _as_call(item: Any, index: int) -> RequestedCall | None:

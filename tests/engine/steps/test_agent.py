@@ -379,6 +379,52 @@ async def test_a_tool_call_written_as_text_by_a_model_offered_native_tools_is_ru
     assert second.messages[-1] == {"role": "tool", "tool_call_id": calls[0]["id"], "content": "found x"}
 
 
+INVENTED = " The population of Berlin is 3602177."
+CALL = '{"name": "lookup", "arguments": {"q": "Berlin"}}'
+
+
+@pytest.mark.parametrize(
+    ("written", "kept"),
+    [
+        (f"<tool_call>{CALL}</tool_call>{INVENTED}", f"<tool_call>{CALL}</tool_call>"),
+        (
+            f"Looking it up.\n<tool_call>\n{CALL}\n</tool_call>{INVENTED}",
+            f"Looking it up.\n<tool_call>\n{CALL}\n</tool_call>",
+        ),
+        (f"<tool_call>{CALL}{INVENTED}", f"<tool_call>{CALL}"),  # a tag never closed
+        (f"{CALL}{INVENTED}", CALL),
+        (f"[{CALL}]{INVENTED}", f"[{CALL}]"),
+        (f"```json\n{CALL}\n```{INVENTED}", f"```json\n{CALL}\n```"),
+    ],
+    ids=["qwen tag", "text before the tag", "unclosed tag", "bare object", "list", "fenced"],
+)
+@pytest.mark.parametrize("capabilities", [("tool_call", "json_mode", "stream"), NO_TOOL_CALLING])
+async def test_what_a_model_writes_after_a_call_written_as_text_is_no_observation(
+    written: str, kept: str, capabilities: tuple[str, ...]
+) -> None:
+    log: list[str] = []
+    llm = ScriptedLLM(script([written, "Berlin: found Berlin"]), capabilities=capabilities)
+    run = await session(llm, [lookup_tool(log)]).run("goal")
+
+    assert log == ["Berlin"]
+    step = run.steps["s1"]
+    assert (step.status, step.result) == ("completed", "Berlin: found Berlin")
+    second = llm.requests_for("step", "s1")[1]
+    assert not any("3602177" in str(message.get("content")) for message in second.messages)
+    assert second.messages[-2]["role"] == "assistant" and second.messages[-2]["content"] == kept
+    assert "found Berlin" in second.messages[-1]["content"]
+
+
+async def test_text_between_calls_written_in_tags_is_left_out_and_both_calls_run() -> None:
+    log: list[str] = []
+    a, b = (f'<tool_call>{{"name": "lookup", "arguments": {{"q": "{q}"}}}}</tool_call>' for q in "ab")
+    llm = ScriptedLLM(script([f"{a}\nResult: 5\n{b}\nResult: 7. The total is 12.", "12 in all"]))
+    run = await session(llm, [lookup_tool(log)]).run("goal")
+    assert log == ["a", "b"] and run.steps["s1"].result == "12 in all"
+    second = llm.requests_for("step", "s1")[1]
+    assert second.messages[-3]["content"] == f"{a}\n{b}"
+
+
 async def test_json_that_names_no_offered_tool_is_an_answer() -> None:
     answer = '{"name": "Paris", "population": 2102650}'
     llm = ScriptedLLM(script([answer]))
