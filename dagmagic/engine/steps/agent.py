@@ -21,7 +21,7 @@ import json
 import logging
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -201,29 +201,24 @@ class StepAgent:
         messages.extend(turns)
         seen: Counter[str] = Counter(_call_key(c.name, c.arguments) for c in made)
         notes = [_note(c.name, c.arguments, c.observation) for c in made]
+        results = {_call_key(c.name, c.arguments): _note(c.name, c.arguments, c.observation) for c in made}
         used = len(made)
         settings = request.settings
         for iteration in range(done + 1, settings.step_max_iterations + 1):
             await _fit(request, messages, schemas)
             reply = await _chat(request, messages, schemas, native)
-            content = reply.content
-            calls = _native_calls(reply.response.tool_calls)
+            calls, content, reported = _read_turn(reply, tools, results)
+            if reported is not None:
+                return reported
             if not calls:
-                calls, content = _text_turn(reply.content, tools)
-            if not calls:
-                answer = reply.content.strip()
-                if used >= 3 and len(answer) < SHORT_ANSWER_CHARS:
-                    answer = await self._completion_check(request, messages, answer, used) or answer
-                if not answer:
-                    raise StepFailure("the model returned an empty answer", notes=_notes(notes))
-                return answer
+                return await self._final(request, messages, reply.content.strip(), used, notes)
             messages.append(assistant_message(content, calls, native))
             for call in calls:
                 key = _call_key(call.name, call.arguments)
                 seen[key] += 1
                 if seen[key] >= 3:
                     notes.append(f"Stopped: {call.name} was called a third time with the same arguments.")
-                    return await self._forced_answer(request, messages, call.name, tools, notes)
+                    return await self._forced_answer(request, messages, call.name, tools, notes, results)
                 try:
                     outcome = await self._call(call, tools, request, repeated=seen[key] == 2)
                 except ToolInterrupted as exc:
@@ -239,14 +234,31 @@ class StepAgent:
                     emit=request.emit,
                 )
                 notes.append(_note(call.name, call.arguments, outcome.observation))
+                if outcome.error is None:
+                    results.setdefault(key, _note(call.name, call.arguments, outcome.observation))
                 messages.append(observation_message(call, outcome.observation, native))
         raise StepFailure(
             f"iteration limit ({settings.step_max_iterations}) reached without a final answer", notes=_notes(notes)
         )
 
+    async def _final(
+        self, request: StepRequest, messages: list[dict[str, Any]], answer: str, used: int, notes: list[str]
+    ) -> str:
+        """The step's answer: checked once for completeness when it is short after 3+ tool calls."""
+        if used >= 3 and len(answer) < SHORT_ANSWER_CHARS:
+            answer = await self._completion_check(request, messages, answer, used) or answer
+        if not answer:
+            raise StepFailure("the model returned an empty answer", notes=_notes(notes))
+        return answer
+
     @staticmethod
     async def _forced_answer(
-        request: StepRequest, messages: list[dict[str, Any]], name: str, tools: list[Tool], notes: list[str]
+        request: StepRequest,
+        messages: list[dict[str, Any]],
+        name: str,
+        tools: list[Tool],
+        notes: list[str],
+        results: dict[str, str],
     ) -> str:
         """A stuck step's last chance: its answer from what it has, asked once without tools."""
         turn = max(i for i, message in enumerate(messages) if message.get("role") == "assistant")
@@ -255,6 +267,9 @@ class StepAgent:
         await _fit(request, ask, None)
         reply = await request.model.chat(ask, purpose="step", round=request.round, step_id=request.step.id)
         answer = reply.content.strip()
+        reported = _reported(answer, tools, results)
+        if reported is not None:
+            return reported
         if not answer or _text_calls(answer, tools):
             raise StepFailure(
                 f"stuck: {name} was called three times with the same arguments, and no answer came after",
@@ -384,6 +399,22 @@ def _native_calls(tool_calls: Sequence[Any]) -> list[RequestedCall]:
     return calls
 
 
+def _read_turn(
+    reply: ChatResult, tools: list[Tool], results: Mapping[str, str]
+) -> tuple[list[RequestedCall], str, str | None]:
+    """A reply's calls (native, else written as text), its text as kept in the conversation, and the answer it
+    gives by writing back calls the step made with their results (``_reported``), if it does.
+    """
+    calls = _native_calls(reply.response.tool_calls)
+    if calls:
+        return calls, reply.content, None
+    reported = _reported(reply.content, tools, results)
+    if reported is not None:
+        return [], reply.content, reported
+    calls, content = _text_turn(reply.content, tools)
+    return calls, content, None
+
+
 def _text_calls(content: str, tools: list[Tool]) -> list[RequestedCall]:
     """Tool calls written in the reply's text (``_text_turn``'s calls)."""
     return _text_turn(content, tools)[0]
@@ -407,6 +438,7 @@ def _text_turn(content: str, tools: list[Tool]) -> tuple[list[RequestedCall], st
     ]
     calls: list[RequestedCall] = []
     spans: list[tuple[int, int]] = []
+    reports = False
     for text, offset, tag_start, tag_end in pieces or [(content, 0, None, None)]:
         try:
             value, json_start, json_end = extract_json_span(text)
@@ -417,13 +449,52 @@ def _text_turn(content: str, tools: list[Tool]) -> tuple[list[RequestedCall], st
             call = _as_call(item, len(calls))
             if call is not None and call.name in offered:
                 calls.append(call)
+                reports = reports or any(key in _unwrapped(item) for key in _REPORTED)
         if len(calls) > found:  # a tag from its opening; a closed one to its close, else to the JSON's end
             start = tag_start if tag_start is not None else offset + json_start
             spans.append((start, tag_end if tag_end is not None else offset + json_end))
     if not calls:
         return [], content
+    if reports:  # the result written inside the call is invented: the call is kept without it
+        return calls, content[: spans[0][0]] + "\n".join(_written(call) for call in calls)
     kept = content[: spans[0][0]] + "\n".join(content[start:end] for start, end in spans)
     return calls, kept
+
+
+_REPORTED = ("result", "output", "observation", "response", "return", "returns")
+"""The keys with which a small model writes a call it made back, with its result, as its answer."""
+
+
+def _reported(content: str, tools: list[Tool], results: Mapping[str, str]) -> str | None:
+    """The answer a reply gives by writing back calls the step made, each with a result (Qwen2.5-Coder 1.5B, after
+    an observation: ``{"name": "population", "arguments": ..., "result": {"value": "12480000"}}``): the calls'
+    actual results, as notes; None when the reply is no such report. A call written with a result but never made
+    is a call (its result is invented): ``_text_turn`` reads it.
+    """
+    try:
+        value, _, _ = extract_json_span(content)
+    except ValueError:
+        return None
+    items = value if isinstance(value, list) else [value]
+    keys = []
+    for item in items:
+        call = _as_call(item, 0)
+        if call is None or not any(key in _unwrapped(item) for key in _REPORTED):
+            return None
+        keys.append(_call_key(call.name, call.arguments))
+    if not keys or not tools or not all(key in results for key in keys):
+        return None
+    return "\n".join(results[key] for key in dict.fromkeys(keys))
+
+
+def _written(call: RequestedCall) -> str:
+    return json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False, default=str)
+
+
+def _unwrapped(item: Any) -> dict[str, Any]:
+    if isinstance(item, dict) and isinstance(item.get("function"), dict):
+        return {**item, **item["function"]}
+    return item if isinstance(item, dict) else {}
 
 
 def _as_call(item: Any, index: int) -> RequestedCall | None:

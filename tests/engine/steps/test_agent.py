@@ -1062,3 +1062,33 @@ async def test_a_comparing_step_without_a_computing_tool_is_one_call_with_no_too
     run = await session(llm, [LOOKUP_AND_CALCULATOR[0]]).run("Is Dorvania above the world average?")
     (request,) = llm.requests_for("step", "s2")
     assert run.status == "done" and not request.tools and run.steps["s2"].tool_calls == []
+
+
+REPORT = (
+    '```json\n{\n  "name": "population",\n  "arguments": "{\\"country\\": \\"Dorvania\\"}",\n'
+    '  "result": {\n    "value": "12480000"\n  }\n}\n```'
+)
+"""What Qwen2.5-Coder 1.5B writes after an observation: the call it made, with its result, as its answer."""
+
+
+async def test_a_call_written_back_with_its_result_after_it_was_made_is_the_answer_not_a_new_call() -> None:
+    """The 1.5B answered a lookup by writing the call back with a "result": read as a call, the step called
+    population again, was warned, then forced, and failed "stuck" with the figure in hand.
+    """
+    call = '<tool_call>{"name": "population", "arguments": {"country": "Dorvania"}}</tool_call>'
+    llm = ScriptedLLM(script([call, REPORT]))
+    run = await session(llm, [LOOKUP_AND_CALCULATOR[0]]).run("How many people live in Dorvania?")
+    s1 = run.steps["s1"]
+    assert run.status == "done" and s1.status == "completed"
+    assert [c.arguments for c in s1.tool_calls] == [{"country": "Dorvania"}]  # made once
+    assert s1.result == "population(country='Dorvania') -> 12480000"  # the tool's result, not the model's
+    assert len(llm.requests_for("step", "s1")) == 2
+
+
+async def test_a_call_written_with_a_result_it_never_made_is_made_and_its_invented_result_ignored() -> None:
+    invented = REPORT.replace("12480000", "99")
+    llm = ScriptedLLM(script([invented, "Dorvania has 12480000 people."]))
+    run = await session(llm, [LOOKUP_AND_CALCULATOR[0]]).run("How many people live in Dorvania?")
+    s1 = run.steps["s1"]
+    assert [c.observation for c in s1.tool_calls] == ["12480000"] and s1.result == "Dorvania has 12480000 people."
+    assert "99" not in str(llm.requests_for("step", "s1")[1].messages[1:])
