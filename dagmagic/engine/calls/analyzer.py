@@ -214,6 +214,8 @@ class Analyzer:
         without streaming (the level that gave an unreadable reply is not asked twice) or the error is raised.
         An achieved verdict whose reasoning says the goal is not reached (``contradiction``) is dropped the same
         way and asked for again once, quoting it; a second such verdict counts as not achieved, confidence 0.
+        So is one whose answer does not check against what the analyzer read (``check_answer``), quoting what did
+        not check; a second such answer counts as not achieved, confidence 0, its reasoning saying why.
         """
         steps = list(steps)
         messages = await self.prompt(goal, steps, round=round)

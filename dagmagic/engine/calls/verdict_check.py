@@ -244,10 +244,12 @@ _ATTACHMENT = re.compile(
     r"^(?:['’]s?)?(?:\s+(?:population|people|inhabitants|residents|total|revenue|GDP|sales))?"
     rf"\s*(?:[:(=–—-]|\s+(?:has|had|at|of|is|was|counts|totals))?\s*(?:{_APPROX}\s*)?[{_CURRENCY}]?\s*$"
 )
+_RANKED = r"(?!(?:recent|important|relevant|notable|significant|common|likely|reliable)\b)\w+"
+"""The word after "most" or "least" when it ranks by a quantity ("most populous"), not by time or weight."""
 _PAIRED = re.compile(r"^[\s,;(]*(?:vs\.?|versus|against|compared (?:to|with)|to)[\s(]*$", re.IGNORECASE)
 """Two figures written as a pair ("68,401,997 vs 84,482,267"): the first the subject's, the second the other's."""
 _SUPERLATIVE = re.compile(
-    r"\b(?:the\s+)?(?P<word>largest|biggest|highest|greatest|most\s+\w+|smallest|lowest|least\s+\w+|fewest)\b",
+    rf"\b(?:the\s+)?(?P<word>largest|biggest|highest|greatest|most\s+{_RANKED}|smallest|lowest|least\s+{_RANKED}|fewest)\b",
     re.IGNORECASE,
 )
 _AFTER_SUPERLATIVE = re.compile(rf"^[\w\s-]{{0,60}}?,?\s*(?:with|at|:|\()\s*(?:{_APPROX}\s*)?[{_CURRENCY}]?\s*$")
@@ -350,8 +352,8 @@ def _superlative(sentence: str, checked: list[Figure]) -> Mismatch | None:
 
 _ITEM = re.compile(r"^\s*(?P<marker>\d+[.)]|[-*•+])\s+(?P<text>.+)$")
 _RANKS = re.compile(
-    r"\b(?P<down>largest|biggest|highest|greatest|most|top|descending)\b"
-    r"|\b(?P<up>smallest|lowest|least|fewest|ascending)\b"
+    rf"\b(?P<down>largest|biggest|highest|greatest|most\s+{_RANKED}|top|descending)\b"
+    rf"|\b(?P<up>smallest|lowest|least\s+{_RANKED}|fewest|ascending)\b"
     r"|\b(?:rank|ranked|ranking|sorted)\b",
     re.IGNORECASE,
 )

@@ -115,6 +115,7 @@ def test_a_superlative_its_figures_contradict_is_named() -> None:
         "Germany is the most populous country, with 84,482,267 people, ahead of France (68,401,997).",
         "France is one of the largest countries, with 68,401,997 people; Germany (84,482,267).",
         "Germany is the largest economy, with 84,482,267 people and Italy 58,850,000 kg.",
+        "France's most recent census, with 68,401,997 people, follows Germany (84,482,267).",
     ],
 )
 def test_superlatives_the_figures_bear_out_pass(answer: str) -> None:
@@ -135,6 +136,7 @@ def test_a_ranked_list_out_of_order_is_named() -> None:
         "Their populations:\n1. France: 68,401,997\n2. Germany: 84,482,267\n3. Italy: 58.85 million",  # no ranking
         "The largest ones:\n- France: 68,401,997\n- Germany: 84,482,267",  # bullets, not said to be ordered
         "Top countries:\n1. France: 68,401,997 (2024: 68,100,000)\n2. Germany: 84,482,267",  # two figures in one
+        "Most recent first:\n1. 2024: 68,401,997\n2. 2023: 84,482,267",  # ranked by time, not by the figure
     ],
 )
 def test_rankings_in_order_or_not_rankings_pass(answer: str) -> None:
