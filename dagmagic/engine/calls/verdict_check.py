@@ -22,7 +22,11 @@ results, each step's whole result, what each tool call returned) rounds or cuts 
 answer writes: ``3.9 million`` holds for 3,878,100 and 3,949,999 (within one unit of its last digit, 0.1
 million), ``2,100,000`` for 2,102,650 (trailing zeros are not precise), ``12%`` for 0.12 or 12.4%. A figure no
 source holds is one the model computed or made up: no arithmetic on the sources is accepted (a sum a model
-writes may be right, but one that must be computed needs a step that computes it, with a tool).
+writes may be right, but one that must be computed needs a step that computes it, with a tool), except the
+arithmetic an answer shows in the open: a figure that is, at its precision, the sum or difference of two figures
+the answer states and the sources hold ("84,482,267 against 68.4 million, a gap of 16.1 million"), or, as a
+percentage, one's share of the other or how much more it is ("23.5% more"). A sum of three, a product, a figure
+times three, or arithmetic on a figure no source holds is still a figure no source holds.
 
 **Order** (``order_mismatches``), among the answer's own checked figures, of the same kind (percentages with
 percentages):
@@ -222,15 +226,41 @@ def _held(figure: Figure, values: Sequence[float]) -> bool:
 
 
 def unsupported_figures(answer: str, sources: Iterable[str]) -> list[Mismatch]:
-    """The answer's checked figures that no source holds, each once."""
+    """The answer's checked figures that no source holds and that are no sum, difference or ratio of two
+    figures it states that the sources hold, each once.
+    """
     values = source_values(sources)
+    stated = [figure for figure in figures(answer) if figure.checked]
+    held = [figure for figure in stated if _held(figure, values)]
     said: dict[str, Mismatch] = {}
-    for figure in figures(answer):
-        if figure.checked and figure.text not in said and not _held(figure, values):
+    for figure in stated:
+        if figure.text not in said and figure not in held and not _derived(figure, held):
             said[figure.text] = Mismatch(
                 "figure", f"the answer says {figure.text}, which no step result holds and no tool computed"
             )
     return list(said.values())
+
+
+def _derived(figure: Figure, operands: Sequence[Figure]) -> bool:
+    """Whether ``figure`` is, at its precision, the sum or difference of two of ``operands`` (of its kind), or,
+    as a percentage, one's share of the other or how much more or less it is ("23.5% more than France").
+    """
+    reach = figure.unit * (1 + 1e-9)
+    for first, second in itertools.permutations(operands, 2):
+        a, b = first.value, second.value
+        if first.percent == second.percent == figure.percent and (
+            abs(figure.value - (a + b)) <= reach or abs(figure.value - abs(a - b)) <= reach
+        ):
+            return True
+        shares = (a / b * 100, abs(a / b - 1) * 100) if b else ()
+        if (
+            figure.percent
+            and not first.percent
+            and not second.percent
+            and any(abs(figure.value - share) <= reach for share in shares)
+        ):
+            return True
+    return False
 
 
 _SENTENCES = re.compile(r"(?<=[.!?])\s+(?=[^a-z])|\n+")

@@ -362,3 +362,10 @@ async def test_an_invented_figure_then_a_right_answer_is_taken() -> None:
     llm, _, analyzer = checked([verdict(confidence=1.0, final_answer=invented), verdict(final_answer=right)])
     result = await analyzer.analyze("Populations?", [FRANCE, GERMANY], round=1)
     assert (result.achieved, result.final_answer) == (True, right) and len(llm.requests_for("analyze")) == 2
+
+
+async def test_a_figure_from_the_goal_passes_with_no_extra_call() -> None:
+    answer = "No: France's 68,401,997 is less than 70,000,000."
+    llm, _, analyzer = checked([verdict(confidence=1.0, final_answer=answer)])
+    result = await analyzer.analyze("Does France have more than 70,000,000 people?", [FRANCE], round=1)
+    assert (result.achieved, result.final_answer) == (True, answer) and len(llm.requests_for("analyze")) == 1

@@ -141,3 +141,32 @@ def test_a_ranked_list_out_of_order_is_named() -> None:
 )
 def test_rankings_in_order_or_not_rankings_pass(answer: str) -> None:
     assert order_mismatches(answer) == []
+
+
+# --- arithmetic shown in the open ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "Germany has 84,482,267 people against France's 68.4 million, a gap of about 16.1 million.",
+        "Germany (84,482,267) and France (68,401,997) have 152,884,264 people together.",
+        "Germany has 84,482,267 inhabitants, 23.5% more than France's 68,401,997.",
+    ],
+)
+def test_a_sum_difference_or_ratio_of_two_figures_the_answer_states_and_the_results_hold_passes(answer: str) -> None:
+    assert messages(answer) == []
+
+
+@pytest.mark.parametrize(
+    ("answer", "figure"),
+    [
+        ("Germany has 84,482,267 people against France's 68.4 million, a gap of 18 million.", "18 million"),
+        ("12,480,000 three times is 37,440,000.", "37,440,000"),  # a product, not a sum of two
+        ("Germany (84,482,267), France (68,401,997), Italy (58.85 million): 211,734,264 in all.", "211,734,264"),
+    ],
+)
+def test_wrong_arithmetic_or_more_than_two_operands_is_named(answer: str, figure: str) -> None:
+    assert f"the answer says {figure}, which no step result holds and no tool computed" in messages(
+        answer, [*RESULTS, "12,480,000"]
+    )
