@@ -44,73 +44,20 @@ percentages):
   figures must go one way (down after "largest", "most", "top", "descending"; up after "smallest", "least",
   "ascending"; either way otherwise).
 
-Tables, figures in words ("three million") and arithmetic the answer spells out are not checked.
+Figures in words ("three million") are not read; a table's figures are checked, not its order.
 """
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["Figure", "Mismatch", "check_answer", "figures", "order_mismatches", "source_values", "unsupported_figures"]
+from dagmagic.engine.calls.figures import CURRENCY, Figure, figures, held, source_values
 
-_SCALES = {
-    "thousand": 1e3,
-    "thousands": 1e3,
-    "k": 1e3,
-    "million": 1e6,
-    "millions": 1e6,
-    "mn": 1e6,
-    "mio": 1e6,
-    "millionen": 1e6,
-    "billion": 1e9,
-    "billions": 1e9,
-    "bn": 1e9,
-    "milliard": 1e9,
-    "milliards": 1e9,
-    "milliarden": 1e9,
-    "mrd": 1e9,
-    "trillion": 1e12,
-    "trillions": 1e12,
-    "tn": 1e12,
-}
-_ATTACHED = {"k": 1e3, "K": 1e3, "M": 1e6, "mn": 1e6, "bn": 1e9, "tn": 1e12}
-"""Scales written right after the digits (``5k``, ``3M``, ``2bn``); ``m`` and ``B`` are left out (metres, bytes)."""
-
-_NUMBER = re.compile(
-    r"(?P<int>\d{1,3}(?P<sep>[,\u00a0\u202f\u2009'’])\d{3}(?:(?P=sep)\d{3})*(?![\d])"
-    r"|\d{1,3}(?: \d{3}){2,}(?![\d])"
-    r"|\d{1,3}(?:\.\d{3}){2,}(?![\d])"
-    r"|\d+)"
-    r"(?:(?P<dec>[.,])(?P<frac>\d+))?"
-)
-_SCALE_WORD = re.compile(r"\s?(?P<word>[A-Za-z]+)\.?")
-_PERCENT = re.compile(r"\s?(?:%|percent\b|per cent\b|pct\b|prozent\b|pour cent\b)", re.IGNORECASE)
-_CURRENCY = "$€£¥"
-_HIDDEN = re.compile(r"```.*?```|`[^`\n]*`|\]\([^)]*\)|https?://\S+|www\.\S+", re.DOTALL)
-"""Code, link targets and addresses: their numbers are no figures the answer states."""
-
-
-@dataclass(frozen=True)
-class Figure:
-    """A number as the answer writes it."""
-
-    text: str
-    """As written, with its scale or percent sign (``12.48 million``, ``12%``)."""
-    start: int
-    end: int
-    value: float
-    """Its value, the scale applied (12480000.0)."""
-    unit: float
-    """One unit of its last significant digit, the scale applied: how precise it claims to be."""
-    percent: bool
-    scaled: bool
-    checked: bool
-    """Whether it is a figure the checks read (see the module docstring)."""
+__all__ = ["Mismatch", "check_answer", "order_mismatches", "unsupported_figures"]
 
 
 @dataclass(frozen=True)
@@ -122,119 +69,16 @@ class Mismatch:
     """What did not check, as a clause: "the answer says 37,440,000, which no step result holds ..."."""
 
 
-def _value(match: re.Match[str]) -> tuple[float, float, bool] | None:
-    """The value, the unit of the last digit, and whether it is a plain integer (no separator, no decimals)."""
-    whole, sep, dec, frac = match.group("int"), match.group("sep"), match.group("dec"), match.group("frac")
-    digits = re.sub(r"\D", "", whole)
-    grouped = sep is not None or len(digits) != len(whole)
-    if frac is not None:
-        if dec == "," and (sep == "," or len(frac) == 3):
-            return None  # "1,234,5" or "1234,567": not a number this reads for sure
-        if dec == "." and whole.count(".") > 0:
-            return None
-        return float(f"{digits}.{frac}"), 10.0 ** -len(frac), False
-    zeros = len(digits) - len(digits.rstrip("0")) if digits.strip("0") else 0
-    return float(digits), 10.0**zeros, not grouped
-
-
-def figures(text: str) -> list[Figure]:
-    """The numbers ``text`` states as figures, in order (see the module docstring for what is left out)."""
-    found: list[Figure] = []
-    hidden = [(m.start(), m.end()) for m in _HIDDEN.finditer(text)]
-    for match in _NUMBER.finditer(text):
-        start, end = match.start(), match.end()
-        if any(a <= start < b for a, b in hidden):
-            continue
-        before = text[max(0, start - 2) : start]
-        if before and (before[-1].isalnum() or before[-1] in "_.,"):
-            continue  # s1, CO2, part of a longer number
-        if re.search(r"\d[-/:]$", before) or (before[-1:] in "-/:" and start >= 2 and text[start - 2].isdigit()):
-            continue
-        after = text[end : end + 2]
-        if re.match(r"[-/:.,]\d", after):
-            continue  # a date, time, range or version
-        read = _value(match)
-        if read is None:
-            continue
-        value, unit, plain = read
-        scale, percent, stop = 1.0, False, end
-        percent_match = _PERCENT.match(text, end)
-        if percent_match:
-            percent, stop = True, percent_match.end()
-        else:
-            word = _SCALE_WORD.match(text, end)
-            if word is not None:
-                name = word.group("word")
-                glued = not text[end].isspace()
-                if glued and name in _ATTACHED:
-                    scale, stop = _ATTACHED[name], word.end("word")
-                elif not glued and name.lower() in _SCALES and name not in {"k", "K"}:
-                    scale, stop = _SCALES[name.lower()], word.end("word")
-                elif glued:
-                    continue  # 1st, 5km, 3GB
-        currency = start > 0 and text[start - 1] in _CURRENCY
-        year = plain and scale == 1.0 and not percent and not currency and 1000 <= value <= 2199 and unit >= 1
-        checked = not year and (percent or scale != 1.0 or value >= 1000)
-        found.append(
-            Figure(
-                text=text[start:stop],
-                start=start,
-                end=stop,
-                value=value * scale,
-                unit=unit * scale,
-                percent=percent,
-                scaled=scale != 1.0,
-                checked=checked,
-            )
-        )
-    return found
-
-
-_LOOSE = re.compile(r"\d+(?:[.,]\d+)?")
-
-
-def source_values(sources: Iterable[str]) -> list[float]:
-    """Every value a number of the sources may mean, sorted: as written, with and without its scale, as a
-    percentage and as a fraction, and each run of digits alone (``pop=84482267``): the checks ask only whether
-    a figure is there, so reading more is safer than reading less.
-    """
-    values: set[float] = set()
-    for text in sources:
-        for match in _NUMBER.finditer(text):
-            read = _value(match)
-            if read is not None:
-                value = read[0]
-                values.update((value, value / 100, value * 100))
-                word = _SCALE_WORD.match(text, match.end())
-                if word is not None:
-                    name = word.group("word")
-                    scale = _ATTACHED.get(name) or _SCALES.get(name.lower())
-                    if scale is not None:
-                        values.add(value * scale)
-        for match in _LOOSE.finditer(text):
-            raw = match.group()
-            values.add(float(raw.replace(",", ".")) if "," in raw else float(raw))
-            values.add(float(re.sub(r"\D", "", raw)))
-    return sorted(values)
-
-
-def _held(figure: Figure, values: Sequence[float]) -> bool:
-    """Whether some value rounds or cuts to the figure at its precision (within one unit of its last digit)."""
-    reach = figure.unit * (1 + 1e-9) + abs(figure.value) * 1e-12
-    low = bisect.bisect_left(values, figure.value - reach)
-    return low < len(values) and values[low] <= figure.value + reach
-
-
 def unsupported_figures(answer: str, sources: Iterable[str]) -> list[Mismatch]:
     """The answer's checked figures that no source holds and that are no sum, difference or ratio of two
     figures it states that the sources hold, each once.
     """
     values = source_values(sources)
     stated = [figure for figure in figures(answer) if figure.checked]
-    held = [figure for figure in stated if _held(figure, values)]
+    backed = [figure for figure in stated if held(figure, values)]
     said: dict[str, Mismatch] = {}
     for figure in stated:
-        if figure.text not in said and figure not in held and not _derived(figure, held):
+        if figure.text not in said and figure not in backed and not _derived(figure, backed):
             said[figure.text] = Mismatch(
                 "figure", f"the answer says {figure.text}, which no step result holds and no tool computed"
             )
@@ -272,7 +116,7 @@ _COMPARATIVE = re.compile(rf"\b(?P<word>{_UP}|{_DOWN})\b(?P<between>(?:\s+[\w-]+
 _APPROX = r"(?:about|approximately|around|roughly|some|nearly|almost|over|just|only|~|≈)"
 _ATTACHMENT = re.compile(
     r"^(?:['’]s?)?(?:\s+(?:population|people|inhabitants|residents|total|revenue|GDP|sales))?"
-    rf"\s*(?:[:(=–—-]|\s+(?:has|had|at|of|is|was|counts|totals))?\s*(?:{_APPROX}\s*)?[{_CURRENCY}]?\s*$"
+    rf"\s*(?:[:(=–—-]|\s+(?:has|had|at|of|is|was|counts|totals))?\s*(?:{_APPROX}\s*)?[{CURRENCY}]?\s*$"
 )
 _RANKED = r"(?!(?:recent|important|relevant|notable|significant|common|likely|reliable)\b)\w+"
 """The word after "most" or "least" when it ranks by a quantity ("most populous"), not by time or weight."""
@@ -282,7 +126,7 @@ _SUPERLATIVE = re.compile(
     rf"\b(?:the\s+)?(?P<word>largest|biggest|highest|greatest|most\s+{_RANKED}|smallest|lowest|least\s+{_RANKED}|fewest)\b",
     re.IGNORECASE,
 )
-_AFTER_SUPERLATIVE = re.compile(rf"^[\w\s-]{{0,60}}?,?\s*(?:with|at|:|\()\s*(?:{_APPROX}\s*)?[{_CURRENCY}]?\s*$")
+_AFTER_SUPERLATIVE = re.compile(rf"^[\w\s-]{{0,60}}?,?\s*(?:with|at|:|\()\s*(?:{_APPROX}\s*)?[{CURRENCY}]?\s*$")
 
 
 def _attached(sentence: str, name: str, figure: Figure, limit: int = 40) -> bool:
@@ -300,7 +144,7 @@ def _comparison(sentence: str, checked: list[Figure], supported: set[str]) -> Mi
         return None
     comparative = comparatives[0]
     rest = sentence[comparative.end() :]
-    if re.match(rf"\s*(?:{_APPROX}\s*)?[{_CURRENCY}\d]", rest):
+    if re.match(rf"\s*(?:{_APPROX}\s*)?[{CURRENCY}\d]", rest):
         return None  # "more than 60 million": a bound
     if not comparative.group("between") and not re.match(r"\s*[A-Z]", rest):
         return None  # "more than twice", "less than half"
@@ -449,7 +293,7 @@ def order_mismatches(answer: str, sources: Iterable[str] = ()) -> list[Mismatch]
         checked = [figure for figure in figures(sentence) if figure.checked]
         if len(checked) < 2:
             continue
-        supported = {figure.text for figure in checked if _held(figure, values)}
+        supported = {figure.text for figure in checked if held(figure, values)}
         mismatch = _comparison(sentence, checked, supported) or _superlative(sentence, checked)
         if mismatch is not None:
             found.append(mismatch)

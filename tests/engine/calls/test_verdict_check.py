@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from dagmagic.engine.calls.verdict_check import check_answer, figures, order_mismatches, unsupported_figures
+from dagmagic.engine.calls.verdict_check import check_answer, order_mismatches, unsupported_figures
 
 RESULTS = [
     "France: 68,401,997 inhabitants (INSEE, 2024).",
@@ -61,21 +61,6 @@ def test_an_answer_more_precise_than_the_results_is_named() -> None:
 
 def test_a_figure_a_tool_computed_passes() -> None:
     assert unsupported_figures("The sum is 152,884,264.", [*RESULTS, "152884264"]) == []
-
-
-def test_what_figures_reads() -> None:
-    read = {
-        figure.text: (figure.value, figure.unit, figure.checked)
-        for figure in figures("12.48 million, 2,100,000, 7%, 2024, 42 and $1500")
-    }
-    assert read == {
-        "12.48 million": (12_480_000.0, 10_000.0, True),
-        "2,100,000": (2_100_000.0, 100_000.0, True),
-        "7%": (7.0, 1.0, True),
-        "2024": (2024.0, 1.0, False),
-        "42": (42.0, 1.0, False),
-        "1500": (1500.0, 100.0, True),
-    }
 
 
 # --- order -----------------------------------------------------------------------------------------------------
