@@ -47,6 +47,7 @@ _NUMBER = re.compile(
 _SCALE_WORD = re.compile(r"\s?(?P<word>[A-Za-z]+)\.?")
 _PERCENT = re.compile(r"\s?(?:%|percent\b|per cent\b|pct\b|prozent\b|pour cent\b)", re.IGNORECASE)
 CURRENCY = "$€£¥"
+"""Signs that make a number an amount of money (``$1500`` is no year)."""
 _HIDDEN = re.compile(r"```.*?```|`[^`\n]*`|\]\([^)]*\)|https?://\S+|www\.\S+", re.DOTALL)
 """Code, link targets and addresses: their numbers are no figures the answer states."""
 
@@ -58,13 +59,17 @@ class Figure:
     text: str
     """As written, with its scale or percent sign (``12.48 million``, ``12%``)."""
     start: int
+    """Where it starts in the text."""
     end: int
+    """Where it ends, its scale or percent sign included."""
     value: float
     """Its value, the scale applied (12480000.0)."""
     unit: float
     """One unit of its last significant digit, the scale applied: how precise it claims to be."""
     percent: bool
+    """Written as a percentage."""
     scaled: bool
+    """Written with a scale word or suffix (``million``, ``bn``, ``k``)."""
     checked: bool
     """Whether it is a figure the checks read: a percentage, a scaled figure or one of at least 1000, not a
     year (``dagmagic.engine.calls.verdict_check``)."""

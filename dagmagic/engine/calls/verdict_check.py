@@ -42,7 +42,8 @@ percentages):
 - a ranking: a numbered list (or a bulleted one introduced as ranked, sorted, in descending or ascending order)
   of at least two items, one figure each, after a line that ranks ("the largest", "top", "ranked"...): its
   figures must go one way (down after "largest", "most", "top", "descending"; up after "smallest", "least",
-  "ascending"; either way otherwise).
+  "ascending"; either way otherwise). "Most recent", "most important" and the like rank by time or weight, not by
+  a figure: no superlative or ranking is read from them.
 
 Figures in words ("three million") are not read; a table's figures are checked, not its order.
 """
