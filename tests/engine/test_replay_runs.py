@@ -149,7 +149,7 @@ async def test_a_run_planned_after_another_replays_in_the_conversation_it_was_pl
     llm = ScriptedLLM(
         {
             "plan": [plan_reply(("s1", [], "find it"))],
-            "step": ["a result"],
+            "step": ["Paris: 2.1 million people"],  # the answer's figure is a result's
             "analyze": [verdict(True, 0.9, "fine", final_answer="Paris has 2.1 million people.")],
         }
     )

@@ -8,6 +8,11 @@ Lenient by design: the verdict's fields are coerced (``"false"`` -> False, confi
 broken JSON goes through a regex, and total failure is a safe "not achieved, confidence 0" that leads
 to a replan rather than a crash. A verdict that contradicts itself ("achieved", its reasoning saying the goal
 is not reached) is asked for again once, quoting the contradiction; a second one counts as not achieved.
+
+A reached verdict's answer is checked against what the analyzer read (``dagmagic.engine.calls.verdict_check``:
+figures no result holds, comparisons and rankings their figures contradict); one that does not check is asked for
+again once, quoting what did not; a second that does not counts as not achieved, so the loop plans again, the
+reasons in its reasoning. An answer that checks costs no call.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Any
 from dagmagic.engine.calls import prompts
 from dagmagic.engine.calls.context import format_results, result_blocks
 from dagmagic.engine.calls.guard import STRUCTURED_RESERVE, ContextGuard
+from dagmagic.engine.calls.verdict_check import Mismatch, check_answer
 from dagmagic.engine.calls.verdict_lines import read_verdict_lines, render_verdict_lines
 from dagmagic.engine.calls.verdict_stream import VerdictStream
 from dagmagic.errors import TransientProviderError
@@ -124,6 +130,29 @@ def read_verdict(text: str) -> AnalysisResult | None:
     return AnalysisResult.model_validate(found) if found is not None else None
 
 
+def _written(verdict: AnalysisResult) -> str:
+    """A verdict as the model wrote it, for a conversation that asks for it again."""
+    return render_verdict_lines(verdict.model_dump()) or json.dumps(verdict.model_dump(), ensure_ascii=False)
+
+
+def _sources(messages: list[dict[str, str]], steps: list[tuple[str, PlanStep]]) -> list[str]:
+    """What an answer's figures may come from: the prompt (the goal, the results as the analyzer read them), each
+    step's whole result, and what each of its tool calls returned.
+    """
+    texts = [message["content"] for message in messages]
+    texts += [step.result for _, step in steps if step.result]
+    texts += [call.observation for _, step in steps for call in step.tool_calls if call.observation]
+    return texts
+
+
+def _listed(problems: list[Mismatch]) -> str:
+    return "; ".join(problem.message for problem in problems)
+
+
+def _bullets(problems: list[Mismatch]) -> str:
+    return "\n".join(f"- {problem.message[0].upper()}{problem.message[1:]}." for problem in problems)
+
+
 class Analyzer:
     """Judges a round's results against the goal."""
 
@@ -185,19 +214,33 @@ class Analyzer:
         without streaming (the level that gave an unreadable reply is not asked twice) or the error is raised.
         An achieved verdict whose reasoning says the goal is not reached (``contradiction``) is dropped the same
         way and asked for again once, quoting it; a second such verdict counts as not achieved, confidence 0.
+        So is one whose answer does not check against what the analyzer read (``check_answer``), quoting what did
+        not check; a second such answer counts as not achieved, confidence 0, its reasoning saying why.
         """
+        steps = list(steps)
         messages = await self.prompt(goal, steps, round=round)
         verdict = await self._verdict(messages, round=round, on_delta=on_delta, on_discard=on_discard)
+        verdict = await self._consistent(verdict, messages, round=round, on_discard=on_discard)
+        return await self._checked(verdict, messages, _sources(messages, steps), round=round, on_discard=on_discard)
+
+    async def _consistent(
+        self,
+        verdict: AnalysisResult,
+        messages: list[dict[str, str]],
+        *,
+        round: int,
+        on_discard: Callable[[str], object] | None,
+    ) -> AnalysisResult:
+        """The verdict, asked for again once when it contradicts itself; not achieved when it does again."""
         said = contradiction(verdict)
         if said is None:
             return verdict
         why = f"the verdict contradicts itself (achieved, but its reasoning says {said!r}): it is asked for again"
         self._discard(on_discard, why)
         self._warn(f"The verdict contradicted itself (achieved, but its reasoning says {said!r}): asked again.", round)
-        written = render_verdict_lines(verdict.model_dump()) or json.dumps(verdict.model_dump(), ensure_ascii=False)
         again = [
             *messages,
-            {"role": "assistant", "content": written},
+            {"role": "assistant", "content": _written(verdict)},
             {"role": "user", "content": prompts.ANALYZER_REASK.format(said=said)},
         ]
         verdict = await self._whole(again, round=round)
@@ -206,6 +249,41 @@ class Analyzer:
             return verdict
         self._warn(f"The verdict contradicted itself again ({said!r}): the round counts as not achieved.", round)
         reasoning = f"{verdict.reasoning} (The verdict said achieved but contradicted itself: taken as not achieved.)"
+        return AnalysisResult(achieved=False, confidence=0.0, reasoning=reasoning)
+
+    async def _checked(
+        self,
+        verdict: AnalysisResult,
+        messages: list[dict[str, str]],
+        sources: list[str],
+        *,
+        round: int,
+        on_discard: Callable[[str], object] | None,
+    ) -> AnalysisResult:
+        """The verdict, judged again once when its answer does not check against the results (``check_answer``);
+        not achieved, saying why, when the second answer does not either.
+        """
+        problems = check_answer(verdict.final_answer, sources) if verdict.achieved else []
+        if not problems:
+            return verdict
+        said = _listed(problems)
+        self._discard(on_discard, f"the answer does not check against the step results ({said}): it is judged again")
+        self._warn(f"The answer did not check against the step results: {said}. It was judged again.", round)
+        again = [
+            *messages,
+            {"role": "assistant", "content": _written(verdict)},
+            {"role": "user", "content": prompts.ANALYZER_CHECK.format(problems=_bullets(problems))},
+        ]
+        verdict = await self._whole(again, round=round)
+        problems = check_answer(verdict.final_answer, sources) if verdict.achieved else []
+        if not problems:
+            return verdict
+        said = _listed(problems)
+        self._warn(f"The answer still did not check against the step results ({said}): not reached.", round)
+        reasoning = (
+            f"The answer did not check against the step results: {said}. A figure that must be computed needs a "
+            "step that computes it with a tool."
+        )
         return AnalysisResult(achieved=False, confidence=0.0, reasoning=reasoning)
 
     async def _verdict(

@@ -9,6 +9,7 @@ if TYPE_CHECKING:
     from dagmagic.engine.tools.functions import Tool
 
 __all__ = [
+    "ANALYZER_CHECK",
     "ANALYZER_REASK",
     "ANALYZER_SYSTEM",
     "ANALYZER_UNREAD",
@@ -132,6 +133,14 @@ figures; do not repeat these instructions."""
 ANALYZER_REASK = """\
 That verdict cannot be used: it says the goal was reached, but its reasoning says '{said}'.
 Judge again from the same results: say yes or no as they establish, and make the reasoning agree."""
+
+ANALYZER_CHECK = """\
+That answer does not check against the step results:
+{problems}
+Judge again, only from the step results: every figure of the answer must be one a step result gives (or a tool
+computed), and every comparison or ranking must follow those figures. When the goal needs a figure that must be
+computed (a sum, a difference, a ranking of large numbers) and no step computed it, say no, and name the missing
+step: that calculation, done with a tool."""
 
 ANALYZER_UNREAD = """\
 That verdict cannot be read. Begin with a line that says yes or no and your confidence (e.g. "yes 0.9"), then,

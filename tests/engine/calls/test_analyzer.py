@@ -297,3 +297,75 @@ async def test_a_verdict_that_contradicts_itself_twice_counts_as_not_achieved_wi
     assert (result.achieved, result.confidence, result.final_answer) == (False, 0.0, None)
     assert NOT_REACHED in result.reasoning and len(llm.requests_for("analyze")) == 2
     assert any("contradicted itself" in event.message for event in events if isinstance(event, RunWarning))
+
+
+# --- an answer checked against the results (issue 42) ----------------------------------------------------------
+
+FRANCE = done("s1", "France: 68,401,997 inhabitants (INSEE).", task="Population of France")
+GERMANY = done("s2", "Germany: 84,482,267 inhabitants (Destatis).", task="Population of Germany")
+WRONG_ORDER = "France has more people than Germany, with 68,401,997 compared to Germany's 84,482,267."
+RIGHT_ORDER = "Germany has more people than France: 84,482,267 against 68,401,997."
+
+
+def checked(replies: list[Any]) -> tuple[ScriptedLLM, list[Any], Analyzer]:
+    events: list[Any] = []
+    llm = ScriptedLLM({"analyze": replies})
+    model = ChatModel(ModelRegistry().register("m", llm).get("m"), settings=SETTINGS, emit=events.append)
+    return llm, events, Analyzer(model, SETTINGS, emit=events.append)
+
+
+async def test_a_right_answer_with_figures_from_the_results_costs_no_extra_call() -> None:
+    llm, events, analyzer = checked([verdict(confidence=1.0, final_answer=RIGHT_ORDER)])
+    result = await analyzer.analyze("Which has more people?", [FRANCE, GERMANY], round=1)
+    assert (result.achieved, result.final_answer) == (True, RIGHT_ORDER)
+    assert len(llm.requests_for("analyze")) == 1 and not [e for e in events if isinstance(e, RunWarning)]
+
+
+async def test_a_figure_a_calculator_step_computed_passes_with_no_extra_call() -> None:
+    total = done("s3", "152884264", task="calculator(expression='68401997+84482267')")
+    answer = "Together they have 152,884,264 people."
+    llm, _, analyzer = checked([verdict(confidence=1.0, final_answer=answer)])
+    result = await analyzer.analyze("How many people in both?", [FRANCE, GERMANY, total], round=1)
+    assert (result.achieved, result.final_answer) == (True, answer) and len(llm.requests_for("analyze")) == 1
+
+
+async def test_a_confident_wrong_comparison_is_judged_again_and_again_wrong_is_not_reached() -> None:
+    llm, events, analyzer = checked([verdict(confidence=1.0, final_answer=WRONG_ORDER)])
+    discarded: list[str] = []
+    result = await analyzer.analyze(
+        "Which has more people, France or Germany?", [FRANCE, GERMANY], round=1, on_discard=discarded.append
+    )
+    assert (result.achieved, result.confidence, result.final_answer) == (False, 0.0, None)
+    said = "it says France has more people than Germany, but the results give France 68,401,997 and Germany 84,482,267"
+    assert said in result.reasoning
+    requests = llm.requests_for("analyze")
+    assert len(requests) == 2
+    asked = str(requests[1].messages[-1]["content"])
+    assert "It says France has more people than Germany" in asked and "only from the step results" in asked
+    warnings = [e.message for e in events if isinstance(e, RunWarning)]
+    assert len(warnings) == 2 and "did not check against the step results" in warnings[0]
+
+
+async def test_an_invented_sum_is_judged_again_and_a_right_verdict_is_taken() -> None:
+    invented = "Together they have 12,480,000 three times: 37,440,000 people."
+    honest = verdict(achieved=False, confidence=0.3, reasoning="The sum needs a calculator step.")
+    llm, _, analyzer = checked([verdict(confidence=1.0, final_answer=invented), honest])
+    result = await analyzer.analyze("How many people in both?", [FRANCE, GERMANY], round=1)
+    assert (result.achieved, result.reasoning) == (False, "The sum needs a calculator step.")
+    asked = str(llm.requests_for("analyze")[1].messages[-1]["content"])
+    assert "The answer says 37,440,000, which no step result holds and no tool computed." in asked
+
+
+async def test_an_invented_figure_then_a_right_answer_is_taken() -> None:
+    invented = "Germany has 84,482,267 people, France 70,000,123."
+    right = "Germany has 84,482,267 people, France 68,401,997."
+    llm, _, analyzer = checked([verdict(confidence=1.0, final_answer=invented), verdict(final_answer=right)])
+    result = await analyzer.analyze("Populations?", [FRANCE, GERMANY], round=1)
+    assert (result.achieved, result.final_answer) == (True, right) and len(llm.requests_for("analyze")) == 2
+
+
+async def test_a_figure_from_the_goal_passes_with_no_extra_call() -> None:
+    answer = "No: France's 68,401,997 is less than 70,000,000."
+    llm, _, analyzer = checked([verdict(confidence=1.0, final_answer=answer)])
+    result = await analyzer.analyze("Does France have more than 70,000,000 people?", [FRANCE], round=1)
+    assert (result.achieved, result.final_answer) == (True, answer) and len(llm.requests_for("analyze")) == 1

@@ -36,7 +36,7 @@ def script(**overrides: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
         "route": [{"domain": None}],
         "plan": [TWO_STEPS],
-        "step": lambda r: f"result of {r.step_id} in round {r.round}",
+        "step": lambda r: f"result of {r.step_id} in round {r.round}: 2.1 million (INSEE, 2024)",  # ANSWER's figure
         "analyze": [verdict(True, 0.9, "both sources agree", ANSWER)],
     }
     return {**base, **overrides}
@@ -136,6 +136,31 @@ async def test_a_verdict_that_turns_out_not_achieved_clears_what_it_wrote_and_re
     assert "not reached" in cleared.reason
     assert isinstance(sequence[first_clear + 1], Replanning)  # dropped, then the next round is announced
     assert run.rounds[0].decision is not None and run.rounds[0].decision.action == "replan"
+
+
+async def test_a_confident_wrong_comparison_is_caught_twice_so_the_run_replans_with_the_reason() -> None:
+    wrong = "France has more people than Germany, with 68,401,997 compared to Germany's 84,482,267."
+    right = "Germany has more people than France: 84,482,267 against 68,401,997."
+    populations = {"s1": "France: 68,401,997", "s2": "Germany: 84,482,267"}
+    llm = ScriptedLLM(
+        script(
+            step=lambda r: populations[r.step_id],
+            analyze=[verdict(True, 1.0, "", wrong), verdict(True, 1.0, "", wrong), verdict(True, 0.9, "", right)],
+        )
+    )
+    run = await session_for(llm).run("Which has more people, France or Germany?")
+
+    assert len(run.rounds) == 2 and run.answer == right and run.achieved
+    assert [request.stream for request in llm.requests_for("analyze")] == [True, False, True]
+    first = run.rounds[0].analysis
+    assert first is not None and not first.achieved and first.confidence == 0.0
+    said = "it says France has more people than Germany, but the results give France 68,401,997 and Germany 84,482,267"
+    assert said in first.reasoning
+    (replanning,) = kinds(run, Replanning)
+    assert said in replanning.reason
+    assert said in llm.requests_for("plan")[1].prompt  # the replan context gets the reason
+    assert "does not check against the step results" in kinds(run, AnswerCleared)[0].reason
+    assert any("did not check against the step results" in e.message for e in kinds(run, RunWarning))
 
 
 async def test_a_verdict_that_says_not_achieved_first_streams_nothing() -> None:
