@@ -221,7 +221,11 @@ class Analyzer:
         messages = await self.prompt(goal, steps, round=round)
         verdict = await self._verdict(messages, round=round, on_delta=on_delta, on_discard=on_discard)
         verdict = await self._consistent(verdict, messages, round=round, on_discard=on_discard)
-        return await self._checked(verdict, messages, _sources(messages, steps), round=round, on_discard=on_discard)
+        found = [step.result for _, step in steps if step.tool_args is not None and step.status == "completed"]
+        sources = _sources(messages, steps)
+        return await self._checked(
+            verdict, messages, sources, [r for r in found if r], round=round, on_discard=on_discard
+        )
 
     async def _consistent(
         self,
@@ -256,14 +260,15 @@ class Analyzer:
         verdict: AnalysisResult,
         messages: list[dict[str, str]],
         sources: list[str],
+        found: list[str],
         *,
         round: int,
         on_discard: Callable[[str], object] | None,
     ) -> AnalysisResult:
-        """The verdict, judged again once when its answer does not check against the results (``check_answer``);
-        not achieved, saying why, when the second answer does not either.
+        """The verdict, judged again once when its answer does not check against the results (``check_answer``;
+        ``found``: what the tool steps found); not achieved, saying why, when the second answer does not either.
         """
-        problems = check_answer(verdict.final_answer, sources) if verdict.achieved else []
+        problems = check_answer(verdict.final_answer, sources, found) if verdict.achieved else []
         if not problems:
             return verdict
         said = _listed(problems)
@@ -275,7 +280,7 @@ class Analyzer:
             {"role": "user", "content": prompts.ANALYZER_CHECK.format(problems=_bullets(problems))},
         ]
         verdict = await self._whole(again, round=round)
-        problems = check_answer(verdict.final_answer, sources) if verdict.achieved else []
+        problems = check_answer(verdict.final_answer, sources, found) if verdict.achieved else []
         if not problems:
             return verdict
         said = _listed(problems)

@@ -89,9 +89,10 @@ Judge whether the step results below reach the user's goal, and if they do, answ
 First line: yes or no (reached or not) and your confidence from 0 to 1, e.g. "yes 0.9". When not reached, add a
 colon and what is missing. When steps disagree (numbers, dates, claims), say so on that line, say which source
 is more reliable, and lower your confidence.
-When reached, write the answer on the next lines, for the user: complete (every part of the goal, with the
-figures the results give), direct (never "based on the results" or similar), in the goal's language, saying
-where sources disagree and which is more reliable, in Markdown where it helps (lists, tables)."""
+When reached, the next lines are the answer itself, as the user reads it, not your judgement of the results:
+complete (every part of the goal, with the figures the results give), direct (never "based on the results", "the
+step results" or similar), in the goal's language, in Markdown where it helps (lists, tables); where sources
+disagree, say so and which is more reliable."""
 
 ANALYZER_USER = """\
 Goal: {goal}
@@ -137,10 +138,10 @@ Judge again from the same results: say yes or no as they establish, and make the
 ANALYZER_CHECK = """\
 That answer does not check against the step results:
 {problems}
-Judge again, only from the step results: every figure of the answer must be one a step result gives (or a tool
-computed), and every comparison or ranking must follow those figures. When the goal needs a figure that must be
-computed (a sum, a difference, a ranking of large numbers) and no step computed it, say no, and name the missing
-step: that calculation, done with a tool."""
+Judge again, only from the step results: the answer gives what they found, every figure of it must be one a
+step result gives (or a tool computed), and every comparison or ranking must follow those figures. When the goal
+needs a figure that must be computed (a sum, a difference, a ranking of large numbers) and no step computed it,
+say no, and name the missing step: that calculation, done with a tool."""
 
 ANALYZER_UNREAD = """\
 That verdict cannot be read. Begin with a line that says yes or no and your confidence (e.g. "yes 0.9"), then,

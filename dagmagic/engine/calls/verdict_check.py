@@ -46,6 +46,10 @@ percentages):
   a figure: no superlative or ranking is read from them.
 
 Figures in words ("three million") are not read; a table's figures are checked, not its order.
+
+**An answer that gives nothing** (``unstated_results``): one that speaks of the results ("the step results
+reach the user's goal by providing the areas ...") and states none of what the tool steps found (their short
+results, neither a figure nor a name of them): a small model wrote its judgement where the answer goes.
 """
 
 from __future__ import annotations
@@ -58,14 +62,14 @@ from typing import Literal
 
 from dagmagic.engine.calls.figures import CURRENCY, Figure, figures, held, source_values
 
-__all__ = ["Mismatch", "check_answer", "order_mismatches", "unsupported_figures"]
+__all__ = ["Mismatch", "check_answer", "order_mismatches", "unstated_results", "unsupported_figures"]
 
 
 @dataclass(frozen=True)
 class Mismatch:
     """Something the answer says that does not check."""
 
-    kind: Literal["figure", "order"]
+    kind: Literal["figure", "order", "answer"]
     message: str
     """What did not check, as a clause: "the answer says 37,440,000, which no step result holds ..."."""
 
@@ -301,9 +305,37 @@ def order_mismatches(answer: str, sources: Iterable[str] = ()) -> list[Mismatch]
     return found + _rankings(answer)
 
 
-def check_answer(answer: str | None, sources: Iterable[str]) -> list[Mismatch]:
-    """Everything of ``answer`` that does not check against ``sources`` (nothing for no answer)."""
+_META = re.compile(
+    r"\b(?:step results?|the steps?\b|(?:the )?user'?s goal|reach(?:es|ed)? the goal|"
+    r"the results? (?:show|give|provide)s?)",
+    re.IGNORECASE,
+)
+"""Words of an answer that speaks about the results rather than giving them."""
+_NO_VALUE = frozenset({"true", "false", "yes", "no", "none", "null", ""})
+
+
+def unstated_results(answer: str, found: Sequence[str]) -> list[Mismatch]:
+    """An answer that speaks of the results ("The step results reach the user's goal by providing the areas...")
+    and gives none of what the tool steps found (``found``: their results, short ones only): a small model wrote
+    its judgement where the answer goes.
+    """
+    values = [text.strip() for text in found if len(text.strip()) <= 60 and text.strip().lower() not in _NO_VALUE]
+    if not values or not _META.search(answer):
+        return []
+    said = answer.lower()
+    stated = figures(answer)
+    for value in values:
+        if value.lower() in said or any(held(figure, source_values([value])) for figure in stated):
+            return []
+    shown = ", ".join(values[:4]) + (", ..." if len(values) > 4 else "")
+    return [Mismatch("answer", f"the answer speaks of the results but gives none of what they found ({shown})")]
+
+
+def check_answer(answer: str | None, sources: Iterable[str], found: Sequence[str] = ()) -> list[Mismatch]:
+    """Everything of ``answer`` that does not check against ``sources`` (nothing for no answer); ``found``: what
+    the tool steps found, which an answer that speaks of the results must give some of (``unstated_results``).
+    """
     if not answer:
         return []
     sources = list(sources)
-    return unsupported_figures(answer, sources) + order_mismatches(answer, sources)
+    return unsupported_figures(answer, sources) + order_mismatches(answer, sources) + unstated_results(answer, found)

@@ -369,3 +369,38 @@ async def test_a_figure_from_the_goal_passes_with_no_extra_call() -> None:
     llm, _, analyzer = checked([verdict(confidence=1.0, final_answer=answer)])
     result = await analyzer.analyze("Does France have more than 70,000,000 people?", [FRANCE], round=1)
     assert (result.achieved, result.final_answer) == (True, answer) and len(llm.requests_for("analyze")) == 1
+
+
+def area(sid: str, country: str, km2: int) -> tuple[str, PlanStep]:
+    step = PlanStep(
+        id=sid, task=f"area({country})", status="completed", result=str(km2), tool_args={"country": country}
+    )
+    return sid, step
+
+
+AREAS = [area("s1", "Dorvania", 84_300), area("s2", "Zantheria", 41_750)]
+META = (
+    "The step results reach the user's goal by providing the areas of Dorvania and Zantheria in square kilometres. "
+    "The confidence is high because all results are given."
+)
+
+
+async def test_an_answer_that_speaks_of_the_results_and_gives_none_is_judged_again() -> None:
+    """The 1.5B wrote its judgement where the answer goes ("The step results reach the user's goal by providing
+    the areas ..."), with none of the four areas the tool steps found: judged again, and the answer that gives
+    them is taken.
+    """
+    right = "Dorvania: 84,300 km²; Zantheria: 41,750 km²."
+    llm, events, analyzer = checked([verdict(final_answer=META), verdict(final_answer=right)])
+    result = await analyzer.analyze("What are the areas of Dorvania and Zantheria?", AREAS, round=1)
+    assert (result.achieved, result.final_answer) == (True, right)
+    asked = str(llm.requests_for("analyze")[1].messages[-1]["content"])
+    assert "The answer speaks of the results but gives none of what they found (84300, 41750)" in asked
+    assert any("did not check" in e.message for e in events if isinstance(e, RunWarning))
+
+
+async def test_an_answer_that_gives_what_the_tool_steps_found_in_words_or_figures_passes() -> None:
+    for answer in ("The step results give 84.3 thousand km² for Dorvania.", "Dorvania is larger."):
+        llm, _, analyzer = checked([verdict(final_answer=answer)])
+        result = await analyzer.analyze("Which is larger, Dorvania or Zantheria?", AREAS, round=1)
+        assert result.achieved and len(llm.requests_for("analyze")) == 1, answer
