@@ -165,9 +165,9 @@ class Outcome:
 
 
 def server_up(api_base: str) -> bool:
-    """Whether the local model's server answers."""
+    """Whether the local model's server answers (a busy one answers when its current reply is written)."""
     try:
-        with urllib.request.urlopen(f"{api_base}/models", timeout=5):
+        with urllib.request.urlopen(f"{api_base}/models", timeout=120):
             return True
     except (urllib.error.URLError, OSError):
         return False
