@@ -87,8 +87,7 @@ class Planner:
             today=self.today().isoformat(),
             formats=prompts.PLANNER_FORMATS_TOOLS if self.tools else prompts.PLANNER_FORMATS_TASKS,
             compute=prompts.PLANNER_COMPUTE.format(tools=" or ".join(computing)) if computing else "",
-            min_steps=self.settings.plan_min_steps,
-            max_steps=self.settings.plan_max_steps,
+            step_range=_step_range(self.settings.plan_min_steps, self.settings.plan_max_steps),
             hints=prompts.PLANNER_HINTS.format(hints="; ".join(hints)) if hints else "",
             tools=self._tools_prompt(),
             domain=prompts.PLANNER_DOMAIN.format(domain=domain)
@@ -284,6 +283,13 @@ class Planner:
         if self.emit is not None:
             self.emit(RunWarning(message=message, round=round, plan_cut=cut))
         return drafts[:limit]
+
+
+def _step_range(fewest: int, most: int) -> str:
+    """How many steps the plan may have, as a small model cannot misread it ("Use 1 to 1 steps" was answered "1")."""
+    if fewest == most:
+        return "Use one step." if most == 1 else f"Use {most} steps."
+    return f"Use at most {most} steps." if fewest <= 1 else f"Use {fewest} to {most} steps."
 
 
 class _Echo(ValueError):

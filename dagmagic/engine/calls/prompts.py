@@ -30,8 +30,8 @@ Answer with numbered lines, one step a line, and nothing else.
 Where a step needs what an earlier step gives, write $ and that step's number in its place ($2 is step 2's
 result): the step then waits for that step. Steps that need no other step's result run at once.{compute}
 The answer to the goal is written from all the results once the steps are done: write no step that only
-restates, compares or sums up results in words. Use {min_steps} to {max_steps} steps. Write tasks in the goal's
-language.{hints}{tools}{domain}"""
+restates, compares or sums up results in words. {step_range} Write tasks in the goal's language.\
+{hints}{tools}{domain}"""
 
 PLANNER_FORMATS_TOOLS = """\
 A step is one of:

@@ -270,7 +270,9 @@ class StepAgent:
         reported = _reported(answer, tools, results)
         if reported is not None:
             return reported
-        if not answer or _text_calls(answer, tools):
+        if not answer or _text_calls(answer, tools) or _CALL_WRITTEN.match(answer):
+            if results:  # no answer, but what the tools returned stands: that is the step's result
+                return "\n".join(dict.fromkeys(results.values()))
             raise StepFailure(
                 f"stuck: {name} was called three times with the same arguments, and no answer came after",
                 notes=_notes(notes),
@@ -461,6 +463,8 @@ def _text_turn(content: str, tools: list[Tool]) -> tuple[list[RequestedCall], st
     return calls, kept
 
 
+_CALL_WRITTEN = re.compile(r'^\W*\{\s*"(?:name|tool|function)"\s*:')
+"""A reply that begins a call written as JSON, even one cut short (it cannot be read, but it is no answer)."""
 _REPORTED = ("result", "output", "observation", "response", "return", "returns")
 """The keys with which a small model writes a call it made back, with its result, as its answer."""
 

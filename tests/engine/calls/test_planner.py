@@ -823,3 +823,14 @@ async def test_a_step_named_after_the_planners_form_gets_a_step_id_and_no_warnin
         ["submit_plandraft. Find the area of Paris\n2. Divide 2.1 by $submit_plandraft\n"]
     ).planner.plan("goal")
     assert [(step.id, step.dependencies) for step in lines.steps] == [("s1", []), ("s2", ["s1"])]
+
+
+@pytest.mark.parametrize(
+    ("fewest", "most", "said"),
+    [(1, 1, "Use one step."), (3, 3, "Use 3 steps."), (1, 6, "Use at most 6 steps."), (2, 6, "Use 2 to 6 steps.")],
+)
+def test_the_step_range_is_said_so_a_small_model_cannot_misread_it(fewest: int, most: int, said: str) -> None:
+    """Asked to "Use 1 to 1 steps", Qwen2.5-Coder 0.5B answered "1", three times."""
+    settings = DagSettings(plan_min_steps=fewest, plan_max_steps=most)
+    prompt = Harness([GOOD_PLAN], settings=settings).planner.system_prompt()
+    assert said in prompt and "1 to 1" not in prompt

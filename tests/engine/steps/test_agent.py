@@ -341,14 +341,37 @@ async def test_a_repeated_call_gets_a_warning_and_a_third_one_asks_for_the_answe
     assert [(c.observation, c.error) for c in step.tool_calls] == [("found x", None), (warning, "repeated call")]
 
 
-@pytest.mark.parametrize("forced", ["", ToolCall("lookup", {"q": "x"})], ids=["empty", "another call"])
-async def test_a_stuck_step_that_still_gives_no_answer_fails_with_its_notes(forced: Any) -> None:
+FORCED_NO_ANSWER = pytest.mark.parametrize(
+    "forced",
+    ["", ToolCall("lookup", {"q": "x"}), '{"name": "lookup", "arguments": {"q": ["x"]}'],
+    ids=["empty", "another call", "a call cut short"],
+)
+
+
+@FORCED_NO_ANSWER
+async def test_a_stuck_step_that_still_gives_no_answer_keeps_what_its_tools_returned_as_its_result(forced: Any) -> None:
+    """Qwen2.5-Coder 0.5B, told to answer, wrote another call, cut short: the step's result was that broken JSON
+    while the tool had returned the answer ("The Nile is 6,650 km long."). What the tools returned is the result.
+    """
     same = ToolCall("lookup", {"q": "x"})
-    llm = ScriptedLLM(script([same, same, same, forced], analyze=[verdict(False, 0.9, "stuck")]))
+    llm = ScriptedLLM(script([same, same, same, forced]))
     run = await session(llm, [lookup_tool([])]).run("goal")
     step = run.steps["s1"]
+    assert (step.status, step.result, step.error) == ("completed", "lookup(q='x') -> found x", None)
+
+
+@FORCED_NO_ANSWER
+async def test_a_stuck_step_whose_tools_returned_nothing_fails_with_its_notes(forced: Any) -> None:
+    def lookup(q: str) -> str:
+        """Looks something up."""
+        raise LookupError(f"nothing for {q}")
+
+    same = ToolCall("lookup", {"q": "x"})
+    llm = ScriptedLLM(script([same, same, same, forced], analyze=[verdict(False, 0.9, "stuck")]))
+    run = await session(llm, [lookup]).run("goal")
+    step = run.steps["s1"]
     assert step.status == "failed" and step.error is not None and "stuck: lookup was called three times" in step.error
-    assert step.result is not None and step.result.startswith("Partial notes") and "found x" in step.result
+    assert step.result is not None and step.result.startswith("Partial notes") and "nothing for x" in step.result
 
 
 # --- tool calls written as text ---------------------------------------------------------------------------
