@@ -39,8 +39,8 @@ __all__ = ["LineReader", "read_plan_lines", "render_plan_lines"]
 
 _STEP = re.compile(r"^\s*(?:[-*]\s+)?(?:step\s+)?(?:(\d+)[.):]|([A-Za-z_][\w-]*)[.)])\s+(.+?)\s*$", re.IGNORECASE)
 _CALL = re.compile(r"^`?([A-Za-z_][\w.-]*)\((.*)\)`?$", re.DOTALL)
-_EMBEDDED = re.compile(r"`([A-Za-z_][\w.-]*\([^`]*\))`|:\s*([A-Za-z_][\w.-]*\(.*\))\s*$")
-"""A call inside a task in words: in backticks, or after a colon at the line's end."""
+_EMBEDDED = re.compile(r"[`\"“]([A-Za-z_][\w.-]*\([^`\"“”]*\))[`\"”]|:\s*([A-Za-z_][\w.-]*\(.*\))\s*$")
+"""A call inside a task in words: in backticks or double quotes, or after a colon at the line's end."""
 _HINTS = re.compile(r"\s*\[([^\[\]]*)\]\s*$")
 _NOTE = re.compile(r"\s+(?:#|-|–|—)\s+(.+)$")
 _ANNOTATED = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\s*:\s*")
@@ -49,6 +49,8 @@ _DOMAIN = re.compile(r"^\s*\**domain\**\s*[:=]\s*\**\s*([A-Za-z]+)", re.IGNORECA
 _REFERENCE = re.compile(r"\$(r\d+\.\w+|\w+)(?![\w.,]*\d)")
 _CONTEXT_ECHO = re.compile(r"^\$?r\d+\.\w+\s*\((?:completed|failed|skipped|pending|running|cancelled)\)", re.I)
 """A line of the replan context written back (``$r1.s2 (completed): ...``): what happened, not a step."""
+_RESULT_STATED = re.compile(r"^(?:the\s+)?(?:final\s+)?(?:result|answer|output)\s*(?:is|was|will be|=|:)\s", re.I)
+"""A line that states a result ("The result is 3,000,000."): the 1.5B invents one as a step; no step."""
 _NOT_STEPS = frozenset({"join", "finish", "end_of_plan"})
 _CONSTANTS = {"true": True, "false": False, "null": None, "none": None}
 ECHO_CHARS = 24
@@ -64,6 +66,7 @@ class LineReader:
         earlier: Collection[str] = (),
         roles: Collection[str] = ("fast", "reasoning", "general"),
         prompt: str = "",
+        computing: Collection[str] = (),
     ) -> None:
         """``parameters``: each tool's parameter names in order (for positional arguments, and to tell a tool
         hint from a role); ``earlier``: earlier rounds' reusable results (``r1.s2``); ``roles``: the hints that
@@ -76,6 +79,9 @@ class LineReader:
         self.prompt_lines = {" ".join(line.split()).lower() for line in prompt.splitlines() if line.strip()}
         self.echoes = 0
         """Lines that only repeated the instructions (a small model writes its prompt back as a plan)."""
+        self.computing = set(computing)
+        """The computing tools: one given nothing but another tool's call (``calculate(population(X))``) is that
+        call."""
         self.earlier = set(earlier)
         self.ids: list[str] = []
         self.calls: dict[str, str] = {}
@@ -95,7 +101,7 @@ class LineReader:
         body = match.group(3).strip()
         if label.lower() in {"note", "domain", "goal", "plan", "result", "answer", "thought"}:
             return None
-        if self._echoes(body) or _CONTEXT_ECHO.match(body):
+        if self._echoes(body) or _CONTEXT_ECHO.match(body) or _RESULT_STATED.match(body):
             self.echoes += 1
             return None
         note = _NOTE.search(body)
@@ -139,7 +145,7 @@ class LineReader:
         step = self._call(label, match.group(1) or match.group(2))
         if step is None:
             return None
-        words = (body[: match.start()] + body[match.end() :]).strip().rstrip(":").strip()
+        words = re.sub(r"[\s:.,;]+$", "", body[: match.start()] + body[match.end() :]).strip()
         step["task"] = self._references(words) or step["task"]
         return step
 
@@ -160,11 +166,31 @@ class LineReader:
         name, text = match.group(1), match.group(2)
         if name.lower() in _NOT_STEPS:
             return {"id": label, "task": name.lower()}
+        wrapped = self._wrapped(name, text)
+        if wrapped is not None:
+            return self._call(label, wrapped)
         try:
             arguments = self._arguments(name, text)
         except (SyntaxError, ValueError):
             return None  # not Python-like arguments: the line is a task in words that ends in brackets
         return {"id": label, "task": self._references(body.strip("`")), "tool_hint": name, "tool_args": arguments}
+
+    def _wrapped(self, name: str, text: str) -> str | None:
+        """The call a computing tool is given as its only argument, with nothing to compute (the 1.5B wrote
+        ``calculate(population('Dorvania'))`` for a lookup); None otherwise.
+        """
+        if name not in self.computing:
+            return None
+        try:
+            call = ast.parse(f"f({text})", mode="eval").body
+        except SyntaxError:
+            return None
+        if not isinstance(call, ast.Call):
+            return None
+        given = [*call.args, *(keyword.value for keyword in call.keywords)]
+        if len(given) != 1 or not isinstance(inner := given[0], ast.Call) or not isinstance(inner.func, ast.Name):
+            return None
+        return ast.unparse(inner) if inner.func.id in self.parameters and inner.func.id != name else None
 
     def _arguments(self, name: str, text: str) -> dict[str, Any]:
         references: dict[str, str] = {}
@@ -325,10 +351,13 @@ def _value(node: ast.AST, references: Mapping[str, str]) -> Any:
 
 
 def read_plan_lines(
-    text: str, parameters: Mapping[str, Sequence[str]] | None = None, earlier: Collection[str] = ()
+    text: str,
+    parameters: Mapping[str, Sequence[str]] | None = None,
+    earlier: Collection[str] = (),
+    computing: Collection[str] = (),
 ) -> dict[str, Any] | None:
     """``{"domain": ..., "steps": [...]}`` from a whole reply of plan lines; None when it has no step line."""
-    reader = LineReader(parameters, earlier)
+    reader = LineReader(parameters, earlier, computing=computing)
     steps = [step for line in text.splitlines() if (step := reader.read(line)) is not None]
     return {"domain": reader.domain, "steps": steps} if steps else None
 

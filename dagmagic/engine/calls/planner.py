@@ -109,7 +109,8 @@ class Planner:
         """
         parameters = {tool.name: list(tool.parameters.get("properties", {})) for tool in self.tools}
         parameters.update({name: [] for name in self.tool_names if name not in parameters})
-        return LineReader(parameters, earlier, self.roles, prompt)
+        computing = [tool.name for tool in self.tools if tool.computes]
+        return LineReader(parameters, earlier, self.roles, prompt, computing)
 
     def read(self, text: str, earlier: Collection[str] = (), prompt: str = "", *, cut: bool = False) -> PlanDraft:
         """The plan a whole reply writes: its lines, else the JSON a model wrote instead. ``ValueError`` when it

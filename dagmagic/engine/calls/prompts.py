@@ -41,8 +41,9 @@ A step is one of:
   read a result before choosing what to do."""
 PLANNER_FORMATS_TASKS = "Each step is a task in words, for an agent."
 PLANNER_COMPUTE = (
-    "\nFigures are compared, ranked, added or otherwise computed only by a call of {tools}, with the $ of the steps "
-    "that give them; an agent's or the answer's own arithmetic is not trusted."
+    "\nA figure is looked up by the tool that gives it. When the goal compares, ranks, adds or otherwise computes "
+    "with figures, a call of {tools} does it, with the $ of the steps that give them: an agent's or the answer's "
+    "own arithmetic is not trusted."
 )
 PLANNER_HINTS = "\nAfter a task in words, optional hints in brackets: {hints}."
 PLANNER_HINT_TOOL = "the tool it should use"

@@ -183,3 +183,23 @@ def test_the_replan_context_written_back_is_no_step() -> None:
         "1. $r1.s2 (completed): Calculate the population of Norway\n   Result: 5 million\n2. search(Sweden)", TOOLS
     )
     assert plan is not None and [s["task"] for s in plan["steps"]] == ["search(Sweden)"]
+
+
+def test_a_computing_call_given_only_a_lookup_is_the_lookup_and_a_stated_result_is_no_step() -> None:
+    """The 1.5B, told figures are computed by the calculator, wrote a lookup wrapped in it (in double quotes, in a
+    task) and invented its result as a second step.
+    """
+    plan = read_plan_lines(
+        "1. Find the population of Norway using the formula: \"math(search('Norway'))\".\n"
+        "2. The result is 3,000,000.\n"
+        "3. math(search(Sweden))\n"
+        "4. math($1 * 2)",
+        TOOLS,
+        computing=["math"],
+    )
+    assert plan is not None
+    assert [(s["id"], s["task"], s.get("tool_hint"), s.get("tool_args")) for s in plan["steps"]] == [
+        ("s1", "Find the population of Norway using the formula", "search", {"query": "Norway"}),
+        ("s3", "search(Sweden)", "search", {"query": "Sweden"}),
+        ("s4", "math($s1 * 2)", "math", {"expression": "$s1 * 2"}),
+    ]

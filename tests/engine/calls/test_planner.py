@@ -638,7 +638,7 @@ def test_the_prompt_lists_each_tools_arguments_and_says_when_to_write_a_call() -
     assert "- a task in words, for an agent that has the tools: only for a step that needs judgement" in prompt
     # no example a small model could copy into its own plan, and no placeholder that looks like a value
     assert "<from the goal>" not in prompt and "population(country=" not in prompt and "name=value" not in prompt
-    assert "computed only by a call of" not in prompt  # no computing tool here
+    assert "a call of calculate does it" not in prompt and "looked up by the tool" not in prompt  # no computing tool
     bare = Harness([GOOD_PLAN]).planner.system_prompt()
     assert "a call of one tool" not in bare and "Each step is a task in words, for an agent." in bare
 
@@ -649,7 +649,8 @@ def test_with_a_computing_tool_the_prompt_sends_figures_to_it() -> None:
         return 0.0
 
     prompt = Harness([GOOD_PLAN], tools=[*TOOLS, Tool(calculate)]).planner.system_prompt()
-    assert "Figures are compared, ranked, added or otherwise computed only by a call of calculate" in prompt
+    assert "A figure is looked up by the tool that gives it." in prompt
+    assert "When the goal compares, ranks, adds or otherwise computes with figures, a call of calculate does" in prompt
     assert "with the $ of the steps that give them" in prompt
 
 
