@@ -208,9 +208,14 @@ _MORE = re.compile(r"\b(more|larger|bigger|greater|higher|most|largest|biggest|e
 _FEWER = re.compile(r"\b(fewer|less|smaller|lower|least|smallest)\b", re.IGNORECASE)
 
 
+SHORT = 60
+"""An answer this short may be just the name asked for."""
+
+
 def claimed_larger(text: str, names: list[str]) -> str | None:
     """The name the answer says is the larger: in its last sentence comparing them, the name just before
-    "more" (or the other one when the word is "fewer"); without such a sentence the one it names first.
+    "more" (or the other one when the word is "fewer"); without such a sentence, in a short answer (just the
+    name, say) the one it names first; else None.
     """
     lowered = [name.lower() for name in names]
     for sentence in reversed(re.split(r"(?<=[.!?\n])\s+", text)):
@@ -220,7 +225,7 @@ def claimed_larger(text: str, names: list[str]) -> str | None:
                 if _FEWER.fullmatch(word.group()):
                     return next((name for name in lowered if name != before[-1]), None)
                 return before[-1]
-    order = _names_in_order(text, names)
+    order = _names_in_order(text, names) if len(text.strip()) <= SHORT else []
     return order[0] if order else None
 
 
@@ -258,14 +263,24 @@ def check_names(*names: str) -> Callable[[str], str]:
     return check
 
 
+def invented(answer: str, figures: list[float]) -> bool:
+    """Whether the answer states a large figure (10,000 or more) that is none of ``figures``: made up."""
+    return any(
+        value >= 10_000 and not any(abs(value - figure) <= 0.005 * figure for figure in figures)
+        for value, _ in numbers(answer)
+    )
+
+
 def check_larger(larger: str, smaller: str) -> Callable[[str], str]:
-    """Right when the answer says ``larger`` has more people; partly when it only gives both figures right."""
+    """Right when the answer says ``larger`` has more people, with no figure of its own making; partly when it
+    says so with invented figures, or only gives both figures right.
+    """
 
     def check(answer: str) -> str:
+        big, small = _population(larger), _population(smaller)
         if claimed_larger(answer, [larger, smaller]) == larger.lower():
-            return "right"
-        both = has_number(answer, _population(larger)) and has_number(answer, _population(smaller))
-        return "partly" if both else "wrong"
+            return "partly" if invented(answer, [big, small, big - small]) else "right"
+        return "partly" if has_number(answer, big) and has_number(answer, small) else "wrong"
 
     return check
 
