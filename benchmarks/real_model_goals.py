@@ -289,10 +289,14 @@ def check_larger(larger: str, smaller: str) -> Callable[[str], str]:
     return check
 
 
-def check_ranking(*ranked: str) -> Callable[[str], str]:
-    """Right when the answer ranks ``ranked`` in this order; partly when reversed, or its largest comes first."""
+def check_ranking(asked: tuple[str, ...], ranked: tuple[str, ...]) -> Callable[[str], str]:
+    """Right when the answer ranks ``ranked`` in this order; partly when reversed, or its largest comes first. The
+    goal's own listing (``asked``, "A, B and C") restated in the answer is no ranking: it is left out first.
+    """
+    restated = re.compile(r"\W+(?:and\W+)?".join(rf"\b{re.escape(name)}\b" for name in asked), re.IGNORECASE)
 
     def check(answer: str) -> str:
+        answer = restated.sub(" ", answer)
         if in_order(answer, list(ranked)):
             return "right"
         if in_order(answer, list(reversed(ranked))):
@@ -362,7 +366,7 @@ ACCURACY_GOALS = [
     Goal(
         "Rank Dorvania, Zantheria and Ostravel by population, largest first.",
         "ranking 3",
-        check_ranking("Ostravel", "Dorvania", "Zantheria"),
+        check_ranking(("Dorvania", "Zantheria", "Ostravel"), ("Ostravel", "Dorvania", "Zantheria")),
         "Ostravel 21,064,000; Dorvania 12,480,000; Zantheria 3,902,500",
     ),
     Goal(
