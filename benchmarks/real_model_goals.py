@@ -5,8 +5,8 @@ answer from memory: a right answer means the engine looked the figures up (and c
 The tools are one-argument lookups and one computing tool, ``calculate``. Goals mix single lookups, independent
 lookups (2 and 4), a comparison, a ranking of three, a sum, a ratio and two chains (one lookup's result is the
 next one's argument). Each checker reads the answer's text and says ``right``, ``partly`` or ``wrong``; it is
-fair to wording: numbers count as written "12,480,000", "12480000" or "12.48 million" (rounded forms within
-0.5 %), names in any case.
+fair to wording: numbers count as written "12,480,000", "12480000" or "12.48 million" (a rounded form when the
+figure rounds to it, within 1 %: "12.5 million" but not "13 million"), names in any case.
 """
 
 from __future__ import annotations
@@ -174,24 +174,28 @@ _NUMBER = re.compile(
 _SCALE = {"million": 1e6, "mln": 1e6, "m": 1e6, "billion": 1e9, "bn": 1e9, "thousand": 1e3, "k": 1e3}
 
 
-def numbers(text: str) -> list[tuple[float, bool]]:
-    """Every number written in ``text``: (its value, whether it was written rounded: a scale word or decimals)."""
+def numbers(text: str) -> list[tuple[float, float]]:
+    """Every number written in ``text``: (its value, half a unit of its last written digit: 50,000 for "5.5
+    million", 0.5 for a whole number).
+    """
     found = []
     for match in _NUMBER.finditer(text):
         whole, decimals, scale = match.groups()
-        value = float(whole.replace(",", "") + (decimals or ""))
-        if scale:
-            value *= _SCALE[scale.lower()]
-        found.append((value, bool(scale or decimals)))
+        factor = _SCALE[scale.lower()] if scale else 1.0
+        value = float(whole.replace(",", "") + (decimals or "")) * factor
+        found.append((value, 0.5 * 10.0 ** -len((decimals or ".")[1:]) * factor))
     return found
 
 
-def has_number(text: str, target: float, tolerance: float = 0.005) -> bool:
-    """Whether ``text`` states ``target``: exactly (to 0.5), or within ``tolerance`` when written rounded."""
-    for value, rounded in numbers(text):
-        if abs(value - target) <= 0.5 or (rounded and abs(value - target) <= tolerance * abs(target)):
-            return True
-    return False
+def _matches(value: float, half: float, target: float, tolerance: float) -> bool:
+    return abs(value - target) <= max(0.5, min(half, tolerance * abs(target)))
+
+
+def has_number(text: str, target: float, tolerance: float = 0.01) -> bool:
+    """Whether ``text`` states ``target``: exactly (to 0.5), or rounded as written ("12.5 million" for 12,480,000)
+    and then within ``tolerance``.
+    """
+    return any(_matches(value, half, target, tolerance) for value, half in numbers(text))
 
 
 def mentions(text: str, name: str) -> bool:
@@ -208,9 +212,14 @@ _MORE = re.compile(r"\b(more|larger|bigger|greater|higher|most|largest|biggest|e
 _FEWER = re.compile(r"\b(fewer|less|smaller|lower|least|smallest)\b", re.IGNORECASE)
 
 
+SHORT = 60
+"""An answer this short may be just the name asked for."""
+
+
 def claimed_larger(text: str, names: list[str]) -> str | None:
     """The name the answer says is the larger: in its last sentence comparing them, the name just before
-    "more" (or the other one when the word is "fewer"); without such a sentence the one it names first.
+    "more" (or the other one when the word is "fewer"); without such a sentence, in a short answer (just the
+    name, say) the one it names first; else None.
     """
     lowered = [name.lower() for name in names]
     for sentence in reversed(re.split(r"(?<=[.!?\n])\s+", text)):
@@ -220,7 +229,7 @@ def claimed_larger(text: str, names: list[str]) -> str | None:
                 if _FEWER.fullmatch(word.group()):
                     return next((name for name in lowered if name != before[-1]), None)
                 return before[-1]
-    order = _names_in_order(text, names)
+    order = _names_in_order(text, names) if len(text.strip()) <= SHORT else []
     return order[0] if order else None
 
 
@@ -258,22 +267,36 @@ def check_names(*names: str) -> Callable[[str], str]:
     return check
 
 
+def invented(answer: str, figures: list[float]) -> bool:
+    """Whether the answer states a large figure (10,000 or more) that is none of ``figures``: made up."""
+    return any(
+        value >= 10_000 and not any(_matches(value, half, figure, 0.01) for figure in figures)
+        for value, half in numbers(answer)
+    )
+
+
 def check_larger(larger: str, smaller: str) -> Callable[[str], str]:
-    """Right when the answer says ``larger`` has more people; partly when it only gives both figures right."""
+    """Right when the answer says ``larger`` has more people, with no figure of its own making; partly when it
+    says so with invented figures, or only gives both figures right.
+    """
 
     def check(answer: str) -> str:
+        big, small = _population(larger), _population(smaller)
         if claimed_larger(answer, [larger, smaller]) == larger.lower():
-            return "right"
-        both = has_number(answer, _population(larger)) and has_number(answer, _population(smaller))
-        return "partly" if both else "wrong"
+            return "partly" if invented(answer, [big, small, big - small]) else "right"
+        return "partly" if has_number(answer, big) and has_number(answer, small) else "wrong"
 
     return check
 
 
-def check_ranking(*ranked: str) -> Callable[[str], str]:
-    """Right when the answer ranks ``ranked`` in this order; partly when reversed, or its largest comes first."""
+def check_ranking(asked: tuple[str, ...], ranked: tuple[str, ...]) -> Callable[[str], str]:
+    """Right when the answer ranks ``ranked`` in this order; partly when reversed, or its largest comes first. The
+    goal's own listing (``asked``, "A, B and C") restated in the answer is no ranking: it is left out first.
+    """
+    restated = re.compile(r"\W+(?:and\W+)?".join(rf"\b{re.escape(name)}\b" for name in asked), re.IGNORECASE)
 
     def check(answer: str) -> str:
+        answer = restated.sub(" ", answer)
         if in_order(answer, list(ranked)):
             return "right"
         if in_order(answer, list(reversed(ranked))):
@@ -283,7 +306,7 @@ def check_ranking(*ranked: str) -> Callable[[str], str]:
     return check
 
 
-def check_result(result: float, *inputs: float, tolerance: float = 0.005) -> Callable[[str], str]:
+def check_result(result: float, *inputs: float, tolerance: float = 0.01) -> Callable[[str], str]:
     """Right when the computed ``result`` is stated (within ``tolerance``); partly when only its inputs are."""
 
     def check(answer: str) -> str:
@@ -343,7 +366,7 @@ ACCURACY_GOALS = [
     Goal(
         "Rank Dorvania, Zantheria and Ostravel by population, largest first.",
         "ranking 3",
-        check_ranking("Ostravel", "Dorvania", "Zantheria"),
+        check_ranking(("Dorvania", "Zantheria", "Ostravel"), ("Ostravel", "Dorvania", "Zantheria")),
         "Ostravel 21,064,000; Dorvania 12,480,000; Zantheria 3,902,500",
     ),
     Goal(
@@ -355,7 +378,7 @@ ACCURACY_GOALS = [
     Goal(
         "What is the population density of Dorvania, in people per square kilometre?",
         "ratio",
-        check_result(_DENSITY, 12_480_000, 84_300, tolerance=0.01),
+        check_result(_DENSITY, 12_480_000, 84_300),
         f"{_DENSITY:.1f} (12,480,000 / 84,300)",
     ),
     Goal(
