@@ -284,8 +284,11 @@ async def test_a_store_deleted_while_a_run_goes_on_gets_the_runs_lease_conversat
     def lease_expiry() -> float | None:
         if not path.exists():
             return None
-        with sqlite3.connect(path) as other:
-            row = other.execute("SELECT expires FROM leases WHERE run_id = ?", (run.run_id,)).fetchone()
+        try:
+            with sqlite3.connect(path) as other:
+                row = other.execute("SELECT expires FROM leases WHERE run_id = ?", (run.run_id,)).fetchone()
+        except sqlite3.OperationalError:  # the new file is there, its tables not yet: read again
+            return None
         return None if row is None else float(row[0])
 
     for _ in range(1000):  # the new store, once the run is written whole into it
