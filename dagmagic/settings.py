@@ -113,7 +113,10 @@ class DagSettings(BaseModel):
 
     # --- planner
     plan_min_steps: int = Field(
-        2, ge=1, description="Fewest steps the planner is asked for.", json_schema_extra=env("DAG_PLAN_MIN_STEPS")
+        1,
+        ge=1,
+        description="Fewest steps the planner is asked for (asked for two, a small model invents a second one).",
+        json_schema_extra=env("DAG_PLAN_MIN_STEPS"),
     )
     plan_max_steps: int = Field(
         6,

@@ -10,7 +10,7 @@ def test_defaults_match_the_design(monkeypatch: pytest.MonkeyPatch) -> None:
     s = DagSettings()
     assert (s.max_replan_rounds, s.replan_stop_confidence, s.max_concurrency) == (3, 0.8, 5)
     assert (s.step_timeout, s.step_max_iterations) == (600.0, 15)
-    assert (s.plan_min_steps, s.plan_max_steps) == (2, 6)
+    assert (s.plan_min_steps, s.plan_max_steps) == (1, 6)  # issue 42: asked for two, a small model invents one
     assert (s.analyzer_result_chars, s.synthesis_result_chars) == (10000, 10000)
     assert (s.replan_preview_chars, s.replan_older_preview_chars) == (500, 200)
     assert (s.planner_input_tokens, s.history_fallback_chars, s.max_message_chars) == (16000, 20000, 50000)

@@ -49,8 +49,13 @@ _DOMAIN = re.compile(r"^\s*\**domain\**\s*[:=]\s*\**\s*([A-Za-z]+)", re.IGNORECA
 _REFERENCE = re.compile(r"\$(r\d+\.\w+|\w+)(?![\w.,]*\d)")
 _CONTEXT_ECHO = re.compile(r"^\$?r\d+\.\w+\s*\((?:completed|failed|skipped|pending|running|cancelled)\)", re.I)
 """A line of the replan context written back (``$r1.s2 (completed): ...``): what happened, not a step."""
-_RESULT_STATED = re.compile(r"^(?:the\s+)?(?:final\s+)?(?:result|answer|output)\s*(?:is|was|will be|=|:)\s", re.I)
-"""A line that states a result ("The result is 3,000,000."): the 1.5B invents one as a step; no step."""
+_RESULT_STATED = re.compile(
+    r"^(?:the\s+)?(?:final\s+)?(?:result|answer|output)\s*(?:is|was|will be|=|:)\s"
+    r"|^the\s[^$]{0,80}?\s(?:is|are|was|were)\s+(?:about\s+|approximately\s+|around\s+)?\d[\d,.]*\b[^$]*$",
+    re.I,
+)
+"""A line that states a result ("The result is 3,000,000.", "The population of X is 300,000."): the 1.5B invents
+one as a step; no step."""
 _NOT_STEPS = frozenset({"join", "finish", "end_of_plan"})
 _CONSTANTS = {"true": True, "false": False, "null": None, "none": None}
 ECHO_CHARS = 24

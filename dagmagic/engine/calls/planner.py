@@ -85,7 +85,9 @@ class Planner:
             domain, ask_domain = None, False
         return prompts.PLANNER_SYSTEM.format(
             today=self.today().isoformat(),
-            formats=prompts.PLANNER_FORMATS_TOOLS if self.tools else prompts.PLANNER_FORMATS_TASKS,
+            formats=prompts.PLANNER_FORMATS_TOOLS.format(example=self._call_form())
+            if self.tools
+            else prompts.PLANNER_FORMATS_TASKS,
             compute=prompts.PLANNER_COMPUTE.format(tools=" or ".join(computing)) if computing else "",
             step_range=_step_range(self.settings.plan_min_steps, self.settings.plan_max_steps),
             hints=prompts.PLANNER_HINTS.format(hints="; ".join(hints)) if hints else "",
@@ -96,6 +98,14 @@ class Planner:
             if ask_domain
             else "",
         )
+
+    def _call_form(self) -> str:
+        """How a call is written, shown on a tool of this session with a value no model can take for one
+        (``capital(country="...")``: a plan that keeps the dots copied it, and is asked again).
+        """
+        tool = next((tool for tool in self.tools if not tool.computes), self.tools[0])
+        parameters = list(tool.parameters.get("properties", {}))
+        return f'{tool.name}({parameters[0]}="...")' if parameters else f"{tool.name}()"
 
     def _tools_prompt(self) -> str:
         described = {tool.name for tool in self.tools}

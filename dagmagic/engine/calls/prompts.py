@@ -35,8 +35,8 @@ restates, compares or sums up results in words. {step_range} Write tasks in the 
 
 PLANNER_FORMATS_TOOLS = """\
 A step is one of:
-- a call of one tool, written as the tool list below writes it but with real values in place of the types: it
-  runs without a model. A call looks up one value: three countries are three calls.
+- a call of one tool, its name and its arguments with real values, as in {example}: it runs without a model.
+  A call looks up one value: three countries are three calls.
 - a task in words, for an agent that has the tools: only for a step that needs judgement, several calls, or to
   read a result before choosing what to do."""
 PLANNER_FORMATS_TASKS = "Each step is a task in words, for an agent."

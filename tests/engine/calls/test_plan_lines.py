@@ -203,3 +203,13 @@ def test_a_computing_call_given_only_a_lookup_is_the_lookup_and_a_stated_result_
         ("s3", "search(Sweden)", "search", {"query": "Sweden"}),
         ("s4", "math($s1 * 2)", "math", {"expression": "$s1 * 2"}),
     ]
+
+
+def test_a_line_that_states_a_figure_is_no_step() -> None:
+    """Asked for two steps where one lookup did, the 1.5B added "The population of Dorvania is 300,000." as a step:
+    an invented result, which the verdict then weighed against the looked-up one.
+    """
+    plan = read_plan_lines(
+        "1. search(Norway)\n2. The population of Norway is 300,000.\n3. Check whether the total is 300,000", TOOLS
+    )
+    assert plan is not None and [s["id"] for s in plan["steps"]] == ["s1", "s3"]

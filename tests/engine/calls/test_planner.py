@@ -92,7 +92,7 @@ def test_system_prompt_asks_for_plan_lines_the_goals_language_and_the_step_range
     assert "the step then waits for that step" in prompt
     assert "The answer to the goal is written from all the results once the steps are done" in prompt
     assert "in the goal's\nlanguage" in prompt or "in the goal's language" in prompt
-    assert "Use 2 to 6 steps" in prompt
+    assert "Use at most 6 steps." in prompt
 
 
 def test_step_range_comes_from_the_settings() -> None:
@@ -633,11 +633,12 @@ def test_the_prompt_lists_each_tools_arguments_and_says_when_to_write_a_call() -
     prompt = Harness([GOOD_PLAN], tools=TOOLS).planner.system_prompt()
     assert "population(country: string, year: integer = 2024) — The population of a country, in millions." in prompt
     assert "double(x: number) — Twice a number." in prompt
-    assert "- a call of one tool, written as the tool list below writes it but with real values" in prompt
+    assert '- a call of one tool, its name and its arguments with real values, as in double(x="...")' in prompt
     assert "A call looks up one value: three countries are three calls." in prompt
     assert "- a task in words, for an agent that has the tools: only for a step that needs judgement" in prompt
     # no example a small model could copy into its own plan, and no placeholder that looks like a value
-    assert "<from the goal>" not in prompt and "population(country=" not in prompt and "name=value" not in prompt
+    assert "<from the goal>" not in prompt and "name=value" not in prompt
+    assert "population(country=" not in prompt and 'double(x="...")' in prompt  # a form, no value to copy
     assert "a call of calculate does it" not in prompt and "looked up by the tool" not in prompt  # no computing tool
     bare = Harness([GOOD_PLAN]).planner.system_prompt()
     assert "a call of one tool" not in bare and "Each step is a task in words, for an agent." in bare
