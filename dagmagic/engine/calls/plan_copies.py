@@ -38,6 +38,13 @@ _PLACEHOLDER = re.compile(
 list), ``value``. A reference to a step (``$s1``, ``$2``) is matched by ``\\$\\w+`` too: ``_placeholders`` lets
 references through.
 """
+_WRITE_UP = re.compile(
+    r"\s*(?:compare|summari[sz]e|combine|restate|report|present|display|print|output|return)\b"
+    r"|\s*(?:write|give|state|list|show)\s+(?:down\s+|out\s+|up\s+)?(?:the\s+|a\s+|an\s+|all\s+)?(?:final\s+)?"
+    r"(?:results?|answers?|summary|report)\b",
+    re.IGNORECASE,
+)
+"""A task in words that only writes up, compares or restates results."""
 _REFERENCE = re.compile(r"\$(?:s?\d+|r\d+\.\w+|[A-Za-z_]\w*)")
 _EXAMPLE_LINE = re.compile(r"^\s*(?:>>>|\.\.\.\s|e\.g\.|for example|example)", re.IGNORECASE)
 _EXAMPLE_HEADING = re.compile(r"^\s*examples?\s*:?\s*$", re.IGNORECASE)
@@ -56,6 +63,25 @@ class CopyCheck:
     def of(cls, goal: str, tools: Sequence[Tool], tool_names: Iterable[str]) -> CopyCheck:
         """A check for ``goal``'s plans with these tools."""
         return cls(goal, {tool.name: tool for tool in tools}, frozenset(tool_names) | {tool.name for tool in tools})
+
+    def write_ups(self, drafts: Sequence[StepDraft]) -> list[StepDraft]:
+        """The steps in words that only write up, compare or restate results ("write the result", "Compare the two
+        capitals: ..."), in a plan that looks things up with tools: the answer does that from every result, and
+        such a step's agent, given nothing to do, invented figures the verdict then weighed ("4008 years").
+        """
+        if not any(draft.tool_args is not None for draft in drafts):
+            return []
+        return [draft for draft in drafts if draft.tool_args is None and _WRITE_UP.match(draft.task)]
+
+    def without_write_ups(self, drafts: list[StepDraft], warn: Callable[[str], None]) -> list[StepDraft]:
+        """``drafts`` without their write-ups (``write_ups``), each left out with a warning."""
+        dropped = self.write_ups(drafts)
+        for draft in dropped:
+            warn(
+                f"Step {draft.id} ({draft.task.strip()[:80]!r}) only writes up or compares results: the answer does "
+                "that from every result, so it was left out."
+            )
+        return [draft for draft in drafts if draft not in dropped]
 
     def problem(self, drafts: Sequence[StepDraft]) -> str | None:
         """What the plan copied, said for the planner (None when it copied nothing)."""

@@ -330,8 +330,8 @@ class _Handover:
             return  # unreadable or a duplicate: the validation at the end names it
         self.seen.add(draft.id)
         self.drafts.append(draft)
-        if self.copies.step_problem(draft, self.drafts) is not None:
-            return  # copied, not planned: it does not start, and the validation at the end has it re-asked
+        if self.copies.step_problem(draft, self.drafts) is not None or draft in self.copies.write_ups(self.drafts):
+            return  # copied or a write-up: it does not start (the validation at the end re-asks, or leaves it out)
         draft = self._with_references(draft)
         waiting = _Waiting(self.arrivals, draft, {dep for dep in draft.dependencies if not self._known(dep)})
         self.arrivals += 1

@@ -69,6 +69,8 @@ def validate_steps(
             f"the tasks of {', '.join(draft.id for draft in named)} are the plan's own tool or schema names "
             f"({tasks}), not what a step must do: write each step's task for the goal"
         )
+    if copies is not None:
+        drafts = copies.without_write_ups(drafts, warn)
     copied = copies.problem(drafts) if copies is not None else None
     if copied is not None:
         return [], copied
@@ -283,7 +285,7 @@ def repair_steps(
         )
         unique = [draft for draft in unique if draft not in named]
     if copies is not None:
-        unique = copies.repair(unique, warn)
+        unique = copies.repair(copies.without_write_ups(unique, warn), warn)
     steps = _plan_steps(unique, earlier=earlier, roles=roles, warn=warn, tools=tools)
     _break_cycles(steps, warn)
     return steps

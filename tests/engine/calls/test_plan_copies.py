@@ -195,3 +195,31 @@ def test_a_computing_tool_given_only_a_result_computes_nothing() -> None:
         "step 2 gives calculate only $s1, with nothing to compute; call the tool that gives what the goal asks for"
     )
     assert check().problem([drafts[0], draft("s2", "calculate", ["s1"], expression="$s1 * 2")]) is None
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["whole-plan", "streamed-plan"])
+async def test_a_step_that_only_writes_up_or_compares_results_is_left_out_with_a_warning(streaming: bool) -> None:
+    """The 1.5B added "2. write the result" after a lookup; its agent, with nothing to do, answered "4008", and the
+    verdict weighed it against the founding year. The answer writes up the results: the step is left out.
+    """
+    llm = ScriptedLLM(
+        {
+            "plan": ['1. population(country="Dorvania")\n2. write the result\n3. Compare the two results'],
+            "analyze": [verdict(True, 0.9, "found", "Dorvania has 12,480,000 people.")],
+        }
+    )
+    session = DagSession(
+        ModelRegistry().register("m", llm), DagSettings(store="none", streaming_planner=streaming), tools=TOOLS
+    )
+    run = await session.run("How many people live in Dorvania?")
+    assert run.status == "done" and [s.id for s in run.rounds[0].plan.steps] == ["s1"]
+    assert not llm.requests_for("step") and len(llm.requests_for("plan")) == 1  # no re-ask, no agent
+    warnings = run.rounds[0].warnings
+    assert any("Step s2 ('write the result') only writes up or compares results" in w for w in warnings)
+
+
+def test_a_write_up_is_kept_in_a_plan_without_tool_steps_and_a_task_that_writes_something_else_stays() -> None:
+    words = [draft("s1"), StepDraft(id="s2", task="Compare the two theories")]
+    assert check().write_ups(words) == []
+    mixed = [draft("s1", "population", country="Dorvania"), StepDraft(id="s2", task="Write a poem about $s1")]
+    assert check().write_ups(mixed) == []
