@@ -143,7 +143,9 @@ class LineReader:
         """A task in words that holds one call of a tool of this session (``Get Dorvania's population:
         `population(Dorvania)` ``, or the call after a colon at its end) is that call, the words its description.
         """
-        found = [m for m in _EMBEDDED.finditer(body) if _called(m.group(1) or m.group(2)) in self.parameters]
+        found = [
+            m for m in _EMBEDDED.finditer(body) if self._tool(_called(m.group(1) or m.group(2))) in self.parameters
+        ]
         if len(found) != 1:
             return None
         match = found[0]
@@ -168,7 +170,7 @@ class LineReader:
         match = _CALL.match(body)
         if match is None:
             return None
-        name, text = match.group(1), match.group(2)
+        name, text = self._tool(match.group(1)), match.group(2)
         if name.lower() in _NOT_STEPS:
             return {"id": label, "task": name.lower()}
         wrapped = self._wrapped(name, text)
@@ -179,6 +181,13 @@ class LineReader:
         except (SyntaxError, ValueError):
             return None  # not Python-like arguments: the line is a task in words that ends in brackets
         return {"id": label, "task": self._references(body.strip("`")), "tool_hint": name, "tool_args": arguments}
+
+    def _tool(self, written: str) -> str:
+        """The tool a call names, its case as written or not (the 1.5B wrote ``Calculate(...)``)."""
+        if written in self.parameters:
+            return written
+        named = [name for name in self.parameters if name.lower() == written.lower()]
+        return named[0] if len(named) == 1 else written
 
     def _wrapped(self, name: str, text: str) -> str | None:
         """The call a computing tool is given as its only argument, with nothing to compute (the 1.5B wrote
@@ -195,7 +204,10 @@ class LineReader:
         given = [*call.args, *(keyword.value for keyword in call.keywords)]
         if len(given) != 1 or not isinstance(inner := given[0], ast.Call) or not isinstance(inner.func, ast.Name):
             return None
-        return ast.unparse(inner) if inner.func.id in self.parameters and inner.func.id != name else None
+        inner_name = self._tool(inner.func.id)
+        if inner_name not in self.parameters or inner_name == name:
+            return None
+        return f"{inner_name}({ast.unparse(inner).split('(', 1)[1]}"
 
     def _arguments(self, name: str, text: str) -> dict[str, Any]:
         references: dict[str, str] = {}
@@ -243,14 +255,14 @@ class LineReader:
 
     def inlined(self, call: ast.Call, references: dict[str, str]) -> ast.expr:
         """``call`` as the reference to the earlier step that makes it, when one does (else unchanged)."""
-        if not isinstance(call.func, ast.Name) or call.func.id not in self.parameters:
+        if not isinstance(call.func, ast.Name) or (tool := self._tool(call.func.id)) not in self.parameters:
             return call
         try:
             source = ast.unparse(call)
-            arguments = self._arguments(call.func.id, source[source.index("(") + 1 : -1])
+            arguments = self._arguments(tool, source[source.index("(") + 1 : -1])
         except (SyntaxError, ValueError):
             return call
-        made_by = self.calls.get(_call_key(call.func.id, arguments))
+        made_by = self.calls.get(_call_key(tool, arguments))
         if made_by is None:
             return call
         placeholder = f"_ref_{len(references)}"

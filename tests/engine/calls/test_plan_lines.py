@@ -213,3 +213,13 @@ def test_a_line_that_states_a_figure_is_no_step() -> None:
         "1. search(Norway)\n2. The population of Norway is 300,000.\n3. Check whether the total is 300,000", TOOLS
     )
     assert plan is not None and [s["id"] for s in plan["steps"]] == ["s1", "s3"]
+
+
+def test_a_tool_named_in_other_capitals_is_that_tool() -> None:
+    """The 1.5B wrote ``Calculate(capital("Kelmora"))``: a lookup, wrapped in the calculator, capitalised."""
+    plan = read_plan_lines('1. Math(search("Norway"))\n2. Search(Sweden)', TOOLS, computing=["math"])
+    assert plan is not None
+    assert [(s.get("tool_hint"), s.get("tool_args")) for s in plan["steps"]] == [
+        ("search", {"query": "Norway"}),
+        ("search", {"query": "Sweden"}),
+    ]
