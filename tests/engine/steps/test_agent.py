@@ -1041,7 +1041,7 @@ LOOKUP_AND_CALCULATOR = [Tool(_lookup, name="population"), Tool(_calculate, name
 @pytest.mark.parametrize(
     ("task", "offered"),
     [
-        ("Compare $s1 and $s2: which country has more people?", ["calculate"]),
+        ("Which of $s1 and $s2 is the larger country?", ["calculate"]),
         ("Rank $s1 and $s2 from the largest to the smallest", ["calculate"]),
         ("Say which is larger, $s1 or $s2, using population", ["population", "calculate"]),
         ("Find the capital of the country in $s1", ["population", "calculate"]),
@@ -1078,7 +1078,7 @@ async def test_a_comparing_step_without_a_computing_tool_is_one_call_with_no_too
     plan = {
         "steps": [
             {"id": "s1", "task": "Dorvania", "tool_hint": "population", "tool_args": {"country": "Dorvania"}},
-            {"id": "s2", "task": "Compare $s1 with the world average", "dependencies": ["s1"]},
+            {"id": "s2", "task": "Which is larger, $s1 or the world average?", "dependencies": ["s1"]},
         ]
     }
     llm = ScriptedLLM(script(["It is above it."], plan=[plan]))
