@@ -711,7 +711,7 @@ WORDS_MODELS = textwrap.dedent(
     def step(request):
         if request.step_id == "s1":
             asked = any(message.get("role") == "tool" for message in request.messages)
-            return "Paris: 2,102,650" if asked else ToolCall("lookup", {"city": "Paris", "year": 2024})
+            return "Paris: 2,102,650; Lyon: 522,250" if asked else ToolCall("lookup", {"city": "Paris", "year": 2024})
         return RuntimeError("the archive answered 503: try again later")
 
     llm = ScriptedLLM({
