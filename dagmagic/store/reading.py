@@ -100,8 +100,9 @@ def load(db: Connection, run_id: str) -> StoredRun:
         else EVENTS.validate_python({**json.loads(data), "call": calls_by_seq[call]})
         for data, call in db.execute("SELECT data, call FROM events WHERE run_id = ? ORDER BY seq", (run_id,))
     ]
-    started = (event for event in events if isinstance(event, RunStarted) and not event.depth)
-    state.replay_of = next((event.replay_of for event in started), None)  # kept in its event: no column
+    started = next((event for event in events if isinstance(event, RunStarted) and not event.depth), None)
+    if started is not None:  # kept in its event: no column
+        state.replay_of, state.forked_from, state.forked_at = started.replay_of, started.forked_from, started.forked_at
     return StoredRun(state=state, history=history, events=events)
 
 
