@@ -1,0 +1,141 @@
+"""``CompareWidget``: the comparison's synced state (fresh containers, long results cut), its static views (escaped,
+words that differ as ``<del>``/``<ins>``), how a comparison displays as a cell's value, and a comparison of runs
+still going recomputed on their events, throttled, until both have ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dagmagic import DagRun, DagSession, DagSettings, ModelRegistry
+from dagmagic.compare import RunComparison
+from dagmagic.notebook.answering import AnsweringWidget
+from dagmagic.notebook.compare_view import compare_mimebundle, entries_of
+from dagmagic.notebook.compare_widget import RESULT_CHARS, CompareWidget, compare_display, compare_state
+from dagmagic.notebook.display import WIDGET_VIEW
+from tests.compare_samples import HOSTILE, twelve_a_side
+
+from .conftest import scripted
+
+SAMPLE = Path(__file__).resolve().parents[2] / "js" / "test" / "compare-sample.json"
+
+
+def test_the_state_is_the_comparison_as_json_in_fresh_containers() -> None:
+    comparison = twelve_a_side()
+    widget = CompareWidget(comparison)
+    assert widget.title == "" and widget.live is False
+    (entry,) = widget.comparisons
+    assert entry["title"] == ""
+    assert entry["comparison"] == json.loads(comparison.model_dump_json())
+    before = widget.comparisons
+    widget.sync()
+    assert widget.comparisons is not before and widget.comparisons == before  # a new list: it is sent
+    json.dumps(widget.comparisons)
+    assert repr(widget) == "CompareWidget(run aaaa1111 vs run bbbb2222)"
+
+
+def test_the_front_ends_sample_is_what_python_syncs() -> None:
+    """js/test/compare-sample.json, which the front end's tests draw, is this state (regenerate it if not)."""
+    assert json.loads(SAMPLE.read_text(encoding="utf-8")) == compare_state([("", twelve_a_side(unmatched=True))])
+
+
+def test_long_results_are_cut_in_the_state() -> None:
+    comparison = twelve_a_side()
+    step = comparison.rounds[0].steps[0].a
+    assert step is not None
+    step.result = "x" * (RESULT_CHARS * 3)
+    state = compare_state([("", comparison)])
+    sent = state["comparisons"][0]["comparison"]["rounds"][0]["steps"][0]["a"]["result"]
+    assert len(sent) == RESULT_CHARS and sent.endswith("…")
+    assert step.result == "x" * (RESULT_CHARS * 3)  # the comparison itself keeps it whole
+
+
+def test_a_comparison_with_a_live_side_is_live() -> None:
+    assert CompareWidget(twelve_a_side(live=True)).live is True
+
+
+def test_the_static_views_escape_and_mark_the_words_that_differ() -> None:
+    bundle = compare_mimebundle([("", twelve_a_side(unmatched=True))])
+    assert bundle["text/plain"] == "Comparison: run aaaa1111 vs run bbbb2222 · 13 step pairs, 4 differ"
+    page = bundle["text/html"]
+    assert HOSTILE not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert "<del>3000</del>" in page and "<ins>3500</ins>" in page
+    assert "<del>35000</del>" in page and "<ins>about 38000</ins>" in page
+    assert "(result edited by you)" in page and "only in a" in page and "only in b" in page
+    assert "<script" not in page and "onerror=" not in page.replace("&lt;img src=x onerror=alert(1)&gt;", "")
+    assert HOSTILE not in bundle["text/markdown"]
+    assert "changed: model, result" in bundle["text/markdown"]
+
+
+def test_an_experiment_comparison_shows_one_section_per_case() -> None:
+    class Cases:
+        def __init__(self) -> None:
+            self.a, self.b = "small", "big"
+            self.cases = {"louvre": twelve_a_side(), "eiffel": twelve_a_side(unmatched=True)}
+
+    entries, title = entries_of(Cases())
+    assert [name for name, _ in entries] == ["louvre", "eiffel"] and title == "config small vs config big"
+    bundle = compare_mimebundle(entries, title=title)
+    assert bundle["text/plain"].splitlines() == [
+        "Comparison: config small vs config big",
+        "louvre: run aaaa1111 vs run bbbb2222 · 12 step pairs, 2 differ",
+        "eiffel: run aaaa1111 vs run bbbb2222 · 13 step pairs, 4 differ",
+    ]
+    assert bundle["text/html"].count("<details") == 2
+    widget = CompareWidget(entries, title=title)
+    assert [entry["title"] for entry in widget.comparisons] == ["louvre", "eiffel"]
+
+
+def test_a_comparison_displays_static_alone_without_a_front_end_and_with_the_widget_where_one_draws(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    comparison = twelve_a_side()
+    monkeypatch.setattr(AnsweringWidget, "front_end_seen", False)
+    bundle, metadata = compare_display(comparison)
+    assert WIDGET_VIEW not in bundle and "text/html" in bundle
+    assert metadata == {"dagmagic": {"comparison": [["aaaa1111", "bbbb2222"]]}}  # the saved file drops the widget
+    monkeypatch.setattr(AnsweringWidget, "front_end_seen", True)
+    bundle, _ = compare_display(comparison)
+    assert WIDGET_VIEW in bundle and bundle["text/plain"].startswith("Comparison: ")
+
+
+def test_the_shell_shows_a_comparison_through_the_display_hook(shell: Any) -> None:
+    shell.user_ns["comparison"] = twelve_a_side()
+    data, _ = shell.display_formatter.format(shell.user_ns["comparison"])
+    assert data["text/plain"].startswith("Comparison: run aaaa1111 vs run bbbb2222")
+    assert "<del>3000</del>" in data["text/html"]
+
+
+async def test_a_comparison_of_runs_still_going_fills_in_then_lets_them_go() -> None:
+    llms = [scripted(), scripted(step=["another result"])]
+    for llm in llms:
+        llm.latency = 0.05
+    runs = [DagSession(ModelRegistry().register("m", llm), DagSettings(store="none")).start("goal") for llm in llms]
+    seen: list[tuple[str, str]] = []
+
+    def rebuild(a: DagRun, b: DagRun) -> RunComparison:
+        comparison = twelve_a_side(live=not (a.done() and b.done()))
+        comparison.a.status, comparison.b.status = a.status, b.status
+        seen.append((a.status, b.status))
+        return comparison
+
+    widget = CompareWidget(twelve_a_side(live=True))
+    widget.follow(runs[0], runs[1], rebuild)
+    assert widget.following and widget.live
+    started = asyncio.get_running_loop().time()
+    await asyncio.gather(*runs)
+    await asyncio.sleep(0.05)
+    elapsed = asyncio.get_running_loop().time() - started
+    assert not widget.following and widget.live is False
+    sides = widget.comparisons[0]["comparison"]
+    assert (sides["a"]["status"], sides["b"]["status"]) == (runs[0].status, runs[1].status) == ("done", "done")
+    assert 2 <= widget.syncs <= 10 * elapsed + 3, (widget.syncs, elapsed)
+    count = widget.syncs
+    await asyncio.sleep(0.15)
+    assert widget.syncs == count  # nothing follows the runs any more
+    widget.close()
