@@ -6,8 +6,9 @@ Its state is the comparisons as JSON (``comparisons``: ``[{"title", "comparison"
 runs, recomputes the comparison on their events (at most ``max_rate`` syncs a second, the last one as soon as both
 have ended) and lets them go once both have.
 
-Shown as a cell's value (``compare_display``), a comparison carries its static views (``compare_view``) beside the
-widget: a saved notebook reopened without a kernel, or untrusted, shows those, never "model not found".
+Shown as a cell's value (``compare_display``), a comparison carries its own static views (its ``__repr__``,
+``_repr_markdown_`` and ``_repr_html_``) beside the widget: a saved notebook reopened without a kernel, or untrusted,
+shows those, never "model not found".
 """
 
 from __future__ import annotations
@@ -20,15 +21,14 @@ from typing import TYPE_CHECKING, Any
 
 import traitlets
 
-from dagmagic.compare import RunComparison
+from dagmagic.compare import ExperimentComparison, RunComparison
 from dagmagic.events import Event, RunFinished
 from dagmagic.notebook.answering import AnsweringWidget
-from dagmagic.notebook.compare_view import compare_mimebundle, entries_of
 
 if TYPE_CHECKING:
     from dagmagic.engine import DagRun
 
-__all__ = ["RESULT_CHARS", "CompareWidget", "compare_display", "compare_state"]
+__all__ = ["RESULT_CHARS", "CompareWidget", "compare_display", "compare_state", "entries_of", "static_views"]
 
 _STATIC = Path(__file__).resolve().parent.parent / "static"
 RESULT_CHARS = 4000
@@ -142,7 +142,28 @@ class CompareWidget(AnsweringWidget):
 
 
 def _between(a: DagRun, b: DagRun) -> RunComparison:
-    return RunComparison.between(a, b)  # type: ignore[attr-defined,no-any-return]
+    return RunComparison.between(a, b)
+
+
+def entries_of(comparison: RunComparison | ExperimentComparison) -> tuple[list[tuple[str, RunComparison]], str]:
+    """The comparisons a comparison holds, each with its title ("" for one of two runs: the view names its sides),
+    and the whole's title: a ``RunComparison`` alone, or an experiment comparison's, one per case.
+    """
+    if isinstance(comparison, RunComparison):
+        return [("", comparison)], ""
+    title = f"{comparison.experiment}: config {comparison.a} vs config {comparison.b}"
+    if comparison.missing:
+        title += f" ({len(comparison.missing)} cases not compared: {', '.join(comparison.missing)})"
+    return list(comparison.cases.items()), title
+
+
+def static_views(comparison: RunComparison | ExperimentComparison) -> dict[str, str]:
+    """The comparison's own static views: what a reader without the widget sees."""
+    return {
+        "text/plain": repr(comparison),
+        "text/markdown": comparison._repr_markdown_(),
+        "text/html": comparison._repr_html_(),
+    }
 
 
 def compare_state(entries: Sequence[tuple[str, RunComparison]], *, title: str = "") -> dict[str, Any]:
@@ -178,14 +199,14 @@ def _live_runs(comparison: RunComparison) -> tuple[DagRun, DagRun] | None:
     return (a, b) if a is not None and b is not None else None
 
 
-def compare_display(comparison: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+def compare_display(comparison: RunComparison | ExperimentComparison) -> tuple[dict[str, Any], dict[str, Any]]:
     """A comparison shown as a cell's value: its static views for every reader and, where a front end draws
     widgets, the compare widget too (following the runs while one of them goes on, when they are in memory).
     """
     from dagmagic.notebook.display import front_end_known, widget_view
 
     entries, title = entries_of(comparison)
-    bundle: dict[str, Any] = compare_mimebundle(entries, title=title)
+    bundle: dict[str, Any] = static_views(comparison)
     if front_end_known():
         widget = CompareWidget(entries, title=title)
         if isinstance(comparison, RunComparison) and (comparison.a.live or comparison.b.live):
