@@ -26,6 +26,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "dagmagic._secrets",
             "dagmagic.models",
             "dagmagic.diff",
+            "dagmagic.comparison",
+            "dagmagic.comparison_views",
             "dagmagic.messages",
             "dagmagic.events",
             "dagmagic.errors",
