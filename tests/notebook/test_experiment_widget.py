@@ -182,3 +182,34 @@ async def test_a_running_experiment_shows_as_it_is_now_without_a_widget(monkeypa
     assert WIDGET_VIEW not in bundle and "running" in bundle["text/html"]
     await experiment.wait()
     await asyncio.sleep(0)
+
+
+async def test_two_cells_or_two_configs_open_their_comparison_under_the_grid() -> None:
+    from dagmagic.notebook.compare_widget import CompareWidget
+
+    experiment = await two_by_two()
+    widget = ExperimentWidget(experiment)
+    front_end = FrontEnd(widget)
+    assert front_end.ask("compare", cells=[0, 1]) == {"ok": True, "value": None}
+    view = widget.comparison
+    assert isinstance(view, CompareWidget) and widget.comparison_label == "louvre × small vs louvre × big"
+    (entry,) = view.comparisons
+    compared = entry["comparison"]
+    assert (compared["a"]["label"], compared["b"]["label"]) == ("config small", "config big")
+    assert not view.following  # both cells had ended
+    assert WIDGET_VIEW not in json.dumps(widget.get_state())  # a reference to the child widget, not its view
+
+    assert front_end.ask("compare", configs=["small", "big"])["ok"] is True
+    assert view.comm is None  # the earlier comparison's widget is closed
+    view = widget.comparison
+    assert isinstance(view, CompareWidget)
+    assert [entry["title"] for entry in view.comparisons] == ["louvre", "b"]
+    assert view.title == "towns: config small vs config big"
+    assert widget.comparison_label == "config small vs config big, case by case"
+
+    assert "no config 'huge'" in front_end.ask("compare", configs=["small", "huge"])["error"]
+    assert front_end.ask("compare", cells=[0, 0])["error"] == "choose two different cells to compare"
+    assert "two cells or two configs" in front_end.ask("compare", cells=[0])["error"]
+    assert front_end.ask("close_comparison") == {"ok": True, "value": None}
+    assert widget.comparison is None and widget.comparison_label == ""
+    widget.close()
