@@ -203,11 +203,12 @@ def compare_display(comparison: RunComparison | ExperimentComparison) -> tuple[d
     """A comparison shown as a cell's value: its static views for every reader and, where a front end draws
     widgets, the compare widget too (following the runs while one of them goes on, when they are in memory).
     """
-    from dagmagic.notebook.display import front_end_known, widget_view
+    from dagmagic.notebook.display import front_end_known, might_draw_widgets, widget_view
 
     entries, title = entries_of(comparison)
     bundle: dict[str, Any] = static_views(comparison)
-    if front_end_known():
+    # a cell run from a front end a person uses may draw it though no widget said so yet (the kernel's first)
+    if front_end_known() or might_draw_widgets():
         widget = CompareWidget(entries, title=title)
         if isinstance(comparison, RunComparison) and (comparison.a.live or comparison.b.live):
             runs = _live_runs(comparison)

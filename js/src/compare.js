@@ -84,18 +84,19 @@ const TRAITS = /** @type {const} */ (["title", "comparisons", "live"]);
 const PREVIEW = 240;
 
 /**
- * A signed delta, and whether it is more (worse: more tokens, cost, time) or less.
+ * A signed delta, coloured by whether it is more (worse: more tokens, cost, time) or less; nothing when it shows
+ * as zero.
  * @param {number | null | undefined} delta
  * @param {(value: number) => string} format
  * @returns {HTMLElement | null}
  */
 export function deltaBadge(delta, format) {
   if (typeof delta !== "number" || !Number.isFinite(delta)) return null;
+  const text = format(Math.abs(delta));
+  if (!/[1-9]/.test(text)) return null; // no difference, or none worth the digits shown
   const sign = delta > 0 ? "+" : delta < 0 ? "−" : "±";
   const direction = delta > 0 ? "up" : delta < 0 ? "down" : "even";
-  return h("span", { class: `dagmagic-compare-delta dagmagic-compare-delta--${direction}` }, [
-    `${sign}${format(Math.abs(delta))}`,
-  ]);
+  return h("span", { class: `dagmagic-compare-delta dagmagic-compare-delta--${direction}` }, [`${sign}${text}`]);
 }
 
 /**
@@ -142,70 +143,80 @@ function difference(a, b) {
 }
 
 /**
- * The header: labels, goals, statuses, models and the figures of both sides, b's deltas beside them.
+ * A table in the three columns every part of the view shares: a's, what the row is (in the middle), b's.
+ * @param {string} name  its class
+ * @param {HTMLElement[]} rows
+ * @param {HTMLElement | null} [head]
+ */
+function threeColumns(name, rows, head = null) {
+  return h("table", { class: `dagmagic-compare-table ${name}` }, [
+    h("colgroup", {}, [
+      h("col", { class: "dagmagic-compare-col-a" }),
+      h("col", { class: "dagmagic-compare-col-mid" }),
+      h("col", { class: "dagmagic-compare-col-b" }),
+    ]),
+    head ? h("thead", {}, [head]) : null,
+    h("tbody", {}, rows),
+  ]);
+}
+
+/**
+ * A row of two values, what they are in the middle, b's delta beside b's.
+ * @param {string} name
+ * @param {string} a
+ * @param {string} b
+ * @param {HTMLElement | null} [delta]
+ * @param {string} [key]  its data-row
+ */
+function figureRow(name, a, b, delta = null, key = name) {
+  return h("tr", { "data-row": key }, [
+    h("td", { class: "dagmagic-compare-a" }, [a]),
+    h("th", { scope: "row", class: "dagmagic-compare-what" }, [name]),
+    h("td", { class: "dagmagic-compare-b" }, [b, delta]),
+  ]);
+}
+
+/**
+ * The header: labels, goals, statuses, models and the figures of both sides, b's deltas beside them; then the
+ * settings that differ.
  * @param {Comparison} comparison
  */
 function headerTable(comparison) {
   const { a, b } = comparison;
-  /** @type {[string, (side: Side) => string, (number | null), ((value: number) => string) | null][]} */
+  /** @param {Side} side */
+  const cost = (side) => (typeof side.cost === "number" ? dollars(side.cost) : "—");
+  /** @param {Side} side */
+  const time = (side) => (typeof side.seconds === "number" ? seconds(side.seconds) : "—");
+  /** @param {Side} side */
+  const status = (side) => side.status + (side.live ? " (live)" : "");
   const rows = [
-    ["goal", (side) => side.goal, null, null],
-    ["status", (side) => side.status + (side.live ? " (live)" : ""), null, null],
-    ["models", (side) => (side.models ?? []).join(", ") || "—", null, null],
-    [
+    figureRow("goal", a.goal, b.goal),
+    figureRow("status", status(a), status(b)),
+    figureRow("models", (a.models ?? []).join(", ") || "—", (b.models ?? []).join(", ") || "—"),
+    figureRow(
       "tokens",
-      (side) => tokens(totalTokens(side.usage)),
-      difference(totalTokens(a.usage), totalTokens(b.usage)),
-      tokens,
-    ],
-    ["cost", (side) => (typeof side.cost === "number" ? dollars(side.cost) : "—"), difference(a.cost, b.cost), dollars],
-    [
-      "time",
-      (side) => (typeof side.seconds === "number" ? seconds(side.seconds) : "—"),
-      difference(a.seconds, b.seconds),
-      seconds,
-    ],
+      tokens(totalTokens(a.usage)),
+      tokens(totalTokens(b.usage)),
+      deltaBadge(difference(totalTokens(a.usage), totalTokens(b.usage)), tokens),
+    ),
+    figureRow("cost", cost(a), cost(b), deltaBadge(difference(a.cost, b.cost), dollars)),
+    figureRow("time", time(a), time(b), deltaBadge(difference(a.seconds, b.seconds), seconds)),
   ];
-  return h("table", { class: "dagmagic-compare-header" }, [
-    h("thead", {}, [
-      h("tr", {}, [
-        h("th"),
-        h("th", { class: "dagmagic-compare-label", scope: "col" }, [a.label]),
-        h("th", { class: "dagmagic-compare-label", scope: "col" }, [b.label]),
-      ]),
+  const settings = Object.entries(comparison.differences ?? {}).filter(([name]) => name !== "goal");
+  rows.push(
+    h("tr", { class: "dagmagic-compare-subhead" }, [
+      h("td", { colspan: 3 }, [settings.length ? "settings that differ" : "the same settings"]),
     ]),
-    h(
-      "tbody",
-      {},
-      rows.map(([name, text, delta, format]) =>
-        h("tr", { "data-row": name }, [
-          h("th", { scope: "row" }, [name]),
-          h("td", {}, [text(a)]),
-          h("td", {}, [text(b), format ? deltaBadge(delta, format) : null]),
-        ]),
-      ),
+    ...settings.map(([name, pair]) =>
+      figureRow(name.replace(/_/g, " "), shown(pair?.[0]), shown(pair?.[1]), null, `setting-${name}`),
     ),
+  );
+  const head = h("tr", {}, [
+    h("th", { class: "dagmagic-compare-label", scope: "col" }, [a.label]),
+    h("th", { scope: "col" }),
+    h("th", { class: "dagmagic-compare-label", scope: "col" }, [b.label]),
   ]);
-}
-
-/** @param {Comparison} comparison */
-function differencesTable(comparison) {
-  const entries = Object.entries(comparison.differences ?? {}).filter(([name]) => name !== "goal");
-  if (!entries.length) return h("p", { class: "dagmagic-compare-quiet" }, ["Same settings."]);
-  return h("table", { class: "dagmagic-compare-settings" }, [
-    h("caption", {}, ["settings that differ"]),
-    h(
-      "tbody",
-      {},
-      entries.map(([name, pair]) =>
-        h("tr", {}, [
-          h("th", { scope: "row" }, [name]),
-          h("td", {}, [shown(pair?.[0])]),
-          h("td", {}, [shown(pair?.[1])]),
-        ]),
-      ),
-    ),
-  ]);
+  return threeColumns("dagmagic-compare-header", rows, head);
 }
 
 /**
@@ -312,7 +323,7 @@ function roundSection(round) {
   );
   return h("section", { class: "dagmagic-compare-round" }, [
     h("h4", {}, [`${name} · ${steps.length} step pairs, ${changed} differ`]),
-    h("table", { class: "dagmagic-compare-steps" }, [h("tbody", {}, rows)]),
+    threeColumns("dagmagic-compare-steps", rows),
   ]);
 }
 
@@ -323,25 +334,38 @@ function answerSection(comparison) {
   const b = comparison.b.answer ?? "";
   const cellA = h("td", { class: "dagmagic-compare-answer", "data-side": "a" });
   const cellB = h("td", { class: "dagmagic-compare-answer", "data-side": "b" });
-  if (pieces.length) {
+  const differ = pieces.some((piece) => piece.op !== "same");
+  if (differ) {
     cellA.append(diffText(pieces, "a"));
     cellB.append(diffText(pieces, "b"));
   } else {
     renderMarkdown(cellA, a || "(no answer)");
     renderMarkdown(cellB, b || "(no answer)");
   }
-  const rendered = h("details", { class: "dagmagic-compare-rendered" }, [h("summary", {}, ["as Markdown"])]);
-  if (pieces.length) {
-    const ma = h("div", { class: "dagmagic-answer-body" });
-    const mb = h("div", { class: "dagmagic-answer-body" });
-    renderMarkdown(ma, a);
-    renderMarkdown(mb, b);
-    rendered.append(h("div", { class: "dagmagic-compare-two" }, [ma, mb]));
+  const rows = [
+    h("tr", {}, [
+      cellA,
+      h("th", { scope: "row", class: "dagmagic-compare-what" }, [differ ? "answer" : "the same answer"]),
+      cellB,
+    ]),
+  ];
+  if (differ) {
+    // the differences are marked in the text as written; here both answers as they read
+    const ma = h("td", { class: "dagmagic-answer-body" });
+    const mb = h("td", { class: "dagmagic-answer-body" });
+    renderMarkdown(ma, a || "(no answer)");
+    renderMarkdown(mb, b || "(no answer)");
+    rows.push(
+      h("tr", { class: "dagmagic-compare-rendered" }, [
+        ma,
+        h("th", { scope: "row", class: "dagmagic-compare-what" }, ["as it reads"]),
+        mb,
+      ]),
+    );
   }
   return h("section", { class: "dagmagic-compare-answers" }, [
-    h("h4", {}, [a === b ? "answers (the same)" : "answers"]),
-    h("table", { class: "dagmagic-compare-steps" }, [h("tbody", {}, [h("tr", {}, [cellA, cellB])])]),
-    pieces.length ? rendered : null,
+    h("h4", {}, ["answers"]),
+    threeColumns("dagmagic-compare-steps", rows),
   ]);
 }
 
@@ -351,22 +375,16 @@ function callsTable(comparison) {
   const callsB = comparison.b.calls ?? {};
   const purposes = [...new Set([...Object.keys(callsA), ...Object.keys(callsB)])].sort();
   if (!purposes.length) return null;
-  return h("table", { class: "dagmagic-compare-calls" }, [
-    h("caption", {}, ["LLM calls per purpose"]),
-    h("thead", {}, [
-      h("tr", {}, [h("th", {}, ["purpose"]), h("th", {}, [comparison.a.label]), h("th", {}, [comparison.b.label])]),
-    ]),
-    h(
-      "tbody",
-      {},
+  return h("section", { class: "dagmagic-compare-calls" }, [
+    h("h4", {}, ["LLM calls per purpose"]),
+    threeColumns(
+      "dagmagic-compare-figures-table",
       purposes.map((purpose) => {
         const a = callsA[purpose] ?? 0;
         const b = callsB[purpose] ?? 0;
-        return h("tr", { "data-purpose": purpose }, [
-          h("th", { scope: "row" }, [purpose]),
-          h("td", {}, [String(a)]),
-          h("td", {}, [String(b), deltaBadge(b - a, String)]),
-        ]);
+        const row = figureRow(purpose, String(a), String(b), deltaBadge(b - a, String));
+        row.dataset.purpose = purpose;
+        return row;
       }),
     ),
   ]);
@@ -381,7 +399,6 @@ export function comparisonView(comparison) {
   const rounds = comparison.rounds ?? [];
   return h("div", { class: "dagmagic-compare-body" }, [
     headerTable(comparison),
-    differencesTable(comparison),
     ...rounds.map(roundSection),
     rounds.length ? null : h("p", { class: "dagmagic-compare-quiet" }, ["No rounds yet."]),
     answerSection(comparison),

@@ -38,12 +38,16 @@ describe("the compare view", () => {
     const el = draw(model);
     expect(model.sent).toContainEqual({ kind: "dagmagic-front-end" });
     const labels = [...el.querySelectorAll(".dagmagic-compare-header thead th")].map((th) => th.textContent);
-    expect(labels).toEqual(["", "run aaaa1111", "run bbbb2222"]);
+    expect(labels).toEqual(["run aaaa1111", "", "run bbbb2222"]);
     const tokens = el.querySelector(".dagmagic-compare-header tr[data-row='tokens']");
     expect(tokens?.querySelector(".dagmagic-compare-delta--up")?.textContent).toBe("+200");
     const time = el.querySelector(".dagmagic-compare-header tr[data-row='time']");
     expect(time?.querySelector(".dagmagic-compare-delta--down")?.textContent).toMatch(/^−3/);
-    expect(el.querySelector(".dagmagic-compare-settings")?.textContent).toContain("max_rounds35");
+    expect(el.querySelector(".dagmagic-compare-header tr[data-row='setting-max_rounds']")?.textContent).toBe(
+      "3max rounds5",
+    );
+    // same pairs show no delta: nothing differs
+    expect(el.querySelector("tr[data-change='same'] .dagmagic-compare-delta")).toBeNull();
   });
 
   it("aligns the steps one pair a row, marks what changed, leaves an empty cell for a step only one side has", () => {
@@ -84,9 +88,10 @@ describe("the compare view", () => {
     const answers = el.querySelector(".dagmagic-compare-answers");
     expect(answers?.querySelector("del")?.textContent).toBe("35000");
     expect(answers?.querySelector("ins")?.textContent).toBe("about 38000");
-    expect(answers?.querySelector(".dagmagic-compare-rendered strong")?.textContent).toBe("Paris");
+    expect(answers?.querySelector(".dagmagic-compare-rendered strong")?.textContent).toBe("Paris"); // as it reads
     const analyze = el.querySelector(".dagmagic-compare-calls tr[data-purpose='analyze']");
-    expect(analyze?.textContent).toBe("analyze12+1");
+    expect(analyze?.textContent).toBe("1analyze2+1");
+    expect(el.querySelector(".dagmagic-compare-calls tr[data-purpose='step'] .dagmagic-compare-delta")).toBeNull();
   });
 
   it("renders answers without a difference as sanitized Markdown", () => {
@@ -158,7 +163,8 @@ describe("pieces", () => {
 
   it("deltaBadge signs and colours", () => {
     expect(deltaBadge(-2, String)?.className).toContain("--down");
-    expect(deltaBadge(0, String)?.textContent).toBe("±0");
+    expect(deltaBadge(0, String)).toBeNull();
+    expect(deltaBadge(0.00001, (value) => value.toFixed(4))).toBeNull(); // shows as zero: no difference to show
     expect(deltaBadge(null, String)).toBeNull();
   });
 });
