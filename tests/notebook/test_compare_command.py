@@ -10,13 +10,7 @@ from dagmagic.compare import RunComparison
 from dagmagic.notebook import magics
 from dagmagic.notebook.commands import comparison
 from tests.notebook.conftest import scripted
-
-
-def run_cell(ip: InteractiveShell, code: str) -> object:
-    result = ip.run_cell(code)
-    if result.error_in_exec is not None:
-        raise result.error_in_exec
-    return result.result
+from tests.notebook.test_magics import run_cell
 
 
 def test_compare_two_runs_by_name_number_or_id_and_a_rerun_alone(ip: InteractiveShell) -> None:
