@@ -180,7 +180,7 @@ def compare(
     *,
     rounds: tuple[int, int] | None = None,
     store: str | None = None,
-    repetition: int = 0,
+    repetition: int = 1,
 ) -> RunComparison | ExperimentComparison:
     """Two runs side by side: their goals and settings, their plans step by step (matched by task, tool and
     arguments), results word by word, statuses, models, tokens, cost and time with the deltas, verdicts, answers.
@@ -270,7 +270,7 @@ def _cell(experiment: Experiment, case_id: str, config: str, repetition: int) ->
     for cell in experiment.cells:
         if (cell.case_id, cell.config, cell.repetition) == (case_id, config, repetition):
             return cell
-    raise DagError(f"experiment {experiment.name!r} has no repetition {repetition} (repetitions start at 0)")
+    raise DagError(f"experiment {experiment.name!r} has no repetition {repetition} (they are numbered from 1)")
 
 
 def _cells(experiment: Experiment, first: Cell, second: Cell, *, rounds: tuple[int, int] | None) -> RunComparison:

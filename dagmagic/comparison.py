@@ -205,7 +205,7 @@ def side_of(run: Comparable, state: RunState, index: int | None, settings: dict[
         calls = [call for call in calls if call.round == index]
         record = _round(state, index)
         seconds = _round_seconds(record, calls)
-        answer = (record.analysis.final_answer if record.analysis is not None else None) or ""
+        answer = _round_answer(state, record, calls)
     usage = Usage.total(call.usage for call in calls)
     status = getattr(run, "status_words", state.status)
     return Side(
@@ -215,6 +215,17 @@ def side_of(run: Comparable, state: RunState, index: int | None, settings: dict[
         answer=answer or "", calls=dict(Counter(call.purpose for call in calls)),
         forked_from=getattr(state, "forked_from", None),
     )  # fmt: skip
+
+
+def _round_answer(state: RunState, record: RoundRecord, calls: list[LLMCall]) -> str:
+    """The answer round ``record`` gave: the run's own for its last round, else the one its synthesis wrote (a later
+    round's answer replaced it), else its verdict's.
+    """
+    if state.rounds and record is state.rounds[-1]:
+        return state.answer
+    written = [call.reply for call in calls if call.purpose == "synthesize" and call.status == "ok"]
+    verdict = record.analysis.final_answer if record.analysis is not None else None
+    return written[-1] if written else verdict or ""
 
 
 def _round_seconds(record: RoundRecord, calls: list[LLMCall]) -> float | None:

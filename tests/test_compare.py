@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
 import pytest
 
 import dagmagic
-from dagmagic import DagSettings
-from dagmagic.compare import Piece, RunComparison
+from dagmagic import DagError, DagSession, DagSettings, ModelRegistry
+from dagmagic.compare import ExperimentComparison, Piece, RunComparison
 from dagmagic.testing import ScriptedLLM
 from tests.engine.conftest import plan_reply, session_for, verdict
 
@@ -97,3 +100,110 @@ def test_dagmagic_compare_is_callable_even_after_its_module_was_imported() -> No
     assert callable(module) and callable(dagmagic.compare)
     with pytest.raises(TypeError, match="give runs"):
         module(1, 2)
+
+
+async def test_a_rerun_round_compares_with_the_round_it_came_from() -> None:
+    run = await session_for(scripted("105 km2")).run("Density of Paris")
+    await run.rerun("s2", task="Find its area in square miles")
+
+    comparison = dagmagic.compare(run)  # the latest round against the one it re-ran
+
+    assert isinstance(comparison, RunComparison)
+    assert (comparison.a.label, comparison.b.label) == ("round 1", "round 2")
+    [pair] = comparison.rounds
+    by_id = {step.b.ref: step for step in pair.steps if step.b is not None}
+    assert by_id["s1"].change == "same" and by_id["s1"].tokens_delta == 0
+    assert by_id["s2"].change == "changed" and by_id["s2"].fields == ["task"]  # ids keep their meaning in a re-run
+    assert comparison.b.calls.get("plan") is None and comparison.b.calls["step"] == 1  # only s2 ran again
+    assert comparison.a.answer == "Paris: 2.1 million people on 105 km2." == comparison.b.answer
+    assert dagmagic.compare(run, rounds=(2, 1)).a.label == "round 2"
+    with pytest.raises(DagError, match="has no round 3: it has rounds 1 to 2"):
+        dagmagic.compare(run, rounds=(1, 3))
+
+
+async def test_a_run_whose_last_round_came_from_none_says_what_to_compare_instead() -> None:
+    run = await session_for(scripted("105 km2")).run("Density of Paris")
+    with pytest.raises(DagError, match=r"compare\(run, rounds=\(1, 2\)\), or another run"):
+        dagmagic.compare(run)
+
+
+async def test_a_live_run_is_compared_as_it_stands_and_fills_in_when_compared_again() -> None:
+    done = await session_for(scripted("105 km2")).run("Density of Paris")
+    going = session_for(scripted("106 km2", latency=0.2)).start("Density of Paris")
+    await asyncio.sleep(0.05)
+
+    early = dagmagic.compare(done, going)
+    assert isinstance(early, RunComparison)
+    assert early.b.live and early.live and early.b.status == "running" and repr(early).endswith(", live)")
+    assert early.b.answer == "" and early.b.seconds is not None and early.b.seconds > 0
+
+    await going
+    later = dagmagic.compare(done, going)
+    assert isinstance(later, RunComparison)
+    assert not later.live and later.b.status == "done"
+    assert [step.change for step in later.rounds[0].steps] == ["same", "changed"]
+    assert later.b.answer == "Paris: 2.1 million people on 106 km2."
+
+
+async def test_runs_read_back_from_a_sqlite_store_compare_by_id(tmp_path: Path) -> None:
+    store = str(tmp_path / "runs.sqlite")
+
+    async def stored(area: str, **settings: object) -> str:
+        registry = ModelRegistry().register("scripted", scripted(area))
+        async with DagSession(registry, DagSettings(store=store, **settings)) as session:  # type: ignore[arg-type]
+            return (await session.run("Density of Paris")).run_id
+
+    first, second = await stored("105 km2"), await stored("106 km2", plan_max_steps=9)
+
+    comparison = dagmagic.compare(first, second, store=store)
+
+    assert isinstance(comparison, RunComparison)
+    assert (comparison.a.run_id, comparison.b.run_id) == (first, second)
+    assert comparison.a.status == "done" and comparison.differences["plan_max_steps"][1] == 9
+    assert "store" not in comparison.differences  # the same store, recorded with the run
+    assert comparison.changed_steps[0].fields == ["result"]
+    assert dagmagic.compare(dagmagic.load_run(first, store=store), second, store=store).b.run_id == second
+    with pytest.raises(DagError, match="no run 'nope' in the run store"):
+        dagmagic.compare(first, "nope", store=store)
+
+
+async def test_the_static_views_escape_what_a_model_wrote() -> None:
+    a = await session_for(scripted("<script>alert(1)</script> 105 km2")).run("Density <b>of</b> Paris")
+    b = await session_for(scripted("<img src=x onerror=alert(2)> 106 km2")).run("Density <b>of</b> Paris")
+    comparison = dagmagic.compare(a, b)
+    assert isinstance(comparison, RunComparison)
+    for view in (comparison._repr_html_(), comparison._repr_markdown_()):
+        assert "<script" not in view and "<img" not in view and "<b>of" not in view
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in view and "&lt;img src=x onerror=alert(2)&gt;" in view
+    assert "var(--jp-" in comparison._repr_html_()
+
+
+async def test_two_configs_of_an_experiment_compare_case_by_case(tmp_path: Path) -> None:
+    small, big = scripted("105 km2"), scripted("106 km2")
+    session = DagSession(ModelRegistry().register("scripted", small), DagSettings(store=str(tmp_path / "runs.sqlite")))
+    configs = {
+        "small": {"models": {"smart": small, "general": small}},
+        "big": {"models": {"smart": big, "general": big}, "settings": {"plan_max_steps": 9}},
+    }
+    experiment = await session.evaluate(["Density of Paris", "Density of Lyon"], configs=configs, repeat=2)
+
+    by_config = dagmagic.compare(experiment, "small", "big")
+
+    assert isinstance(by_config, ExperimentComparison)
+    assert list(by_config.cases) == [case.id for case in experiment.cases] and by_config.missing == {}
+    one = by_config.cases[experiment.cases[0].id]
+    assert (one.a.label, one.b.label) == ("config small", "config big")
+    assert one.differences["plan_max_steps"][1] == 9
+    assert [pair.fields for pair in one.changed_steps] == [["model"], ["model", "result"]]
+    assert one.a.models != one.b.models
+    assert (
+        repr(by_config) == f"ExperimentComparison({experiment.name!r}, config small vs config big: 2 cases, 2 differ)"
+    )
+    assert "config big" in by_config._repr_html_() and "config big" in by_config._repr_markdown_()
+
+    cells = [cell for cell in experiment.cells if cell.config == "small" and cell.case_id == experiment.cases[0].id]
+    two = dagmagic.compare(experiment, cells[0], cells[1].index)  # two cells: two repetitions of one config
+    assert isinstance(two, RunComparison) and not two.changed_steps
+    assert two.a.label.startswith("config small · ") and two.a.label != two.b.label
+    with pytest.raises(DagError, match="no config 'huge'"):
+        dagmagic.compare(experiment, "small", "huge")

@@ -18,13 +18,24 @@ from typing import Any
 from IPython.core.error import UsageError
 
 from dagmagic.errors import ConfigurationError
+from dagmagic.notebook.commands.comparing import compare, comparison
 from dagmagic.notebook.commands.config import config, models
 from dagmagic.notebook.commands.history import diff, export, history, show, trace
 from dagmagic.notebook.commands.running import demo, demo_in_background, replay, replay_line, rerun, resume
 from dagmagic.notebook.commands.steering import approve, continue_, followup, reject, skip, step, stop
 from dagmagic.notebook.session import NotebookSession
 
-__all__ = ["COMMANDS", "demo", "dispatch", "replay", "replay_line", "rerun", "resume", "settings_told_in_one_line"]
+__all__ = [
+    "COMMANDS",
+    "comparison",
+    "demo",
+    "dispatch",
+    "replay",
+    "replay_line",
+    "rerun",
+    "resume",
+    "settings_told_in_one_line",
+]
 
 Command = Callable[[NotebookSession, str], Any]
 
@@ -86,6 +97,7 @@ COMMANDS: dict[str, Command] = {
     "step": step,
     "skip": skip,
     "diff": diff,
+    "compare": compare,
     "stop": stop,
     "followup": followup,
     "trace": trace,
