@@ -152,9 +152,7 @@ class ExperimentWidget(AnsweringWidget):
 
         if first == second:
             raise DagError("choose two different configs to compare")
-        # each case's first repetition (the experiment numbers them from 1)
-        first_repetition = min((cell.repetition for cell in self.experiment.cells), default=1)
-        compared = cast("ExperimentComparison", compare(self.experiment, first, second, repetition=first_repetition))
+        compared = cast("ExperimentComparison", compare(self.experiment, first, second))
         entries, title = entries_of(compared)
         view = CompareWidget(entries, title=title)
         self._show_comparison(view, f"config {first} vs config {second}, case by case")

@@ -139,3 +139,30 @@ async def test_a_comparison_of_runs_still_going_fills_in_then_lets_them_go() -> 
     await asyncio.sleep(0.15)
     assert widget.syncs == count  # nothing follows the runs any more
     widget.close()
+
+
+def test_dag_compare_of_runs_still_going_shows_a_widget_that_fills_in(ip: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ipywidgets.widgets.widget import _instances
+
+    from tests.notebook.test_magics import run_cell
+
+    monkeypatch.setattr(AnsweringWidget, "front_end_seen", True)
+    ip.user_ns["llm"] = scripted(step=["slow"])
+    ip.user_ns["llm"].latency = {"step": 0.3}
+    ip.user_ns["other"] = scripted(step=["slower"])
+    ip.user_ns["other"].latency = {"step": 0.4}
+    run_cell(ip, "%%dag --models llm --bg -o first\ngoal")
+    run_cell(ip, "%%dag --models other --bg -o second\ngoal")
+    comparison = run_cell(ip, "%dag compare first second")
+    assert isinstance(comparison, RunComparison) and comparison.live
+    data, _ = ip.display_formatter.format(comparison)
+    widget = _instances[data[WIDGET_VIEW]["model_id"]]
+    assert isinstance(widget, CompareWidget) and widget.following and widget.live
+    run_cell(ip, "await first")
+    run_cell(ip, "await second")
+    run_cell(ip, "import asyncio; await asyncio.sleep(0.05)")
+    assert not widget.following and widget.live is False
+    compared = widget.comparisons[0]["comparison"]
+    assert (compared["a"]["status"], compared["b"]["status"]) == ("done", "done")
+    assert [pair["change"] for pair in compared["rounds"][0]["steps"]] == ["changed", "changed"]
+    widget.close()
