@@ -28,7 +28,7 @@ def _step(
 
 def twelve_a_side(*, live: bool = False, unmatched: bool = False) -> RunComparison:
     """Two runs of one goal with 12 steps each, aligned in 12 pairs: s3 and s7 with results that differ (words
-    marked), the rest the same; b's s5 result was written by the user. ``unmatched``: s12 only in a and s13 only in b
+    marked), the rest the same; b's s5 result was written by the user, s9's results are long. ``unmatched``: s12 only in a and s13 only in b
     (13 pairs).
     """
     pairs: list[StepPair] = []
@@ -36,6 +36,8 @@ def twelve_a_side(*, live: bool = False, unmatched: bool = False) -> RunComparis
         ref = f"s{number}"
         task = f"Find fact {number} about the Louvre"
         base = f"Fact {number}: the museum holds {number * 1000} works in Paris."
+        if number == 9:  # a long result: its cell shows the first lines until expanded
+            base += " " + " ".join(f"Room {room} shows paintings of the {room}th century." for room in range(1, 9))
         if number == 12 and unmatched:
             a = _step(
                 ref,

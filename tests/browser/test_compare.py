@@ -110,11 +110,16 @@ def test_two_runs_side_by_side_in_light_and_dark_and_reopened_static(jupyterlab:
     jupyterlab.wait_until_done()
 
     # a step cell expands to its full result
-    long_cell = view.locator("td.dagmagic-compare-step--long")
-    if long_cell.count():
-        long_cell.first.click()
-        expect(long_cell.first).to_have_attribute("aria-expanded", "true")
-        long_cell.first.click()
+    long_cells = view.locator("td.dagmagic-compare-step--long")
+    expect(long_cells).to_have_count(2)  # s9's, on both sides
+    result = long_cells.first.locator(".dagmagic-compare-result")
+    folded = result.bounding_box()["height"]
+    long_cells.first.click()
+    expect(long_cells.first).to_have_attribute("aria-expanded", "true")
+    expect(result).to_contain_text("Room 8 shows paintings")
+    assert result.bounding_box()["height"] > folded
+    long_cells.first.click()
+    expect(long_cells.first).to_have_attribute("aria-expanded", "false")
 
     _shoot(jupyterlab, "compare-light", view)
     _theme(jupyterlab, "JupyterLab Dark")
