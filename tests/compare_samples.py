@@ -28,8 +28,8 @@ def _step(
 
 def twelve_a_side(*, live: bool = False, unmatched: bool = False) -> RunComparison:
     """Two runs of one goal with 12 steps each, aligned in 12 pairs: s3 and s7 with results that differ (words
-    marked), the rest the same; b's s5 result was written by the user, s9's results are long. ``unmatched``: s12 only in a and s13 only in b
-    (13 pairs).
+    marked), the rest the same; b's s5 result was written by the user, s9's results are long. ``unmatched``: s12
+    only in a and s13 only in b (13 pairs).
     """
     pairs: list[StepPair] = []
     for number in range(1, 13):
