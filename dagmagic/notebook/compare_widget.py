@@ -189,13 +189,11 @@ def _capped(comparison: RunComparison) -> dict[str, Any]:
 
 def _live_runs(comparison: RunComparison) -> tuple[DagRun, DagRun] | None:
     """The two runs of a comparison with a side still going, when this kernel's notebook session holds both."""
-    from dagmagic.notebook import session
+    from dagmagic.notebook.session import in_memory
 
-    kernel = session._kernel
-    if kernel is None or comparison.a.round is not None or comparison.b.round is not None:
-        return None
-    runs = {run.run_id: run for run in kernel.runs}
-    a, b = runs.get(comparison.a.run_id), runs.get(comparison.b.run_id)
+    if comparison.a.round is not None or comparison.b.round is not None:
+        return None  # two rounds: what they hold is fixed once they have ended
+    a, b = in_memory(comparison.a.run_id), in_memory(comparison.b.run_id)
     return (a, b) if a is not None and b is not None else None
 
 
@@ -215,9 +213,6 @@ def compare_display(comparison: RunComparison | ExperimentComparison) -> tuple[d
             if runs is not None:
                 widget.follow(*runs)
         bundle.update(widget_view(widget))
-    return bundle, {"dagmagic": {"comparison": [comparison_ids(c) for _, c in entries[:20]]}}
-
-
-def comparison_ids(comparison: RunComparison) -> list[str]:
-    """The two run ids a comparison compares (the output's marker)."""
-    return [comparison.a.run_id, comparison.b.run_id]
+    # the mark the server extension drops the widget view by, when the notebook is saved
+    marker = [[c.a.run_id, c.b.run_id] for _, c in entries[:20]]
+    return bundle, {"dagmagic": {"comparison": marker}}
