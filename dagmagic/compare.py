@@ -126,7 +126,7 @@ class RunComparison(BaseModel):
 
 class ExperimentComparison(BaseModel):
     """Two configs of an experiment case by case (``dagmagic.compare(experiment, "a", "b")``): one
-    ``RunComparison`` per case (its first repetition), sides named ``config NAME``.
+    ``RunComparison`` per case (one repetition, the first by default), sides named ``config NAME``.
     """
 
     experiment: str
@@ -258,8 +258,15 @@ def _experiment(
                 comparison.missing[case.id] = str(exc.args[0] if exc.args else exc)
         return comparison
     if isinstance(b, Cell | int) and isinstance(c, Cell | int) and not isinstance(b, bool) and not isinstance(c, bool):
+        for index in (x for x in (b, c) if isinstance(x, int) and not 0 <= x < len(experiment.cells)):
+            raise DagError(
+                f"experiment {experiment.name!r} has no cell {index}: its cells are 0 to {len(experiment.cells) - 1}"
+            )
         cells = [experiment.cells[x] if isinstance(x, int) else x for x in (b, c)]
-        return _cells(experiment, cells[0], cells[1], rounds=rounds)
+        try:
+            return _cells(experiment, cells[0], cells[1], rounds=rounds)
+        except KeyError as exc:  # a cell not run yet, or its run kept nowhere
+            raise DagError(str(exc.args[0] if exc.args else exc)) from None
     raise TypeError(
         "compare(experiment, a, b) takes two config names, compare(experiment, 'small', 'large'), or two of its "
         "cells (Cells or their indexes)"

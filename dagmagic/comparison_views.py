@@ -95,13 +95,13 @@ def markdown(comparison: Compared) -> str:
                   "|---|---|---|---|---|---|"]  # fmt: skip
         for step in pair.steps:
             what = step.change + (f" ({', '.join(step.fields)})" if step.fields else "")
-            result = _pieces_html(step.result, 600) if step.result else md(cut(_result(step), 300))
+            result = _pieces_html(step.result, 600, markdown=True) if step.result else md(cut(_result(step), 300))
             figures = (_tokens_cell(step), _seconds_cell(step))
             lines.append(f"| {md(_ref(step))} | {what} | {md(cut(_task(step), 200))} | {result} | "
                          + " | ".join(md(f) for f in figures) + " |")  # fmt: skip
         lines += _verdict_lines(pair)
     lines += ["", "**Answers**" + ("" if comparison.answer_changed else " (the same)"), ""]
-    lines.append(_pieces_html(comparison.answer, 4000) or "(none)")
+    lines.append(_pieces_html(comparison.answer, 4000, markdown=True, lines=True) or "(none)")
     return "\n".join(lines)
 
 
@@ -118,7 +118,7 @@ def page(comparison: Compared) -> str:
         for name, (x, y) in comparison.differences.items()
     )
     rounds = "".join(_round_html(pair) for pair in comparison.rounds)
-    answer = _pieces_html(comparison.answer, 4000) or "(none)"
+    answer = _pieces_html(comparison.answer, 4000, lines=True) or "(none)"
     same = "" if comparison.answer_changed else " (the same)"
     return no_math(
         f'<div class="dagmagic-compare" style="color: var(--jp-content-font-color1, inherit)">'
@@ -135,18 +135,32 @@ _DEL = "background: var(--jp-error-color3, #fdd); color: var(--jp-content-font-c
 _INS = "background: var(--jp-success-color3, #dfd); color: var(--jp-content-font-color1, inherit)"
 
 
-def _pieces_html(pieces: Iterable[Piece], limit: int) -> str:
-    """The pieces as escaped HTML, removed words in ``<del>``, added ones in ``<ins>`` (about ``limit`` chars)."""
+def _pieces_html(pieces: Iterable[Piece], limit: int, *, markdown: bool = False, lines: bool = False) -> str:
+    """The pieces as inert text, removed words in ``<del>``, added ones in ``<ins>`` (about ``limit`` characters).
+    ``markdown``: for a Markdown view (its specials backslashed too); ``lines``: line breaks kept (else one line,
+    for a table's cell).
+    """
     out, left = [], limit
     for piece in pieces:
         if left <= 0:
             out.append("…")
             break
-        text = html.escape(" ".join(piece.text.split()) + (" " if piece.text[-1:].isspace() else ""))[:left]
+        text = piece.text[:left]
         left -= len(text)
+        shown = ("<br>" if markdown else "\n").join(
+            _inert(line, markdown=markdown) for line in (text.split("\n") if lines else [text])
+        )
         tag = {"same": "", "removed": "del", "added": "ins"}[piece.op]
-        out.append(f"<{tag} style='{_DEL if tag == 'del' else _INS}'>{text}</{tag}>" if tag else text)
+        out.append(f"<{tag} style='{_DEL if tag == 'del' else _INS}'>{shown}</{tag}>" if tag and shown else shown)
     return "".join(out).replace("|", "&#124;")
+
+
+def _inert(text: str, *, markdown: bool) -> str:
+    """One line of a model's text, escaped, its spacing made single (a space at either end kept)."""
+    words = _markdown_text(text) if markdown else html.escape(" ".join(text.split()))
+    if not words:
+        return " " if text else ""
+    return (" " if text[:1].isspace() else "") + words + (" " if text[-1:].isspace() else "")
 
 
 def _round_name(pair: RoundPair) -> str:
@@ -181,7 +195,7 @@ def _tokens_cell(pair: StepPair) -> str:
 
 
 def _seconds_cell(pair: StepPair) -> str:
-    return f"{pair.seconds_delta:+.1f}" if pair.seconds_delta is not None else ""
+    return _signed(pair.seconds_delta) if pair.seconds_delta is not None else ""
 
 
 def _verdict_lines(pair: RoundPair) -> list[str]:
@@ -222,7 +236,12 @@ def _seconds(value: float | None) -> str:
 def _delta(a: float | None, b: float | None, *, money: bool = False) -> str:
     if a is None or b is None:
         return ""
-    return f"{'+' if b >= a else '-'}${abs(b - a):.4f}" if money else f"{b - a:+.1f}"
+    return f"{'+' if b >= a else '-'}${abs(b - a):.4f}" if money else _signed(b - a)
+
+
+def _signed(seconds: float) -> str:
+    """``+1.2``, ``-0.3``; ``0.0`` for what rounds to nothing (not ``-0.0``)."""
+    return f"{seconds:+.1f}" if round(seconds, 1) else "0.0"
 
 
 def _calls(calls: dict[str, int]) -> str:

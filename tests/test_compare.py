@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
 import pytest
@@ -168,13 +169,17 @@ async def test_runs_read_back_from_a_sqlite_store_compare_by_id(tmp_path: Path) 
 
 
 async def test_the_static_views_escape_what_a_model_wrote() -> None:
-    a = await session_for(scripted("<script>alert(1)</script> 105 km2")).run("Density <b>of</b> Paris")
+    a = await session_for(scripted("<script>alert(1)</script> [105 km2](javascript:alert(3))")).run(
+        "Density <b>of</b> Paris"
+    )
     b = await session_for(scripted("<img src=x onerror=alert(2)> 106 km2")).run("Density <b>of</b> Paris")
     comparison = dagmagic.compare(a, b)
     assert isinstance(comparison, RunComparison)
     for view in (comparison._repr_html_(), comparison._repr_markdown_()):
         assert "<script" not in view and "<img" not in view and "<b>of" not in view
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in view and "&lt;img src=x onerror=alert(2)&gt;" in view
+    markdown = comparison._repr_markdown_()
+    assert not re.search(r"(?<!\\)\]\(javascript", markdown) and "\\[105 km2\\](javascript" in markdown  # no link
     assert "var(--jp-" in comparison._repr_html_()
 
 
@@ -205,5 +210,7 @@ async def test_two_configs_of_an_experiment_compare_case_by_case(tmp_path: Path)
     two = dagmagic.compare(experiment, cells[0], cells[1].index)  # two cells: two repetitions of one config
     assert isinstance(two, RunComparison) and not two.changed_steps
     assert two.a.label.startswith("config small · ") and two.a.label != two.b.label
+    with pytest.raises(DagError, match="has no cell 99: its cells are 0 to 7"):
+        dagmagic.compare(experiment, 0, 99)
     with pytest.raises(DagError, match="no config 'huge'"):
         dagmagic.compare(experiment, "small", "huge")
