@@ -131,8 +131,10 @@ def page(comparison: Compared) -> str:
 
 # --- view helpers -------------------------------------------------------------------------------------
 
-_DEL = "background: var(--jp-error-color3, #fdd); color: var(--jp-content-font-color1, inherit)"
-_INS = "background: var(--jp-success-color3, #dfd); color: var(--jp-content-font-color1, inherit)"
+_DEL = "background:var(--jp-error-color3,#fdd)"
+_INS = "background:var(--jp-success-color3,#dfd)"
+_CONTEXT = 80
+"""Characters of an unchanged stretch kept on either side of a change (the middle of a long one is left out)."""
 
 
 def _pieces_html(pieces: Iterable[Piece], limit: int, *, markdown: bool = False, lines: bool = False) -> str:
@@ -140,12 +142,17 @@ def _pieces_html(pieces: Iterable[Piece], limit: int, *, markdown: bool = False,
     ``markdown``: for a Markdown view (its specials backslashed too); ``lines``: line breaks kept (else one line,
     for a table's cell).
     """
-    out, left = [], limit
-    for piece in pieces:
+    out, left, pieces = [], limit, list(pieces)
+    for number, piece in enumerate(pieces):
         if left <= 0:
             out.append("…")
             break
-        text = piece.text[:left]
+        text = (
+            _around_changes(piece.text, first=number == 0, last=number == len(pieces) - 1)
+            if piece.op == "same"
+            else piece.text
+        )
+        text = text[:left]
         left -= len(text)
         shown = ("<br>" if markdown else "\n").join(
             _inert(line, markdown=markdown) for line in (text.split("\n") if lines else [text])
@@ -153,6 +160,19 @@ def _pieces_html(pieces: Iterable[Piece], limit: int, *, markdown: bool = False,
         tag = {"same": "", "removed": "del", "added": "ins"}[piece.op]
         out.append(f"<{tag} style='{_DEL if tag == 'del' else _INS}'>{shown}</{tag}>" if tag and shown else shown)
     return "".join(out).replace("|", "&#124;")
+
+
+def _around_changes(text: str, *, first: bool, last: bool) -> str:
+    """An unchanged stretch as the views show it: whole when short or alone, else only its ends next to the changes
+    (the first stretch's end, the last one's start).
+    """
+    if len(text) <= 3 * _CONTEXT or (first and last):
+        return text
+    if first:
+        return "… " + text[-_CONTEXT:]
+    if last:
+        return text[:_CONTEXT] + " …"
+    return text[:_CONTEXT] + " … " + text[-_CONTEXT:]
 
 
 def _inert(text: str, *, markdown: bool) -> str:
@@ -208,7 +228,7 @@ def _round_html(pair: RoundPair) -> str:
     rows = []
     for step in pair.steps:
         what = step.change + (f" ({', '.join(step.fields)})" if step.fields else "")
-        result = _pieces_html(step.result, 2000) if step.result else e(cut(_result(step), 1000))
+        result = _pieces_html(step.result, 600) if step.result else e(cut(_result(step), 300))
         cells = (
             e(_ref(step)),
             e(what),

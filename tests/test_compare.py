@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import dagmagic
-from dagmagic import DagError, DagSession, DagSettings, ModelRegistry
-from dagmagic.compare import ExperimentComparison, Piece, RunComparison
+from dagmagic import DagError, DagSession, DagSettings, ModelRegistry, comparison_views
+from dagmagic.compare import ExperimentComparison, Piece, RunComparison, word_pieces
 from dagmagic.testing import ScriptedLLM
 from tests.engine.conftest import plan_reply, session_for, verdict
 
@@ -214,3 +214,15 @@ async def test_two_configs_of_an_experiment_compare_case_by_case(tmp_path: Path)
         dagmagic.compare(experiment, 0, 99)
     with pytest.raises(DagError, match="no config 'huge'"):
         dagmagic.compare(experiment, "small", "huge")
+
+
+def test_words_keep_their_spacing_and_a_long_unchanged_stretch_shows_only_near_the_change() -> None:
+    before = "The  city\nhas " + "many old streets and " * 30 + "a river."
+    after = "The  city\nhas " + "many old streets and " * 30 + "two rivers."
+    pieces = word_pieces(before, after)
+    assert [p.op for p in pieces] == ["same", "removed", "added"]
+    assert "".join(p.text for p in pieces if p.op != "added") == before  # the texts as written
+    assert "".join(p.text for p in pieces if p.op != "removed") == after
+    shown = comparison_views._pieces_html(pieces, 600)
+    assert shown.startswith("… ") and len(shown) < 300 and ">a river.</del>" in shown
+    assert word_pieces(None, "new") == [Piece(op="added", text="new")] and word_pieces("", "") == []
