@@ -37,6 +37,7 @@ from dagmagic.diff import _markdown_text
 from dagmagic.engine import DagRun
 from dagmagic.errors import ConfigurationError, DagError
 from dagmagic.evaluation import Cell, Experiment
+from dagmagic.evaluation.configs import ConfigDescription
 from dagmagic.models import RunState
 from dagmagic.models._text import no_math
 from dagmagic.settings import DagSettings
@@ -168,7 +169,7 @@ class ExperimentComparison(BaseModel):
         return no_math("".join(parts))
 
 
-RunLike = DagRun | RunState | str | Any
+RunLike = Comparable | str
 """What ``dagmagic.compare`` takes for a run: a ``DagRun`` (live or finished), a run read back (``load_run``, a
 ``StoredRun``), or a run id (read from the run store)."""
 
@@ -296,7 +297,7 @@ def _cells(experiment: Experiment, first: Cell, second: Cell, *, rounds: tuple[i
     )
 
 
-def _config_settings(description: Any) -> dict[str, Any]:
+def _config_settings(description: ConfigDescription) -> dict[str, Any]:
     """A config's definition as settings: each role's model, the settings, the tools."""
     settings: dict[str, Any] = {f"{role} model": name for role, name in description.models.items()}
     settings.update(description.settings)

@@ -189,8 +189,13 @@ def settings_of(run: Comparable) -> dict[str, Any]:
 
 def _default(name: str) -> Any:
     """A setting's default, as a run's start records settings (JSON); None for a name that is no setting."""
-    field = DagSettings.model_fields.get(name)
-    return None if field is None else field.get_default(call_default_factory=True)
+    return _defaults().get(name)
+
+
+@functools.cache
+def _defaults() -> dict[str, Any]:
+    defaults: dict[str, Any] = DagSettings.model_construct().model_dump(mode="json")  # the fields' own: no env
+    return defaults
 
 
 def side_of(run: Comparable, state: RunState, index: int | None, settings: dict[str, Any], label: str | None) -> Side:
