@@ -147,25 +147,33 @@ class ExperimentComparison(BaseModel):
         return (f"ExperimentComparison({self.experiment!r}, config {self.a} vs config {self.b}: "
                 f"{len(self.cases)} cases, {changed} differ{missing})")  # fmt: skip
 
+    def _rows(self) -> list[tuple[str, ...]]:
+        return [(case, *views.summary(comparison)) for case, comparison in self.cases.items()] + [
+            (case, f"not compared: {why}", "", "", "", "", "") for case, why in self.missing.items()
+        ]
+
     def __str__(self) -> str:
-        parts = [repr(self)]
-        parts += [f"--- case {case}\n{comparison}" for case, comparison in self.cases.items()]
-        parts += [f"--- case {case}: {why}" for case, why in self.missing.items()]
-        return "\n".join(parts)
+        lines = [repr(self), " | ".join(("case", *views.SUMMARY_COLUMNS))]
+        lines += [" | ".join(row) for row in self._rows()]
+        lines += [f"--- case {case}\n{comparison}" for case, comparison in self.cases.items()]
+        return "\n".join(lines)
 
     def _repr_markdown_(self) -> str:
         md = _markdown_text
-        parts = [f"**{md(repr(self))}**"]
+        head = ("case", *views.SUMMARY_COLUMNS)
+        table = [f"| {' | '.join(head)} |", "|" + "---|" * len(head)]
+        table += ["| " + " | ".join(md(cell) for cell in row) + " |" for row in self._rows()]
+        parts = [f"**{md(repr(self))}**", "\n".join(table)]
         parts += [f"### case {md(case)}\n\n{comparison._repr_markdown_()}" for case, comparison in self.cases.items()]
-        parts += [f"- case {md(case)}: {md(why)}" for case, why in self.missing.items()]
         return "\n\n".join(parts)
 
     def _repr_html_(self) -> str:
         e = html.escape
-        parts = [f"<p><b>{e(repr(self))}</b></p>"]
+        head = "".join(f"<th>{e(name)}</th>" for name in ("case", *views.SUMMARY_COLUMNS))
+        rows = "".join("<tr>" + "".join(f"<td>{e(cell)}</td>" for cell in row) + "</tr>" for row in self._rows())
+        parts = [f"<p><b>{e(repr(self))}</b></p><table><tr>{head}</tr>{rows}</table>"]
         parts += [f"<details><summary>case {e(case)}</summary>{comparison._repr_html_()}</details>"
                   for case, comparison in self.cases.items()]  # fmt: skip
-        parts += [f"<p>case {e(case)}: {e(why)}</p>" for case, why in self.missing.items()]
         return no_math("".join(parts))
 
 

@@ -14,7 +14,10 @@ from dagmagic.comparison import Piece, RoundPair, Side, StepPair
 from dagmagic.diff import _markdown_text, _verdict_words
 from dagmagic.models._text import cut, no_math
 
-__all__ = ["counts", "markdown", "page", "text", "title"]
+__all__ = ["SUMMARY_COLUMNS", "counts", "markdown", "page", "summary", "text", "title"]
+
+SUMMARY_COLUMNS = ("steps", "answer", "status", "tokens b − a", "cost b − a", "s b − a")
+"""The columns of ``summary``: a comparison in one row (an experiment's comparison has one per case)."""
 
 
 class Compared(Protocol):
@@ -42,6 +45,23 @@ def counts(comparison: Compared) -> str:
     rounds = f"{len(comparison.rounds)} round{'s' if len(comparison.rounds) != 1 else ''}"
     answer = "answer changed" if comparison.answer_changed else "the same answer"
     return f"{rounds}; steps: {steps or 'none'}; {answer}"
+
+
+def summary(comparison: Compared) -> tuple[str, ...]:
+    """The comparison in one row (``SUMMARY_COLUMNS``): the steps that differ, whether the answer does, the two
+    statuses and the deltas.
+    """
+    a, b = comparison.a, comparison.b
+    tally = Counter(pair.change for pair in (p for r in comparison.rounds for p in r.steps) if pair.change != "same")
+    steps = ", ".join(f"{count} {change}" for change, count in tally.items()) or "the same"
+    return (
+        steps,
+        "changed" if comparison.answer_changed else "the same",
+        a.status if a.status == b.status else f"{a.status} → {b.status}",
+        f"{b.usage.total_tokens - a.usage.total_tokens:+d}",
+        _delta(a.cost, b.cost, money=True) or "-",
+        _delta(a.seconds, b.seconds) or "-",
+    )
 
 
 def _figures(comparison: Compared) -> list[tuple[str, str, str, str]]:

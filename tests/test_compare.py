@@ -205,6 +205,8 @@ async def test_two_configs_of_an_experiment_compare_case_by_case(tmp_path: Path)
         repr(by_config) == f"ExperimentComparison({experiment.name!r}, config small vs config big: 2 cases, 2 differ)"
     )
     assert "config big" in by_config._repr_html_() and "config big" in by_config._repr_markdown_()
+    row = f"| {experiment.cases[0].id} | 2 changed | changed | done |"  # the summary: a row per case
+    assert row in by_config._repr_markdown_() and row[2:] in str(by_config)
 
     cells = [cell for cell in experiment.cells if cell.config == "small" and cell.case_id == experiment.cases[0].id]
     two = dagmagic.compare(experiment, cells[0], cells[1].index)  # two cells: two repetitions of one config
