@@ -37,6 +37,7 @@ from dagmagic.diff import _markdown_text
 from dagmagic.engine import DagRun
 from dagmagic.errors import ConfigurationError, DagError
 from dagmagic.evaluation import Cell, Experiment
+from dagmagic.evaluation.configs import ConfigDescription
 from dagmagic.models import RunState
 from dagmagic.models._text import no_math
 from dagmagic.settings import DagSettings
@@ -126,7 +127,7 @@ class RunComparison(BaseModel):
 
 class ExperimentComparison(BaseModel):
     """Two configs of an experiment case by case (``dagmagic.compare(experiment, "a", "b")``): one
-    ``RunComparison`` per case (its first repetition), sides named ``config NAME``.
+    ``RunComparison`` per case (one repetition, the first by default), sides named ``config NAME``.
     """
 
     experiment: str
@@ -146,29 +147,37 @@ class ExperimentComparison(BaseModel):
         return (f"ExperimentComparison({self.experiment!r}, config {self.a} vs config {self.b}: "
                 f"{len(self.cases)} cases, {changed} differ{missing})")  # fmt: skip
 
+    def _rows(self) -> list[tuple[str, ...]]:
+        return [(case, *views.summary(comparison)) for case, comparison in self.cases.items()] + [
+            (case, f"not compared: {why}", "", "", "", "", "") for case, why in self.missing.items()
+        ]
+
     def __str__(self) -> str:
-        parts = [repr(self)]
-        parts += [f"--- case {case}\n{comparison}" for case, comparison in self.cases.items()]
-        parts += [f"--- case {case}: {why}" for case, why in self.missing.items()]
-        return "\n".join(parts)
+        lines = [repr(self), " | ".join(("case", *views.SUMMARY_COLUMNS))]
+        lines += [" | ".join(row) for row in self._rows()]
+        lines += [f"--- case {case}\n{comparison}" for case, comparison in self.cases.items()]
+        return "\n".join(lines)
 
     def _repr_markdown_(self) -> str:
         md = _markdown_text
-        parts = [f"**{md(repr(self))}**"]
+        head = ("case", *views.SUMMARY_COLUMNS)
+        table = [f"| {' | '.join(head)} |", "|" + "---|" * len(head)]
+        table += ["| " + " | ".join(md(cell) for cell in row) + " |" for row in self._rows()]
+        parts = [f"**{md(repr(self))}**", "\n".join(table)]
         parts += [f"### case {md(case)}\n\n{comparison._repr_markdown_()}" for case, comparison in self.cases.items()]
-        parts += [f"- case {md(case)}: {md(why)}" for case, why in self.missing.items()]
         return "\n\n".join(parts)
 
     def _repr_html_(self) -> str:
         e = html.escape
-        parts = [f"<p><b>{e(repr(self))}</b></p>"]
+        head = "".join(f"<th>{e(name)}</th>" for name in ("case", *views.SUMMARY_COLUMNS))
+        rows = "".join("<tr>" + "".join(f"<td>{e(cell)}</td>" for cell in row) + "</tr>" for row in self._rows())
+        parts = [f"<p><b>{e(repr(self))}</b></p><table><tr>{head}</tr>{rows}</table>"]
         parts += [f"<details><summary>case {e(case)}</summary>{comparison._repr_html_()}</details>"
                   for case, comparison in self.cases.items()]  # fmt: skip
-        parts += [f"<p>case {e(case)}: {e(why)}</p>" for case, why in self.missing.items()]
         return no_math("".join(parts))
 
 
-RunLike = DagRun | RunState | str | Any
+RunLike = Comparable | str
 """What ``dagmagic.compare`` takes for a run: a ``DagRun`` (live or finished), a run read back (``load_run``, a
 ``StoredRun``), or a run id (read from the run store)."""
 
@@ -258,8 +267,15 @@ def _experiment(
                 comparison.missing[case.id] = str(exc.args[0] if exc.args else exc)
         return comparison
     if isinstance(b, Cell | int) and isinstance(c, Cell | int) and not isinstance(b, bool) and not isinstance(c, bool):
+        for index in (x for x in (b, c) if isinstance(x, int) and not 0 <= x < len(experiment.cells)):
+            raise DagError(
+                f"experiment {experiment.name!r} has no cell {index}: its cells are 0 to {len(experiment.cells) - 1}"
+            )
         cells = [experiment.cells[x] if isinstance(x, int) else x for x in (b, c)]
-        return _cells(experiment, cells[0], cells[1], rounds=rounds)
+        try:
+            return _cells(experiment, cells[0], cells[1], rounds=rounds)
+        except KeyError as exc:  # a cell not run yet, or its run kept nowhere
+            raise DagError(str(exc.args[0] if exc.args else exc)) from None
     raise TypeError(
         "compare(experiment, a, b) takes two config names, compare(experiment, 'small', 'large'), or two of its "
         "cells (Cells or their indexes)"
@@ -289,7 +305,7 @@ def _cells(experiment: Experiment, first: Cell, second: Cell, *, rounds: tuple[i
     )
 
 
-def _config_settings(description: Any) -> dict[str, Any]:
+def _config_settings(description: ConfigDescription) -> dict[str, Any]:
     """A config's definition as settings: each role's model, the settings, the tools."""
     settings: dict[str, Any] = {f"{role} model": name for role, name in description.models.items()}
     settings.update(description.settings)

@@ -189,8 +189,13 @@ def settings_of(run: Comparable) -> dict[str, Any]:
 
 def _default(name: str) -> Any:
     """A setting's default, as a run's start records settings (JSON); None for a name that is no setting."""
-    field = DagSettings.model_fields.get(name)
-    return None if field is None else field.get_default(call_default_factory=True)
+    return _defaults().get(name)
+
+
+@functools.cache
+def _defaults() -> dict[str, Any]:
+    defaults: dict[str, Any] = DagSettings.model_construct().model_dump(mode="json")  # the fields' own: no env
+    return defaults
 
 
 def side_of(run: Comparable, state: RunState, index: int | None, settings: dict[str, Any], label: str | None) -> Side:
@@ -229,9 +234,13 @@ def _round_answer(state: RunState, record: RoundRecord, calls: list[LLMCall]) ->
 
 
 def _round_seconds(record: RoundRecord, calls: list[LLMCall]) -> float | None:
-    starts = [s.started_at for s in record.plan.steps if s.started_at] + [c.started_at for c in calls if c.started_at]
-    ends = [s.completed_at for s in record.plan.steps if s.completed_at]
-    ends += [c.started_at + c.latency for c in calls if c.started_at]
+    """From the round's first call to its last reply (a re-run round's kept steps ran in the round it re-ran); from
+    its steps' times when it made no call.
+    """
+    timed = [(c.started_at, c.started_at + c.latency) for c in calls if c.started_at]
+    if not timed:
+        timed = [(s.started_at, s.completed_at) for s in record.plan.steps if s.started_at and s.completed_at]
+    starts, ends = [start for start, _ in timed], [end for _, end in timed]
     return max(ends) - min(starts) if starts and ends else None
 
 
@@ -301,7 +310,7 @@ def word_pieces(first: str | None, second: str | None) -> list[Piece]:
     return list(_pieces(first or "", second or ""))
 
 
-@functools.lru_cache(maxsize=1024)  # a live comparison is made again on every update: the same texts, mostly
+@functools.lru_cache(maxsize=256)  # a live comparison is made again on every update: the same texts, mostly
 def _pieces(first: str, second: str) -> tuple[Piece, ...]:
     old, new = _WORD.findall(first), _WORD.findall(second)
     matcher = difflib.SequenceMatcher(None, [w.strip() for w in old], [w.strip() for w in new], autojunk=False)

@@ -14,7 +14,10 @@ from dagmagic.comparison import Piece, RoundPair, Side, StepPair
 from dagmagic.diff import _markdown_text, _verdict_words
 from dagmagic.models._text import cut, no_math
 
-__all__ = ["counts", "markdown", "page", "text", "title"]
+__all__ = ["SUMMARY_COLUMNS", "counts", "markdown", "page", "summary", "text", "title"]
+
+SUMMARY_COLUMNS = ("steps", "answer", "status", "tokens b − a", "cost b − a", "s b − a")
+"""The columns of ``summary``: a comparison in one row (an experiment's comparison has one per case)."""
 
 
 class Compared(Protocol):
@@ -42,6 +45,23 @@ def counts(comparison: Compared) -> str:
     rounds = f"{len(comparison.rounds)} round{'s' if len(comparison.rounds) != 1 else ''}"
     answer = "answer changed" if comparison.answer_changed else "the same answer"
     return f"{rounds}; steps: {steps or 'none'}; {answer}"
+
+
+def summary(comparison: Compared) -> tuple[str, ...]:
+    """The comparison in one row (``SUMMARY_COLUMNS``): the steps that differ, whether the answer does, the two
+    statuses and the deltas.
+    """
+    a, b = comparison.a, comparison.b
+    tally = Counter(pair.change for pair in (p for r in comparison.rounds for p in r.steps) if pair.change != "same")
+    steps = ", ".join(f"{count} {change}" for change, count in tally.items()) or "the same"
+    return (
+        steps,
+        "changed" if comparison.answer_changed else "the same",
+        a.status if a.status == b.status else f"{a.status} → {b.status}",
+        f"{b.usage.total_tokens - a.usage.total_tokens:+d}",
+        _delta(a.cost, b.cost, money=True) or "-",
+        _delta(a.seconds, b.seconds) or "-",
+    )
 
 
 def _figures(comparison: Compared) -> list[tuple[str, str, str, str]]:
@@ -95,13 +115,13 @@ def markdown(comparison: Compared) -> str:
                   "|---|---|---|---|---|---|"]  # fmt: skip
         for step in pair.steps:
             what = step.change + (f" ({', '.join(step.fields)})" if step.fields else "")
-            result = _pieces_html(step.result, 600) if step.result else md(cut(_result(step), 300))
+            result = _pieces_html(step.result, 600, markdown=True) if step.result else md(cut(_result(step), 300))
             figures = (_tokens_cell(step), _seconds_cell(step))
             lines.append(f"| {md(_ref(step))} | {what} | {md(cut(_task(step), 200))} | {result} | "
                          + " | ".join(md(f) for f in figures) + " |")  # fmt: skip
         lines += _verdict_lines(pair)
     lines += ["", "**Answers**" + ("" if comparison.answer_changed else " (the same)"), ""]
-    lines.append(_pieces_html(comparison.answer, 4000) or "(none)")
+    lines.append(_pieces_html(comparison.answer, 4000, markdown=True, lines=True) or "(none)")
     return "\n".join(lines)
 
 
@@ -118,7 +138,7 @@ def page(comparison: Compared) -> str:
         for name, (x, y) in comparison.differences.items()
     )
     rounds = "".join(_round_html(pair) for pair in comparison.rounds)
-    answer = _pieces_html(comparison.answer, 4000) or "(none)"
+    answer = _pieces_html(comparison.answer, 4000, lines=True) or "(none)"
     same = "" if comparison.answer_changed else " (the same)"
     return no_math(
         f'<div class="dagmagic-compare" style="color: var(--jp-content-font-color1, inherit)">'
@@ -131,22 +151,56 @@ def page(comparison: Compared) -> str:
 
 # --- view helpers -------------------------------------------------------------------------------------
 
-_DEL = "background: var(--jp-error-color3, #fdd); color: var(--jp-content-font-color1, inherit)"
-_INS = "background: var(--jp-success-color3, #dfd); color: var(--jp-content-font-color1, inherit)"
+_DEL = "background:var(--jp-error-color3,#fdd)"
+_INS = "background:var(--jp-success-color3,#dfd)"
+_CONTEXT = 80
+"""Characters of an unchanged stretch kept on either side of a change (the middle of a long one is left out)."""
 
 
-def _pieces_html(pieces: Iterable[Piece], limit: int) -> str:
-    """The pieces as escaped HTML, removed words in ``<del>``, added ones in ``<ins>`` (about ``limit`` chars)."""
-    out, left = [], limit
-    for piece in pieces:
+def _pieces_html(pieces: Iterable[Piece], limit: int, *, markdown: bool = False, lines: bool = False) -> str:
+    """The pieces as inert text, removed words in ``<del>``, added ones in ``<ins>`` (about ``limit`` characters).
+    ``markdown``: for a Markdown view (its specials backslashed too); ``lines``: line breaks kept (else one line,
+    for a table's cell).
+    """
+    out, left, pieces = [], limit, list(pieces)
+    for number, piece in enumerate(pieces):
         if left <= 0:
             out.append("…")
             break
-        text = html.escape(" ".join(piece.text.split()) + (" " if piece.text[-1:].isspace() else ""))[:left]
+        text = (
+            _around_changes(piece.text, first=number == 0, last=number == len(pieces) - 1)
+            if piece.op == "same"
+            else piece.text
+        )
+        text = text[:left]
         left -= len(text)
+        shown = ("<br>" if markdown else "\n").join(
+            _inert(line, markdown=markdown) for line in (text.split("\n") if lines else [text])
+        )
         tag = {"same": "", "removed": "del", "added": "ins"}[piece.op]
-        out.append(f"<{tag} style='{_DEL if tag == 'del' else _INS}'>{text}</{tag}>" if tag else text)
+        out.append(f"<{tag} style='{_DEL if tag == 'del' else _INS}'>{shown}</{tag}>" if tag and shown else shown)
     return "".join(out).replace("|", "&#124;")
+
+
+def _around_changes(text: str, *, first: bool, last: bool) -> str:
+    """An unchanged stretch as the views show it: whole when short or alone, else only its ends next to the changes
+    (the first stretch's end, the last one's start).
+    """
+    if len(text) <= 3 * _CONTEXT or (first and last):
+        return text
+    if first:
+        return "… " + text[-_CONTEXT:]
+    if last:
+        return text[:_CONTEXT] + " …"
+    return text[:_CONTEXT] + " … " + text[-_CONTEXT:]
+
+
+def _inert(text: str, *, markdown: bool) -> str:
+    """One line of a model's text, escaped, its spacing made single (a space at either end kept)."""
+    words = _markdown_text(text) if markdown else html.escape(" ".join(text.split()))
+    if not words:
+        return " " if text else ""
+    return (" " if text[:1].isspace() else "") + words + (" " if text[-1:].isspace() else "")
 
 
 def _round_name(pair: RoundPair) -> str:
@@ -181,7 +235,7 @@ def _tokens_cell(pair: StepPair) -> str:
 
 
 def _seconds_cell(pair: StepPair) -> str:
-    return f"{pair.seconds_delta:+.1f}" if pair.seconds_delta is not None else ""
+    return _signed(pair.seconds_delta) if pair.seconds_delta is not None else ""
 
 
 def _verdict_lines(pair: RoundPair) -> list[str]:
@@ -194,7 +248,7 @@ def _round_html(pair: RoundPair) -> str:
     rows = []
     for step in pair.steps:
         what = step.change + (f" ({', '.join(step.fields)})" if step.fields else "")
-        result = _pieces_html(step.result, 2000) if step.result else e(cut(_result(step), 1000))
+        result = _pieces_html(step.result, 600) if step.result else e(cut(_result(step), 300))
         cells = (
             e(_ref(step)),
             e(what),
@@ -222,7 +276,12 @@ def _seconds(value: float | None) -> str:
 def _delta(a: float | None, b: float | None, *, money: bool = False) -> str:
     if a is None or b is None:
         return ""
-    return f"{'+' if b >= a else '-'}${abs(b - a):.4f}" if money else f"{b - a:+.1f}"
+    return f"{'+' if b >= a else '-'}${abs(b - a):.4f}" if money else _signed(b - a)
+
+
+def _signed(seconds: float) -> str:
+    """``+1.2``, ``-0.3``; ``0.0`` for what rounds to nothing (not ``-0.0``)."""
+    return f"{seconds:+.1f}" if round(seconds, 1) else "0.0"
 
 
 def _calls(calls: dict[str, int]) -> str:

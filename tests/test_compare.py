@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
 import pytest
 
 import dagmagic
-from dagmagic import DagError, DagSession, DagSettings, ModelRegistry
-from dagmagic.compare import ExperimentComparison, Piece, RunComparison
+from dagmagic import DagError, DagSession, DagSettings, ModelRegistry, comparison_views
+from dagmagic.compare import ExperimentComparison, Piece, RunComparison, word_pieces
 from dagmagic.testing import ScriptedLLM
 from tests.engine.conftest import plan_reply, session_for, verdict
 
@@ -168,13 +169,17 @@ async def test_runs_read_back_from_a_sqlite_store_compare_by_id(tmp_path: Path) 
 
 
 async def test_the_static_views_escape_what_a_model_wrote() -> None:
-    a = await session_for(scripted("<script>alert(1)</script> 105 km2")).run("Density <b>of</b> Paris")
+    a = await session_for(scripted("<script>alert(1)</script> [105 km2](javascript:alert(3))")).run(
+        "Density <b>of</b> Paris"
+    )
     b = await session_for(scripted("<img src=x onerror=alert(2)> 106 km2")).run("Density <b>of</b> Paris")
     comparison = dagmagic.compare(a, b)
     assert isinstance(comparison, RunComparison)
     for view in (comparison._repr_html_(), comparison._repr_markdown_()):
         assert "<script" not in view and "<img" not in view and "<b>of" not in view
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in view and "&lt;img src=x onerror=alert(2)&gt;" in view
+    markdown = comparison._repr_markdown_()
+    assert not re.search(r"(?<!\\)\]\(javascript", markdown) and "\\[105 km2\\](javascript" in markdown  # no link
     assert "var(--jp-" in comparison._repr_html_()
 
 
@@ -200,10 +205,26 @@ async def test_two_configs_of_an_experiment_compare_case_by_case(tmp_path: Path)
         repr(by_config) == f"ExperimentComparison({experiment.name!r}, config small vs config big: 2 cases, 2 differ)"
     )
     assert "config big" in by_config._repr_html_() and "config big" in by_config._repr_markdown_()
+    row = f"| {experiment.cases[0].id} | 2 changed | changed | done |"  # the summary: a row per case
+    assert row in by_config._repr_markdown_() and row[2:] in str(by_config)
 
     cells = [cell for cell in experiment.cells if cell.config == "small" and cell.case_id == experiment.cases[0].id]
     two = dagmagic.compare(experiment, cells[0], cells[1].index)  # two cells: two repetitions of one config
     assert isinstance(two, RunComparison) and not two.changed_steps
     assert two.a.label.startswith("config small · ") and two.a.label != two.b.label
+    with pytest.raises(DagError, match="has no cell 99: its cells are 0 to 7"):
+        dagmagic.compare(experiment, 0, 99)
     with pytest.raises(DagError, match="no config 'huge'"):
         dagmagic.compare(experiment, "small", "huge")
+
+
+def test_words_keep_their_spacing_and_a_long_unchanged_stretch_shows_only_near_the_change() -> None:
+    before = "The  city\nhas " + "many old streets and " * 30 + "a river."
+    after = "The  city\nhas " + "many old streets and " * 30 + "two rivers."
+    pieces = word_pieces(before, after)
+    assert [p.op for p in pieces] == ["same", "removed", "added"]
+    assert "".join(p.text for p in pieces if p.op != "added") == before  # the texts as written
+    assert "".join(p.text for p in pieces if p.op != "removed") == after
+    shown = comparison_views._pieces_html(pieces, 600)
+    assert shown.startswith("… ") and len(shown) < 300 and ">a river.</del>" in shown
+    assert word_pieces(None, "new") == [Piece(op="added", text="new")] and word_pieces("", "") == []

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
 import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-from dagmagic.compare import RunComparison
+from dagmagic import DagSession, DagSettings, ModelRegistry
+from dagmagic.compare import ExperimentComparison, RunComparison
 from dagmagic.notebook import magics
 from dagmagic.notebook.commands import comparison
 from tests.notebook.conftest import scripted
@@ -47,3 +51,20 @@ def test_compare_says_what_to_give(ip: InteractiveShell) -> None:
         run_cell(ip, "%dag compare run run run")
     with pytest.raises(UsageError, match="usage: %dag compare"):
         run_cell(ip, "%dag compare run --rounds 1 x")
+
+
+def test_compare_two_configs_of_an_experiment_held_in_a_variable(ip: InteractiveShell, tmp_path: Path) -> None:
+    small, large = scripted(step=["small result"]), scripted(step=["large result"])
+    session = DagSession(ModelRegistry().register("m", small), DagSettings(store=str(tmp_path / "runs.sqlite")))
+    configs = {"small": {"models": {"general": small}}, "large": {"models": {"general": large}}}
+    ip.user_ns["exp"] = asyncio.run(session.evaluate(["goal one"], configs=configs))
+    try:
+        by_config = run_cell(ip, "%dag compare exp small large")
+        assert isinstance(by_config, ExperimentComparison) and len(by_config.cases) == 1
+        [case] = by_config.cases.values()
+        assert (case.a.label, case.b.label) == ("config small", "config large")
+        assert run_cell(ip, "%dag compare exp 0 1").b.label == "config large"  # type: ignore[attr-defined]
+        with pytest.raises(UsageError, match="needs two configs"):
+            run_cell(ip, "%dag compare exp small")
+    finally:
+        ip.user_ns.pop("exp")

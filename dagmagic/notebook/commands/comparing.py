@@ -4,16 +4,16 @@ side (``dagmagic.compare``). ``comparison`` reads the line into the comparison; 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
-from dagmagic.compare import ExperimentComparison, RunComparison
-from dagmagic.compare import compare as compare_runs
 from dagmagic.errors import DagError
-from dagmagic.evaluation import Experiment
 from dagmagic.notebook._arguments import parse_words
 from dagmagic.notebook.session import NotebookSession
+
+if TYPE_CHECKING:
+    from dagmagic.compare import ExperimentComparison, RunComparison
 
 __all__ = ["compare", "comparison"]
 
@@ -30,6 +30,9 @@ def comparison(notebook: NotebookSession, rest: str) -> RunComparison | Experime
     """The comparison ``%dag compare``'s line asks for. A and B: a run's number in ``%dag history``, its id (or
     the start of it), or a name in the notebook bound to a run; an experiment by variable, name or id.
     """
+    from dagmagic.compare import compare as compare_runs  # the first %dag command stays quick: imported when used
+    from dagmagic.evaluation import Experiment
+
     args = parse_words("compare", rest, ("a",), (), optional=("b", "c"), pairs=("--rounds",))
     rounds = tuple(args.rounds) if args.rounds else None
     try:
@@ -52,6 +55,8 @@ def _named(notebook: NotebookSession, word: str) -> Any:
     """What ``word`` names: a notebook variable holding a run or an experiment, an experiment of this kernel by
     name or id, else a run (``NotebookSession.find``: its number, its id, read back from the store).
     """
+    from dagmagic.evaluation import Experiment
+
     bound = notebook.namespace.get(word)
     if isinstance(bound, Experiment) or hasattr(bound, "state"):
         return bound
