@@ -202,6 +202,11 @@ function headerTable(comparison) {
     figureRow("cost", cost(a), cost(b), deltaBadge(difference(a.cost, b.cost), dollars)),
     figureRow("time", time(a), time(b), deltaBadge(difference(a.seconds, b.seconds), seconds)),
   ];
+  if (a.forked_from || b.forked_from) {
+    /** @param {Side} side */
+    const fork = (side) => (side.forked_from ? `run ${side.forked_from}` : "—");
+    rows.splice(2, 0, figureRow("forked from", fork(a), fork(b)));
+  }
   const settings = Object.entries(comparison.differences ?? {}).filter(([name]) => name !== "goal");
   rows.push(
     h("tr", { class: "dagmagic-compare-subhead" }, [

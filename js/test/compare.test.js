@@ -94,6 +94,12 @@ describe("the compare view", () => {
     expect(el.querySelector(".dagmagic-compare-calls tr[data-purpose='step'] .dagmagic-compare-delta")).toBeNull();
   });
 
+  it("says which run a side was forked from", () => {
+    const el = draw(fakeModel(state((s) => (s.comparisons[0].comparison.b.forked_from = "aaaa1111"))));
+    expect(el.querySelector("tr[data-row='forked from']")?.textContent).toBe("—forked fromrun aaaa1111");
+    expect(draw(fakeModel(state())).querySelector("tr[data-row='forked from']")).toBeNull();
+  });
+
   it("renders answers without a difference as sanitized Markdown", () => {
     const el = draw(
       fakeModel(
