@@ -202,3 +202,14 @@ def test_a_comparison_opens_from_the_experiment_grid(jupyterlab: NotebookPage) -
     box.get_by_role("button", name="Close comparison").click()
     expect(box).to_be_hidden()
     assert jupyterlab.errors == []
+
+
+def test_the_compare_widget_draws_in_notebook7(notebook7: NotebookPage) -> None:
+    notebook7.open("compare-nb7", ["%load_ext dagmagic", SAMPLE])
+    notebook7.run_all()
+    view = notebook7.page.locator(".dagmagic-compare-view")
+    expect(view).to_be_visible(timeout=WAIT_MS)
+    expect(view.locator("tr.dagmagic-compare-pair")).to_have_count(12)
+    expect(view.locator("tr[data-change='changed'] ins").first).to_have_text("3500")
+    notebook7.screenshot("compare", focus=view)
+    assert notebook7.errors == []
