@@ -213,3 +213,23 @@ async def test_two_cells_or_two_configs_open_their_comparison_under_the_grid() -
     assert front_end.ask("close_comparison") == {"ok": True, "value": None}
     assert widget.comparison is None and widget.comparison_label == ""
     widget.close()
+
+
+async def test_a_comparison_of_cells_still_running_fills_in_until_both_have_ended() -> None:
+    small, big = scripted("Lyon", latency=0.1), scripted("Paris", latency=0.15)
+    session = session_over(small)
+    SESSIONS[:] = [session]
+    configs = {"small": {"models": {"smart": small}}, "big": {"models": {"smart": big}}}
+    experiment = session.start_evaluation([{"goal": "Where is the Louvre?", "id": "louvre"}], configs=configs)
+    while not all(cell.run_id is not None for cell in experiment.cells):
+        await asyncio.sleep(0.01)
+    widget = ExperimentWidget(experiment)
+    view = widget.compare_cells(0, 1)
+    assert view.following and view.live
+    await experiment
+    await asyncio.sleep(0.05)
+    assert not view.following and view.live is False
+    compared = view.comparisons[0]["comparison"]
+    assert (compared["a"]["status"], compared["b"]["status"]) == ("done", "done")
+    assert any(piece["op"] == "added" and "Paris" in piece["text"] for piece in compared["answer"])
+    widget.close()
