@@ -32,7 +32,10 @@ __all__ = ["RESULT_CHARS", "CompareWidget", "compare_display", "compare_state", 
 
 _STATIC = Path(__file__).resolve().parent.parent / "static"
 RESULT_CHARS = 4000
-"""A step's result or error as the widget gets it (the whole text is the comparison's, in Python)."""
+"""A step's result or error as the widget gets it (the whole text is the comparison's, in Python); the word-level
+difference of two results is cut at twice that."""
+ANSWER_CHARS = 20_000
+"""The word-level difference of the answers as the widget gets it."""
 
 
 class CompareWidget(AnsweringWidget):
@@ -184,7 +187,22 @@ def _capped(comparison: RunComparison) -> dict[str, Any]:
                 for field in ("result", "error"):
                     if step and isinstance(step.get(field), str) and len(step[field]) > RESULT_CHARS:
                         step[field] = step[field][: RESULT_CHARS - 1] + "…"
+            pair["result"] = _cut_pieces(pair["result"], 2 * RESULT_CHARS)
+    data["answer"] = _cut_pieces(data["answer"], ANSWER_CHARS)
     return data
+
+
+def _cut_pieces(pieces: list[dict[str, str]], limit: int) -> list[dict[str, str]]:
+    """The pieces of a word-level difference up to about ``limit`` characters (both sides'), then "…"."""
+    kept: list[dict[str, str]] = []
+    left = limit
+    for piece in pieces:
+        if left <= 0:
+            kept.append({"op": "same", "text": "…"})
+            break
+        kept.append({**piece, "text": piece["text"][:left]})
+        left -= len(piece["text"])
+    return kept
 
 
 def _live_runs(comparison: RunComparison) -> tuple[DagRun, DagRun] | None:

@@ -94,8 +94,7 @@ export function deltaBadge(delta, format) {
   if (typeof delta !== "number" || !Number.isFinite(delta)) return null;
   const text = format(Math.abs(delta));
   if (!/[1-9]/.test(text)) return null; // no difference, or none worth the digits shown
-  const sign = delta > 0 ? "+" : delta < 0 ? "−" : "±";
-  const direction = delta > 0 ? "up" : delta < 0 ? "down" : "even";
+  const [sign, direction] = delta > 0 ? ["+", "up"] : ["−", "down"];
   return h("span", { class: `dagmagic-compare-delta dagmagic-compare-delta--${direction}` }, [`${sign}${text}`]);
 }
 

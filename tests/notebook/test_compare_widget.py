@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from dagmagic import DagRun, DagSession, DagSettings, ModelRegistry
-from dagmagic.compare import ExperimentComparison, RunComparison
+from dagmagic.compare import ExperimentComparison, Piece, RunComparison
 from dagmagic.notebook.answering import AnsweringWidget
 from dagmagic.notebook.compare_widget import (
     RESULT_CHARS,
@@ -59,6 +59,15 @@ def test_long_results_are_cut_in_the_state() -> None:
     sent = state["comparisons"][0]["comparison"]["rounds"][0]["steps"][0]["a"]["result"]
     assert len(sent) == RESULT_CHARS and sent.endswith("…")
     assert step.result == "x" * (RESULT_CHARS * 3)  # the comparison itself keeps it whole
+
+
+def test_long_word_differences_are_cut_in_the_state() -> None:
+    comparison = twelve_a_side()
+    pair = comparison.rounds[0].steps[2]
+    pair.result = [Piece(op="removed", text="a " * RESULT_CHARS), Piece(op="added", text="b " * RESULT_CHARS)] * 3
+    sent = compare_state([("", comparison)])["comparisons"][0]["comparison"]["rounds"][0]["steps"][2]["result"]
+    assert sum(len(piece["text"]) for piece in sent) <= 2 * RESULT_CHARS + 1
+    assert sent[-1] == {"op": "same", "text": "…"} and len(pair.result) == 6
 
 
 def test_a_comparison_with_a_live_side_is_live() -> None:
