@@ -92,7 +92,7 @@ def text(comparison: Compared) -> str:
         f"{name} differs: {cut(str(x), 60)!s} -> {cut(str(y), 60)!s}" for name, (x, y) in comparison.differences.items()
     ]
     for pair in comparison.rounds:
-        lines.append(f"{_round_name(pair)}:")
+        lines.append(f"{_round_name(pair, comparison)}:")
         for step in pair.steps:
             what = step.change + (f" ({', '.join(step.fields)})" if step.fields else "")
             lines.append(f"  {_ref(step):10} {what:30} {cut(_task(step), 60)}")
@@ -111,7 +111,7 @@ def markdown(comparison: Compared) -> str:
         lines += [f"- {md(name)}: {md(cut(str(x), 200))} → {md(cut(str(y), 200))}"
                   for name, (x, y) in comparison.differences.items()]  # fmt: skip
     for pair in comparison.rounds:
-        lines += ["", f"**{_round_name(pair)}**", "", "| step | change | task | result | tokens | s |",
+        lines += ["", f"**{md(_round_name(pair, comparison))}**", "", "| step | change | task | result | tokens | s |",
                   "|---|---|---|---|---|---|"]  # fmt: skip
         for step in pair.steps:
             what = step.change + (f" ({', '.join(step.fields)})" if step.fields else "")
@@ -137,7 +137,7 @@ def page(comparison: Compared) -> str:
         f"<li>{e(name)}: {e(cut(str(x), 200))} → {e(cut(str(y), 200))}</li>"
         for name, (x, y) in comparison.differences.items()
     )
-    rounds = "".join(_round_html(pair) for pair in comparison.rounds)
+    rounds = "".join(_round_html(pair, comparison) for pair in comparison.rounds)
     answer = _pieces_html(comparison.answer, 4000, lines=True) or "(none)"
     same = "" if comparison.answer_changed else " (the same)"
     return no_math(
@@ -203,11 +203,12 @@ def _inert(text: str, *, markdown: bool) -> str:
     return (" " if text[:1].isspace() else "") + words + (" " if text[-1:].isspace() else "")
 
 
-def _round_name(pair: RoundPair) -> str:
+def _round_name(pair: RoundPair, comparison: Compared) -> str:
+    """``round 2``, ``round 1 vs round 2``, ``round 3: only in run 3f2a19c0``."""
     if pair.a is None:
-        return f"round {pair.b}: only in b"
+        return f"round {pair.b}: only in {comparison.b.label}"
     if pair.b is None:
-        return f"round {pair.a}: only in a"
+        return f"round {pair.a}: only in {comparison.a.label}"
     return f"round {pair.a}" if pair.a == pair.b else f"round {pair.a} vs round {pair.b}"
 
 
@@ -243,7 +244,7 @@ def _verdict_lines(pair: RoundPair) -> list[str]:
     return ["", f"Verdict: {a}" + ("" if a == b else f" → {b}")]
 
 
-def _round_html(pair: RoundPair) -> str:
+def _round_html(pair: RoundPair, comparison: Compared) -> str:
     e = html.escape
     rows = []
     for step in pair.steps:
@@ -262,7 +263,7 @@ def _round_html(pair: RoundPair) -> str:
         )
     head = "<tr>" + "".join(f"<th>{h}</th>" for h in ("step", "change", "task", "result", "tokens", "s")) + "</tr>"
     verdict = _verdict_lines(pair)[1]
-    return f"<p><b>{e(_round_name(pair))}</b></p><table>{head}{''.join(rows)}</table><p>{e(verdict)}</p>"
+    return f"<p><b>{e(_round_name(pair, comparison))}</b></p><table>{head}{''.join(rows)}</table><p>{e(verdict)}</p>"
 
 
 def _money(value: float | None) -> str:

@@ -228,3 +228,21 @@ def test_words_keep_their_spacing_and_a_long_unchanged_stretch_shows_only_near_t
     shown = comparison_views._pieces_html(pieces, 600)
     assert shown.startswith("… ") and len(shown) < 300 and ">a river.</del>" in shown
     assert word_pieces(None, "new") == [Piece(op="added", text="new")] and word_pieces("", "") == []
+
+
+async def test_a_round_only_one_run_has_pairs_its_steps_with_nothing() -> None:
+    replanned = scripted("105 km2")
+    replanned.script["analyze"] = [verdict(False, 0.3, "the area is missing"), verdict(True, 0.9)]
+    replanned.script["plan"] = [PLAN, plan_reply(("s1", [], "Find the area of Paris in km2"))]
+    a = await session_for(scripted("105 km2")).run("Density of Paris")
+    b = await session_for(replanned).run("Density of Paris")
+    assert len(b.rounds) == 2
+
+    comparison = dagmagic.compare(a, b)
+
+    assert isinstance(comparison, RunComparison)
+    assert [(pair.a, pair.b) for pair in comparison.rounds] == [(1, 1), (None, 2)]
+    assert [step.change for step in comparison.rounds[1].steps] == ["added"]
+    assert comparison.rounds[0].verdict_b is not None and not comparison.rounds[0].verdict_b.achieved
+    assert f"round 2: only in run {b.run_id}" in str(comparison)
+    assert "not achieved (0.30)" in comparison._repr_markdown_()
