@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from dagmagic.compare import compare
     from dagmagic.engine.run.dag_run import DagRun
     from dagmagic.engine.tools.functions import Tool, tool
     from dagmagic.engine.tools.mcp import MCPServer
@@ -39,6 +40,7 @@ _EXPORTS = {
     "StructuredOutputError": "dagmagic.errors",
     "Tool": "dagmagic.engine.tools.functions",
     "Usage": "dagmagic.models",
+    "compare": "dagmagic.compare",
     "tool": "dagmagic.engine.tools.functions",
 }
 
@@ -77,6 +79,7 @@ __all__ = [
     "StructuredOutputError",
     "Tool",
     "Usage",
+    "compare",
     "export_store",
     "last_run",
     "load_ipython_extension",

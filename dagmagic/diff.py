@@ -72,7 +72,7 @@ class RoundDiff(BaseModel):
         """
         if same_ids is None:
             same_ids = second.rerun_of == first.index
-        pairs = _matched(first.plan.steps, second.plan.steps, same_ids=same_ids)
+        pairs = matched_steps(first.plan.steps, second.plan.steps, same_ids=same_ids)
         old_ids = {old.id: new.id for old, new in pairs.values()}
         reused_refs = [d for step in second.plan.steps for d in step.dependencies if split_round_reference(d)]
         changes: list[StepChange] = []
@@ -414,7 +414,7 @@ def _value(step: PlanStep, name: str) -> Any:
     return " ".join(value.lower().split()) if name == "task" else value
 
 
-def _matched(old: list[PlanStep], new: list[PlanStep], *, same_ids: bool) -> dict[str, tuple[PlanStep, PlanStep]]:
+def matched_steps(old: list[PlanStep], new: list[PlanStep], *, same_ids: bool) -> dict[str, tuple[PlanStep, PlanStep]]:
     """New step id -> (old step, new step) for the steps that are the same in both: the same identity (the same
     id preferred among equals), then, when ``same_ids``, what is left with the same id.
     """

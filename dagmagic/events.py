@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter, field_validator
 
@@ -82,6 +82,9 @@ class RunStarted(_Event):
     notebook: str | None = None
     """The notebook whose kernel started it (Jupyter's ``JPY_SESSION_NAME``, its path), None outside one:
     ``%dag history`` lists a notebook's own runs from a store that the folder's notebooks share."""
+    settings: dict[str, Any] = Field(default_factory=dict)
+    """The run's settings that are not the defaults, as JSON with every secret masked (``dagmagic.compare`` says
+    what differs between two runs' settings)."""
 
 
 class ModelsReady(_Event):

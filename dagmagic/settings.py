@@ -21,6 +21,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from dagmagic._secrets import mask_data
 from dagmagic._settings_env import configuration_error, deprecated_env_var, env, env_var_names, values_from_env
 from dagmagic.errors import ConfigurationError
 from dagmagic.models import Purpose
@@ -508,6 +509,13 @@ class DagSettings(BaseModel):
                 {"minimum": self.plan_min_steps, "maximum": self.plan_max_steps, "fields": _MIN_MAX_FIELDS},
             )
         return self
+
+    def non_defaults(self) -> dict[str, Any]:
+        """The settings that are not the defaults, as JSON with every secret masked (a store URL's password, a
+        key-shaped value): what a run's ``run_started`` event records of them.
+        """
+        masked: dict[str, Any] = mask_data(self.model_dump(mode="json", exclude_defaults=True))
+        return masked
 
     @property
     def cassette_path(self) -> Path | None:

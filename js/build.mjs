@@ -32,11 +32,18 @@ const builds = [
     format: "esm",
     platform: "browser",
   },
+  {
+    ...common,
+    entryPoints: ["src/compare.js"],
+    outfile: join(outdir, "compare.js"),
+    format: "esm",
+    platform: "browser",
+  },
   { ...common, entryPoints: ["src/widget.css"], outfile: join(outdir, "widget.css") },
 ];
 
 function report() {
-  for (const name of ["widget.js", "experiment.js", "widget.css"]) {
+  for (const name of ["widget.js", "experiment.js", "compare.js", "widget.css"]) {
     const bytes = readFileSync(join(outdir, name));
     const kb = (n) => `${(n / 1024).toFixed(1)} KB`;
     console.log(

@@ -24,6 +24,8 @@ def load_ipython_extension(shell: Any) -> None:
     shell.display_formatter.mimebundle_formatter.for_type_by_name(
         "dagmagic.evaluation.experiment", "Experiment", _display_experiment
     )
+    for name in ("RunComparison", "ExperimentComparison"):
+        shell.display_formatter.mimebundle_formatter.for_type_by_name("dagmagic.compare", name, _display_comparison)
     preload.preload_in_background(shell, registered)
 
 
@@ -39,6 +41,14 @@ def _display_experiment(
     from dagmagic.notebook.experiment_widget import experiment_display
 
     return experiment_display(experiment)
+
+
+def _display_comparison(
+    comparison: Any, include: Any = None, exclude: Any = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    from dagmagic.notebook.compare_widget import compare_display
+
+    return compare_display(comparison)
 
 
 def unload_ipython_extension(shell: Any) -> None:

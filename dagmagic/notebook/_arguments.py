@@ -26,8 +26,11 @@ def parse_words(
     options: tuple[str, ...],
     optional: tuple[str, ...] = (),
     flags: tuple[str, ...] = (),
+    pairs: tuple[str, ...] = (),
 ) -> Any:
-    """A subcommand's arguments, or a ``UsageError`` that shows its usage."""
+    """A subcommand's arguments, or a ``UsageError`` that shows its usage. ``pairs``: options taking two numbers
+    (``--rounds 1 2``).
+    """
     parser = argparse.ArgumentParser(prog=f"%dag {command}", add_help=False, exit_on_error=False)
     for name in positional:
         parser.add_argument(name)
@@ -37,6 +40,8 @@ def parse_words(
         parser.add_argument(option)
     for flag in flags:
         parser.add_argument(flag, action="store_true")
+    for pair in pairs:
+        parser.add_argument(pair, nargs=2, type=int, metavar=("A", "B"))
     try:
         return parser.parse_args(shlex.split(line))
     except (argparse.ArgumentError, SystemExit, ValueError) as exc:

@@ -4,7 +4,8 @@ The grid's state is compact, for experiments of thousands of cells: the cases an
 list per cell (``[case, config, status, score, cost, latency]``: positions in ``cases`` and ``configs``, and the
 score of the column shown). ``sync`` sends the experiment as it is now; the ``%%dag eval`` cell calls it at most
 a few times a second while cells change. Opening a cell shows its run's own widget (a ``DagWidget``) under the
-grid, through anywidget's widget composition (``WidgetTrait``, ``host.getWidget`` in the front end).
+grid, through anywidget's widget composition (``WidgetTrait``, ``host.getWidget`` in the front end); so does a
+comparison of two cells, or of two configs case by case (``dagmagic.compare``), in a compare widget.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import math
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anywidget
 import traitlets
@@ -23,8 +24,10 @@ from dagmagic.notebook.answering import AnsweringWidget, Reply
 from dagmagic.notebook.experiment_view import progress_line, summary_header, summary_rows
 
 if TYPE_CHECKING:
+    from dagmagic.compare import ExperimentComparison, RunComparison
     from dagmagic.engine import DagRun
     from dagmagic.evaluation import Experiment
+    from dagmagic.notebook.compare_widget import CompareWidget
 
 __all__ = ["ExperimentWidget", "experiment_display", "experiment_state"]
 
@@ -60,6 +63,9 @@ class ExperimentWidget(AnsweringWidget):
     """The run widget of the cell opened (None: none is)."""
     opened_cell = traitlets.Int(-1).tag(sync=True)
     opened_label = traitlets.Unicode("").tag(sync=True)
+    comparison = anywidget.WidgetTrait().tag(sync=True)
+    """The compare widget of the two cells or configs compared (None: none are)."""
+    comparison_label = traitlets.Unicode("").tag(sync=True)
 
     def __init__(
         self,
@@ -111,6 +117,55 @@ class ExperimentWidget(AnsweringWidget):
             self.opened_label = f"{cell.case_id} × {cell.config}{repetition} · run {run.run_id}"
         return run
 
+    def compare_cells(self, first: int, second: int) -> CompareWidget:
+        """Show the comparison of cells ``first`` and ``second`` under the grid (filling in while one runs)."""
+        from dagmagic.compare import compare
+        from dagmagic.notebook.compare_widget import CompareWidget
+
+        experiment = self.experiment
+        cells = []
+        for index in (first, second):
+            if not 0 <= index < len(experiment.cells):
+                raise DagError(f"there is no cell {index} in experiment {experiment.name!r}")
+            cell = experiment.cells[index]
+            if cell.run_id is None:
+                raise DagError(f"cell {cell.case_id} × {cell.config} has not started: it has no run to compare yet")
+            cells.append(cell)
+        if first == second:
+            raise DagError("choose two different cells to compare")
+
+        def rebuild(*_: Any) -> RunComparison:
+            return cast("RunComparison", compare(experiment, first, second))
+
+        view = CompareWidget(rebuild())
+        runs = (self.open_run(experiment, first), self.open_run(experiment, second))
+        if not all(run.done() for run in runs):
+            view.follow(runs[0], runs[1], rebuild)
+        labels = [f"{cell.case_id} × {cell.config}" for cell in cells]
+        self._show_comparison(view, f"{labels[0]} vs {labels[1]}")
+        return view
+
+    def compare_configs(self, first: str, second: str) -> CompareWidget:
+        """Show the comparison of configs ``first`` and ``second``, case by case, under the grid."""
+        from dagmagic.compare import compare
+        from dagmagic.notebook.compare_widget import CompareWidget, entries_of
+
+        if first == second:
+            raise DagError("choose two different configs to compare")
+        compared = cast("ExperimentComparison", compare(self.experiment, first, second))
+        entries, title = entries_of(compared)
+        view = CompareWidget(entries, title=title)
+        self._show_comparison(view, f"config {first} vs config {second}, case by case")
+        return view
+
+    def _show_comparison(self, view: Any, label: str) -> None:
+        earlier = self.comparison
+        with self.hold_sync():
+            self.comparison = view
+            self.comparison_label = label
+        if earlier is not None:
+            earlier.close()
+
 
 def _open(widget: ExperimentWidget, content: dict[str, Any]) -> Reply:
     index = content.get("cell")
@@ -137,7 +192,33 @@ def _show_score(widget: ExperimentWidget, content: dict[str, Any]) -> Reply:
     return None
 
 
-ExperimentWidget.handlers = {"open": _open, "close": _close, "show_score": _show_score}
+def _compare(widget: ExperimentWidget, content: dict[str, Any]) -> Reply:
+    cells, configs = content.get("cells"), content.get("configs")
+    if isinstance(configs, list) and len(configs) == 2 and all(isinstance(name, str) for name in configs):
+        widget.compare_configs(configs[0], configs[1])
+        return None
+    if (
+        isinstance(cells, list)
+        and len(cells) == 2
+        and all(isinstance(index, int) and not isinstance(index, bool) for index in cells)
+    ):
+        widget.compare_cells(cells[0], cells[1])
+        return None
+    raise DagError(f"a comparison takes two cells or two configs, not {content!r}")
+
+
+def _close_comparison(widget: ExperimentWidget, content: dict[str, Any]) -> Reply:
+    widget._show_comparison(None, "")
+    return None
+
+
+ExperimentWidget.handlers = {
+    "open": _open,
+    "close": _close,
+    "show_score": _show_score,
+    "compare": _compare,
+    "close_comparison": _close_comparison,
+}
 
 _widgets: weakref.WeakKeyDictionary[Experiment, ExperimentWidget] = weakref.WeakKeyDictionary()
 

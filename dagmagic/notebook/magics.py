@@ -230,6 +230,10 @@ class DagMagics(Magics):
                                    written by you): what did not change is kept, not asked again
             %dag diff A B [RUN]    what changed between rounds A and B
             %dag diff RUN          what changed between a replay and the run it replays
+            %dag compare A [B] [--rounds N M]
+                                   two runs side by side (A alone: its latest round against the round
+                                   it re-ran; --rounds: two rounds); %dag compare EXPERIMENT a b: two
+                                   configs of an experiment, case by case
             %dag stop              stop the running run gracefully
             %dag followup TEXT     steer the running run with a follow-up
             %dag trace [RUN]       every LLM call of a run: purpose, model, level, tokens, latency, cost

@@ -24,7 +24,16 @@ if TYPE_CHECKING:  # the engine loads on the first %%dag, not with the extension
     from dagmagic.settings import DagSettings
     from dagmagic.store import RunStore
 
-__all__ = ["NO_MODEL_HELP", "NO_STORE", "CellMagics", "NotebookSession", "names", "run_number", "take_back"]
+__all__ = [
+    "NO_MODEL_HELP",
+    "NO_STORE",
+    "CellMagics",
+    "NotebookSession",
+    "in_memory",
+    "names",
+    "run_number",
+    "take_back",
+]
 
 NO_MODEL_HELP = (
     "No model is configured for %%dag, and none could be picked: no OPENAI_API_KEY, ANTHROPIC_API_KEY or "
@@ -403,6 +412,12 @@ def take_back(run_id: str) -> DagRun:
     if _kernel is None:
         raise UsageError(f"run {run_id} is no longer in memory; dagmagic is not loaded here to read it back")
     return _kernel.taken_back(run_id)
+
+
+def in_memory(run_id: str) -> DagRun | None:
+    """Run ``run_id`` if this kernel's session holds it in memory (a view follows it live), else None."""
+    runs = _kernel.runs if _kernel is not None else []
+    return next((run for run in runs if run.run_id == run_id), None)
 
 
 def run_number(run_id: str) -> int | None:

@@ -2,6 +2,8 @@
 // shown, cost and latency; a progress bar with the line Python writes (its estimate of the time left included);
 // the summary per config. Clicking a grid cell asks the kernel to open that cell's run, whose own widget (the
 // run view of index.js) is then drawn under the grid through anywidget's widget composition (`host.getWidget`).
+// "Compare…" lets the user choose two grid cells, or two config columns: the kernel then opens their comparison (the
+// compare view of compare.js) under the grid the same way.
 //
 // The grid can hold thousands of cells: its rows are made once per set of cases and configs, and a sync only
 // rewrites the grid cells whose text changed. Redraws are coalesced into one per animation frame.
@@ -29,6 +31,8 @@ import { createRequests } from "./requests.js";
  * @property {string | null} opened  a widget reference ("anywidget:<id>") to the opened cell's run widget
  * @property {number} opened_cell
  * @property {string} opened_label
+ * @property {string | null} comparison  a widget reference to the compare widget of the cells or configs compared
+ * @property {string} comparison_label
  */
 
 /** @typedef {import("@anywidget/types").AnyModel<ExperimentTraits>} Model */
@@ -53,6 +57,8 @@ const TRAITS = /** @type {const} */ ([
   "opened",
   "opened_cell",
   "opened_label",
+  "comparison",
+  "comparison_label",
 ]);
 
 const MARKS = /** @type {Record<string, string>} */ ({
@@ -128,7 +134,18 @@ function render({ model, el, host }) {
 
   const title = h("b", { class: "dagmagic-experiment-name" });
   const scoreChoice = h("select", { class: "dagmagic-experiment-score", "aria-label": "score shown" });
-  const header = h("div", { class: "dagmagic-experiment-header" }, [title, scoreChoice]);
+  const compareButton = h(
+    "button",
+    {
+      class: "dagmagic-btn dagmagic-experiment-compare-button",
+      type: "button",
+      "aria-pressed": "false",
+      title: "choose two cells, or two config columns, to see them side by side",
+    },
+    ["Compare…"],
+  );
+  const compareHint = h("span", { class: "dagmagic-experiment-compare-hint", hidden: true });
+  const header = h("div", { class: "dagmagic-experiment-header" }, [title, scoreChoice, compareButton, compareHint]);
   const bar = h("div", { class: "dagmagic-experiment-bar-done" });
   const failedBar = h("div", { class: "dagmagic-experiment-bar-failed" });
   const progressBar = h("div", { class: "dagmagic-experiment-bar", role: "progressbar" }, [bar, failedBar]);
@@ -151,12 +168,20 @@ function render({ model, el, host }) {
     h("div", { class: "dagmagic-experiment-opened-header" }, [openedLabel, repetitions, closeButton]),
     openedView,
   ]);
+  const comparisonLabel = h("span", { class: "dagmagic-experiment-opened-label" });
+  const closeComparison = h("button", { class: "dagmagic-btn", type: "button" }, ["Close comparison"]);
+  const comparisonView = h("div", { class: "dagmagic-experiment-comparison-view" });
+  const comparisonBox = h("div", { class: "dagmagic-experiment-comparison", hidden: true }, [
+    h("div", { class: "dagmagic-experiment-opened-header" }, [comparisonLabel, closeComparison]),
+    comparisonView,
+  ]);
   const root = h("div", { class: "dagmagic dagmagic-experiment-view", "data-lm-suppress-shortcuts": "true" }, [
     header,
     progressBar,
     progressText,
     gridBox,
     message,
+    comparisonBox,
     opened,
     summary,
   ]);
@@ -169,6 +194,13 @@ function render({ model, el, host }) {
   let shownRef = null;
   /** @type {AbortController | null} */
   let childView = null;
+  /** @type {string | null} */
+  let comparedRef = null;
+  /** @type {AbortController | null} */
+  let comparedView = null;
+  /** What the user has chose to compare so far (while "Compare…" is pressed): cell indices, or config names. */
+  /** @type {{kind: "cells", values: number[]} | {kind: "configs", values: string[]} | null} */
+  let picking = null;
 
   /** @param {ExperimentTraits} state */
   function drawShape(state) {
@@ -177,7 +209,7 @@ function render({ model, el, host }) {
     shape = next;
     headRow.replaceChildren(
       h("th", {}, ["case"]),
-      ...state.configs.map((config) => h("th", { scope: "col" }, [config])),
+      ...state.configs.map((config) => h("th", { scope: "col", "data-config": config }, [config])),
     );
     gridCells = new Map();
     body.replaceChildren(
@@ -268,6 +300,69 @@ function render({ model, el, host }) {
     );
   }
 
+  /**
+   * Draws the widget `ref` names (through the host) in `into`; the returned controller stops that view.
+   * @param {string} ref
+   * @param {HTMLElement} into
+   * @param {string} what
+   */
+  function drawChild(ref, into, what) {
+    const view = new AbortController();
+    if (!host?.getWidget) {
+      into.textContent = `This front end cannot draw a ${what} inside another widget.`;
+      return view;
+    }
+    host
+      .getWidget(ref)
+      .then((child) => (view.signal.aborted ? undefined : child.render({ el: into, signal: view.signal })))
+      .catch((/** @type {unknown} */ err) => {
+        if (view.signal.aborted) return;
+        log.error(`could not draw the ${what}`, err);
+        into.textContent = `Could not draw the ${what}: ${err instanceof Error ? err.message : String(err)}`;
+      });
+    return view;
+  }
+
+  /** @param {ExperimentTraits} state */
+  function drawComparison(state) {
+    const ref = typeof state.comparison === "string" && state.comparison ? state.comparison : null;
+    comparisonBox.hidden = ref === null;
+    comparisonLabel.textContent = state.comparison_label ? `Comparing ${state.comparison_label}` : "";
+    if (ref === comparedRef) return;
+    comparedRef = ref;
+    comparedView?.abort();
+    comparedView = null;
+    comparisonView.replaceChildren();
+    if (ref !== null) comparedView = drawChild(ref, comparisonView, "comparison");
+  }
+
+  /** The cells and columns chosen so far, marked; the hint says what is left to choose. */
+  function drawPicking() {
+    compareButton.setAttribute("aria-pressed", String(picking !== null));
+    compareHint.hidden = picking === null;
+    const chosen = picking?.values.length ?? 0;
+    compareHint.textContent =
+      picking === null
+        ? ""
+        : chosen === 0
+          ? "Choose two cells (of one case), or two config columns."
+          : `Choose one more ${picking.kind === "cells" ? "cell" : "config column"}.`;
+    for (const td of gridCells.values()) {
+      const index = Number(td.dataset.cell ?? "-1");
+      td.classList.toggle(
+        "dagmagic-experiment-cell--picked",
+        picking?.kind === "cells" && picking.values.includes(index),
+      );
+    }
+    for (const th of headRow.querySelectorAll("th[data-config]")) {
+      const config = th.getAttribute("data-config") ?? "";
+      th.classList.toggle(
+        "dagmagic-experiment-config--picked",
+        picking?.kind === "configs" && picking.values.includes(config),
+      );
+    }
+  }
+
   /** @param {ExperimentTraits} state */
   function drawOpened(state) {
     const ref = typeof state.opened === "string" && state.opened ? state.opened : null;
@@ -285,16 +380,7 @@ function render({ model, el, host }) {
         "This front end cannot draw a run inside another widget: show it with %dag show and the run id above.";
       return;
     }
-    const view = new AbortController();
-    childView = view;
-    host
-      .getWidget(ref)
-      .then((child) => (view.signal.aborted ? undefined : child.render({ el: openedView, signal: view.signal })))
-      .catch((/** @type {unknown} */ err) => {
-        if (view.signal.aborted) return;
-        log.error("could not draw the run", err);
-        openedView.textContent = `Could not draw the run: ${err instanceof Error ? err.message : String(err)}`;
-      });
+    childView = drawChild(ref, openedView, "run");
   }
 
   /**
@@ -342,6 +428,8 @@ function render({ model, el, host }) {
       drawCells(state);
       drawSummary(state);
       drawOpened(state);
+      drawComparison(state);
+      drawPicking();
     } catch (err) {
       log.error("could not draw the experiment", err);
     }
@@ -370,13 +458,54 @@ function render({ model, el, host }) {
     if (!(target instanceof HTMLTableCellElement)) return;
     const index = Number(target.dataset.cell ?? "-1");
     if (index < 0) {
-      message.textContent = "This cell has not started: it has no run to open yet.";
+      message.textContent = `This cell has not started: it has no run to ${picking ? "compare" : "open"} yet.`;
+      return;
+    }
+    if (picking) {
+      pick("cells", index);
       return;
     }
     if (index === model.get("opened_cell")) ask("close", {});
     else ask("open", { cell: index });
   }
 
+  /**
+   * Adds a cell or a config to those chosen to compare; with two, asks the kernel for their comparison.
+   * @param {"cells" | "configs"} kind
+   * @param {number | string} value
+   */
+  function pick(kind, value) {
+    if (!picking) return;
+    const values = picking.kind === kind ? [...picking.values] : [];
+    const at = values.indexOf(/** @type {never} */ (value));
+    if (at >= 0) values.splice(at, 1);
+    else values.push(/** @type {never} */ (value));
+    picking = /** @type {typeof picking} */ ({ kind, values });
+    if (values.length === 2) {
+      picking = null;
+      ask("compare", { [kind]: values });
+    }
+    drawPicking();
+  }
+
+  compareButton.addEventListener(
+    "click",
+    () => {
+      picking = picking ? null : { kind: "cells", values: [] };
+      message.textContent = "";
+      drawPicking();
+    },
+    { signal },
+  );
+  headRow.addEventListener(
+    "click",
+    (event) => {
+      const th = event.target instanceof Element ? event.target.closest("th[data-config]") : null;
+      if (picking && th) pick("configs", th.getAttribute("data-config") ?? "");
+    },
+    { signal },
+  );
+  closeComparison.addEventListener("click", () => ask("close_comparison", {}), { signal });
   body.addEventListener("click", openFrom, { signal });
   body.addEventListener(
     "keydown",
@@ -412,6 +541,7 @@ function render({ model, el, host }) {
       clearTimeout(frame);
     }
     childView?.abort();
+    comparedView?.abort();
     requests.dispose();
     for (const [event, handler] of handlers) model.off(event, handler);
     controller.abort();

@@ -217,3 +217,54 @@ describe("the experiment grid", () => {
     expect(removed).toBeGreaterThanOrEqual(added);
   });
 });
+
+describe("comparing from the grid", () => {
+  it("asks for the comparison of two chosen cells, or two config columns, and draws it through the host", async () => {
+    const model = fakeModel(state());
+    const rendered = vi.fn(async ({ el }) => el.append("the compare view"));
+    const host = { getWidget: vi.fn(async () => ({ render: rendered })) };
+    const el = draw(model, host);
+    const button = /** @type {HTMLButtonElement} */ (el.querySelector(".dagmagic-experiment-compare-button"));
+    button.click();
+    expect(button.getAttribute("aria-pressed")).toBe("true");
+    expect(el.querySelector(".dagmagic-experiment-compare-hint")?.textContent).toContain("two config columns");
+    const grid = el.querySelectorAll("td.dagmagic-experiment-cell");
+    /** @type {HTMLElement} */ (grid[0]).click();
+    expect(grid[0].classList).toContain("dagmagic-experiment-cell--picked");
+    expect(model.requests()).toEqual([]); // one cell: not yet, and no run opened
+    /** @type {HTMLElement} */ (grid[1]).click();
+    expect(model.lastRequest()).toEqual({ type: "compare", cells: [0, 1] });
+    expect(button.getAttribute("aria-pressed")).toBe("false");
+    expect(grid[0].classList).not.toContain("dagmagic-experiment-cell--picked");
+
+    button.click();
+    const headers = el.querySelectorAll("thead th[data-config]");
+    /** @type {HTMLElement} */ (headers[1]).click();
+    /** @type {HTMLElement} */ (headers[0]).click();
+    expect(model.lastRequest()).toEqual({ type: "compare", configs: ["big", "small"] });
+
+    model.set("comparison", "anywidget:compare-1");
+    model.set("comparison_label", "config small vs config big, case by case");
+    await frame();
+    const box = /** @type {HTMLElement} */ (el.querySelector(".dagmagic-experiment-comparison"));
+    expect(box.hidden).toBe(false);
+    expect(box.textContent).toContain("Comparing config small vs config big");
+    expect(host.getWidget).toHaveBeenCalledWith("anywidget:compare-1");
+    await frame();
+    expect(box.textContent).toContain("the compare view");
+    box.querySelector("button")?.click();
+    expect(model.lastRequest()).toEqual({ type: "close_comparison" });
+    model.set("comparison", null);
+    await frame();
+    expect(box.hidden).toBe(true);
+  });
+
+  it("a cell not started cannot be chosen", () => {
+    const model = fakeModel(state());
+    const el = draw(model);
+    /** @type {HTMLElement} */ (el.querySelector(".dagmagic-experiment-compare-button")).click();
+    /** @type {HTMLElement} */ (el.querySelectorAll("td.dagmagic-experiment-cell")[3]).click();
+    expect(el.querySelector(".dagmagic-experiment-message")?.textContent).toContain("no run to compare yet");
+    expect(model.requests()).toEqual([]);
+  });
+});

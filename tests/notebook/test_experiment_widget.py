@@ -182,3 +182,54 @@ async def test_a_running_experiment_shows_as_it_is_now_without_a_widget(monkeypa
     assert WIDGET_VIEW not in bundle and "running" in bundle["text/html"]
     await experiment.wait()
     await asyncio.sleep(0)
+
+
+async def test_two_cells_or_two_configs_open_their_comparison_under_the_grid() -> None:
+    from dagmagic.notebook.compare_widget import CompareWidget
+
+    experiment = await two_by_two()
+    widget = ExperimentWidget(experiment)
+    front_end = FrontEnd(widget)
+    assert front_end.ask("compare", cells=[0, 1]) == {"ok": True, "value": None}
+    view = widget.comparison
+    assert isinstance(view, CompareWidget) and widget.comparison_label == "louvre × small vs louvre × big"
+    (entry,) = view.comparisons
+    compared = entry["comparison"]
+    assert (compared["a"]["label"], compared["b"]["label"]) == ("config small", "config big")
+    assert not view.following  # both cells had ended
+    assert WIDGET_VIEW not in json.dumps(widget.get_state())  # a reference to the child widget, not its view
+
+    assert front_end.ask("compare", configs=["small", "big"])["ok"] is True
+    assert view.comm is None  # the earlier comparison's widget is closed
+    view = widget.comparison
+    assert isinstance(view, CompareWidget)
+    assert [entry["title"] for entry in view.comparisons] == ["louvre", "b"]
+    assert view.title == "towns: config small vs config big"
+    assert widget.comparison_label == "config small vs config big, case by case"
+
+    assert "no config 'huge'" in front_end.ask("compare", configs=["small", "huge"])["error"]
+    assert front_end.ask("compare", cells=[0, 0])["error"] == "choose two different cells to compare"
+    assert "two cells or two configs" in front_end.ask("compare", cells=[0])["error"]
+    assert front_end.ask("close_comparison") == {"ok": True, "value": None}
+    assert widget.comparison is None and widget.comparison_label == ""
+    widget.close()
+
+
+async def test_a_comparison_of_cells_still_running_fills_in_until_both_have_ended() -> None:
+    small, big = scripted("Lyon", latency=0.1), scripted("Paris", latency=0.15)
+    session = session_over(small)
+    SESSIONS[:] = [session]
+    configs = {"small": {"models": {"smart": small}}, "big": {"models": {"smart": big}}}
+    experiment = session.start_evaluation([{"goal": "Where is the Louvre?", "id": "louvre"}], configs=configs)
+    while not all(cell.run_id is not None for cell in experiment.cells):
+        await asyncio.sleep(0.01)
+    widget = ExperimentWidget(experiment)
+    view = widget.compare_cells(0, 1)
+    assert view.following and view.live
+    await experiment
+    await asyncio.sleep(0.05)
+    assert not view.following and view.live is False
+    compared = view.comparisons[0]["comparison"]
+    assert (compared["a"]["status"], compared["b"]["status"]) == ("done", "done")
+    assert any(piece["op"] == "added" and "Paris" in piece["text"] for piece in compared["answer"])
+    widget.close()

@@ -202,7 +202,7 @@ def test_the_repr_is_deterministic() -> None:
     widget.close()
 
 
-@pytest.mark.parametrize("name", ["widget.js", "experiment.js", "widget.css"])
+@pytest.mark.parametrize("name", ["widget.js", "experiment.js", "compare.js", "widget.css"])
 def test_the_bundle_is_shipped(name: str) -> None:
     from dagmagic.notebook import widget
 

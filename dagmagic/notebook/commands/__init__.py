@@ -18,6 +18,7 @@ from typing import Any
 from IPython.core.error import UsageError
 
 from dagmagic.errors import ConfigurationError
+from dagmagic.notebook.commands.comparing import compare, comparison
 from dagmagic.notebook.commands.config import config, models
 from dagmagic.notebook.commands.history import diff, export, history, show, trace
 from dagmagic.notebook.commands.running import demo, demo_in_background, fork, replay, replay_line, rerun, resume
@@ -26,6 +27,7 @@ from dagmagic.notebook.session import NotebookSession
 
 __all__ = [
     "COMMANDS",
+    "comparison",
     "demo",
     "dispatch",
     "fork",
@@ -97,6 +99,7 @@ COMMANDS: dict[str, Command] = {
     "step": step,
     "skip": skip,
     "diff": diff,
+    "compare": compare,
     "stop": stop,
     "followup": followup,
     "trace": trace,
