@@ -39,7 +39,14 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("engine", ("dagmagic.engine",)),
     (
         "session",
-        ("dagmagic.session", "dagmagic._session", "dagmagic.evaluation", "dagmagic.tracing", "dagmagic.testing"),
+        (
+            "dagmagic.session",
+            "dagmagic._session",
+            "dagmagic.evaluation",
+            "dagmagic.tracing",
+            "dagmagic.testing",
+            "dagmagic.compare",  # runs side by side: what the notebook's views draw
+        ),
     ),
     ("notebook", ("dagmagic.notebook", "dagmagic.server")),
     ("package", ("dagmagic", "dagmagic.__main__")),
