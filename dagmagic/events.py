@@ -39,6 +39,7 @@ __all__ = [
     "PhaseChanged",
     "PlanReady",
     "Replanning",
+    "ResultEdited",
     "RoundStarted",
     "RunFinished",
     "RunStarted",
@@ -207,6 +208,15 @@ class StepCompleted(_Event):
     error: str | None = None
 
 
+class ResultEdited(_Event):
+    """The user wrote a step's result (``run.what_if``): the round ``round`` continues from it."""
+
+    type: Literal["result_edited"] = "result_edited"
+    round: int
+    step_id: str
+    result: str
+
+
 class AnalysisReady(_Event):
     """The analyzer judged the round."""
 
@@ -337,6 +347,7 @@ Event = Annotated[
     | StepPaused
     | ApprovalRequested
     | StepCompleted
+    | ResultEdited
     | AnalysisReady
     | Replanning
     | AnswerDelta

@@ -183,12 +183,16 @@ class RetryNow(_StepMessage):
 
 
 class Rerun(_StepMessage):
-    """Re-run a step of the latest round (with a new ``task`` or ``model``) and what depends on it."""
+    """Re-run a step of the latest round (with a new ``task`` or ``model``) and what depends on it; with a
+    ``result``, take that text as the step's result instead of running it (``run.what_if``) and re-run only what
+    depends on it.
+    """
 
     type: Literal["rerun"] = "rerun"
     step: str
     task: str | None = None
     model: str | None = None
+    result: str | None = None
 
 
 Origin = Literal["new", "resume"] | Rerun

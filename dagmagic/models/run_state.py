@@ -102,6 +102,8 @@ class PlanStep(BaseModel):
     """Where the step is in its life."""
     result: str | None = None
     """The step's answer (or its partial notes when it failed)."""
+    edited: bool = False
+    """The user wrote ``result`` (``run.what_if``, a fork with ``result=``): the step did not run for it."""
     error: str | None = None
     """Why it failed or was skipped."""
     attempts: int = 0
@@ -304,6 +306,8 @@ class RoundRecord(BaseModel):
     """The round this one re-ran a step of (``run.rerun``): its other steps are that round's, kept."""
     rerun_step: str | None = None
     """The step the user re-ran."""
+    what_if: bool = False
+    """The user wrote ``rerun_step``'s result (``run.what_if``): it did not run again, only what depends on it did."""
     approval: Literal["pending", "approved", "rejected"] | None = None
     """Where the plan stands when plans wait for the user's approval (None when they do not)."""
     follow_ups: list[str] = Field(default_factory=list)

@@ -61,7 +61,7 @@ ROUND_EVENTS = frozenset(
 """The events that change a round's row (and, ``plan_ready``, its steps)."""
 RUN_EVENTS = (PhaseChanged, AnswerReady, AnswerCleared, UserAction, RunFinished)
 """The events (besides ``RunStarted``) that change the run's row."""
-_ROUND_EXTRA = {"rerun_of", "rerun_step", "approval", "follow_ups", "answered_follow_ups", "plan_cut"}
+_ROUND_EXTRA = {"rerun_of", "rerun_step", "what_if", "approval", "follow_ups", "answered_follow_ups", "plan_cut"}
 """RoundRecord fields kept as JSON in ``rounds.extra`` (schema 2)."""
 _RUN_TABLES = ("rounds", "steps", "calls", "events")
 """The tables holding a run's rows besides ``runs``."""

@@ -26,6 +26,7 @@ __all__ = [
     "STOPPED_BEFORE_ROUND",
     "STOPPED_WHILE_PLANNING",
     "UNANSWERED",
+    "WHAT_IF",
     "answer_rerun",
     "completed",
     "decide",
@@ -51,6 +52,7 @@ NOT_REACHED = "The verdict found the goal not reached: the answer it began to wr
 INTERRUPTED_WHILE_PLANNING = "Interrupted while planning: planned again, keeping what completed."
 REJECTED = "The user rejected this plan: {feedback}"
 RERUN = "{step} is re-run: the answer is written again from the new results."
+WHAT_IF = "{step}'s result was edited by you: the answer is written again from what follows from it."
 UNANSWERED = "{models} did not answer: no new round would fare better; answering from what completed."
 OUT_OF_BUDGET = "Stopped: {budget}: answering from what completed."
 
@@ -125,7 +127,11 @@ def planned_again(free: bool) -> Decision:
 def answer_rerun(record: RoundRecord, *, stopped: bool) -> Decision:
     """A round that re-ran a step: answer again from its new results, whatever the verdict."""
     reason = (
-        f"Re-ran {record.rerun_step} of round {record.rerun_of} and what depends on it: answering from the new results."
+        f"Continued from round {record.rerun_of} with {record.rerun_step}'s result edited by you, re-running what "
+        "depends on it: answering from the new results."
+        if record.what_if
+        else f"Re-ran {record.rerun_step} of round {record.rerun_of} and what depends on it: answering from the new "
+        "results."
     )
     return Decision(action="synthesize", reason=reason, counts_against_budget=False, partial=stopped)
 

@@ -11,6 +11,7 @@ when it is not the run's. Each transition's return type is the list of phases it
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,7 @@ from dagmagic.engine.loop.decisions import (
     NOT_REACHED,
     RERUN,
     STOPPED_BEFORE_ROUND,
+    WHAT_IF,
     out_of_budget,
     planned_again,
     reusable,
@@ -38,13 +40,14 @@ from dagmagic.events import (
     AnswerReady,
     PlanReady,
     Replanning,
+    ResultEdited,
     RoundStarted,
     RunWarning,
     StepCompleted,
 )
 from dagmagic.llm import ChatModel
 from dagmagic.messages import Rerun
-from dagmagic.models import AnalysisResult, Decision, ExecutionPlan, PlanStep, RoundRecord
+from dagmagic.models import AnalysisResult, Decision, ExecutionPlan, PlanStep, RoundRecord, Usage
 
 if TYPE_CHECKING:
     from dagmagic.engine.loop.driver import GoalLoop
@@ -154,8 +157,12 @@ class Drive:
         source = run.rounds[-1]
         again = _downstream(source.plan, message.step)
         task = message.task.strip() if message.task else None
+        if message.result is not None:  # what if it had said this: it does not run, what depends on it does
+            again.discard(message.step)
         steps = [
-            step.model_copy(deep=True)
+            _edited(step, message.result)
+            if step.id == message.step and message.result is not None
+            else step.model_copy(deep=True)
             if step.id not in again
             else PlanStep(
                 id=step.id,
@@ -170,11 +177,16 @@ class Drive:
         ]
         index = len(run.rounds) + 1
         plan = ExecutionPlan(goal=source.plan.goal, query=source.plan.query, steps=steps, round=index)
-        record = RoundRecord(index=index, plan=plan, free=True, rerun_of=source.index, rerun_step=message.step)
+        what_if = message.result is not None
+        record = RoundRecord(
+            index=index, plan=plan, free=True, rerun_of=source.index, rerun_step=message.step, what_if=what_if
+        )
         run.inbox.new_round()
         run.emit(RoundStarted(round=index))
         run.rounds.append(record)
-        self.clear_answer(run, RERUN.format(step=message.step))
+        if what_if:
+            run.emit(ResultEdited(round=index, step_id=message.step, result=plan.step(message.step).result or ""))
+        self.clear_answer(run, (WHAT_IF if what_if else RERUN).format(step=message.step))
         return Executing.of(self, record, plan, reusable(run.rounds[:-2]))
 
     # --- transitions
@@ -314,6 +326,19 @@ class Drive:
 def _plan_whole(run: DagRun, record: RoundRecord) -> bool:
     """Whether the round's plan was whole: ``PlanReady`` marks it (a streaming plan's steps come before it)."""
     return any(isinstance(event, PlanReady) and event.round == record.index and not event.depth for event in run.events)
+
+
+def _edited(step: PlanStep, result: str) -> PlanStep:
+    """``step`` as the user says it ended: completed with ``result``, which no model wrote (nor any tool)."""
+    now = time.time()
+    return step.model_copy(
+        update={
+            "status": "completed", "result": result, "error": None, "edited": True, "usage": Usage(),
+            "tool_calls": [], "warnings": [], "queued_at": now, "started_at": now, "completed_at": now,
+            "subrun_state": None,
+        },
+        deep=True,
+    )  # fmt: skip
 
 
 def _downstream(plan: ExecutionPlan, step_id: str) -> set[str]:

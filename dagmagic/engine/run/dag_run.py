@@ -14,7 +14,7 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 from dagmagic._secrets import mask_secrets
-from dagmagic.engine.run.inbox import FOLLOW_UP_OUTLOOK, Inbox
+from dagmagic.engine.run.inbox import FOLLOW_UP_OUTLOOK, NOT_ENDED, Inbox
 from dagmagic.engine.run.queries import RunQueries
 from dagmagic.errors import DagError, RunFailedError
 from dagmagic.events import (
@@ -250,6 +250,12 @@ class DagRun(RunQueries):
         (``dagmagic.engine.run.inbox.EFFECTS``). False when there was nothing to act on; ``DagError`` (or
         ``ValueError`` for a malformed message) says why one cannot be taken now.
         """
+        if self.read_only and self.done():
+            raise DagError(
+                f"run {self.run_id} was read back from the run store and does not run here; take it back with "
+                f"`session.reopen({self.run_id!r})` to re-run a step or edit a result, or fork it: "
+                "`await run.fork(at='s1', ...)`."
+            )
         if self.read_only:
             raise DagError(
                 f"run {self.run_id} was read back from the run store and does not run here; "
@@ -333,11 +339,31 @@ class DagRun(RunQueries):
         """Re-run ``step_id`` and what depends on it (see ``start_rerun``); the run once answered again."""
         return await self.start_rerun(step_id, task=task, model=model).wait(cancel_with_waiter=True)
 
+    def start_what_if(self, step_id: str, *, result: str) -> DagRun:
+        """Start a new round where ``step_id`` of the latest round said ``result`` (your text; the step does not
+        run): the steps that depend on it run again, everything else is kept, then the run judges and answers
+        again. The edit is recorded (``ResultEdited``; the step is ``edited``, its round ``what_if``). Returns the
+        run at once; ``await`` it for its end. ``dagmagic.compare(run)`` then compares the round with the one
+        before.
+        """
+        if not isinstance(result, str):
+            raise TypeError(f"what_if() takes the step's new result as text, got {type(result).__name__}")
+        self.send(Rerun(step=step_id, result=result))
+        return self
+
+    async def what_if(self, step_id: str, *, result: str) -> DagRun:
+        """What if ``step_id`` had said ``result`` (see ``start_what_if``); the run once answered again."""
+        return await self.start_what_if(step_id, result=result).wait(cancel_with_waiter=True)
+
     def _check_rerun(self, message: Rerun) -> None:
+        act = "continue from an edited result" if message.result is not None else "re-run a step"
         if self._driver is None:
-            raise DagError("this run was not started here, so it cannot re-run a step; resume it first")
+            raise DagError(
+                f"this run was not started here, so it cannot {act}; take it back first with "
+                f"`session.reopen({self.run_id!r})` (or fork it: `run.fork(at=...)`)"
+            )
         if not self.done():
-            raise DagError("a step can be re-run once the run has ended: wait for it, or stop() it first")
+            raise DagError(NOT_ENDED[message.result is not None])
         if message.step not in self.steps:
             known = ", ".join(self.steps) or "none"
             raise DagError(f"no step {message.step!r} in the latest round (its steps: {known})")

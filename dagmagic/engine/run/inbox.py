@@ -51,7 +51,17 @@ from dagmagic.messages import (
 )
 from dagmagic.models import PlanStep, RunPhase, RunState
 
-__all__ = ["EFFECTS", "FOLLOW_UP_OUTLOOK", "INTERRUPTED", "Effect", "Inbox", "Interrupted", "ReceivingPhase", "Word"]
+__all__ = [
+    "EFFECTS",
+    "FOLLOW_UP_OUTLOOK",
+    "INTERRUPTED",
+    "NOT_ENDED",
+    "Effect",
+    "Inbox",
+    "Interrupted",
+    "ReceivingPhase",
+    "Word",
+]
 
 T = TypeVar("T")
 
@@ -130,6 +140,12 @@ class Interrupted:
 
 
 INTERRUPTED: Final = Interrupted()
+
+NOT_ENDED: Final = (
+    "a step can be re-run once the run has ended: wait for it, or stop() it first",
+    "a step's result can be edited (what_if) once the run has ended: wait for it, or stop() it first",
+)
+"""Why a re-run (``[False]``) or a what-if (``[True]``) waits for the run's end."""
 
 
 class ReceivingPhase(Protocol):
@@ -291,7 +307,7 @@ class Inbox:
                 state = "not in the latest round" if step is None else step.status
                 return f"step {message.describe()!r} cannot be skipped: it is {state}"
             case "rerun":
-                return "a step can be re-run once the run has ended: wait for it, or stop() it first"
+                return NOT_ENDED[isinstance(message, Rerun) and message.result is not None]
         return f"{message.type} cannot be taken while the run is {where}"
 
     def _latest_steps(self) -> dict[str, PlanStep]:
