@@ -30,8 +30,6 @@ __all__ = [
     "answer_unreached",
     "follow_ups",
     "inert_markdown",
-    "is_edited",
-    "is_what_if",
     "markdown_html",
     "picture",
     "round_label",
@@ -99,7 +97,10 @@ def step_rows(plan: ExecutionPlan | None) -> list[tuple[str, str, str, str, str,
         if is_tool_step(step):
             task = f"{task} · {call_text(step)}"
             model = model if fell_back(step) else "direct call" if direct_call(step) else "tool call"
-        status = f"{step.status}, {EDITED}" if is_edited(step) else step.status
+        if step.edited:  # the user wrote its result: no model did
+            status, model = f"{step.status}, {EDITED}", ""
+        else:
+            status = step.status
         rows.append((step.id, status, task, model, seconds, _short(outcome or "")))
     return rows
 
@@ -197,23 +198,13 @@ EDITED = "result edited by you"
 """What every view says of a step whose result the user wrote (``run.what_if``)."""
 
 
-def is_edited(step: PlanStep) -> bool:
-    """Whether the step's result is the user's, not a model's (``run.what_if``)."""
-    return bool(getattr(step, "edited", False))
-
-
-def is_what_if(record: RoundRecord) -> bool:
-    """Whether the round continued from another with a step's result edited by the user (``run.what_if``)."""
-    return bool(getattr(record, "what_if", False))
-
-
 def round_origin(record: RoundRecord) -> str:
     """Where a re-run round came from, in words: "re-run of round 1 (s2)", or for a what-if round "continued from
     round 1 with s2's result edited by you" ("" for a round that is neither).
     """
     if record.rerun_of is None:
         return ""
-    if is_what_if(record):
+    if record.what_if:
         return f"continued from round {record.rerun_of} with {record.rerun_step}'s {EDITED}"
     return f"re-run of round {record.rerun_of} ({record.rerun_step})"
 
@@ -222,7 +213,7 @@ def what_if_line(run: DagRun, record: RoundRecord) -> str:
     """A what-if round in one line: "what if s2 had said …" with the start of what the user wrote ("" for
     another round).
     """
-    if not is_what_if(record) or record.rerun_step is None:
+    if not record.what_if or record.rerun_step is None:
         return ""
     step = next((s for s in record.plan.steps if s.id == record.rerun_step), None)
     said = f" “{_short(step.result)}”" if step is not None and step.result else ""
@@ -315,7 +306,7 @@ def _step_html(step: PlanStep, *, reused: bool = False) -> str:
     e = html.escape
     seconds = f" · {step.run_time:.1f}s" if step.run_time is not None else ""
     status = _reused_words(step) if reused else step.status
-    if is_edited(step):
+    if step.edited:
         status = f"{status} · {EDITED}"
     head = f"<b>{e(step.id)}</b> · {e(status)}{seconds} · {e(_short(step.task))}"
     body = [_tool_call_html(step)] if is_tool_step(step) else []

@@ -161,7 +161,7 @@ def _svg_node(step: PlanStep, x: float, y: float, w: float, h: float, *, reused:
     color = STATUS_COLORS.get(step.status, "#9e9e9e")
     room = w - 2 * PADDING
     status, dashes = ("reused", ' stroke-dasharray="4 3"') if reused else (step.status, "")
-    edited = not reused and bool(getattr(step, "edited", False))  # its result is the user's (run.what_if)
+    edited = not reused and step.edited  # its result is the user's (run.what_if)
     status += ", result edited by you" if edited else ""
     before = "" if reused else f"{STATUS_GLYPHS.get(step.status, '?')} "
     after = " · reused" if reused else " · edited" if edited else " · tool" if is_tool_step(step) else ""

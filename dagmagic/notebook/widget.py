@@ -263,10 +263,7 @@ def _what_if(widget: DagWidget, content: dict[str, Any]) -> Reply:
     result = content.get("result")
     if not isinstance(result, str) or not result.strip():
         raise DagError("write the result the step should have given: it is empty")
-    start = getattr(widget.run, "start_what_if", None)
-    if start is None:
-        raise DagError("continuing with an edited result needs a newer dagmagic (run.start_what_if is missing)")
-    start(str(content.get("step", "")), result=result)
+    widget.run.start_what_if(str(content.get("step", "")), result=result)
     return None
 
 

@@ -135,7 +135,7 @@ def _round_state(record: RoundRecord, run: DagRun) -> dict[str, Any]:
         "index": record.index,
         "rerun_of": record.rerun_of,
         "rerun_step": record.rerun_step,
-        "what_if": bool(getattr(record, "what_if", False)),
+        "what_if": record.what_if,
         "approval": record.approval,
         "follow_ups": [cap(text, 500) for text in record.follow_ups],
         "answered_follow_ups": [cap(text, 500) for text in record.answered_follow_ups],
@@ -211,7 +211,7 @@ def _diff_state(run: DagRun, record: RoundRecord) -> list[dict[str, Any]] | None
     if rerun is not None and record.rerun_of == base and not any(change["id"] == rerun for change in changes):
         # the step the user re-ran came back the same: say it ran again, not that nothing happened (or, its
         # result edited to what it was, that the user gave it)
-        change = "edited" if getattr(record, "what_if", False) else "re-run"
+        change = "edited" if record.what_if else "re-run"
         changes.insert(0, {"id": rerun, "change": change, "fields": [], "round": record.index, "was": None})
     return changes
 
@@ -246,7 +246,7 @@ def _step_state(step: PlanStep) -> dict[str, Any]:
         "id": step.id,
         "task": step.task,
         "status": step.status,
-        "edited": bool(getattr(step, "edited", False)),
+        "edited": step.edited,
         "dependencies": list(step.dependencies),
         "model": step.model,
         "tool_hint": step.tool_hint,

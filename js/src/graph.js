@@ -161,13 +161,13 @@ function renderNode(node, box, now, selected, interactive) {
   const head = shorten(`${glyph} ${node.id}`, Math.max(chars - stats.length - 1, 4));
   const toolStep = isToolStep(node);
   const tool = toolStep ? "" : toolLabel(node); // a tool step's call names its tool
-  const model = toolStep && !fellBack(node) ? "" : shortModel(node.model ?? node.model_hint);
+  const edited = Boolean(node.edited); // its result is the user's: no model wrote it
+  const model = edited || (toolStep && !fellBack(node)) ? "" : shortModel(node.model ?? node.model_hint);
   const call = toolStep ? callText(node, 24) : "";
 
   const subrun = node.subrun ?? null;
   const reused = node.reused_from ?? null; // carried over by a re-run: its result is round `reused`'s
   const status = subrun ? `${node.status}, sub-DAG ${subrun.status}` : node.status;
-  const edited = Boolean(node.edited); // its result is the user's: no model wrote it
   const described =
     reused !== null ? `${status}, reused from round ${reused}` : edited ? `${status}, result edited by you` : status;
   const callNote = toolStep ? `, a direct call of ${toolName(node)}` : "";

@@ -34,9 +34,17 @@ function whatIfRound(state, text) {
     what_if: true,
     nodes: round2.nodes.map((/** @type {any} */ n) =>
       n.id === "c"
-        ? { ...n, result: text, edited: true, model: null, input_tokens: 0, output_tokens: 0, reused_from: null }
+        ? {
+            ...n,
+            result: text,
+            edited: true,
+            model: "openai/gpt-4o",
+            input_tokens: 0,
+            output_tokens: 0,
+            reused_from: null,
+          }
         : n.id === "e"
-          ? { ...n, result: "Result of e, again", reused_from: null }
+          ? { ...n, result: "Result of e, again", model: "openai/gpt-4o", reused_from: null }
           : { ...n, reused_from: 2 },
     ),
     diff: [
@@ -155,6 +163,8 @@ describe("what if this step had said…", () => {
     expect(box.getAttribute("data-edited")).toBe("true");
     expect(box.querySelector(".dagmagic-badge-edited")?.textContent).toBe("edited by you");
     expect(box.getAttribute("aria-label")).toContain("result edited by you");
+    expect(box.querySelector(".dagmagic-badge-model")).toBeNull(); // no model wrote it
+    expect(nodeEl(el, "e", 3).querySelector(".dagmagic-badge-model")).not.toBeNull(); // a model ran it
     expect(nodeEl(el, "e", 3).querySelector(".dagmagic-badge-edited")).toBeNull(); // it ran again: a model's result
     expect(nodeEl(el, "e", 3).classList.contains("dagmagic-node--reused")).toBe(false);
     expect(nodeEl(el, "a", 3).classList.contains("dagmagic-node--reused")).toBe(true);
@@ -163,6 +173,8 @@ describe("what if this step had said…", () => {
     expect(detail.querySelector(".dagmagic-edited-pill")?.textContent).toBe("result edited by you");
     expect(detail.querySelector(".dagmagic-detail-result-head h4")?.textContent).toBe("Result (result edited by you)");
     expect(detail.querySelector(".dagmagic-detail-result img")).toBeNull();
+    const model = [...detail.querySelectorAll("dt")].find((dt) => dt.textContent === "Model");
+    expect(model?.nextElementSibling?.textContent).toBe("none: the result edited by you");
     expect(/** @type {any} */ (window).pwned).toBeUndefined();
     const area = /** @type {HTMLTextAreaElement} */ (detail.querySelector(".dagmagic-whatif-result"));
     expect(area.value).toBe(hostile); // as text, to edit again
