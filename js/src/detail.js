@@ -153,11 +153,15 @@ export function renderDetail(node, round, rounds, now, actions = NO_ACTIONS) {
       ),
     field(
       "Timings",
-      `queued ${formatDuration(queue)} · ran ${formatDuration(run)}${node.status === "running" ? " (running)" : ""}`,
+      node.edited
+        ? "none: the step did not run, its result is yours"
+        : `queued ${formatDuration(queue)} · ran ${formatDuration(run)}${node.status === "running" ? " (running)" : ""}`,
     ),
     field(
       "Usage",
-      `${tokens(node.input_tokens)} in · ${tokens(node.output_tokens)} out tokens · ${formatCost(node.cost)}`,
+      node.edited
+        ? "none: no model call"
+        : `${tokens(node.input_tokens)} in · ${tokens(node.output_tokens)} out tokens · ${formatCost(node.cost)}`,
     ),
   ];
   const calls = node.tool_calls.map((call, i) => toolCall(call, i, node, round, actions));
@@ -184,7 +188,7 @@ export function renderDetail(node, round, rounds, now, actions = NO_ACTIONS) {
     node.subrun && renderSubrun(node.subrun, [round.index, node.id], now, actions.subrunOpen),
     h("div", { class: "dagmagic-detail-result-wrap" }, [
       h("div", { class: "dagmagic-detail-result-head" }, [
-        h("h4", {}, [node.edited ? `Result (${EDITED})` : "Result"]),
+        h("h4", {}, [node.edited ? "Result (edited by you)" : "Result"]),
         result && copyButton(`the result of step ${node.id}`, { "data-copy": "result" }),
       ]),
       result
@@ -483,6 +487,7 @@ function expandButton(text, name, call, key, actions) {
 
 /** @param {DagNode} node */
 function statusLine(node) {
+  if (node.edited) return `${node.status} · ${EDITED}`;
   const attempts = node.attempts > 1 ? ` · ${node.attempts} attempts` : node.attempts === 1 ? " · 1 attempt" : "";
   // a wall-clock time stays true between kernel messages, where a countdown would freeze
   const retryAt = node.status === "retrying" && typeof node.retry_at === "number" ? node.retry_at : null;

@@ -271,6 +271,7 @@ function renderNode(node, box, now, selected, interactive) {
  * @param {number} now
  */
 function nodeStats(node, now) {
+  if (node.edited) return ""; // it did not run: no time, no tokens
   const parts = [];
   const retryAt = num(node.retry_at);
   if (node.status === "retrying" && retryAt !== null && now) {

@@ -184,6 +184,7 @@ function renderDiff(round, rounds, compare) {
     const was = entry.was ? ` (was ${entry.was})` : "";
     const what =
       entry.change === "changed" && entry.fields.length ? ` changed: ${entry.fields.join(", ")}` : ` ${entry.change}`;
+    const yours = round.what_if && entry.id === round.rerun_step && where === round.index ? " (edited by you)" : "";
     return h("li", { "data-step-id": entry.id, "data-change": entry.change }, [
       exists
         ? h(
@@ -200,6 +201,7 @@ function renderDiff(round, rounds, compare) {
         : name,
       was,
       what,
+      yours,
     ]);
   });
   const offer =

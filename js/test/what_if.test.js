@@ -171,10 +171,17 @@ describe("what if this step had said…", () => {
 
     const detail = await openDetail(el, "c", 3);
     expect(detail.querySelector(".dagmagic-edited-pill")?.textContent).toBe("result edited by you");
-    expect(detail.querySelector(".dagmagic-detail-result-head h4")?.textContent).toBe("Result (result edited by you)");
+    expect(detail.querySelector(".dagmagic-detail-result-head h4")?.textContent).toBe("Result (edited by you)");
+    expect(box.querySelector(".dagmagic-node-stats")).toBeNull(); // it did not run: no time, no tokens
+    expect(round?.querySelector('.dagmagic-diff li[data-step-id="c"]')?.textContent).toBe(
+      "c changed: result (edited by you)",
+    );
+    expect(round?.querySelector('.dagmagic-diff li[data-step-id="e"]')?.textContent).toBe("e changed: result");
     expect(detail.querySelector(".dagmagic-detail-result img")).toBeNull();
     const model = [...detail.querySelectorAll("dt")].find((dt) => dt.textContent === "Model");
     expect(model?.nextElementSibling?.textContent).toBe("none: the result edited by you");
+    const status = [...detail.querySelectorAll("dt")].find((dt) => dt.textContent === "Status");
+    expect(status?.nextElementSibling?.textContent).toBe("completed · result edited by you");
     expect(/** @type {any} */ (window).pwned).toBeUndefined();
     const area = /** @type {HTMLTextAreaElement} */ (detail.querySelector(".dagmagic-whatif-result"));
     expect(area.value).toBe(hostile); // as text, to edit again
