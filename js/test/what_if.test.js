@@ -117,6 +117,18 @@ describe("what if this step had said…", () => {
     expect(followed?.querySelector(".dagmagic-whatif-box")).toBeNull(); // running: nothing to continue
   });
 
+  it("prefills a result Python cut with what it shows, and says Show all loads the whole first", async () => {
+    const state = endedState();
+    state.rounds[1].nodes[2] = { ...state.rounds[1].nodes[2], result: "The start of c… (1200 more characters)" };
+    const { el } = mount(state);
+    const detail = await openDetail(el, "c", 2);
+    const area = /** @type {HTMLTextAreaElement} */ (detail.querySelector(".dagmagic-whatif-result"));
+    expect(area.value).toBe("The start of c"); // not the note of what was cut
+    expect(detail.querySelector(".dagmagic-whatif-hint")?.textContent).toContain(
+      "The result above is cut: Show all loads the whole of it first.",
+    );
+  });
+
   it("is offered only for a completed step of the latest round of a run that can re-run", async () => {
     const running = { ...endedState(), status: "running", can_rerun: false };
     const { el } = mount(running);

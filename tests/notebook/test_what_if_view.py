@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from dagmagic import DagRun, DagSession, DagSettings, ModelRegistry
-from dagmagic.notebook.fallbacks import run_html, run_markdown
+from dagmagic.notebook.fallbacks import run_html, run_markdown, svg
 from dagmagic.notebook.widget import DagWidget, widget_state
 from dagmagic.testing import ScriptedLLM
 
@@ -144,3 +144,6 @@ async def test_the_static_views_say_the_result_was_edited_by_you_and_keep_it_ine
     assert "| s2 | completed, result edited by you | look up the second half |  |" in markdown  # no model wrote it
     assert "<img src=x" not in markdown
     assert "edited" not in run_markdown(await session().run("What is six times seven?"))  # only when it was
+    drawn = svg(run.rounds[1].plan)  # the picture of the round: its box says so, and its tooltip
+    assert "s2 · edited" in drawn and "s2 (completed, result edited by you)" in drawn
+    assert "s3 · edited" not in drawn and "· edited" not in svg(run.rounds[0].plan)
