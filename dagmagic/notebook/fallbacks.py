@@ -40,6 +40,7 @@ __all__ = [
     "step_rows",
     "svg",
     "what_if_line",
+    "what_if_said",
 ]
 
 _PREVIEW = 160
@@ -91,7 +92,7 @@ def step_rows(plan: ExecutionPlan | None) -> list[tuple[str, str, str, str, str,
         return []
     rows: list[tuple[str, str, str, str, str, str]] = []
     for step in plan.steps:
-        seconds = f"{step.run_time:.1f}" if step.run_time is not None else ""
+        seconds = f"{step.run_time:.1f}" if step.run_time is not None and not step.edited else ""
         outcome = step.error if step.status != "completed" else step.result
         task, model = _short(step.task), step.model or ""
         if is_tool_step(step):
@@ -169,8 +170,8 @@ def _round_html(run: DagRun, record: RoundRecord, *, open_: bool) -> str:
     steps = record.plan.steps
     reused = reused_steps(run, record)
     parts = [f"<summary>{e(round_label(record))}</summary>"]
-    if said := what_if_line(run, record):
-        parts.append(f"<p><i>{e(said)}</i></p>")
+    if said := what_if_said(record):  # under a title that says where the round came from
+        parts.append(f"<p><i>{e(said)}: the steps that use its result ran again, the others were kept.</i></p>")
     parts += [f"<p><b>Your follow-up</b> ({e(how)}): {e(_cap(text, 1000))}</p>" for how, text in follow_ups(record)]
     if record.error:
         parts.append(f"<p>{e(record.error)}</p>")
@@ -209,15 +210,23 @@ def round_origin(record: RoundRecord) -> str:
     return f"re-run of round {record.rerun_of} ({record.rerun_step})"
 
 
-def what_if_line(run: DagRun, record: RoundRecord) -> str:
-    """A what-if round in one line: "what if s2 had said …" with the start of what the user wrote ("" for
+def what_if_said(record: RoundRecord) -> str:
+    """What a what-if round supposed: "What if s2 had said “…”" with the start of what the user wrote ("" for
     another round).
     """
     if not record.what_if or record.rerun_step is None:
         return ""
     step = next((s for s in record.plan.steps if s.id == record.rerun_step), None)
     said = f" “{_short(step.result)}”" if step is not None and step.result else ""
-    return f"Round {record.index}: what if {record.rerun_step} had said{said} ({round_origin(record)})"
+    return f"What if {record.rerun_step} had said{said}"
+
+
+def what_if_line(run: DagRun, record: RoundRecord) -> str:
+    """A what-if round in one line, for a view that shows no round titles: "Round 2: what if s2 had said “…”
+    (continued from round 1 with s2's result edited by you)" ("" for another round).
+    """
+    said = what_if_said(record)
+    return f"Round {record.index}: {said[0].lower()}{said[1:]} ({round_origin(record)})" if said else ""
 
 
 def round_label(record: RoundRecord) -> str:
@@ -304,7 +313,7 @@ def _cut_html(cut: PlanCut, more: str = "") -> str:
 
 def _step_html(step: PlanStep, *, reused: bool = False) -> str:
     e = html.escape
-    seconds = f" · {step.run_time:.1f}s" if step.run_time is not None else ""
+    seconds = f" · {step.run_time:.1f}s" if step.run_time is not None and not step.edited else ""
     status = _reused_words(step) if reused else step.status
     if step.edited:
         status = f"{status} · {EDITED}"

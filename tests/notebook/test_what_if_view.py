@@ -132,8 +132,8 @@ async def test_the_static_views_say_the_result_was_edited_by_you_and_keep_it_ine
     await run.what_if("s2", result="<img src=x onerror=alert(1)> eight")
     html = run_html(run)
     assert "continued from round 1 with s2&#x27;s result edited by you" in html
-    assert "What if s2 had said “&lt;img src=x onerror=alert(1)&gt; eight”" in html.replace("Round 2: what", "What")
-    assert "<b>s2</b> · completed · result edited by you" in html
+    assert "<i>What if s2 had said “&lt;img src=x onerror=alert(1)&gt; eight”: the steps that use its result" in html
+    assert "<b>s2</b> · completed · result edited by you · look up the second half" in html  # no time: it did not run
     assert "<img src=x" not in html  # (the picture of the DAG is an <img> of our own)
     markdown = run_markdown(run)
     assert "completed, result edited by you" in markdown  # the step table's s2
@@ -141,7 +141,7 @@ async def test_the_static_views_say_the_result_was_edited_by_you_and_keep_it_ine
         "- Round 2: what if s2 had said “&lt;img src=x onerror=alert(1)&gt; eight” (continued from round 1" in markdown
     )
     assert "with s2&#x27;s result edited by you)" in markdown
-    assert "| s2 | completed, result edited by you | look up the second half |  |" in markdown  # no model wrote it
+    assert "| s2 | completed, result edited by you | look up the second half |  |  |" in markdown  # no model, no time
     assert "<img src=x" not in markdown
     assert "edited" not in run_markdown(await session().run("What is six times seven?"))  # only when it was
     drawn = svg(run.rounds[1].plan)  # the picture of the round: its box says so, and its tooltip
