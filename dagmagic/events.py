@@ -75,6 +75,10 @@ class RunStarted(_Event):
     goal: str
     replay_of: str | None = None
     """The run this one replays (``session.replay``), None for a run of its own."""
+    forked_from: str | None = None
+    """The run this one was forked from (``run.fork``), None for a run of its own."""
+    forked_at: str | None = None
+    """The step it was forked at, as ``rN.id``."""
     notebook: str | None = None
     """The notebook whose kernel started it (Jupyter's ``JPY_SESSION_NAME``, its path), None outside one:
     ``%dag history`` lists a notebook's own runs from a store that the folder's notebooks share."""

@@ -195,8 +195,9 @@ class Rerun(_StepMessage):
     result: str | None = None
 
 
-Origin = Literal["new", "resume"] | Rerun
-"""Where a drive starts: a new run, a resumed one, or the re-run of a step."""
+Origin = Literal["new", "resume", "fork"] | Rerun
+"""Where a drive starts: a new run, a resumed one, a fork (``run.fork``: its last round, made from another run's, runs
+what it has not completed), or the re-run of a step."""
 
 
 Message = Annotated[

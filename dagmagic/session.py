@@ -16,7 +16,8 @@ from typing import Any, Self, TypedDict, Unpack
 from dagmagic._session.conversation import Conversation
 from dagmagic._session.driving import RunDriver, SessionParts
 from dagmagic._session.evaluations import EvaluationOptions, ResumeOptions, SessionEvaluations
-from dagmagic._session.replays import history_read, replayable
+from dagmagic._session.forks import forked_state
+from dagmagic._session.replays import forkable, history_read, replayable
 from dagmagic._session.stores import SessionStores
 from dagmagic._session.toolbox import Toolbox, ToolLike
 from dagmagic.engine.run.dag_run import DagRun
@@ -206,6 +207,46 @@ class DagSession:
         """Replay the run ``run`` to the end (see ``start_replay``) and return the replay."""
         return await self.start_replay(run, **options).wait(cancel_with_waiter=True)
 
+    def start_fork(
+        self,
+        run: str | DagRun | StoredRun,
+        at: str,
+        *,
+        task: str | None = None,
+        result: str | None = None,
+        **options: Unpack[RunOptions],
+    ) -> DagRun:
+        """Start a NEW run from the state of ``run`` (a run, a run read back, or its id in the session's store)
+        before its step ``at`` (``s3``, or ``r2.s3`` for another round than the latest that has it): it keeps the
+        rounds before and, of that round, every step that does not depend on ``at``; ``at`` runs again (``task``:
+        with this task instead), or, with ``result``, ended with that text (marked edited); what depends on it runs,
+        then the verdict, the answer and any later round. ``options``: as ``start``'s (``settings``, ``models``...)
+        for the fork. Every model call the fork makes that the original made unchanged is answered from the
+        original's recording (no provider call; not when ``models`` are given: those answer), the rest is live.
+
+        The fork is a run of its own (in ``runs`` and the store, ``forked_from`` naming the original, ``forked_at``
+        the step) outside the conversation, planned in the original's. ``dagmagic.compare(run, fork)`` puts the two
+        side by side. Returns the fork at once; ``await`` it for its end.
+        """
+        _running_loop("DagSession.start_fork()", "asyncio.run(session.fork(run, at='s3'))")
+        original, history = forkable(run, self._stores, options.get("settings") or self.settings)
+        state = forked_state(original.state, at, task=task, result=result)
+        recorded = "models" not in options and bool(original.state.calls)
+        if recorded:  # what the fork asks as the original did is answered as it was; the rest by the session's models
+            own: RunOptions = {**options, "models": replay_registry(original, strict=False, fallback=self.models)}
+            driver = self._driver(history, own, replaying=True, history_read=history_read(original))
+        else:
+            driver = self._driver(history, options, history_read=history_read(original))
+        driver.check_store()
+        forked = DagRun(
+            state, driver=driver, origin="fork", step_through=options.get("step_through", self.step_through)
+        )
+        return self._conversation.keep(forked, outside=True)
+
+    async def fork(self, run: str | DagRun | StoredRun, at: str, **options: Any) -> DagRun:
+        """Fork ``run`` at step ``at`` (see ``start_fork``) and return the fork once it ended."""
+        return await self.start_fork(run, at, **options).wait(cancel_with_waiter=True)
+
     def reopen(self, run_id: str, **options: Unpack[RunOptions]) -> DagRun:
         """A stored run that ended, taken back into this session so that its steps can be re-run
         (``run.rerun``): for a run no longer in memory (see ``DagSettings.runs_in_memory``). Nothing runs yet.
@@ -289,7 +330,7 @@ class DagSession:
         """What drives one run: the session's goal loop, or one with the run's own ``options`` (see ``drive_with``)."""
         mine = RunOptions(models=self.models, settings=self.settings, allow_code=self.allow_code)
         mine["approve_plans"] = self.approve_plans
-        parts = SessionParts(self._toolbox, self._stores, self._conversation, self._step_runner)
+        parts = SessionParts(self._toolbox, self._stores, self._conversation, self._step_runner, self.start_fork)
         return RunDriver.of(parts, history, {**mine, **options}, replaying=replaying, history_read=history_read)
 
     # --- the session's lifetime

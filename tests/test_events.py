@@ -23,6 +23,7 @@ SAMPLES: list[events.Event] = [
     events.StepPaused(round=1, step_id="s2", messages=[{"role": "system", "content": "You are"}], tools=["search"]),
     events.ApprovalRequested(round=1),
     events.StepCompleted(round=1, step_id="s1", status="failed", error="TimeoutError: x"),
+    events.ResultEdited(round=2, step_id="s1", result="what the user wrote"),
     events.AnalysisReady(round=1, analysis=AnalysisResult(), decision=Decision(action="replan", reason="low")),
     events.Replanning(round=1, reason="missing data", follow_up="also Spain"),
     events.AnswerDelta(text="Par"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Self
 
@@ -41,6 +41,8 @@ class SessionParts:
     stores: SessionStores
     conversation: Conversation
     step_runner: StepRunner | None
+    forks: Callable[..., DagRun]
+    """The session's ``start_fork``."""
 
 
 @dataclass
@@ -54,6 +56,8 @@ class RunDriver:
     stores: SessionStores
     toolbox: Toolbox
     conversation: Conversation
+    forks: Callable[..., DagRun]
+    """The session's ``start_fork``: a run forks through the session that drives it."""
 
     @classmethod
     def of(
@@ -93,12 +97,16 @@ class RunDriver:
             approve_plans=options["approve_plans"],
             connect=parts.toolbox.connector(servers, runner is not parts.step_runner) if servers else None,
         )
-        return cls(loop, history, parts.stores, parts.toolbox, parts.conversation)
+        return cls(loop, history, parts.stores, parts.toolbox, parts.conversation, parts.forks)
 
     @property
     def registry(self) -> ModelRegistry:
         """The run's models."""
         return self.loop.registry
+
+    def start_fork(self, run: DagRun, at: str, **options: Any) -> DagRun:
+        """Fork ``run`` at step ``at`` through the session (``DagSession.start_fork``)."""
+        return self.forks(run, at, **options)
 
     def check_store(self) -> None:
         """Open the run's store now: a foreign or damaged file raises ``StoreError`` before anything runs."""

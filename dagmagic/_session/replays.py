@@ -14,7 +14,7 @@ from dagmagic.models import Exchange
 from dagmagic.settings import DagSettings
 from dagmagic.store import StoredRun
 
-__all__ = ["history_read", "replayable"]
+__all__ = ["forkable", "history_read", "replayable"]
 
 
 def replayable(
@@ -23,13 +23,18 @@ def replayable(
     """The run to replay (with its state, events and calls) and the conversation it was planned in; a
     ``DagError`` when it has not ended or made no model call.
     """
-    original, history = _original(run, stores, settings)
+    original, history = _original(run, stores, settings, "replay")
     run_id = original.state.run_id
     if original.state.status == "running":
         raise DagError(f"run {run_id} has not ended: replay it once it has (or resume it first)")
     if not original.state.calls:
         raise DagError(f"run {run_id} made no model call: there is nothing to replay")
     return original, history
+
+
+def forkable(run: str | DagRun | StoredRun, stores: SessionStores, settings: DagSettings) -> tuple[Any, list[Exchange]]:
+    """The run to fork (with its state, events and calls) and the conversation it was planned in."""
+    return _original(run, stores, settings, "fork")
 
 
 def history_read(original: Any) -> str | None:
@@ -41,16 +46,16 @@ def history_read(original: Any) -> str | None:
 
 
 def _original(
-    run: str | DagRun | StoredRun, stores: SessionStores, settings: DagSettings
+    run: str | DagRun | StoredRun, stores: SessionStores, settings: DagSettings, verb: str
 ) -> tuple[Any, list[Exchange]]:
     if isinstance(run, str):
-        stored = stores.load(run, settings, "replay", f"run {run!r} from")
+        stored = stores.load(run, settings, verb, f"run {run!r} from")
         return stored, stored.history
     if isinstance(run, StoredRun):
         return run, run.history
     if not isinstance(run, DagRun):
-        raise TypeError(f"replay() takes a run, a run read back or a run id, got {type(run).__name__}")
+        raise TypeError(f"{verb}() takes a run, a run read back or a run id, got {type(run).__name__}")
     conversation = run.conversation
     if conversation is None:  # read back: the store holds the conversation it was planned in
-        conversation = stores.load(run.run_id, settings, "replay", f"run {run.run_id!r} from").history
+        conversation = stores.load(run.run_id, settings, verb, f"run {run.run_id!r} from").history
     return run, conversation

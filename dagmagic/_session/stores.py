@@ -49,7 +49,7 @@ class SessionStores:
         try:
             return store.load(run_id)
         except KeyError:
-            hint = "; `%dag history` lists the stored runs" if verb in ("resume", "replay") else ""
+            hint = "; `%dag history` lists the stored runs" if verb in ("resume", "replay", "fork") else ""
             raise DagError(f"no run {run_id!r} in the run store {store.path}{hint}") from None
 
     def checkpoint(self, wait: float) -> None:

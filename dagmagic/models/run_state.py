@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import re
+import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -142,6 +143,18 @@ class PlanStep(BaseModel):
         """
         self.subrun_state, self._subrun = run.state, run
 
+    def said(self, result: str) -> PlanStep:
+        """The step as the user says it ended: completed with ``result``, which no model (nor tool) wrote."""
+        now = time.time()
+        return self.model_copy(
+            update={
+                "status": "completed", "result": result, "error": None, "edited": True, "usage": Usage(),
+                "tool_calls": [], "warnings": [], "queued_at": now, "started_at": now, "completed_at": now,
+                "subrun_state": None, "attempts": 0, "failures": 0, "retry_at": None, "model": None,
+            },
+            deep=True,
+        )  # fmt: skip
+
     def __deepcopy__(self, memo: dict[int, Any] | None = None) -> PlanStep:
         memo = {} if memo is None else memo
         if self._subrun is not None:  # a live run is shared, never copied (it holds tasks and listeners)
@@ -231,6 +244,32 @@ class ExecutionPlan(BaseModel):
             if step.id == step_id:
                 return step
         raise KeyError(f"no step {step_id!r} in round {self.round}; steps are {[s.id for s in self.steps]}")
+
+    def downstream(self, step_id: str) -> set[str]:
+        """``step_id`` and every step of the plan that needs it, directly or not."""
+        found = {step_id}
+        grew = True
+        while grew:
+            grew = False
+            for step in self.steps:
+                if step.id not in found and found.intersection(step.dependencies):
+                    found.add(step.id)
+                    grew = True
+        return found
+
+    def again(self, step_id: str, *, task: str | None = None, model: str | None = None) -> PlanStep:
+        """Step ``step_id`` as it is before it runs, to run again (with ``task`` or ``model`` instead of its own:
+        arguments written for the old task may no longer fit an edited one, so its agent runs instead).
+        """
+        step = self.step(step_id)
+        return PlanStep(
+            id=step.id,
+            task=task or step.task,
+            dependencies=list(step.dependencies),
+            tool_hint=step.tool_hint,
+            model_hint=model or step.model_hint,
+            tool_args=None if task and task != step.task else step.tool_args,
+        )
 
     def layers(self) -> list[list[str]]:
         """Topological levels of step ids, each in natural order: level 0 has no dependencies inside the plan.
@@ -352,6 +391,10 @@ class RunState(BaseModel):
     """Epoch seconds."""
     replay_of: str | None = None
     """The run this one replays (``session.replay``): its model calls were answered from that run's recording."""
+    forked_from: str | None = None
+    """The run this one was forked from (``run.fork``): it started from that run's state."""
+    forked_at: str | None = None
+    """Where: the step it was forked at, as ``rN.id``."""
 
     @property
     def usage(self) -> Usage:

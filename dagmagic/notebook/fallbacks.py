@@ -384,6 +384,8 @@ def _summary(run: DagRun) -> str:
     parts = [f"status: {run.status_words}", f"rounds: {len(run.rounds)}"]
     if run.replay_of:
         parts.append(f"replay of run {run.replay_of}")
+    if run.forked_from:
+        parts.append(f"fork of run {run.forked_from} at {run.forked_at}")
     if run.analysis is not None:
         parts += [f"achieved: {'yes' if run.achieved else 'no'}", f"confidence: {run.confidence:.2f}"]
     if run.partial and run.answer:

@@ -55,7 +55,10 @@ async def run_dag_line(command: str, rest: str) -> DagRun | None:
     await _modules_ready()
     from dagmagic.notebook import commands
 
-    awaited = {"demo": commands.demo, "resume": commands.resume, "rerun": commands.rerun, "replay": commands.replay}
+    awaited = {
+        "demo": commands.demo, "resume": commands.resume, "rerun": commands.rerun, "replay": commands.replay,
+        "fork": commands.fork,
+    }  # fmt: skip
     work = awaited[command]
     with commands.settings_told_in_one_line():
         return await _told_in_one_line(magics, work(magics.notebook, rest))
@@ -222,6 +225,9 @@ class DagMagics(Magics):
                                    run a run again with the code, prompts, tools and settings of now,
                                    its model calls answered from its recording (no provider call): it
                                    stops where it diverges and shows what changed
+            %dag fork [RUN] --at STEP [--task TEXT | --result TEXT] [--bg]
+                                   a new run from RUN's state at STEP (its task edited, or its result
+                                   written by you): what did not change is kept, not asked again
             %dag diff A B [RUN]    what changed between rounds A and B
             %dag diff RUN          what changed between a replay and the run it replays
             %dag stop              stop the running run gracefully

@@ -203,16 +203,23 @@ def _diff_state(run: DagRun, record: RoundRecord) -> list[dict[str, Any]] | None
     if base is None:
         return None
     diff = run.diff(base, record.index)
-    changes = [
-        {"id": change.id, "change": change.change, "fields": change.fields, "round": change.round, "was": change.was}
-        for change in diff.changes
-    ]
     rerun = record.rerun_step
+    edited = rerun if record.what_if and record.rerun_of == base else None
+    changes: list[dict[str, Any]] = []
+    for change in diff.changes:
+        fields = list(change.fields)
+        if change.id == edited and change.change == "changed":  # no model wrote the user's result: not a change
+            fields = [field for field in fields if field != "model"]
+            if not fields:
+                continue
+        changes.append(
+            {"id": change.id, "change": change.change, "fields": fields, "round": change.round, "was": change.was}
+        )
     if rerun is not None and record.rerun_of == base and not any(change["id"] == rerun for change in changes):
         # the step the user re-ran came back the same: say it ran again, not that nothing happened (or, its
         # result edited to what it was, that the user gave it)
-        change = "edited" if record.what_if else "re-run"
-        changes.insert(0, {"id": rerun, "change": change, "fields": [], "round": record.index, "was": None})
+        kind = "edited" if record.what_if else "re-run"
+        changes.insert(0, {"id": rerun, "change": kind, "fields": [], "round": record.index, "was": None})
     return changes
 
 

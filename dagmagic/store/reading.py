@@ -39,6 +39,10 @@ class RunSummary:
     notebook: str | None = None
     """The notebook whose kernel started it (its path, as Jupyter named it), None when unknown: kept in its
     ``run_started`` event, as ``replay_of`` is (no column)."""
+    forked_from: str | None = None
+    """The run it was forked from (``run.fork``), from its ``run_started`` event too."""
+    forked_at: str | None = None
+    """The step of ``forked_from`` it was forked at, as ``rN.id``."""
 
 
 @dataclass
@@ -100,8 +104,9 @@ def load(db: Connection, run_id: str) -> StoredRun:
         else EVENTS.validate_python({**json.loads(data), "call": calls_by_seq[call]})
         for data, call in db.execute("SELECT data, call FROM events WHERE run_id = ? ORDER BY seq", (run_id,))
     ]
-    started = (event for event in events if isinstance(event, RunStarted) and not event.depth)
-    state.replay_of = next((event.replay_of for event in started), None)  # kept in its event: no column
+    started = next((event for event in events if isinstance(event, RunStarted) and not event.depth), None)
+    if started is not None:  # kept in its event: no column
+        state.replay_of, state.forked_from, state.forked_at = started.replay_of, started.forked_from, started.forked_at
     return StoredRun(state=state, history=history, events=events)
 
 
@@ -118,6 +123,14 @@ def summaries(db: Connection, dialect: Dialect, where: str, params: tuple[object
                    WHERE e.run_id = r.run_id AND e.type = 'run_started'
                      AND COALESCE({dialect.json_number("e.data", "depth")}, 0) = 0
                    ORDER BY e.seq LIMIT 1),
+                  (SELECT {dialect.json_text("e.data", "forked_from")} FROM events e
+                   WHERE e.run_id = r.run_id AND e.type = 'run_started'
+                     AND COALESCE({dialect.json_number("e.data", "depth")}, 0) = 0
+                   ORDER BY e.seq LIMIT 1),
+                  (SELECT {dialect.json_text("e.data", "forked_at")} FROM events e
+                   WHERE e.run_id = r.run_id AND e.type = 'run_started'
+                     AND COALESCE({dialect.json_number("e.data", "depth")}, 0) = 0
+                   ORDER BY e.seq LIMIT 1),
                   l.token, l.host, l.pid, l.since, l.heartbeat, l.expires
            FROM runs r LEFT JOIN leases l ON l.run_id = r.run_id
            WHERE {where} ORDER BY r.started_at DESC NULLS LAST LIMIT ?""",
@@ -125,7 +138,22 @@ def summaries(db: Connection, dialect: Dialect, where: str, params: tuple[object
     ).fetchall()
     now = time.time()
     listed = []
-    for run_id, goal, status, started, finished, updated, host, pid, cost, stopped, notebook, *held in found:
+    for (
+        run_id,
+        goal,
+        status,
+        started,
+        finished,
+        updated,
+        host,
+        pid,
+        cost,
+        stopped,
+        notebook,
+        parent,
+        at,
+        *held,
+    ) in found:
         if held[0] is not None:
             driver: lease.Lease | None = lease.Lease(run_id, *held)
         elif status == "running":  # a row of schema 2, or one whose lease was just given back
@@ -146,6 +174,8 @@ def summaries(db: Connection, dialect: Dialect, where: str, params: tuple[object
                 stopped_by_user=status == "done" and bool(stopped),
                 host=host,
                 notebook=notebook,
+                forked_from=parent,
+                forked_at=at,
             )
         )
     return listed

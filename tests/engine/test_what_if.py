@@ -46,7 +46,10 @@ async def test_a_what_if_runs_only_the_dependents_of_the_edited_step_and_records
     assert [(e.round, e.step_id, e.result) for e in edits] == [(2, "s2", "s2=forty-two")]
     assert "forty-two" in run.answer
     diff = run.diff(1, 2)
-    assert {change.id: change.fields for change in diff.changes} == {"s2": ["result"], "s3": ["result"]}
+    assert {change.id: change.fields for change in diff.changes} == {
+        "s2": ["model", "result"],
+        "s3": ["result"],
+    }  # no model wrote it
 
 
 async def test_a_what_if_is_stored_and_read_back(tmp_path: Path) -> None:

@@ -60,7 +60,8 @@ async def test_the_state_marks_the_edited_step_and_the_round_that_continued_from
     assert (nodes["s1"]["edited"], nodes["s1"]["reused_from"]) == (False, 1)  # kept
     assert (nodes["s3"]["edited"], nodes["s3"]["reused_from"], nodes["s3"]["result"]) == (False, None, "forty-eight")
     assert not any(node["edited"] for node in first["nodes"])
-    assert {entry["id"]: entry["change"] for entry in second["diff"]} == {"s2": "changed", "s3": "changed"}
+    changed = {entry["id"]: (entry["change"], entry["fields"]) for entry in second["diff"]}
+    assert changed == {"s2": ("changed", ["result"]), "s3": ("changed", ["result"])}  # s2's missing model is no change
     assert state["answer"] == "The product is forty-eight."
 
 

@@ -11,7 +11,6 @@ when it is not the run's. Each transition's return type is the list of phases it
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -47,7 +46,7 @@ from dagmagic.events import (
 )
 from dagmagic.llm import ChatModel
 from dagmagic.messages import Rerun
-from dagmagic.models import AnalysisResult, Decision, ExecutionPlan, PlanStep, RoundRecord, Usage
+from dagmagic.models import AnalysisResult, Decision, ExecutionPlan, RoundRecord
 
 if TYPE_CHECKING:
     from dagmagic.engine.loop.driver import GoalLoop
@@ -109,6 +108,8 @@ class Drive:
             return self.rerun(origin)
         if origin == "resume" and self.run.rounds:
             return Starting(then=Drive.resumed)
+        if origin == "fork":
+            return Starting(then=Drive.forked)
         return Starting()
 
     def resumed(self) -> Planning | AwaitingApproval | Executing | Synthesizing | Finished:
@@ -130,6 +131,15 @@ class Drive:
                 step.status = "retrying" if step.retry_at is not None else "pending"
                 step.error = None
         return Executing.of(self, record, record.plan, earlier)
+
+    def forked(self) -> Executing:
+        """Where a fork goes on: its last round (the original's, up to the step it was forked at) runs what it has
+        not completed, then is judged; its earlier rounds' results are reusable as they were.
+        """
+        record = self.run.rounds[-1]
+        self.run.inbox.new_round()
+        self.run.emit(RoundStarted(round=record.index))
+        return Executing.of(self, record, record.plan, reusable(self.run.rounds[:-1]))
 
     def _plan_again(self, record: RoundRecord) -> Planning | Synthesizing | Finished:
         """A round whose plan was still streaming when the run stopped: it ends here, what completed stays
@@ -155,24 +165,18 @@ class Drive:
         """
         run = self.run
         source = run.rounds[-1]
-        again = _downstream(source.plan, message.step)
+        again = source.plan.downstream(message.step)
         task = message.task.strip() if message.task else None
         if message.result is not None:  # what if it had said this: it does not run, what depends on it does
             again.discard(message.step)
         steps = [
-            _edited(step, message.result)
+            step.said(message.result)
             if step.id == message.step and message.result is not None
             else step.model_copy(deep=True)
             if step.id not in again
-            else PlanStep(
-                id=step.id,
-                task=task if step.id == message.step and task else step.task,
-                dependencies=list(step.dependencies),
-                tool_hint=step.tool_hint,
-                model_hint=message.model if step.id == message.step and message.model else step.model_hint,
-                # arguments written for the old task may no longer fit an edited one: its agent runs instead
-                tool_args=None if step.id == message.step and task and task != step.task else step.tool_args,
-            )
+            else source.plan.again(step.id, task=task, model=message.model)
+            if step.id == message.step
+            else source.plan.again(step.id)
             for step in source.plan.steps
         ]
         index = len(run.rounds) + 1
@@ -326,29 +330,3 @@ class Drive:
 def _plan_whole(run: DagRun, record: RoundRecord) -> bool:
     """Whether the round's plan was whole: ``PlanReady`` marks it (a streaming plan's steps come before it)."""
     return any(isinstance(event, PlanReady) and event.round == record.index and not event.depth for event in run.events)
-
-
-def _edited(step: PlanStep, result: str) -> PlanStep:
-    """``step`` as the user says it ended: completed with ``result``, which no model wrote (nor any tool)."""
-    now = time.time()
-    return step.model_copy(
-        update={
-            "status": "completed", "result": result, "error": None, "edited": True, "usage": Usage(),
-            "tool_calls": [], "warnings": [], "queued_at": now, "started_at": now, "completed_at": now,
-            "subrun_state": None,
-        },
-        deep=True,
-    )  # fmt: skip
-
-
-def _downstream(plan: ExecutionPlan, step_id: str) -> set[str]:
-    """``step_id`` and every step of the plan that needs it, directly or not."""
-    found = {step_id}
-    grew = True
-    while grew:
-        grew = False
-        for step in plan.steps:
-            if step.id not in found and found.intersection(step.dependencies):
-                found.add(step.id)
-                grew = True
-    return found

@@ -91,7 +91,13 @@ class GoalLoop:
         """
         if not isinstance(origin, Rerun):
             notebook = os.environ.get("JPY_SESSION_NAME") or None  # set by Jupyter for a notebook's kernel
-            run.emit(RunStarted(run_id=run.run_id, goal=run.goal, replay_of=run.state.replay_of, notebook=notebook))
+            state = run.state
+            run.emit(
+                RunStarted(
+                    run_id=run.run_id, goal=run.goal, replay_of=state.replay_of, forked_from=state.forked_from,
+                    forked_at=state.forked_at, notebook=notebook,
+                )
+            )  # fmt: skip
         # litellm's callbacks group a run's calls by it (a subrun's calls count in its run's)
         current = CURRENT_RUN.set(run.run_id) if not self.depth else None
         budget = None

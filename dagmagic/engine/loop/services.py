@@ -99,9 +99,12 @@ class DriveServices:
         return self.loop.settings.streaming_planner and self.planner.model.entry.capabilities.stream
 
     def assign_models(self, plan: ExecutionPlan) -> None:
-        """Name the model each step of ``plan`` will run on."""
+        """Name the model each step of ``plan`` will run on (one that ended keeps the model it ran on: a re-run's or
+        a fork's kept steps).
+        """
         for step in plan.steps:
-            step.model = self.loop.entry(step.model_hint).name
+            if step.status not in ("completed", "failed", "skipped"):
+                step.model = self.loop.entry(step.model_hint).name
 
     def unanswered(self, record: RoundRecord) -> list[str]:
         """The models the round's steps ran on that stopped answering: another round would meet them again."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Generator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, cast
 
 from dagmagic._secrets import mask_secrets
 from dagmagic.engine.run.inbox import FOLLOW_UP_OUTLOOK, NOT_ENDED, Inbox
@@ -80,6 +80,10 @@ class RunDriver(Protocol):
 
     def start(self, run: DagRun, origin: Origin) -> asyncio.Task[None]:
         """Start driving ``run`` from ``origin`` as a task on the running loop."""
+        ...
+
+    def start_fork(self, run: DagRun, at: str, **options: Any) -> DagRun:
+        """Start a new run from ``run``'s state at step ``at`` (``DagSession.start_fork``)."""
         ...
 
 
@@ -354,6 +358,48 @@ class DagRun(RunQueries):
     async def what_if(self, step_id: str, *, result: str) -> DagRun:
         """What if ``step_id`` had said ``result`` (see ``start_what_if``); the run once answered again."""
         return await self.start_what_if(step_id, result=result).wait(cancel_with_waiter=True)
+
+    def start_fork(
+        self,
+        at: str,
+        *,
+        task: str | None = None,
+        result: str | None = None,
+        settings: Any = None,
+        models: Any = None,
+        session: Any = None,
+    ) -> DagRun:
+        """Start a NEW run from this run's state before its step ``at`` (or, with ``result``, after it: the step
+        ended with that text), through the session that drove this run or ``session`` (a run read back has none):
+        see ``DagSession.start_fork``. ``settings``/``models``: the fork's own instead of the session's. Returns the
+        fork at once; ``await`` it.
+        """
+        options: dict[str, Any] = {"task": task, "result": result}
+        options |= {name: value for name, value in (("settings", settings), ("models", models)) if value is not None}
+        if session is not None:
+            return cast("DagRun", session.start_fork(self, at, **options))
+        if self._driver is None:
+            raise DagError(
+                f"run {self.run_id} was read back, so no session drives it here: fork it through one, "
+                f"`await run.fork(at={at!r}, session=session)` or `await session.fork({self.run_id!r}, at={at!r})`"
+            )
+        return self._driver.start_fork(self, at, **options)
+
+    async def fork(
+        self,
+        at: str,
+        *,
+        task: str | None = None,
+        result: str | None = None,
+        settings: Any = None,
+        models: Any = None,
+        session: Any = None,
+    ) -> DagRun:
+        """Fork this run at step ``at`` (see ``start_fork``); the fork once it ended (``forked.forked_from`` is this
+        run's id; ``dagmagic.compare(run, forked)`` puts them side by side).
+        """
+        forked = self.start_fork(at, task=task, result=result, settings=settings, models=models, session=session)
+        return await forked.wait(cancel_with_waiter=True)
 
     def _check_rerun(self, message: Rerun) -> None:
         act = "continue from an edited result" if message.result is not None else "re-run a step"

@@ -159,6 +159,16 @@ class RunQueries:
         return self.state.replay_of
 
     @property
+    def forked_from(self) -> str | None:
+        """The run this one was forked from (``run.fork``), None for a run of its own."""
+        return self.state.forked_from
+
+    @property
+    def forked_at(self) -> str | None:
+        """The step of ``forked_from`` it was forked at, as ``rN.id``."""
+        return self.state.forked_at
+
+    @property
     def divergence(self) -> Divergence | None:
         """Where the run left the recording it was answered from (a replay, or a cassette) and why: the call
         that ended it; None when it did not.

@@ -20,11 +20,21 @@ from IPython.core.error import UsageError
 from dagmagic.errors import ConfigurationError
 from dagmagic.notebook.commands.config import config, models
 from dagmagic.notebook.commands.history import diff, export, history, show, trace
-from dagmagic.notebook.commands.running import demo, demo_in_background, replay, replay_line, rerun, resume
+from dagmagic.notebook.commands.running import demo, demo_in_background, fork, replay, replay_line, rerun, resume
 from dagmagic.notebook.commands.steering import approve, continue_, followup, reject, skip, step, stop
 from dagmagic.notebook.session import NotebookSession
 
-__all__ = ["COMMANDS", "demo", "dispatch", "replay", "replay_line", "rerun", "resume", "settings_told_in_one_line"]
+__all__ = [
+    "COMMANDS",
+    "demo",
+    "dispatch",
+    "fork",
+    "replay",
+    "replay_line",
+    "rerun",
+    "resume",
+    "settings_told_in_one_line",
+]
 
 Command = Callable[[NotebookSession, str], Any]
 
@@ -80,6 +90,7 @@ COMMANDS: dict[str, Command] = {
     "resume": _awaited("resume", resume),
     "rerun": _awaited("rerun", rerun),
     "replay": _awaited("replay", replay),
+    "fork": _awaited("fork", fork),
     "approve": approve,
     "reject": reject,
     "continue": continue_,

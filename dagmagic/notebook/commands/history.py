@@ -40,7 +40,16 @@ def history(notebook: NotebookSession, rest: str) -> None:
     every = parse_words("history", rest, (), (), flags=("--all",)).all
     store = notebook.store()
     if store is None:
-        rows = [_Row(run.run_id, run.status_words, run.state.started_at, run.cost, run.goal) for run in notebook.runs]
+        rows = [
+            _Row(
+                run.run_id,
+                run.status_words,
+                run.state.started_at,
+                run.cost,
+                _forked(run.goal, run.forked_from, run.forked_at),
+            )
+            for run in notebook.runs
+        ]
         print(f"Runs of this kernel: {len(rows)} (no run store keeps them)." if rows else "No runs yet.")
         _print_runs(notebook, rows)
         _experiments_history(
@@ -73,7 +82,7 @@ def history(notebook: NotebookSession, rest: str) -> None:
             "interrupted" if summary.interrupted else STOPPED_BY_YOU if summary.stopped_by_user else summary.status,
             summary.started_at,
             summary.cost,
-            summary.goal,
+            _forked(summary.goal, summary.forked_from, summary.forked_at),
             summary.host if shared else None,
         )
         for summary in listed[:_HISTORY_ROWS]
@@ -84,6 +93,11 @@ def history(notebook: NotebookSession, rest: str) -> None:
     if any(summary.interrupted for summary in listed[:_HISTORY_ROWS]):
         print("`%dag resume N` continues an interrupted run.")
     _experiments_history(store.experiments(limit=_EXPERIMENT_ROWS))
+
+
+def _forked(goal: str, parent: str | None, at: str | None) -> str:
+    """A fork's goal as the history lists it: where it comes from first."""
+    return f"(fork of {parent} at {at}) {goal}" if parent else goal
 
 
 def this_notebook() -> str | None:

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from dagmagic.engine import DagRun
     from dagmagic.store import RunStore
 
-__all__ = ["demo", "demo_in_background", "replay", "replay_line", "rerun", "resume"]
+__all__ = ["demo", "demo_in_background", "fork", "replay", "replay_line", "rerun", "resume"]
 
 
 async def resume(notebook: NotebookSession, line: str) -> DagRun | None:
@@ -131,6 +131,41 @@ async def replay(notebook: NotebookSession, line: str) -> DagRun:
     await notebook.magics.present(run, args)
     if run.done():
         print(replay_line(run, original, notebook.numbers.index(run.run_id) + 1))
+    return run
+
+
+async def fork(notebook: NotebookSession, line: str) -> DagRun:
+    """``%dag fork [RUN] --at STEP [--task TEXT | --result TEXT] [--bg]``: a new run from RUN's state at STEP (its
+    task edited, or its result written by you), with the tools and settings RUN's cell had; shown like a cell's run,
+    then one line: what it asked anew, and how to compare the two.
+    """
+    args = parse_words("fork", line, (), ("--at", "--task", "--result"), optional=("run",), flags=("--bg",))
+    if not args.at:
+        raise UsageError("%dag fork needs the step to fork at: `%dag fork RUN --at s2` (or --at r1.s2)")
+    if args.task is not None and args.result is not None:
+        raise UsageError("%dag fork takes --task (the step runs again with it) or --result (it does not run), not both")
+    original = notebook.find(args.run or "")
+    cell = notebook.magics.parse(notebook.options.get(original.run_id, ""))  # the tools and flags it ran with
+    settings = notebook.settings(cell)
+    tools = [notebook.variable(name, "--tools") for name in names(cell.tools)]
+    session = notebook.session()
+    allow_code = notebook.magics.allow_code
+    run = notebook.numbered(
+        lambda: session.start_fork(
+            original, args.at, task=args.task, result=args.result, settings=settings, tools=tools,
+            allow_code=allow_code,
+        ),
+        args,
+        line,
+    )  # fmt: skip
+    await notebook.magics.present(run, args)
+    if run.done():
+        number = notebook.numbers.index(run.run_id) + 1
+        calls = f"{len(run.calls)} call{'s' * (len(run.calls) != 1)}"
+        print(
+            f"Fork of run {original.run_id} at {run.forked_at} ({run.status}): {calls} asked anew, the rest kept. "
+            f"`%dag compare {original.run_id} {number}` puts the two side by side."
+        )
     return run
 
 
