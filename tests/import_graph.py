@@ -45,7 +45,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "dagmagic.evaluation",
             "dagmagic.tracing",
             "dagmagic.testing",
-            "dagmagic.compare",  # runs side by side: what the notebook's views draw
+            "dagmagic.compare",
         ),
     ),
     ("notebook", ("dagmagic.notebook", "dagmagic.server")),

@@ -225,6 +225,11 @@ function renderDiff(round, rounds, compare) {
       h("span", { class: "dagmagic-label" }, [`Compared with round ${before}`]),
       offer,
     ]),
+    h(
+      "ul",
+      { class: "dagmagic-diff", "aria-label": `What changed since round ${before}` },
+      items.length ? items : [h("li", { class: "dagmagic-muted" }, ["No step changed"])],
+    ),
     compare.error && messageBox(compare.error, { "data-dismiss": "compare" }),
     offer &&
       compare.markdown &&
@@ -232,11 +237,6 @@ function renderDiff(round, rounds, compare) {
         h("summary", {}, [`Round ${round.rerun_of} beside round ${round.index}`]),
         h("div", { class: "dagmagic-markdown" }, [markdownFragment(compare.markdown)]),
       ]),
-    h(
-      "ul",
-      { class: "dagmagic-diff", "aria-label": `What changed since round ${before}` },
-      items.length ? items : [h("li", { class: "dagmagic-muted" }, ["No step changed"])],
-    ),
   ]);
 }
 
