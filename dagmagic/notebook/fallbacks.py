@@ -25,17 +25,22 @@ from dagmagic.notebook.picture import STATUS_COLORS, legend, picture, svg
 from dagmagic.notebook.tool_steps import call_text, direct_call, fell_back, is_tool_step
 
 __all__ = [
+    "EDITED",
     "STATUS_COLORS",
     "answer_unreached",
     "follow_ups",
     "inert_markdown",
     "markdown_html",
     "picture",
+    "round_label",
+    "round_origin",
     "run_html",
     "run_markdown",
     "run_mimebundle",
     "step_rows",
     "svg",
+    "what_if_line",
+    "what_if_said",
 ]
 
 _PREVIEW = 160
@@ -87,13 +92,17 @@ def step_rows(plan: ExecutionPlan | None) -> list[tuple[str, str, str, str, str,
         return []
     rows: list[tuple[str, str, str, str, str, str]] = []
     for step in plan.steps:
-        seconds = f"{step.run_time:.1f}" if step.run_time is not None else ""
+        seconds = f"{step.run_time:.1f}" if step.run_time is not None and not step.edited else ""
         outcome = step.error if step.status != "completed" else step.result
         task, model = _short(step.task), step.model or ""
         if is_tool_step(step):
             task = f"{task} · {call_text(step)}"
             model = model if fell_back(step) else "direct call" if direct_call(step) else "tool call"
-        rows.append((step.id, step.status, task, model, seconds, _short(outcome or "")))
+        if step.edited:  # the user wrote its result: no model did
+            status, model = f"{step.status}, {EDITED}", ""
+        else:
+            status = step.status
+        rows.append((step.id, status, task, model, seconds, _short(outcome or "")))
     return rows
 
 
@@ -118,6 +127,8 @@ def run_markdown(run: DagRun) -> str:
     said = [(how, text) for record in run.rounds for how, text in follow_ups(record)]
     lines += [f"- your follow-up ({how}): {_md(_cap(text, 1000))}" for how, text in said]
     lines += [""] if said else []
+    edits = [line for record in run.rounds if (line := what_if_line(run, record))]
+    lines += [f"- {_md(line)}" for line in edits] + ([""] if edits else [])
     rows = _reused_rows(run) + step_rows(run.plan)
     if rows:
         lines += ["| step | status | task | model | s | result |", "|---|---|---|---|---|---|"]
@@ -158,17 +169,9 @@ def _round_html(run: DagRun, record: RoundRecord, *, open_: bool) -> str:
     e = html.escape
     steps = record.plan.steps
     reused = reused_steps(run, record)
-    label = f"Round {record.index} · {_steps(len(steps))}"
-    if record.plan_cut is not None:
-        label = f"Round {record.index} · {len(steps)} of {record.plan_cut.planned} planned steps"
-    if record.rerun_of is not None:
-        label += f" · re-run of round {record.rerun_of} ({record.rerun_step})"
-    if record.analysis is not None:
-        achieved = "achieved" if record.analysis.achieved else "not achieved"
-        label += f" · {achieved}, confidence {record.analysis.confidence:.0%}"
-    if record.decision is not None and record.decision.partial:
-        label += " · partial answer"
-    parts = [f"<summary>{e(label)}</summary>"]
+    parts = [f"<summary>{e(round_label(record))}</summary>"]
+    if said := what_if_said(record):  # under a title that says where the round came from
+        parts.append(f"<p><i>{e(said)}: the steps that use its result ran again, the others were kept.</i></p>")
     parts += [f"<p><b>Your follow-up</b> ({e(how)}): {e(_cap(text, 1000))}</p>" for how, text in follow_ups(record)]
     if record.error:
         parts.append(f"<p>{e(record.error)}</p>")
@@ -190,6 +193,56 @@ def _round_html(run: DagRun, record: RoundRecord, *, open_: bool) -> str:
     if record.decision is not None and record.decision.partial:
         parts.append(f"<p><b>⚠ {e(PARTIAL_VERDICT)}</b></p>")
     return f"<details{' open' if open_ else ''}>{''.join(parts)}</details>"
+
+
+EDITED = "result edited by you"
+"""What every view says of a step whose result the user wrote (``run.what_if``)."""
+
+
+def round_origin(record: RoundRecord) -> str:
+    """Where a re-run round came from, in words: "re-run of round 1 (s2)", or for a what-if round "continued from
+    round 1 with s2's result edited by you" ("" for a round that is neither).
+    """
+    if record.rerun_of is None:
+        return ""
+    if record.what_if:
+        return f"continued from round {record.rerun_of} with {record.rerun_step}'s {EDITED}"
+    return f"re-run of round {record.rerun_of} ({record.rerun_step})"
+
+
+def what_if_said(record: RoundRecord) -> str:
+    """What a what-if round supposed: "What if s2 had said “…”" with the start of what the user wrote ("" for
+    another round).
+    """
+    if not record.what_if or record.rerun_step is None:
+        return ""
+    step = next((s for s in record.plan.steps if s.id == record.rerun_step), None)
+    said = f" “{_short(step.result)}”" if step is not None and step.result else ""
+    return f"What if {record.rerun_step} had said{said}"
+
+
+def what_if_line(run: DagRun, record: RoundRecord) -> str:
+    """A what-if round in one line, for a view that shows no round titles: "Round 2: what if s2 had said “…”
+    (continued from round 1 with s2's result edited by you)" ("" for another round).
+    """
+    said = what_if_said(record)
+    return f"Round {record.index}: {said[0].lower()}{said[1:]} ({round_origin(record)})" if said else ""
+
+
+def round_label(record: RoundRecord) -> str:
+    """A round's title in the static views: its steps, where it came from, its verdict."""
+    count = len(record.plan.steps)
+    label = f"Round {record.index} · {_steps(count)}"
+    if record.plan_cut is not None:
+        label = f"Round {record.index} · {count} of {record.plan_cut.planned} planned steps"
+    if record.rerun_of is not None:
+        label += f" · {round_origin(record)}"
+    if record.analysis is not None:
+        achieved = "achieved" if record.analysis.achieved else "not achieved"
+        label += f" · {achieved}, confidence {record.analysis.confidence:.0%}"
+    if record.decision is not None and record.decision.partial:
+        label += " · partial answer"
+    return label
 
 
 def reused_steps(run: DagRun, record: RoundRecord) -> list[PlanStep]:
@@ -260,8 +313,10 @@ def _cut_html(cut: PlanCut, more: str = "") -> str:
 
 def _step_html(step: PlanStep, *, reused: bool = False) -> str:
     e = html.escape
-    seconds = f" · {step.run_time:.1f}s" if step.run_time is not None else ""
+    seconds = f" · {step.run_time:.1f}s" if step.run_time is not None and not step.edited else ""
     status = _reused_words(step) if reused else step.status
+    if step.edited:
+        status = f"{status} · {EDITED}"
     head = f"<b>{e(step.id)}</b> · {e(status)}{seconds} · {e(_short(step.task))}"
     body = [_tool_call_html(step)] if is_tool_step(step) else []
     body += [f"<p><i>Note:</i> {e(_cap(warning, 1000))}</p>" for warning in step.warnings]

@@ -161,8 +161,10 @@ def _svg_node(step: PlanStep, x: float, y: float, w: float, h: float, *, reused:
     color = STATUS_COLORS.get(step.status, "#9e9e9e")
     room = w - 2 * PADDING
     status, dashes = ("reused", ' stroke-dasharray="4 3"') if reused else (step.status, "")
+    edited = not reused and step.edited  # its result is the user's (run.what_if)
+    status += ", result edited by you" if edited else ""
     before = "" if reused else f"{STATUS_GLYPHS.get(step.status, '?')} "
-    after = " · reused" if reused else " · tool" if is_tool_step(step) else ""
+    after = " · reused" if reused else " · edited" if edited else " · tool" if is_tool_step(step) else ""
     rest = room - text_width(before + after, bold=True)
     head = before + fit_text(step.id, rest, bold=True) + after
     if text_width(head, bold=True) > room:  # no room for the id at all: cut the whole line

@@ -258,6 +258,42 @@ def _rerun(widget: DagWidget, content: dict[str, Any]) -> Reply:
     return None
 
 
+def _what_if(widget: DagWidget, content: dict[str, Any]) -> Reply:
+    """Continue the ended run as if the step had said what the user wrote: its dependents run again."""
+    result = content.get("result")
+    if not isinstance(result, str) or not result.strip():
+        raise DagError("write the result the step should have given: it is empty")
+    widget.run.start_what_if(str(content.get("step", "")), result=result)
+    return None
+
+
+def _compare_rounds(widget: DagWidget, content: dict[str, Any]) -> Reply:
+    """Compare two rounds of the run shown (a what-if round with the one it continued from): the answer carries
+    the comparison as Markdown, which the widget shows under the button.
+    """
+    a, b = _whole(content, "a"), _whole(content, "b")
+    indices = {record.index for record in widget.run.rounds}
+    missing = [str(index) for index in (a, b) if index not in indices]
+    if missing:
+        raise DagError(f"there is no round {' or '.join(missing)} in this run")
+    return {"a": a, "b": b, "markdown": _show_comparison(widget.run, a, b)}
+
+
+def _show_comparison(run: DagRun, a: int, b: int) -> str:
+    """Round ``a`` beside round ``b`` (``dagmagic.compare``) as Markdown.
+
+    Shown in the widget, not with ``IPython.display``: a display made while a widget's message is handled has no
+    cell to land in (JupyterLab drops it). The compare widget takes this place once it exists.
+    """
+    try:
+        from dagmagic.compare import compare  # type: ignore[attr-defined,unused-ignore]
+    except ImportError as exc:
+        raise DagError("comparing rounds needs dagmagic.compare, which this version of dagmagic does not have") from exc
+    comparison = compare(run, rounds=(a, b))
+    markdown = getattr(comparison, "_repr_markdown_", None)
+    return str(markdown() if callable(markdown) else comparison)
+
+
 def _release(word: str) -> Callable[[DagWidget, dict[str, Any]], Reply]:
     """Continue or Step a paused step (the first paused one when the request names none)."""
 
@@ -275,6 +311,8 @@ _HANDLERS: dict[str, Callable[[DagWidget, dict[str, Any]], Reply]] = {
     "follow_up": _follow_up,
     "retry_now": lambda w, c: w._retry_now(str(c.get("step", ""))),
     "rerun": _rerun,
+    "what_if": _what_if,
+    "compare_rounds": _compare_rounds,
     "approve": _approve,
     "reject": lambda w, c: w.run.reject(str(c.get("feedback", ""))),
     "continue": _release("continue"),

@@ -135,6 +135,7 @@ def _round_state(record: RoundRecord, run: DagRun) -> dict[str, Any]:
         "index": record.index,
         "rerun_of": record.rerun_of,
         "rerun_step": record.rerun_step,
+        "what_if": record.what_if,
         "approval": record.approval,
         "follow_ups": [cap(text, 500) for text in record.follow_ups],
         "answered_follow_ups": [cap(text, 500) for text in record.answered_follow_ups],
@@ -202,14 +203,23 @@ def _diff_state(run: DagRun, record: RoundRecord) -> list[dict[str, Any]] | None
     if base is None:
         return None
     diff = run.diff(base, record.index)
-    changes = [
-        {"id": change.id, "change": change.change, "fields": change.fields, "round": change.round, "was": change.was}
-        for change in diff.changes
-    ]
     rerun = record.rerun_step
+    edited = rerun if record.what_if and record.rerun_of == base else None
+    changes: list[dict[str, Any]] = []
+    for change in diff.changes:
+        fields = list(change.fields)
+        if change.id == edited and change.change == "changed":  # no model wrote the user's result: not a change
+            fields = [field for field in fields if field != "model"]
+            if not fields:
+                continue
+        changes.append(
+            {"id": change.id, "change": change.change, "fields": fields, "round": change.round, "was": change.was}
+        )
     if rerun is not None and record.rerun_of == base and not any(change["id"] == rerun for change in changes):
-        # the step the user re-ran came back the same: say it ran again, not that nothing happened
-        changes.insert(0, {"id": rerun, "change": "re-run", "fields": [], "round": record.index, "was": None})
+        # the step the user re-ran came back the same: say it ran again, not that nothing happened (or, its
+        # result edited to what it was, that the user gave it)
+        kind = "edited" if record.what_if else "re-run"
+        changes.insert(0, {"id": rerun, "change": kind, "fields": [], "round": record.index, "was": None})
     return changes
 
 
@@ -243,6 +253,7 @@ def _step_state(step: PlanStep) -> dict[str, Any]:
         "id": step.id,
         "task": step.task,
         "status": step.status,
+        "edited": step.edited,
         "dependencies": list(step.dependencies),
         "model": step.model,
         "tool_hint": step.tool_hint,

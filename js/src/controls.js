@@ -51,7 +51,7 @@ export function createControls({ requests, signal }) {
   ]);
   const kept = h("div", { class: "dagmagic-cancelled-note", role: "status", hidden: true });
   const hint = h("div", { class: "dagmagic-rerun-hint", hidden: true }, [
-    "Open a step to re-run it with another task.",
+    "Open a step to re-run it with another task, or to go on as if it had said something else.",
   ]);
   const el = h("div", { class: "dagmagic-controls" }, [row, kept, hint, offer, notice, message.el]);
 

@@ -20,13 +20,14 @@ import { fellBack, isToolStep, renderCall } from "./toolstep.js";
 /**
  * Why Python refused an action on the step, shown under the buttons that sent it: the re-run box's, the paused
  * step's, or Retry now's (in the status).
- * @typedef {{where: "rerun" | "paused" | "status", text: string}} StepError
+ * @typedef {{where: "rerun" | "whatif" | "paused" | "status", text: string}} StepError
  */
 
 /**
  * What the user can do from the panel, and the view state that outlives its redraws.
  * @typedef {object} DetailActions
- * @property {boolean} rerun  offer to re-run the step (the run ended; the step is in its latest round)
+ * @property {boolean} rerun  offer to re-run the step, and a completed one to go on with its result edited (the run
+ *   ended; the step is in its latest round)
  * @property {boolean} busy  an action on this step was sent: its buttons wait for the answer and the next state
  * @property {boolean} retrying  Retry now was sent: it waits likewise
  * @property {StepError | null} error  why Python refused the last action on the step
@@ -137,7 +138,12 @@ export function renderDetail(node, round, rounds, now, actions = NO_ACTIONS) {
           ]),
         ),
       ),
-    field("Model", node.model ?? (toolStep && !fellBack(node) ? "none (a direct tool call)" : "—")),
+    field(
+      "Model",
+      node.edited
+        ? `none: the ${EDITED}`
+        : (node.model ?? (toolStep && !fellBack(node) ? "none (a direct tool call)" : "—")),
+    ),
     (node.model_hint || node.tool_hint) &&
       field(
         "Hints",
@@ -147,11 +153,15 @@ export function renderDetail(node, round, rounds, now, actions = NO_ACTIONS) {
       ),
     field(
       "Timings",
-      `queued ${formatDuration(queue)} · ran ${formatDuration(run)}${node.status === "running" ? " (running)" : ""}`,
+      node.edited
+        ? "none: the step did not run, its result is yours"
+        : `queued ${formatDuration(queue)} · ran ${formatDuration(run)}${node.status === "running" ? " (running)" : ""}`,
     ),
     field(
       "Usage",
-      `${tokens(node.input_tokens)} in · ${tokens(node.output_tokens)} out tokens · ${formatCost(node.cost)}`,
+      node.edited
+        ? "none: no model call"
+        : `${tokens(node.input_tokens)} in · ${tokens(node.output_tokens)} out tokens · ${formatCost(node.cost)}`,
     ),
   ];
   const calls = node.tool_calls.map((call, i) => toolCall(call, i, node, round, actions));
@@ -163,6 +173,7 @@ export function renderDetail(node, round, rounds, now, actions = NO_ACTIONS) {
       h("span", { class: "dagmagic-pill", "data-status": node.status }, [
         `${STATUS_GLYPH[node.status] ?? ""} ${node.status}`,
       ]),
+      node.edited && h("span", { class: "dagmagic-pill dagmagic-edited-pill" }, [EDITED]),
       h(
         "button",
         { type: "button", class: "dagmagic-detail-close", title: "Close", "aria-label": "Close the step detail" },
@@ -177,7 +188,7 @@ export function renderDetail(node, round, rounds, now, actions = NO_ACTIONS) {
     node.subrun && renderSubrun(node.subrun, [round.index, node.id], now, actions.subrunOpen),
     h("div", { class: "dagmagic-detail-result-wrap" }, [
       h("div", { class: "dagmagic-detail-result-head" }, [
-        h("h4", {}, ["Result"]),
+        h("h4", {}, [node.edited ? "Result (edited by you)" : "Result"]),
         result && copyButton(`the result of step ${node.id}`, { "data-copy": "result" }),
       ]),
       result
@@ -185,12 +196,61 @@ export function renderDetail(node, round, rounds, now, actions = NO_ACTIONS) {
         : h("div", { class: "dagmagic-muted dagmagic-detail-no-result" }, [noResult(node)]),
       expandButton(result, "result", null, resultKey, actions),
     ]),
+    actions.rerun && node.status === "completed" && whatIfSection(node, round, result ?? "", actions),
+  ]);
+}
+
+/** What the views say of a step whose result the user wrote. */
+export const EDITED = "result edited by you";
+
+/**
+ * "What if this step had said…": an editable copy of a completed step's result, and a button that continues the
+ * ended run with it (the steps that depend on it run again, in a new round; the others are kept).
+ * @param {DagNode} node
+ * @param {Round} round
+ * @param {string} result  as the detail shows it (whole, if fetched)
+ * @param {DetailActions} actions
+ */
+function whatIfSection(node, round, result, actions) {
+  const key = draftKey("whatif", round.index, node.id);
+  const cut = cutLength(result) !== null; // Python cut it and the whole has not been fetched: edit what is shown
+  const text = actions.draft(key) ?? (cut ? uncut(result) : result);
+  return h("div", { class: "dagmagic-whatif-box" }, [
+    h("h4", {}, [`What if ${node.id} had said…`]),
+    h("div", { class: "dagmagic-muted dagmagic-whatif-hint" }, [
+      "Edit the result, then continue: the steps that use it run again with your text, the others are kept.",
+      cut ? " The result above is cut: Show all loads the whole of it first." : "",
+    ]),
+    h(
+      "textarea",
+      {
+        class: "dagmagic-task-input dagmagic-whatif-result",
+        "data-draft": key,
+        rows: 4,
+        "aria-label": `Result to continue step ${node.id} with`,
+      },
+      [text],
+    ),
+    h("div", { class: "dagmagic-actions" }, [
+      h(
+        "button",
+        {
+          type: "button",
+          class: "dagmagic-button dagmagic-whatif",
+          title:
+            "Continue the run as if this step had given the text above: the steps after it run again in a new round",
+          disabled: actions.busy || !text.trim(),
+        },
+        ["Continue with this result"],
+      ),
+    ]),
+    refusal(actions, "whatif"),
   ]);
 }
 
 /**
  * The key of a draft (a task typed and not sent yet): the textarea carries it as `data-draft`.
- * @param {"rerun" | "paused"} kind
+ * @param {"rerun" | "whatif" | "paused"} kind
  * @param {number} round
  * @param {string} step
  */
@@ -427,6 +487,7 @@ function expandButton(text, name, call, key, actions) {
 
 /** @param {DagNode} node */
 function statusLine(node) {
+  if (node.edited) return `${node.status} · ${EDITED}`;
   const attempts = node.attempts > 1 ? ` · ${node.attempts} attempts` : node.attempts === 1 ? " · 1 attempt" : "";
   // a wall-clock time stays true between kernel messages, where a countdown would freeze
   const retryAt = node.status === "retrying" && typeof node.retry_at === "number" ? node.retry_at : null;

@@ -144,7 +144,8 @@ function renderGhost(ghost, edges) {
 /**
  * A step's box: id, status glyph, duration and tokens; the task on two lines (a tool step's on one, its call on
  * the next); model and tool badges (a tool step's "tool" badge instead of a model, unless an agent took over),
- * and a composite step's sub-DAG badge at the right; a "reused" badge first on a step a re-run carried over.
+ * and a composite step's sub-DAG badge at the right; a "reused" badge first on a step a re-run carried over, an
+ * "edited by you" one on a step whose result the user wrote.
  * @param {DagNode} node
  * @param {Box & {layer: number}} box
  * @param {number} now
@@ -160,13 +161,15 @@ function renderNode(node, box, now, selected, interactive) {
   const head = shorten(`${glyph} ${node.id}`, Math.max(chars - stats.length - 1, 4));
   const toolStep = isToolStep(node);
   const tool = toolStep ? "" : toolLabel(node); // a tool step's call names its tool
-  const model = toolStep && !fellBack(node) ? "" : shortModel(node.model ?? node.model_hint);
+  const edited = Boolean(node.edited); // its result is the user's: no model wrote it
+  const model = edited || (toolStep && !fellBack(node)) ? "" : shortModel(node.model ?? node.model_hint);
   const call = toolStep ? callText(node, 24) : "";
 
   const subrun = node.subrun ?? null;
   const reused = node.reused_from ?? null; // carried over by a re-run: its result is round `reused`'s
   const status = subrun ? `${node.status}, sub-DAG ${subrun.status}` : node.status;
-  const described = reused === null ? status : `${status}, reused from round ${reused}`;
+  const described =
+    reused !== null ? `${status}, reused from round ${reused}` : edited ? `${status}, result edited by you` : status;
   const callNote = toolStep ? `, a direct call of ${toolName(node)}` : "";
 
   // two lines when the box has room for them above its badges (one for a tool step, its call under it)
@@ -206,6 +209,7 @@ function renderNode(node, box, now, selected, interactive) {
     let left = x + 8;
     for (const [kind, label] of /** @type {const} */ ([
       ["reused", reused === null ? "" : "reused"],
+      ["edited", edited ? "edited by you" : ""],
       ["direct", toolStep ? "tool" : ""],
       ["model", model],
       ["tool", tool],
@@ -242,6 +246,7 @@ function renderNode(node, box, now, selected, interactive) {
   const classes = ["dagmagic-node", `dagmagic-node--${node.status}`];
   if (selected) classes.push("dagmagic-node--selected");
   if (reused !== null) classes.push("dagmagic-node--reused");
+  if (edited) classes.push("dagmagic-node--edited");
   return s(
     "g",
     {
@@ -250,6 +255,7 @@ function renderNode(node, box, now, selected, interactive) {
       "data-status": node.status,
       "data-layer": box.layer,
       "data-reused-from": reused,
+      "data-edited": edited ? "true" : null,
       tabindex: interactive ? 0 : null,
       role: interactive ? "button" : "img",
       "aria-pressed": interactive ? (selected ? "true" : "false") : null,
@@ -265,6 +271,7 @@ function renderNode(node, box, now, selected, interactive) {
  * @param {number} now
  */
 function nodeStats(node, now) {
+  if (node.edited) return ""; // it did not run: no time, no tokens
   const parts = [];
   const retryAt = num(node.retry_at);
   if (node.status === "retrying" && retryAt !== null && now) {

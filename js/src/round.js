@@ -3,7 +3,9 @@
 // verdict. Pure: the same arguments give the same markup (rounds.js decides when a section is drawn again).
 
 import { h } from "./dom.js";
-import { renderDetail } from "./detail.js";
+import { EDITED, renderDetail } from "./detail.js";
+import { markdownFragment } from "./markdown.js";
+import { messageBox } from "./message.js";
 import { phaseCall, tokenCount } from "./state.js";
 import { renderVerdict, roundNotes, roundSummary, roundSummaryTitle } from "./verdict.js";
 import { graphView } from "./zoom.js";
@@ -13,14 +15,24 @@ import { graphView } from "./zoom.js";
 /** @typedef {import("./detail.js").DetailActions} DetailActions */
 
 /**
+ * "Compare with round N" under a what-if round: whether the request waits for Python, why Python refused it, and
+ * the comparison it sent (Markdown written from the runs' texts: rendered sanitized).
+ * @typedef {{busy: boolean, error: string | null, markdown: string | null}} CompareState
+ */
+
+/** @type {CompareState} */
+const NO_COMPARE = { busy: false, error: null, markdown: null };
+
+/**
  * @param {Round} round
  * @param {Traits} state
  * @param {boolean} expanded
  * @param {string | null} selected
  * @param {boolean} isLatest
  * @param {DetailActions} actions  for the selected step's detail
+ * @param {CompareState} [compare]  the round's "Compare with round N"
  */
-export function renderRound(round, state, expanded, selected, isLatest, actions) {
+export function renderRound(round, state, expanded, selected, isLatest, actions, compare = NO_COMPARE) {
   // the latest round of a running run is in the run's phase: what the header says, this says too
   const phase = isLatest && state.status === "running" ? state.phase : null;
   const planning = phase !== null && isPlanning(round, state);
@@ -43,7 +55,7 @@ export function renderRound(round, state, expanded, selected, isLatest, actions)
           round.nodes.length
             ? graphView(round, state.now, selected, { zoomKey: JSON.stringify([round.index]) })
             : h("div", { class: "dagmagic-muted" }, ["No steps."]),
-          renderDiff(round, state.rounds),
+          renderDiff(round, state.rounds, compare),
           selectedDetail(round, state, selected, actions),
           renderVerdict(round, phase === "analyzing", call?.tokens ?? null, Boolean(state.answer)),
         ]);
@@ -55,8 +67,8 @@ export function renderRound(round, state, expanded, selected, isLatest, actions)
         h("span", { class: "dagmagic-caret", "aria-hidden": "true" }, [expanded ? "▾" : "▸"]),
         h("span", { class: "dagmagic-round-title" }, [`Round ${round.index}`]),
         round.rerun_of !== null &&
-          h("span", { class: "dagmagic-rerun-label" }, [
-            `re-run of round ${round.rerun_of}${round.rerun_step ? ` (${round.rerun_step})` : ""}`,
+          h("span", { class: "dagmagic-rerun-label", "data-what-if": round.what_if ? "true" : null }, [
+            roundOrigin(round),
           ]),
         h("span", { class: "dagmagic-round-summary", title: planning ? null : roundSummaryTitle(round) || null }, [
           planning ? "planning…" : roundSummary(round) + (phase === "planning" ? " · planning…" : ""),
@@ -65,6 +77,18 @@ export function renderRound(round, state, expanded, selected, isLatest, actions)
       body,
     ],
   );
+}
+
+/**
+ * Where a re-run round came from: "re-run of round 1 (s2)", or for a what-if round "continued from round 1 with s2's
+ * result edited by you".
+ * @param {Round} round
+ */
+export function roundOrigin(round) {
+  if (round.what_if && round.rerun_step) {
+    return `continued from round ${round.rerun_of} with ${round.rerun_step}'s ${EDITED}`;
+  }
+  return `re-run of round ${round.rerun_of}${round.rerun_step ? ` (${round.rerun_step})` : ""}`;
 }
 
 /**
@@ -143,11 +167,13 @@ function selectedDetail(round, state, selected, actions) {
 }
 
 /**
- * A re-run round: which steps differ from the round it re-ran ("s2 changed: task, result", "s5 added").
+ * A re-run round: which steps differ from the round it re-ran ("s2 changed: task, result", "s5 added"); a
+ * what-if round offers to compare it with that round side by side.
  * @param {Round} round
  * @param {Round[]} rounds  to make each step clickable where it exists
+ * @param {CompareState} compare
  */
-function renderDiff(round, rounds) {
+function renderDiff(round, rounds, compare) {
   const before = round.rerun_of ?? round.diff_base ?? null;
   if (before === null || round.diff === null) return null;
   const items = round.diff.map((entry) => {
@@ -158,6 +184,7 @@ function renderDiff(round, rounds) {
     const was = entry.was ? ` (was ${entry.was})` : "";
     const what =
       entry.change === "changed" && entry.fields.length ? ` changed: ${entry.fields.join(", ")}` : ` ${entry.change}`;
+    const yours = round.what_if && entry.id === round.rerun_step && where === round.index ? " (edited by you)" : "";
     return h("li", { "data-step-id": entry.id, "data-change": entry.change }, [
       exists
         ? h(
@@ -174,15 +201,42 @@ function renderDiff(round, rounds) {
         : name,
       was,
       what,
+      yours,
     ]);
   });
+  const offer =
+    round.what_if && round.rerun_of !== null && rounds.some((r) => r.index === round.rerun_of)
+      ? h(
+          "button",
+          {
+            type: "button",
+            class: "dagmagic-button dagmagic-compare-rounds",
+            "data-a": round.rerun_of,
+            "data-b": round.index,
+            title: `Show round ${round.rerun_of} and round ${round.index} side by side: plans, results, verdicts, answers`,
+            "aria-busy": compare.busy ? "true" : null,
+            disabled: compare.busy,
+          },
+          [`Compare with round ${round.rerun_of}`],
+        )
+      : null;
   return h("div", { class: "dagmagic-diff-wrap" }, [
-    h("div", { class: "dagmagic-label" }, [`Compared with round ${before}`]),
+    h("div", { class: "dagmagic-diff-head" }, [
+      h("span", { class: "dagmagic-label" }, [`Compared with round ${before}`]),
+      offer,
+    ]),
     h(
       "ul",
       { class: "dagmagic-diff", "aria-label": `What changed since round ${before}` },
       items.length ? items : [h("li", { class: "dagmagic-muted" }, ["No step changed"])],
     ),
+    compare.error && messageBox(compare.error, { "data-dismiss": "compare" }),
+    offer &&
+      compare.markdown &&
+      h("details", { class: "dagmagic-comparison", open: true }, [
+        h("summary", {}, [`Round ${round.rerun_of} beside round ${round.index}`]),
+        h("div", { class: "dagmagic-markdown" }, [markdownFragment(compare.markdown)]),
+      ]),
   ]);
 }
 

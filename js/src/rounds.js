@@ -8,7 +8,7 @@ import { keepFocus } from "./focus.js";
 import { renderRound } from "./round.js";
 import { createSelection } from "./selection.js";
 import { isLive, phaseCall } from "./state.js";
-import { ACTIONS, createStepActions } from "./step-actions.js";
+import { ACTION_BOXES, ACTIONS, createStepActions } from "./step-actions.js";
 import { createZoom } from "./zoom.js";
 
 /** @typedef {import("./types.js").Traits} Traits */
@@ -18,7 +18,7 @@ import { createZoom } from "./zoom.js";
 const SUBRUN = ".dagmagic-subrun";
 
 /** The buttons of a step's actions that send its (perhaps edited) task: they need one. */
-const TASK_ACTIONS = ".dagmagic-rerun, .dagmagic-continue, .dagmagic-step";
+const TASK_ACTIONS = ".dagmagic-rerun, .dagmagic-whatif, .dagmagic-continue, .dagmagic-step";
 
 /**
  * @param {object} options
@@ -43,6 +43,30 @@ export function createRounds({ signal, redraw, requests, memory }) {
   };
   signal.addEventListener("abort", memory.subscribe(redrawRound));
   const steps = createStepActions({ requests, memory, state: () => last, redrawRound });
+  /** @type {Map<number, {error: string | null, markdown: string | null}>} by round: its "Compare with round N" */
+  const comparisons = new Map();
+
+  /**
+   * "Compare with round N": asks Python for the comparison of the two rounds; it shows under the button.
+   * @param {number} round
+   * @param {HTMLButtonElement} button
+   */
+  function compareRounds(round, button) {
+    if (button.disabled) return;
+    const a = Number(button.getAttribute("data-a"));
+    const b = Number(button.getAttribute("data-b"));
+    comparisons.delete(round);
+    requests
+      .request("compare_rounds", { a, b }, { key: `compare:${round}` })
+      .then(
+        (/** @type {any} */ value) =>
+          comparisons.set(round, { error: null, markdown: String(value?.markdown ?? "") || null }),
+        (/** @type {Error} */ error) => comparisons.set(round, { error: error.message, markdown: null }),
+      )
+      .finally(() => redrawRound(round));
+    button.disabled = true;
+    redrawRound(round);
+  }
 
   /**
    * A step's action; a re-run's round, once it comes, shows the step (selection.js), unless Python refuses it.
@@ -64,6 +88,8 @@ export function createRounds({ signal, redraw, requests, memory }) {
     [".dagmagic-retry-now", (target, round) => steps.retryNow(round, /** @type {HTMLButtonElement} */ (target))],
     [ACTIONS, (target, round) => act(round, /** @type {HTMLButtonElement} */ (target))],
     [".dagmagic-detail .dagmagic-message-close", (target, round) => steps.dismiss(round, target)],
+    [".dagmagic-compare-rounds", (target, round) => compareRounds(round, /** @type {HTMLButtonElement} */ (target))],
+    [".dagmagic-diff-wrap .dagmagic-message-close", (_, round) => comparisons.delete(round)],
     [".dagmagic-detail-close", () => selection.closeDetail()],
     [
       "[data-goto-step]",
@@ -117,7 +143,7 @@ export function createRounds({ signal, redraw, requests, memory }) {
       const step = String(target.closest(".dagmagic-detail")?.getAttribute("data-step-id"));
       const round = Number(target.closest(".dagmagic-round")?.getAttribute("data-round"));
       const busy = steps.status(round, step).busy;
-      const box = target.closest(".dagmagic-rerun-box, .dagmagic-paused");
+      const box = target.closest(ACTION_BOXES);
       for (const b of box?.querySelectorAll(TASK_ACTIONS) ?? []) {
         /** @type {HTMLButtonElement} */ (b).disabled = busy || !target.value.trim();
       }
@@ -151,6 +177,12 @@ export function createRounds({ signal, redraw, requests, memory }) {
     const live = expanded && round.nodes.some(isLive);
     const isLatest = round.index === selection.latest();
     const sent = selected === null ? null : steps.status(round.index, selected);
+    const compared = comparisons.get(round.index);
+    const compare = {
+      busy: requests.busy(`compare:${round.index}`),
+      error: compared?.error ?? null,
+      markdown: compared?.markdown ?? null,
+    };
     // Everything the section shows: the round, its view state, the clock while steps run, and for the latest
     // round the run status (it decides whether a missing verdict is still coming), its phase (planning) and
     // whether it can re-run; the selected step's requests. (Whole texts fetched and asked for redraw their round.)
@@ -164,6 +196,7 @@ export function createRounds({ signal, redraw, requests, memory }) {
       isLatest && phaseCall(state)?.tokens,
       isLatest && state.can_rerun,
       sent && [sent.busy, sent.retrying, sent.error],
+      compare,
     ]);
     const cached = cache.get(round.index);
     if (cached && cached.sig === sig) return cached.el;
@@ -180,7 +213,7 @@ export function createRounds({ signal, redraw, requests, memory }) {
       loading: (key) => Boolean(sent?.loading(key)),
       textError: (key) => sent?.textError(key),
     };
-    const drawn = renderRound(round, state, expanded, selected, isLatest, actions);
+    const drawn = renderRound(round, state, expanded, selected, isLatest, actions, compare);
     cache.set(round.index, { sig, el: drawn });
     return drawn;
   }
@@ -203,6 +236,9 @@ export function createRounds({ signal, redraw, requests, memory }) {
     const sections = state.rounds.map((round) => section(round, state));
     for (const index of [...cache.keys()]) {
       if (!state.rounds.some((r) => r.index === index)) cache.delete(index);
+    }
+    for (const index of [...comparisons.keys()]) {
+      if (!state.rounds.some((r) => r.index === index)) comparisons.delete(index);
     }
     if (sections.length !== el.children.length || sections.some((s, i) => el.children[i] !== s)) {
       el.replaceChildren(...sections);

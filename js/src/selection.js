@@ -162,6 +162,7 @@ export function createSelection(memory) {
           kept.add(draftKey("paused", round.index, node.id));
         }
         if (rerunnable) kept.add(draftKey("rerun", round.index, node.id));
+        if (rerunnable && node.status === "completed") kept.add(draftKey("whatif", round.index, node.id));
       }
     });
     for (const key of drafts.keys()) if (!kept.has(key)) drafts.delete(key);

@@ -124,6 +124,7 @@ function normalizeRound(round, position) {
     decision: r.decision ?? null,
     rerun_of: num(r.rerun_of),
     rerun_step: optionalText(r.rerun_step),
+    what_if: Boolean(r.what_if),
     approval: APPROVALS.includes(r.approval) ? r.approval : null,
     diff: Array.isArray(r.diff) ? r.diff.map(normalizeDiff) : null,
     diff_base: num(r.diff_base),
@@ -241,6 +242,7 @@ function normalizeNode(node) {
     paused_tools: list(n.paused_tools).map(String),
     subrun: normalizeSubrun(n.subrun),
     reused_from: num(n.reused_from),
+    edited: Boolean(n.edited),
   };
 }
 

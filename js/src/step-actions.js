@@ -1,4 +1,5 @@
-// What a step's detail sends: its actions (re-run an ended run's step; continue, step or skip a paused one;
+// What a step's detail sends: its actions (re-run an ended run's step, or go on with its result edited; continue,
+// step or skip a paused one;
 // retry a step waiting for its retry now) and "Show all" under a text Python cut; and its copy buttons. A sent
 // action's buttons stay disabled until Python refuses it or the state shows its effect; a refusal shows in the
 // step's detail, under the buttons that sent it, until the user dismisses it or acts again.
@@ -12,7 +13,10 @@ import { stepKey } from "./selection.js";
 /** @typedef {import("./detail.js").StepError} StepError */
 
 /** The buttons of a step's actions. */
-export const ACTIONS = ".dagmagic-rerun, .dagmagic-continue, .dagmagic-step, .dagmagic-skip";
+export const ACTIONS = ".dagmagic-rerun, .dagmagic-whatif, .dagmagic-continue, .dagmagic-step, .dagmagic-skip";
+
+/** The boxes of a step's actions, each with its text to send. */
+export const ACTION_BOXES = ".dagmagic-rerun-box, .dagmagic-whatif-box, .dagmagic-paused";
 
 /** How long "Show all" waits for the whole text before it can be clicked again (ms). */
 const ASK_TIMEOUT = 30000;
@@ -75,15 +79,23 @@ export function createStepActions({ requests, memory, state, redrawRound }) {
   }
 
   /**
-   * A step's action (re-run; continue, step or skip a paused step), with its task when the user edited it.
+   * A step's action (re-run; go on with its result edited; continue, step or skip a paused step), with its task
+   * when the user edited it.
    * @param {number} round
    * @param {HTMLButtonElement} button
    * @returns {{step: string, rerun: boolean, taken: Promise<boolean>} | null}  what was sent (null: nothing)
    */
   function act(round, button) {
     const { step, node } = stepOf(round, button);
-    const box = button.closest(".dagmagic-rerun-box, .dagmagic-paused");
+    const box = button.closest(ACTION_BOXES);
     if (!node || !box || button.disabled) return null;
+    if (box.classList.contains("dagmagic-whatif-box")) {
+      const result = box.querySelector("textarea")?.value ?? "";
+      if (!result.trim()) return null;
+      const taken = send(round, step, "whatif", "what_if", { step, result });
+      for (const b of box.querySelectorAll(ACTIONS)) /** @type {HTMLButtonElement} */ (b).disabled = true;
+      return { step, rerun: true, taken };
+    }
     const typed = box.querySelector("textarea")?.value.trim() ?? "";
     const task = !typed || typed === node.task.trim() ? null : typed;
     const cls = button.classList;

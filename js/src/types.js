@@ -48,6 +48,8 @@
  *   missing in older states)
  * @property {number | null} reused_from  a re-run round carried this step over, not running it again: the round
  *   where it ran (null otherwise, and in older states)
+ * @property {boolean} edited  its result is the user's, not a model's ("what if this step had said…": no call made;
+ *   false in older states)
  */
 
 /**
@@ -98,6 +100,8 @@
  * @property {Decision | null} decision
  * @property {number | null} rerun_of  a re-run round: the round whose step it re-ran
  * @property {string | null} rerun_step  ...and that step's id
+ * @property {boolean} what_if  a re-run round that continued from round `rerun_of` with step `rerun_step`'s result
+ *   edited by the user (its dependents ran again); false in older states
  * @property {Approval | null} approval  the plan's approval, when the run asks for one
  * @property {StepDiff[] | null} diff  a re-run round: what differs from round `rerun_of`
  * @property {number | null} [diff_base]  the round `diff` compares with (the re-run one, or for a follow-up's
@@ -208,7 +212,8 @@
  * with its id. A `task` of null keeps the step's task; a `plan` of null approves the plan unedited.
  *
  *   stop {} · cancel {} · follow_up {text} · retry_now {step} · resume {} · restart {}
- *   rerun {step, task} · approve {plan: {steps: PlanStep[]} | null} · reject {feedback}
+ *   rerun {step, task} · what_if {step, result} · compare_rounds {a, b}
+ *   approve {plan: {steps: PlanStep[]} | null} · reject {feedback}
  *   continue {step, task} · step {step, task} · skip {step}
  *   call_detail {index}  -> CallDetail
  *   full_text {round, step, field: "result"} | {round, step, field: "observation", call}  -> {text}: the whole of

@@ -169,7 +169,9 @@ describe("controls once the run ended", () => {
     await nextRedraw();
     expect(row.hidden).toBe(true);
     expect(hint.hidden).toBe(false);
-    expect(hint.textContent).toBe("Open a step to re-run it with another task.");
+    expect(hint.textContent).toBe(
+      "Open a step to re-run it with another task, or to go on as if it had said something else.",
+    );
     expect(one(el, ".dagmagic-cancelled-note").hidden).toBe(true);
 
     model.set("can_rerun", false);
