@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from dagmagic.compare import compare
     from dagmagic.engine.run.dag_run import DagRun
     from dagmagic.engine.tools.functions import Tool, tool
     from dagmagic.engine.tools.mcp import MCPServer
@@ -21,6 +20,7 @@ if TYPE_CHECKING:
     from dagmagic.models import AnalysisResult, ExecutionPlan, LLMCall, PlanStep, RoundRecord, Usage
     from dagmagic.session import DagSession
     from dagmagic.settings import DagSettings
+    from dagmagic.side_by_side import compare
 
 # Exports load on first use: `%load_ext dagmagic` must stay fast, and pydantic models take time to build.
 _EXPORTS = {
@@ -40,7 +40,7 @@ _EXPORTS = {
     "StructuredOutputError": "dagmagic.errors",
     "Tool": "dagmagic.engine.tools.functions",
     "Usage": "dagmagic.models",
-    "compare": "dagmagic.compare",
+    "compare": "dagmagic.side_by_side",
     "tool": "dagmagic.engine.tools.functions",
 }
 

@@ -4,8 +4,8 @@ twelve steps a side, some results differing word by word, one step only in each 
 
 from __future__ import annotations
 
-from dagmagic.compare import Piece, RoundPair, RunComparison, Side, SideStep, StepPair
 from dagmagic.models import AnalysisResult, Usage
+from dagmagic.side_by_side import Piece, RoundPair, RunComparison, Side, SideStep, StepPair
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 

@@ -47,7 +47,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "dagmagic.evaluation",
             "dagmagic.tracing",
             "dagmagic.testing",
-            "dagmagic.compare",
+            "dagmagic.side_by_side",
         ),
     ),
     ("notebook", ("dagmagic.notebook", "dagmagic.server")),

@@ -25,7 +25,9 @@ def load_ipython_extension(shell: Any) -> None:
         "dagmagic.evaluation.experiment", "Experiment", _display_experiment
     )
     for name in ("RunComparison", "ExperimentComparison"):
-        shell.display_formatter.mimebundle_formatter.for_type_by_name("dagmagic.compare", name, _display_comparison)
+        shell.display_formatter.mimebundle_formatter.for_type_by_name(
+            "dagmagic.side_by_side", name, _display_comparison
+        )
     preload.preload_in_background(shell, registered)
 
 

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 import traitlets
 
-from dagmagic.compare import ExperimentComparison, RunComparison
 from dagmagic.events import Event, RunFinished
 from dagmagic.notebook.answering import AnsweringWidget
+from dagmagic.side_by_side import ExperimentComparison, RunComparison
 
 if TYPE_CHECKING:
     from dagmagic.engine import DagRun

@@ -24,10 +24,10 @@ from dagmagic.notebook.answering import AnsweringWidget, Reply
 from dagmagic.notebook.experiment_view import progress_line, summary_header, summary_rows
 
 if TYPE_CHECKING:
-    from dagmagic.compare import ExperimentComparison, RunComparison
     from dagmagic.engine import DagRun
     from dagmagic.evaluation import Experiment
     from dagmagic.notebook.compare_widget import CompareWidget
+    from dagmagic.side_by_side import ExperimentComparison, RunComparison
 
 __all__ = ["ExperimentWidget", "experiment_display", "experiment_state"]
 
@@ -119,8 +119,8 @@ class ExperimentWidget(AnsweringWidget):
 
     def compare_cells(self, first: int, second: int) -> CompareWidget:
         """Show the comparison of cells ``first`` and ``second`` under the grid (filling in while one runs)."""
-        from dagmagic.compare import compare
         from dagmagic.notebook.compare_widget import CompareWidget
+        from dagmagic.side_by_side import compare
 
         experiment = self.experiment
         cells = []
@@ -147,8 +147,8 @@ class ExperimentWidget(AnsweringWidget):
 
     def compare_configs(self, first: str, second: str) -> CompareWidget:
         """Show the comparison of configs ``first`` and ``second``, case by case, under the grid."""
-        from dagmagic.compare import compare
         from dagmagic.notebook.compare_widget import CompareWidget, entries_of
+        from dagmagic.side_by_side import compare
 
         if first == second:
             raise DagError("choose two different configs to compare")

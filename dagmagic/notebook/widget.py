@@ -286,7 +286,7 @@ def _show_comparison(run: DagRun, a: int, b: int) -> str:
     cell to land in (JupyterLab drops it). The compare widget takes this place once it exists.
     """
     try:
-        from dagmagic.compare import compare  # type: ignore[attr-defined,unused-ignore]
+        from dagmagic.side_by_side import compare  # type: ignore[attr-defined,unused-ignore]
     except ImportError as exc:
         raise DagError("comparing rounds needs dagmagic.compare, which this version of dagmagic does not have") from exc
     comparison = compare(run, rounds=(a, b))

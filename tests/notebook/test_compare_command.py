@@ -10,9 +10,9 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from dagmagic import DagSession, DagSettings, ModelRegistry
-from dagmagic.compare import ExperimentComparison, RunComparison
 from dagmagic.notebook import magics
 from dagmagic.notebook.commands import comparison
+from dagmagic.side_by_side import ExperimentComparison, RunComparison
 from tests.notebook.conftest import scripted
 from tests.notebook.test_magics import run_cell
 

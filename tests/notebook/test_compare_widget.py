@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from dagmagic import DagRun, DagSession, DagSettings, ModelRegistry
-from dagmagic.compare import ExperimentComparison, Piece, RunComparison
 from dagmagic.notebook.answering import AnsweringWidget
 from dagmagic.notebook.compare_widget import (
     RESULT_CHARS,
@@ -24,6 +23,7 @@ from dagmagic.notebook.compare_widget import (
     static_views,
 )
 from dagmagic.notebook.display import WIDGET_VIEW
+from dagmagic.side_by_side import ExperimentComparison, Piece, RunComparison
 from tests.compare_samples import HOSTILE, twelve_a_side
 
 from .conftest import scripted

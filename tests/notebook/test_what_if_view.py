@@ -107,8 +107,8 @@ async def test_compare_rounds_answers_with_the_comparison_or_says_why_not(monkey
     assert "must be a whole number" in front.refused("compare_rounds", a="1", b=2)
 
     # until dagmagic.compare can compare (another change brings it), the view says so
-    fake = types.ModuleType("dagmagic.compare")
-    monkeypatch.setitem(sys.modules, "dagmagic.compare", fake)
+    fake = types.ModuleType("dagmagic.side_by_side")
+    monkeypatch.setitem(sys.modules, "dagmagic.side_by_side", fake)
     assert "needs dagmagic.compare" in front.refused("compare_rounds", a=1, b=2)
 
     asked: list[tuple[DagRun, tuple[int, int]]] = []

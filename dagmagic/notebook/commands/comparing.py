@@ -13,7 +13,7 @@ from dagmagic.notebook._arguments import parse_words
 from dagmagic.notebook.session import NotebookSession
 
 if TYPE_CHECKING:
-    from dagmagic.compare import ExperimentComparison, RunComparison
+    from dagmagic.side_by_side import ExperimentComparison, RunComparison
 
 __all__ = ["compare", "comparison"]
 
@@ -30,8 +30,8 @@ def comparison(notebook: NotebookSession, rest: str) -> RunComparison | Experime
     """The comparison ``%dag compare``'s line asks for. A and B: a run's number in ``%dag history``, its id (or
     the start of it), or a name in the notebook bound to a run; an experiment by variable, name or id.
     """
-    from dagmagic.compare import compare as compare_runs  # the first %dag command stays quick: imported when used
     from dagmagic.evaluation import Experiment
+    from dagmagic.side_by_side import compare as compare_runs  # the first %dag command stays quick: imported when used
 
     args = parse_words("compare", rest, ("a",), (), optional=("b", "c"), pairs=("--rounds",))
     rounds = tuple(args.rounds) if args.rounds else None

@@ -12,8 +12,6 @@ in a saved notebook. Its parts are read in ``dagmagic.comparison``, its views wr
 from __future__ import annotations
 
 import html
-import sys
-import types
 from typing import Any, cast
 
 from pydantic import BaseModel, Field
@@ -312,16 +310,3 @@ def _config_settings(description: ConfigDescription) -> dict[str, Any]:
     if description.tools is not None:
         settings["tools"] = description.tools
     return settings
-
-
-class _CallableModule(types.ModuleType):
-    """The module, callable as ``compare``: importing ``dagmagic.compare`` puts the module where the package's
-    ``compare`` function was (Python sets a package's attribute to its submodule); ``dagmagic.compare(a, b)``
-    must work either way.
-    """
-
-    def __call__(self, *args: Any, **kwargs: Any) -> RunComparison | ExperimentComparison:
-        return compare(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
