@@ -198,7 +198,8 @@ def compare(
     - ``compare(run, rounds=(1, 2))``: two rounds of one run; ``compare(a, b, rounds=(1, 2))``: a's round 1 with
       b's round 2.
     - ``compare(run)``: a run whose latest round re-ran or continued from an earlier one (``run.rerun``,
-      ``run.what_if``), that round with the round it came from.
+      ``run.what_if``), that round with the round it came from; a fork (``run.fork``), with the run it was
+      forked from (read from ``store``).
     - ``compare(experiment, "small", "large")``: two configs of an experiment, case by case (an
       ``ExperimentComparison``; ``repetition=`` which one); ``compare(experiment, cell, cell)``: two of its cells
       (``Cell``s or their indexes).
@@ -210,6 +211,9 @@ def compare(
                         "'config_a', 'config_b')")  # fmt: skip
     first = _run(a, store)
     if b is None:
+        state = state_of(first)
+        if rounds is None and state.forked_from and not (state.rounds and state.rounds[-1].rerun_of is not None):
+            return RunComparison.between(_parent(state, store), first)
         if rounds is None:
             rounds = _came_from(first)
         return RunComparison.between(first, first, rounds=rounds)
@@ -234,6 +238,18 @@ def _run(run: object, store: str | None) -> Comparable:
         f"cannot compare a {type(run).__name__}: give runs (a DagRun, dagmagic.load_run(id)) or run ids; for an "
         "experiment, compare(experiment, 'config_a', 'config_b')"
     )
+
+
+def _parent(state: RunState, store: str | None) -> Comparable:
+    """The run a fork was forked from, read from ``store`` (default ``DAG_STORE``)."""
+    assert state.forked_from is not None
+    try:
+        return _run(state.forked_from, store)
+    except (ConfigurationError, DagError):
+        raise DagError(
+            f"run {state.run_id} was forked from run {state.forked_from}, which no run store here holds: compare the "
+            "two as compare(original, forked)"
+        ) from None
 
 
 def _came_from(run: Comparable) -> tuple[int, int]:

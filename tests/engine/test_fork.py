@@ -153,3 +153,16 @@ async def test_a_fork_through_litellm_makes_no_request_for_the_unchanged_prefix(
         assert len(asked) == recorded + len(live) and again.answer == run.answer
     finally:
         server.close()
+
+
+async def test_a_fork_compared_alone_is_compared_with_its_parent_from_the_store(tmp_path: Path) -> None:
+    path = str(tmp_path / "runs.sqlite")
+    session = DagSession(ModelRegistry().register("m", ScriptedLLM(script())), DagSettings(store=path))
+    run = await session.run("goal")
+    forked = await run.fork(at="s2", result="s2=seven")
+    comparison = dagmagic.compare(forked, store=path)
+    assert (comparison.a.run_id, comparison.b.run_id) == (run.run_id, forked.run_id)
+    assert {pair.b.ref for pair in comparison.changed_steps if pair.b} == {"s2", "s3"}
+    assert dagmagic.compare(run, forked).changed_steps == comparison.changed_steps
+    with pytest.raises(DagError, match=r"forked from run \w+, which no run store here holds: compare the two as"):
+        dagmagic.compare(forked, store=str(tmp_path / "other.sqlite"))
