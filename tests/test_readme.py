@@ -76,7 +76,7 @@ def test_the_two_commands_are_the_quickstart_and_what_ci_runs() -> None:
 def test_the_readme_links_every_tutorial_in_reading_order() -> None:
     linked = re.findall(r"\]\((notebooks/\d\d_\w+\.ipynb)\)", _section("Tutorials"))
     stored = sorted(f"notebooks/{path.name}" for path in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-    assert linked == stored and len(linked) == 8
+    assert linked == stored and len(linked) == 9
 
 
 def test_a_license_a_changelog_and_the_project_urls() -> None:

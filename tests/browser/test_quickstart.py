@@ -1,6 +1,6 @@
 """Command 1, tried as a new user would, from a fresh clone with no ``.venv``: ``bash quickstart.sh`` creates
 the environment, installs dagmagic with JupyterLab, and opens JupyterLab on the quickstart notebook in the
-tutorials' working copy. Run All on each of the eight tutorials there ends without an error, and leaves every
+tutorials' working copy. Run All on each of the nine tutorials there ends without an error, and leaves every
 tracked file as it was. A second start finds the install up to date and opens JupyterLab without installing
 again; a changed pyproject.toml installs again.
 
@@ -183,19 +183,19 @@ def test_command_1_opens_jupyterlab_on_the_quickstart(tmp_path: Path, browser: A
             # the tutorials a user opens are a working copy git ignores; every one runs to its end there
             working_copy = clone / "workspace" / "notebooks"
             assert sorted(path.name for path in working_copy.glob("[0-9][0-9]_*.ipynb")) == TUTORIALS
-            assert len(TUTORIALS) == 8, TUTORIALS
+            assert len(TUTORIALS) == 9, TUTORIALS
             origin = "{0.scheme}://{0.netloc}".format(urllib.parse.urlsplit(page.url))  # not the file it was given
             problems = [problem for name in TUTORIALS for problem in _run_all(page, origin, name, working_copy)]
             assert not problems, "\n".join(problems)
-            # the documentation page the last tutorial links to (../docs/evaluation.md) opens beside it, from the
+            # the documentation page the last tutorial links to (../docs/debugging.md) opens beside it, from the
             # working copy
-            link = page.locator('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-RenderedMarkdown a[href*="evaluation.md"]')
+            link = page.locator('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-RenderedMarkdown a[href*="debugging.md"]')
             link.last.click()
-            current.filter(has_text="evaluation.md").wait_for(timeout=WAIT_MS)
-            shown = page.locator(".jp-MainAreaWidget:not(.lm-mod-hidden)").filter(has_text="%%dag eval")
+            current.filter(has_text="debugging.md").wait_for(timeout=WAIT_MS)
+            shown = page.locator(".jp-MainAreaWidget:not(.lm-mod-hidden)").filter(has_text="%dag fork")
             shown.first.wait_for(timeout=WAIT_MS)  # the page's own text, not an error
             assert page.locator(".jp-Dialog").count() == 0
-            page.screenshot(path=str(SCREENSHOTS / "quickstart-docs-from-tutorial-08.png"))
+            page.screenshot(path=str(SCREENSHOTS / "quickstart-docs-from-tutorial-09.png"))
         finally:
             page.close()
         # running and saving every tutorial changed no tracked file and left no untracked one
