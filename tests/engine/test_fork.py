@@ -166,3 +166,13 @@ async def test_a_fork_compared_alone_is_compared_with_its_parent_from_the_store(
     assert dagmagic.compare(run, forked).changed_steps == comparison.changed_steps
     with pytest.raises(DagError, match=r"forked from run \w+, which no run store here holds: compare the two as"):
         dagmagic.compare(forked, store=str(tmp_path / "other.sqlite"))
+
+
+async def test_a_fork_runs_with_its_own_settings_and_the_original_keeps_its_own(tmp_path: Path) -> None:
+    llm = ScriptedLLM(script())
+    run = await session_for(llm).run("goal")
+    path = str(tmp_path / "fork.sqlite")
+    forked = await run.fork(at="s3", result="s3=done", settings=DagSettings(store=path, max_concurrency=1))
+    stored = dagmagic.load_run(forked.run_id, store=path)  # the fork's store is its own settings'
+    assert stored.forked_from == run.run_id and stored.steps["s3"].edited
+    assert forked.status == "done" and not run.steps["s3"].edited
