@@ -48,21 +48,6 @@ SETUP = textwrap.dedent(
 )
 
 
-STAND_IN = textwrap.dedent(
-    """
-    import dagmagic.compare as module
-    if not hasattr(module, "compare"):
-        class Comparison:
-            def __init__(self, run, rounds):
-                self.steps = [[r.plan.step(s).result for r in run.rounds if r.index in rounds] for s in ("s2", "s3")]
-            def _repr_markdown_(self):
-                rows = "".join(f"| s{i + 2} | {a} | {b} |\\n" for i, (a, b) in enumerate(self.steps))
-                return f"| step | round 1 | round 2 |\\n|---|---|---|\\n{rows}"
-        module.compare = lambda run, *, rounds: Comparison(run, rounds)
-    """
-)
-
-
 def test_a_step_goes_on_with_its_result_edited_and_what_uses_it_runs_again(jupyterlab: NotebookPage) -> None:
     notebook = jupyterlab
     notebook.open("what-if", ["%load_ext dagmagic", SETUP, "%%dag --models llm\nWhat is six times seven?"])
@@ -112,12 +97,16 @@ def test_a_step_goes_on_with_its_result_edited_and_what_uses_it_runs_again(jupyt
     expect(s3.locator(".dagmagic-detail-result")).to_have_text("forty-eight")
     expect(s3.locator(".dagmagic-edited-pill")).to_have_count(0)  # a model wrote it
 
-    # dagmagic.compare(run, rounds=...) comes with another change: until then a stand-in answers as it will
-    notebook.kernel_print(STAND_IN)
     compare.click()
     shown = second.locator(".dagmagic-comparison")
     expect(shown.locator("summary")).to_have_text("Round 1 beside round 2")
-    expect(shown.locator("table")).to_contain_text("forty-eight")
+    # the real dagmagic.compare: a table of totals, then the steps of the two rounds
+    steps = shown.locator("table").filter(has_text="result")
+    s2_row = steps.locator("tr").filter(has=notebook.page.locator("td", has_text=re.compile("^s2$")))
+    s3_row = steps.locator("tr").filter(has=notebook.page.locator("td", has_text=re.compile("^s3$")))
+    expect(s2_row).to_contain_text("changed")
+    expect(s3_row).to_contain_text("changed (result)")
+    expect(s3_row).to_contain_text("forty-eight")
     notebook.screenshot("what-if-compare", focus=shown)
 
     state = notebook.kernel_print(
