@@ -1,7 +1,8 @@
 """What if a step had said something else, in JupyterLab: a finished run's step detail offers an editable copy of
 its result; "Continue with this result" makes a new round where the step's result is the user's (marked "edited by
 you"), the steps that use it run again and the rest is kept; the round offers to compare with the one it continued
-from. Light and dark screenshots land in ``test-output/e2e/``.
+from, and the compare widget opens under it, inside the run widget. Light and dark screenshots land in
+``test-output/e2e/``.
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ def test_a_step_goes_on_with_its_result_edited_and_what_uses_it_runs_again(jupyt
     widget = notebook.widget()
     expect(widget.locator(".dagmagic-status")).to_have_attribute("data-status", "done")
     notebook.wait_until_done()
-    widget = notebook.widgets().last
+    # the run widget's view (the compare widget it later draws inside itself is a `.dagmagic` view too)
+    widget = notebook.widgets().and_(notebook.page.locator(":not(.dagmagic-compare-view)")).last
     expect(widget.locator(".dagmagic-answer-body")).to_contain_text("forty-two")
     before = notebook.kernel_print("print(len(llm.requests_for('step')))").strip()
 
@@ -98,15 +100,22 @@ def test_a_step_goes_on_with_its_result_edited_and_what_uses_it_runs_again(jupyt
     expect(s3.locator(".dagmagic-edited-pill")).to_have_count(0)  # a model wrote it
 
     compare.click()
-    shown = second.locator(".dagmagic-comparison")
-    expect(shown.locator("summary")).to_have_text("Round 1 beside round 2")
-    # the real dagmagic.compare: a table of totals, then the steps of the two rounds
-    steps = shown.locator("table").filter(has_text="result")
-    s2_row = steps.locator("tr").filter(has=notebook.page.locator("td", has_text=re.compile("^s2$")))
-    s3_row = steps.locator("tr").filter(has=notebook.page.locator("td", has_text=re.compile("^s3$")))
-    expect(s2_row).to_contain_text("changed")
-    expect(s3_row).to_contain_text("changed (result)")
-    expect(s3_row).to_contain_text("forty-eight")
+    # the compare widget opens under the round, drawn inside the run widget (anywidget's widget composition)
+    shown = second.locator(".dagmagic-comparison--widget")
+    expect(shown.locator(".dagmagic-comparison-head")).to_contain_text("Comparing round 1 vs round 2")
+    view = shown.locator(".dagmagic-comparison-slot .dagmagic-compare-view")
+    expect(view).to_be_visible()
+    pairs = view.locator("tr.dagmagic-compare-pair")
+    expect(pairs).to_have_count(3)
+    expect(view.locator("tr[data-change='same']")).to_have_count(1)  # s1, kept
+    changed = view.locator("tr[data-change='changed']")
+    expect(changed).to_have_count(2)  # s2 (edited by you) and s3 (ran again)
+    expect(changed.nth(0).locator("del")).to_have_text("seven")
+    expect(changed.nth(0).locator("ins")).to_have_text("eight")
+    expect(changed.nth(1).locator("del")).to_have_text("forty-two")
+    expect(changed.nth(1).locator("ins")).to_have_text("forty-eight")
+    expect(view.locator(".dagmagic-compare-answers ins")).to_contain_text("forty-eight")
+    expect(second.locator("details.dagmagic-comparison")).to_have_count(0)  # no Markdown beside it
     notebook.screenshot("what-if-compare", focus=shown)
 
     state = notebook.kernel_print(
@@ -120,9 +129,15 @@ def test_a_step_goes_on_with_its_result_edited_and_what_uses_it_runs_again(jupyt
     try:
         expect(second.locator(".dagmagic-graph")).to_be_visible()
         notebook.screenshot("what-if-round-dark", focus=second.locator(".dagmagic-graph"))
+        expect(view).to_be_visible()
+        notebook.screenshot("what-if-compare-dark", focus=shown)
         node(widget, "s2", 2).click()
         expect(followed).to_be_visible()
         notebook.screenshot("what-if-detail-dark", focus=followed)
+        # the comparison stayed open while the round was drawn again; Close comparison closes it
+        expect(view).to_be_visible()
+        shown.locator(".dagmagic-comparison-close").click()
+        expect(second.locator(".dagmagic-comparison")).to_have_count(0)
     finally:
         notebook.page.evaluate(
             "() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Light'})"
