@@ -48,7 +48,7 @@ def _display_experiment(
 def _display_comparison(
     comparison: Any, include: Any = None, exclude: Any = None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    from dagmagic.notebook.compare_widget import compare_display
+    from dagmagic.notebook.compare_cell import compare_display
 
     return compare_display(comparison)
 

@@ -6,9 +6,9 @@ Its state is the comparisons as JSON (``comparisons``: ``[{"title", "comparison"
 runs, recomputes the comparison on their events (at most ``max_rate`` syncs a second, the last one as soon as both
 have ended) and lets them go once both have.
 
-Shown as a cell's value (``compare_display``), a comparison carries its own static views (its ``__repr__``,
-``_repr_markdown_`` and ``_repr_html_``) beside the widget: a saved notebook reopened without a kernel, or untrusted,
-shows those, never "model not found".
+Shown as a cell's value (``compare_display``, in ``dagmagic.notebook.compare_cell``), a comparison carries its own
+static views (its ``__repr__``, ``_repr_markdown_`` and ``_repr_html_``) beside the widget: a saved notebook reopened
+without a kernel, or untrusted, shows those, never "model not found". The run widget opens one under a what-if round.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from dagmagic.side_by_side import ExperimentComparison, RunComparison
 if TYPE_CHECKING:
     from dagmagic.engine import DagRun
 
-__all__ = ["RESULT_CHARS", "CompareWidget", "compare_display", "compare_state", "entries_of", "static_views"]
+__all__ = ["RESULT_CHARS", "CompareWidget", "compare_state", "entries_of", "static_views"]
 
 _STATIC = Path(__file__).resolve().parent.parent / "static"
 RESULT_CHARS = 4000
@@ -203,34 +203,3 @@ def _cut_pieces(pieces: list[dict[str, str]], limit: int) -> list[dict[str, str]
         kept.append({**piece, "text": piece["text"][:left]})
         left -= len(piece["text"])
     return kept
-
-
-def _live_runs(comparison: RunComparison) -> tuple[DagRun, DagRun] | None:
-    """The two runs of a comparison with a side still going, when this kernel's notebook session holds both."""
-    from dagmagic.notebook.session import in_memory
-
-    if comparison.a.round is not None or comparison.b.round is not None:
-        return None  # two rounds: what they hold is fixed once they have ended
-    a, b = in_memory(comparison.a.run_id), in_memory(comparison.b.run_id)
-    return (a, b) if a is not None and b is not None else None
-
-
-def compare_display(comparison: RunComparison | ExperimentComparison) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A comparison shown as a cell's value: its static views for every reader and, where a front end draws
-    widgets, the compare widget too (following the runs while one of them goes on, when they are in memory).
-    """
-    from dagmagic.notebook.display import front_end_known, might_draw_widgets, widget_view
-
-    entries, title = entries_of(comparison)
-    bundle: dict[str, Any] = static_views(comparison)
-    # a cell run from a front end a person uses may draw it though no widget said so yet (the kernel's first)
-    if front_end_known() or might_draw_widgets():
-        widget = CompareWidget(entries, title=title)
-        if isinstance(comparison, RunComparison) and (comparison.a.live or comparison.b.live):
-            runs = _live_runs(comparison)
-            if runs is not None:
-                widget.follow(*runs)
-        bundle.update(widget_view(widget))
-    # the mark the server extension drops the widget view by, when the notebook is saved
-    marker = [[c.a.run_id, c.b.run_id] for _, c in entries[:20]]
-    return bundle, {"dagmagic": {"comparison": marker}}

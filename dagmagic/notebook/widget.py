@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anywidget
 import traitlets
 
 from dagmagic.engine import DagRun
@@ -67,6 +68,11 @@ class DagWidget(AnsweringWidget):
     phase_since = traitlets.Float(0.0).tag(sync=True)
     stopped_by_user = traitlets.Bool(False).tag(sync=True)
     idle = traitlets.Float(0.0).tag(sync=True)
+    comparison = anywidget.WidgetTrait().tag(sync=True)
+    """The compare widget of two rounds ("Compare with round N" under a what-if round; None: none is open)."""
+    comparison_round = traitlets.Int(0).tag(sync=True)
+    """The round whose "Compare with round N" opened ``comparison`` (0: none)."""
+    comparison_label = traitlets.Unicode("").tag(sync=True)
 
     def __init__(self, run: DagRun, *, max_rate: float = 15.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -119,12 +125,24 @@ class DagWidget(AnsweringWidget):
         self._running = run if not run.done() else None
 
     def close(self) -> None:
-        """Stop following the run and close the comm."""
+        """Stop following the run and close the comm (and the comparison it shows, if any)."""
         self._unsubscribe()
         if self._pending is not None:
             self._pending.cancel()
             self._pending = None
+        if self.comparison is not None:
+            self._show_comparison(None, 0, "")
         super().close()
+
+    def _show_comparison(self, view: Any, round_index: int, label: str) -> None:
+        """Show ``view`` (a compare widget, or None: none) under round ``round_index``; the one it replaces closes."""
+        earlier = self.comparison
+        with self.hold_sync():
+            self.comparison = view
+            self.comparison_round = round_index
+            self.comparison_label = label
+        if earlier is not None and earlier is not view:
+            earlier.close()
 
     def follow(self, run: DagRun) -> None:
         """Show ``run`` from now on (the resumed or restarted run of the one shown so far)."""
@@ -268,30 +286,34 @@ def _what_if(widget: DagWidget, content: dict[str, Any]) -> Reply:
 
 
 def _compare_rounds(widget: DagWidget, content: dict[str, Any]) -> Reply:
-    """Compare two rounds of the run shown (a what-if round with the one it continued from): the answer carries
-    the comparison as Markdown, which the widget shows under the button.
+    """Compare two rounds of the run shown (a what-if round with the one it continued from): a compare widget opens
+    under round ``b`` (the ``comparison`` trait; a front end draws it through anywidget's widget composition), and
+    the answer carries the comparison as Markdown too, for a front end that cannot draw a widget inside another.
+
+    Shown in the widget, not with ``IPython.display``: a display made while a widget's message is handled has no
+    cell to land in (JupyterLab drops it).
     """
     a, b = _whole(content, "a"), _whole(content, "b")
     indices = {record.index for record in widget.run.rounds}
     missing = [str(index) for index in (a, b) if index not in indices]
     if missing:
         raise DagError(f"there is no round {' or '.join(missing)} in this run")
-    return {"a": a, "b": b, "markdown": _show_comparison(widget.run, a, b)}
-
-
-def _show_comparison(run: DagRun, a: int, b: int) -> str:
-    """Round ``a`` beside round ``b`` (``dagmagic.compare``) as Markdown.
-
-    Shown in the widget, not with ``IPython.display``: a display made while a widget's message is handled has no
-    cell to land in (JupyterLab drops it). The compare widget takes this place once it exists.
-    """
     try:
-        from dagmagic.side_by_side import compare  # type: ignore[attr-defined,unused-ignore]
+        from dagmagic.side_by_side import RunComparison, compare
     except ImportError as exc:
         raise DagError("comparing rounds needs dagmagic.compare, which this version of dagmagic does not have") from exc
-    comparison = compare(run, rounds=(a, b))
-    markdown = getattr(comparison, "_repr_markdown_", None)
-    return str(markdown() if callable(markdown) else comparison)
+    from dagmagic.notebook.compare_widget import CompareWidget
+
+    comparison = compare(widget.run, rounds=(a, b))
+    if not isinstance(comparison, RunComparison):  # two rounds of one run: always a RunComparison
+        raise DagError(f"rounds {a} and {b} could not be compared")
+    widget._show_comparison(CompareWidget(comparison), b, f"round {a} vs round {b}")
+    return {"a": a, "b": b, "markdown": comparison._repr_markdown_()}
+
+
+def _close_comparison(widget: DagWidget, content: dict[str, Any]) -> Reply:
+    widget._show_comparison(None, 0, "")
+    return None
 
 
 def _release(word: str) -> Callable[[DagWidget, dict[str, Any]], Reply]:
@@ -313,6 +335,7 @@ _HANDLERS: dict[str, Callable[[DagWidget, dict[str, Any]], Reply]] = {
     "rerun": _rerun,
     "what_if": _what_if,
     "compare_rounds": _compare_rounds,
+    "close_comparison": _close_comparison,
     "approve": _approve,
     "reject": lambda w, c: w.run.reject(str(c.get("feedback", ""))),
     "continue": _release("continue"),

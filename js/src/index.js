@@ -47,6 +47,9 @@ const FEEDS = /** @type {Record<(typeof TRAITS)[number], Part[]>} */ ({
   phase_since: ["header"],
   stopped_by_user: ["header"],
   idle: ["header"],
+  comparison: ["rounds"],
+  comparison_round: ["rounds"],
+  comparison_label: ["rounds"],
 });
 
 const ALL_PARTS = /** @type {Part[]} */ (["header", "approval", "rounds", "answer", "controls", "timeline", "trace"]);
@@ -81,11 +84,12 @@ function busyIn(container) {
 
 /**
  * One view of the widget.
- * @param {{model: Model, el: HTMLElement}} props
+ * @param {{model: Model, el: HTMLElement, host?: import("./rounds.js").Host}} props  `host`: anywidget's (0.11 and
+ *   later), which draws another widget's view inside this one (the compare widget of two rounds)
  * @param {Shared} shared  what the widget's views share
  * @returns {() => void} cleanup: removes every listener and the view
  */
-function render({ model, el }, shared) {
+function render({ model, el, host }, shared) {
   const controller = new AbortController();
   const { signal } = controller;
 
@@ -108,7 +112,13 @@ function render({ model, el }, shared) {
 
   const requests = createRequests(model);
   const header = createHeader();
-  const rounds = createRounds({ signal, redraw: () => schedule(["rounds"]), requests, memory: shared.memory });
+  const rounds = createRounds({
+    signal,
+    redraw: () => schedule(["rounds"]),
+    requests,
+    memory: shared.memory,
+    host,
+  });
   const answer = createAnswer();
   const controls = createControls({ signal, requests });
   const approval = createApproval({ signal, requests });
@@ -220,7 +230,7 @@ function render({ model, el }, shared) {
 /**
  * The widget's definition, made once per widget model: `initialize` makes what its views share, `render` draws
  * one view.
- * @returns {{initialize: (props?: {model?: Model}) => () => void, render: (props: {model: Model, el: HTMLElement}) => () => void}}
+ * @returns {{initialize: (props?: {model?: Model}) => () => void, render: (props: {model: Model, el: HTMLElement, host?: import("./rounds.js").Host}) => () => void}}
  */
 export default function widget() {
   /** @type {Shared | null} */

@@ -16,12 +16,14 @@ import { graphView } from "./zoom.js";
 
 /**
  * "Compare with round N" under a what-if round: whether the request waits for Python, why Python refused it, and
- * the comparison it sent (Markdown written from the runs' texts: rendered sanitized).
- * @typedef {{busy: boolean, error: string | null, markdown: string | null}} CompareState
+ * the comparison: the compare widget Python opened under this round (`widget`: its label; rounds.js moves its view
+ * into the slot), or, where the host cannot draw a widget inside another, the Markdown it sent (written from the
+ * runs' texts: rendered sanitized).
+ * @typedef {{busy: boolean, error: string | null, markdown: string | null, widget?: string | null}} CompareState
  */
 
 /** @type {CompareState} */
-const NO_COMPARE = { busy: false, error: null, markdown: null };
+const NO_COMPARE = { busy: false, error: null, markdown: null, widget: null };
 
 /**
  * @param {Round} round
@@ -231,7 +233,16 @@ function renderDiff(round, rounds, compare) {
       items.length ? items : [h("li", { class: "dagmagic-muted" }, ["No step changed"])],
     ),
     compare.error && messageBox(compare.error, { "data-dismiss": "compare" }),
+    compare.widget &&
+      h("section", { class: "dagmagic-comparison dagmagic-comparison--widget", "aria-label": "Comparison" }, [
+        h("div", { class: "dagmagic-comparison-head" }, [
+          h("span", { class: "dagmagic-label" }, [`Comparing ${compare.widget}`]),
+          h("button", { type: "button", class: "dagmagic-button dagmagic-comparison-close" }, ["Close comparison"]),
+        ]),
+        h("div", { class: "dagmagic-comparison-slot" }),
+      ]),
     offer &&
+      !compare.widget &&
       compare.markdown &&
       h("details", { class: "dagmagic-comparison", open: true }, [
         h("summary", {}, [`Round ${round.rerun_of} beside round ${round.index}`]),

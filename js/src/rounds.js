@@ -16,6 +16,13 @@ import { createZoom } from "./zoom.js";
 
 /** A step's nested run, in its detail: what happens inside is no click, key or focus of the run's own steps. */
 const SUBRUN = ".dagmagic-subrun";
+/** The compare widget's view under a round: its clicks and keys are its own too. */
+const COMPARISON_VIEW = ".dagmagic-comparison-view";
+
+/**
+ * anywidget's host (0.11 and later): draws another widget's view where this one says.
+ * @typedef {{getWidget: (ref: string) => Promise<{render: (props: {el: HTMLElement, signal?: AbortSignal}) => Promise<void>}>}} Host
+ */
 
 /** The buttons of a step's actions that send its (perhaps edited) task: they need one. */
 const TASK_ACTIONS = ".dagmagic-rerun, .dagmagic-whatif, .dagmagic-continue, .dagmagic-step";
@@ -26,8 +33,10 @@ const TASK_ACTIONS = ".dagmagic-rerun, .dagmagic-whatif, .dagmagic-continue, .da
  * @param {() => void} options.redraw
  * @param {import("./requests.js").Requests} options.requests
  * @param {import("./shared.js").RunMemory} options.memory  shared with the widget's other views
+ * @param {Host} [options.host]  draws the compare widget of two rounds; without one, the comparison shows as
+ *   Markdown
  */
-export function createRounds({ signal, redraw, requests, memory }) {
+export function createRounds({ signal, redraw, requests, memory, host }) {
   const el = h("div", { class: "dagmagic-rounds" });
   /** @type {Map<number, {sig: string, el: HTMLElement}>} */
   const cache = new Map();
@@ -45,6 +54,40 @@ export function createRounds({ signal, redraw, requests, memory }) {
   const steps = createStepActions({ requests, memory, state: () => last, redrawRound });
   /** @type {Map<number, {error: string | null, markdown: string | null}>} by round: its "Compare with round N" */
   const comparisons = new Map();
+  /** Whether the host draws a widget inside this one: the comparison is then the compare widget Python opened. */
+  const composes = typeof host?.getWidget === "function";
+  // The compare widget's view: drawn once per widget reference, then moved into its round's section each time
+  // that section is drawn again (the view keeps its state: the case chosen, what is open).
+  const comparisonView = h("div", { class: "dagmagic-comparison-view" });
+  /** @type {string | null} */
+  let comparisonRef = null;
+  /** @type {AbortController | null} */
+  let comparisonDrawing = null;
+  signal.addEventListener("abort", () => comparisonDrawing?.abort());
+
+  /**
+   * Draws the compare widget `ref` names (through the host) in the comparison's place; null: none.
+   * @param {string | null} ref
+   */
+  function drawComparison(ref) {
+    if (ref === comparisonRef) return;
+    comparisonRef = ref;
+    comparisonDrawing?.abort();
+    comparisonDrawing = null;
+    comparisonView.replaceChildren();
+    if (ref === null || !host) return;
+    const drawing = new AbortController();
+    comparisonDrawing = drawing;
+    host
+      .getWidget(ref)
+      .then((child) =>
+        drawing.signal.aborted ? undefined : child.render({ el: comparisonView, signal: drawing.signal }),
+      )
+      .catch((/** @type {unknown} */ err) => {
+        if (drawing.signal.aborted) return;
+        comparisonView.textContent = `Could not draw the comparison: ${err instanceof Error ? err.message : String(err)}`;
+      });
+  }
 
   /**
    * "Compare with round N": asks Python for the comparison of the two rounds; it shows under the button.
@@ -60,12 +103,24 @@ export function createRounds({ signal, redraw, requests, memory }) {
       .request("compare_rounds", { a, b }, { key: `compare:${round}` })
       .then(
         (/** @type {any} */ value) =>
-          comparisons.set(round, { error: null, markdown: String(value?.markdown ?? "") || null }),
+          // with a host, the compare widget comes as the `comparison` trait: the Markdown is for those without
+          comparisons.set(round, { error: null, markdown: composes ? null : String(value?.markdown ?? "") || null }),
         (/** @type {Error} */ error) => comparisons.set(round, { error: error.message, markdown: null }),
       )
       .finally(() => redrawRound(round));
     button.disabled = true;
     redrawRound(round);
+  }
+
+  /**
+   * "Close comparison": asks Python to close the compare widget (the trait then says none).
+   * @param {number} round
+   */
+  function closeComparison(round) {
+    requests
+      .request("close_comparison", {}, { key: `compare:${round}` })
+      .catch((/** @type {Error} */ error) => comparisons.set(round, { error: error.message, markdown: null }))
+      .finally(() => redrawRound(round));
   }
 
   /**
@@ -90,6 +145,7 @@ export function createRounds({ signal, redraw, requests, memory }) {
     [".dagmagic-detail .dagmagic-message-close", (target, round) => steps.dismiss(round, target)],
     [".dagmagic-compare-rounds", (target, round) => compareRounds(round, /** @type {HTMLButtonElement} */ (target))],
     [".dagmagic-diff-wrap .dagmagic-message-close", (_, round) => comparisons.delete(round)],
+    [".dagmagic-comparison-close", (_, round) => closeComparison(round)],
     [".dagmagic-detail-close", () => selection.closeDetail()],
     [
       "[data-goto-step]",
@@ -104,7 +160,7 @@ export function createRounds({ signal, redraw, requests, memory }) {
     (event) => {
       const target = /** @type {Element} */ (event.target);
       const section = target.closest?.(".dagmagic-round");
-      if (!section || target.closest(SUBRUN)) return; // its summary opens and closes it by itself
+      if (!section || target.closest(SUBRUN) || target.closest(COMPARISON_VIEW)) return; // theirs, not ours
       const round = Number(section.getAttribute("data-round"));
       for (const [selector, action] of clicks) {
         const hit = target.closest(selector);
@@ -121,7 +177,13 @@ export function createRounds({ signal, redraw, requests, memory }) {
     (event) => {
       const target = /** @type {Element} */ (event.target);
       const node = target.closest?.(".dagmagic-node");
-      if (!node || node.closest(SUBRUN) || (event.key !== "Enter" && event.key !== " ")) return;
+      if (
+        !node ||
+        node.closest(SUBRUN) ||
+        node.closest(COMPARISON_VIEW) ||
+        (event.key !== "Enter" && event.key !== " ")
+      )
+        return;
       event.preventDefault();
       event.stopPropagation(); // keep the notebook from running the cell on Enter
       const section = node.closest(".dagmagic-round");
@@ -178,10 +240,12 @@ export function createRounds({ signal, redraw, requests, memory }) {
     const isLatest = round.index === selection.latest();
     const sent = selected === null ? null : steps.status(round.index, selected);
     const compared = comparisons.get(round.index);
+    const shows = composes && state.comparison && state.comparison_round === round.index;
     const compare = {
       busy: requests.busy(`compare:${round.index}`),
       error: compared?.error ?? null,
       markdown: compared?.markdown ?? null,
+      widget: shows ? state.comparison_label || `round ${round.rerun_of} vs round ${round.index}` : null,
     };
     // Everything the section shows: the round, its view state, the clock while steps run, and for the latest
     // round the run status (it decides whether a missing verdict is still coming), its phase (planning) and
@@ -243,6 +307,11 @@ export function createRounds({ signal, redraw, requests, memory }) {
     if (sections.length !== el.children.length || sections.some((s, i) => el.children[i] !== s)) {
       el.replaceChildren(...sections);
     }
+    drawComparison(composes ? (state.comparison ?? null) : null);
+    const slot = sections
+      .find((s) => s.getAttribute("data-round") === String(state.comparison_round))
+      ?.querySelector(".dagmagic-comparison-slot");
+    if (slot && comparisonView.parentElement !== slot) slot.append(comparisonView);
     if (!state.rounds.length) {
       const text =
         state.status !== "running"

@@ -33,6 +33,9 @@ export const TRAITS = /** @type {const} */ ([
   "phase_since",
   "stopped_by_user",
   "idle",
+  "comparison",
+  "comparison_round",
+  "comparison_label",
 ]);
 
 /**
@@ -105,7 +108,19 @@ export function readState(model) {
     phase_since: num(get(model, "phase_since")),
     stopped_by_user: Boolean(get(model, "stopped_by_user")),
     idle: Math.max(num(get(model, "idle")) ?? 0, 0),
+    comparison: widgetRef(get(model, "comparison")),
+    comparison_round: num(get(model, "comparison_round")) ?? 0,
+    comparison_label: String(get(model, "comparison_label") ?? ""),
   };
+}
+
+/**
+ * A widget reference as anywidget's `WidgetTrait` sends it (`"anywidget:<id>"`), or null for none.
+ * @param {unknown} value
+ * @returns {string | null}
+ */
+function widgetRef(value) {
+  return typeof value === "string" && value ? value : null;
 }
 
 /**

@@ -185,6 +185,10 @@
  *   kernels)
  * @property {boolean} stopped_by_user  the user pressed Stop: the ended run says so
  * @property {number} idle  seconds the run stood ended before it went on (a re-run): not part of its elapsed time
+ * @property {string | null} [comparison]  a widget reference to the compare widget of two rounds ("Compare with
+ *   round N"), or null (missing from older kernels)
+ * @property {number} [comparison_round]  the round it shows under (0: none)
+ * @property {string} [comparison_label]  "round 1 vs round 2"
  */
 
 /**

@@ -432,11 +432,12 @@ export function definitionOf(model) {
  * Renders a view of `model` into a fresh element on the page. Its `cleanup` runs the render's cleanup and
  * removes the element, once (a second call, or `unmountAll`, does nothing more).
  * @param {ReturnType<typeof fakeModel>} model
+ * @param {any} [host]  anywidget's host (draws another widget inside this one), when the test gives one
  */
-export function mountView(model) {
+export function mountView(model, host) {
   const el = document.createElement("div");
   document.body.append(el);
-  const cleanupRender = definitionOf(model).render({ model: /** @type {any} */ (model), el });
+  const cleanupRender = definitionOf(model).render({ model: /** @type {any} */ (model), el, host });
   let done = false;
   const cleanup = () => {
     if (done) return;

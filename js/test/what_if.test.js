@@ -4,7 +4,7 @@
 // continued from. Everything the model wrote stays text.
 
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { answered, mount, nextRedraw, rerunState, unmountAll } from "./fixtures.js";
+import { answered, fakeModel, mount, mountView, nextRedraw, rerunState, unmountAll } from "./fixtures.js";
 
 afterEach(() => {
   unmountAll();
@@ -232,5 +232,87 @@ describe("what if this step had said…", () => {
     const shown = el.querySelector(".dagmagic-comparison");
     expect(shown?.querySelector("summary")?.textContent).toBe("Round 2 beside round 3");
     expect(shown?.querySelector("table td:last-child")?.textContent).toBe("2.00");
+  });
+
+  it("draws the compare widget Python opened under the round through the host, and closes it", async () => {
+    const state = endedState();
+    const model = fakeModel({ ...state, rounds: [...state.rounds, whatIfRound(state, "2.00")] });
+    /** @type {AbortSignal[]} */
+    const signals = [];
+    const rendered = vi.fn(async (/** @type {{el: HTMLElement, signal: AbortSignal}} */ { el: into, signal }) => {
+      signals.push(signal);
+      into.append(
+        Object.assign(document.createElement("div"), {
+          className: "dagmagic-compare-view",
+          textContent: "the compare view",
+        }),
+      );
+    });
+    const host = { getWidget: vi.fn(async () => ({ render: rendered })) };
+    const { el } = mountView(model, host);
+    await nextRedraw();
+    /** @type {HTMLButtonElement} */ (el.querySelector(".dagmagic-compare-rounds")).click();
+    expect(model.lastRequest()).toEqual({ type: "compare_rounds", a: 2, b: 3 });
+    // Python opens the compare widget (the traits), then answers; the Markdown is not drawn
+    model.set("comparison", "anywidget:compare-1");
+    model.set("comparison_round", 3);
+    model.set("comparison_label", "round 2 vs round 3");
+    model.answer({ value: { a: 2, b: 3, markdown: "| c | 1.24 | 2.00 |" } });
+    await answered();
+    await nextRedraw();
+    await answered();
+    expect(host.getWidget).toHaveBeenCalledWith("anywidget:compare-1");
+    const round3 = /** @type {HTMLElement} */ (el.querySelector('.dagmagic-round[data-round="3"]'));
+    const box = /** @type {HTMLElement} */ (round3.querySelector(".dagmagic-comparison--widget"));
+    expect(box.querySelector(".dagmagic-comparison-head")?.textContent).toContain("Comparing round 2 vs round 3");
+    expect(box.querySelector(".dagmagic-comparison-slot .dagmagic-compare-view")?.textContent).toBe("the compare view");
+    expect(el.querySelector("details.dagmagic-comparison")).toBeNull(); // no Markdown beside it
+    expect(el.querySelector('.dagmagic-round[data-round="2"] .dagmagic-comparison')).toBeNull();
+
+    // the round drawn again (a step selected): the same view moves into the new section, not drawn anew
+    /** @type {HTMLElement} */ (round3.querySelector('.dagmagic-node[data-step-id="c"]')).dispatchEvent(
+      new MouseEvent("click", { bubbles: true }),
+    );
+    await nextRedraw();
+    expect(
+      el.querySelector('.dagmagic-round[data-round="3"] .dagmagic-comparison-slot .dagmagic-compare-view'),
+    ).not.toBeNull();
+    expect(host.getWidget).toHaveBeenCalledTimes(1);
+    // clicks inside the compare view are its own: no step of the run is selected by them
+    const requests = model.requests().length;
+    /** @type {HTMLElement} */ (el.querySelector(".dagmagic-compare-view")).click();
+    expect(model.requests()).toHaveLength(requests);
+
+    /** @type {HTMLButtonElement} */ (el.querySelector(".dagmagic-comparison-close")).click();
+    expect(model.lastRequest()).toEqual({ type: "close_comparison" });
+    model.answer({ value: null });
+    model.set("comparison", null);
+    model.set("comparison_round", 0);
+    await answered();
+    await nextRedraw();
+    expect(el.querySelector(".dagmagic-comparison")).toBeNull();
+    expect(signals[0].aborted).toBe(true); // the compare view was told to clean up
+  });
+
+  it("keeps the compare view's cleanup to the view: unmounting the run's view aborts it", async () => {
+    const state = endedState();
+    const model = fakeModel({
+      ...state,
+      rounds: [...state.rounds, whatIfRound(state, "2.00")],
+      comparison: "anywidget:compare-2",
+      comparison_round: 3,
+      comparison_label: "round 2 vs round 3",
+    });
+    /** @type {AbortSignal[]} */
+    const signals = [];
+    const host = {
+      getWidget: async () => ({ render: async (/** @type {any} */ { signal }) => void signals.push(signal) }),
+    };
+    const { cleanup } = mountView(model, host);
+    await nextRedraw();
+    await answered();
+    expect(signals).toHaveLength(1);
+    cleanup();
+    expect(signals[0].aborted).toBe(true);
   });
 });

@@ -1,7 +1,8 @@
 """What if a step had said something else, in JupyterLab: a finished run's step detail offers an editable copy of
 its result; "Continue with this result" makes a new round where the step's result is the user's (marked "edited by
 you"), the steps that use it run again and the rest is kept; the round offers to compare with the one it continued
-from. Light and dark screenshots land in ``test-output/e2e/``.
+from, and the compare widget opens under it, inside the run widget. Light and dark screenshots land in
+``test-output/e2e/``.
 """
 
 from __future__ import annotations
@@ -48,21 +49,6 @@ SETUP = textwrap.dedent(
 )
 
 
-STAND_IN = textwrap.dedent(
-    """
-    import dagmagic.compare as module
-    if not hasattr(module, "compare"):
-        class Comparison:
-            def __init__(self, run, rounds):
-                self.steps = [[r.plan.step(s).result for r in run.rounds if r.index in rounds] for s in ("s2", "s3")]
-            def _repr_markdown_(self):
-                rows = "".join(f"| s{i + 2} | {a} | {b} |\\n" for i, (a, b) in enumerate(self.steps))
-                return f"| step | round 1 | round 2 |\\n|---|---|---|\\n{rows}"
-        module.compare = lambda run, *, rounds: Comparison(run, rounds)
-    """
-)
-
-
 def test_a_step_goes_on_with_its_result_edited_and_what_uses_it_runs_again(jupyterlab: NotebookPage) -> None:
     notebook = jupyterlab
     notebook.open("what-if", ["%load_ext dagmagic", SETUP, "%%dag --models llm\nWhat is six times seven?"])
@@ -70,7 +56,8 @@ def test_a_step_goes_on_with_its_result_edited_and_what_uses_it_runs_again(jupyt
     widget = notebook.widget()
     expect(widget.locator(".dagmagic-status")).to_have_attribute("data-status", "done")
     notebook.wait_until_done()
-    widget = notebook.widgets().last
+    # the run widget's view (the compare widget it later draws inside itself is a `.dagmagic` view too)
+    widget = notebook.widgets().and_(notebook.page.locator(":not(.dagmagic-compare-view)")).last
     expect(widget.locator(".dagmagic-answer-body")).to_contain_text("forty-two")
     before = notebook.kernel_print("print(len(llm.requests_for('step')))").strip()
 
@@ -112,12 +99,23 @@ def test_a_step_goes_on_with_its_result_edited_and_what_uses_it_runs_again(jupyt
     expect(s3.locator(".dagmagic-detail-result")).to_have_text("forty-eight")
     expect(s3.locator(".dagmagic-edited-pill")).to_have_count(0)  # a model wrote it
 
-    # dagmagic.compare(run, rounds=...) comes with another change: until then a stand-in answers as it will
-    notebook.kernel_print(STAND_IN)
     compare.click()
-    shown = second.locator(".dagmagic-comparison")
-    expect(shown.locator("summary")).to_have_text("Round 1 beside round 2")
-    expect(shown.locator("table")).to_contain_text("forty-eight")
+    # the compare widget opens under the round, drawn inside the run widget (anywidget's widget composition)
+    shown = second.locator(".dagmagic-comparison--widget")
+    expect(shown.locator(".dagmagic-comparison-head")).to_contain_text("Comparing round 1 vs round 2")
+    view = shown.locator(".dagmagic-comparison-slot .dagmagic-compare-view")
+    expect(view).to_be_visible()
+    pairs = view.locator("tr.dagmagic-compare-pair")
+    expect(pairs).to_have_count(3)
+    expect(view.locator("tr[data-change='same']")).to_have_count(1)  # s1, kept
+    changed = view.locator("tr[data-change='changed']")
+    expect(changed).to_have_count(2)  # s2 (edited by you) and s3 (ran again)
+    expect(changed.nth(0).locator("del")).to_have_text("seven")
+    expect(changed.nth(0).locator("ins")).to_have_text("eight")
+    expect(changed.nth(1).locator("del")).to_have_text("forty-two")
+    expect(changed.nth(1).locator("ins")).to_have_text("forty-eight")
+    expect(view.locator(".dagmagic-compare-answers ins")).to_contain_text("forty-eight")
+    expect(second.locator("details.dagmagic-comparison")).to_have_count(0)  # no Markdown beside it
     notebook.screenshot("what-if-compare", focus=shown)
 
     state = notebook.kernel_print(
@@ -131,9 +129,15 @@ def test_a_step_goes_on_with_its_result_edited_and_what_uses_it_runs_again(jupyt
     try:
         expect(second.locator(".dagmagic-graph")).to_be_visible()
         notebook.screenshot("what-if-round-dark", focus=second.locator(".dagmagic-graph"))
+        expect(view).to_be_visible()
+        notebook.screenshot("what-if-compare-dark", focus=shown)
         node(widget, "s2", 2).click()
         expect(followed).to_be_visible()
         notebook.screenshot("what-if-detail-dark", focus=followed)
+        # the comparison stayed open while the round was drawn again; Close comparison closes it
+        expect(view).to_be_visible()
+        shown.locator(".dagmagic-comparison-close").click()
+        expect(second.locator(".dagmagic-comparison")).to_have_count(0)
     finally:
         notebook.page.evaluate(
             "() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Light'})"

@@ -14,10 +14,10 @@ import pytest
 
 from dagmagic import DagRun, DagSession, DagSettings, ModelRegistry
 from dagmagic.notebook.answering import AnsweringWidget
+from dagmagic.notebook.compare_cell import compare_display
 from dagmagic.notebook.compare_widget import (
     RESULT_CHARS,
     CompareWidget,
-    compare_display,
     compare_state,
     entries_of,
     static_views,

@@ -1,6 +1,6 @@
 """What if a step had said something else, as the notebook shows it: the widget's ``what_if`` request starts
 ``run.start_what_if``, its state marks the edited step and the round, the static views say "result edited by you",
-and ``compare_rounds`` answers with the comparison of the two rounds (or says why it cannot).
+and ``compare_rounds`` opens the compare widget of the two rounds under the round (or says why it cannot).
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from dagmagic import DagRun, DagSession, DagSettings, ModelRegistry
+from dagmagic import DagSession, DagSettings, ModelRegistry
+from dagmagic.notebook.compare_widget import CompareWidget
 from dagmagic.notebook.fallbacks import run_html, run_markdown, svg
 from dagmagic.notebook.widget import DagWidget, widget_state
 from dagmagic.testing import ScriptedLLM
@@ -98,34 +99,53 @@ async def test_the_widgets_what_if_request_starts_it_and_refusals_say_why() -> N
     widget.close()
 
 
-async def test_compare_rounds_answers_with_the_comparison_or_says_why_not(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_compare_rounds_opens_the_compare_widget_under_the_round_or_says_why_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     run = await session().run("What is six times seven?")
     await run.what_if("s2", result="eight")
     widget = DagWidget(run)
     front = FrontEnd(widget)
     assert front.refused("compare_rounds", a=1, b=5) == "there is no round 5 in this run"
     assert "must be a whole number" in front.refused("compare_rounds", a="1", b=2)
+    assert widget.comparison is None
 
-    # until dagmagic.compare can compare (another change brings it), the view says so
-    fake = types.ModuleType("dagmagic.side_by_side")
-    monkeypatch.setitem(sys.modules, "dagmagic.side_by_side", fake)
-    assert "needs dagmagic.compare" in front.refused("compare_rounds", a=1, b=2)
-
-    asked: list[tuple[DagRun, tuple[int, int]]] = []
-
-    class Comparison:
-        def _repr_markdown_(self) -> str:
-            return "| step | round 1 | round 2 |\n|---|---|---|\n| s3 | forty-two | forty-eight |"
-
-    def compare(run: DagRun, *, rounds: tuple[int, int]) -> Comparison:
-        asked.append((run, rounds))
-        return Comparison()
-
-    fake.compare = compare  # type: ignore[attr-defined]
     answer = front.ask("compare_rounds", a=1, b=2)
-    assert answer["ok"] and asked == [(run, (1, 2))]
-    assert answer["value"] == {"a": 1, "b": 2, "markdown": Comparison()._repr_markdown_()}
+    assert answer["ok"], answer
+    view = widget.comparison
+    assert isinstance(view, CompareWidget)
+    assert (widget.comparison_round, widget.comparison_label) == (2, "round 1 vs round 2")
+    (entry,) = view.comparisons
+    pairs = {pair["b"]["ref"]: pair for r in entry["comparison"]["rounds"] for pair in r["steps"]}
+    assert pairs["s2"]["change"] == "changed" and pairs["s3"]["change"] == "changed"
+    assert pairs["s1"]["change"] == "same"
+    # the Markdown too, for a front end that cannot draw a widget inside another
+    assert answer["value"]["a"] == 1 and answer["value"]["b"] == 2
+    assert "forty-eight" in answer["value"]["markdown"] and "round 1 vs round 2" in answer["value"]["markdown"]
+
+    # asked again: a new compare widget, the earlier one closed
+    assert front.ask("compare_rounds", a=1, b=2)["ok"]
+    assert widget.comparison is not view and view.comm is None
+    again = widget.comparison
+    assert front.ask("close_comparison") == {"ok": True, "value": None}
+    assert (widget.comparison, widget.comparison_round, widget.comparison_label) == (None, 0, "")
+    assert again.comm is None
+
+    # without dagmagic.compare, the view says so
+    monkeypatch.setitem(sys.modules, "dagmagic.side_by_side", types.ModuleType("dagmagic.side_by_side"))
+    assert "needs dagmagic.compare" in front.refused("compare_rounds", a=1, b=2)
+    assert widget.comparison is None
     widget.close()
+
+
+async def test_closing_the_run_widget_closes_its_comparison() -> None:
+    run = await session().run("What is six times seven?")
+    await run.what_if("s2", result="eight")
+    widget = DagWidget(run)
+    assert FrontEnd(widget).ask("compare_rounds", a=1, b=2)["ok"]
+    view = widget.comparison
+    widget.close()
+    assert view.comm is None
 
 
 async def test_the_static_views_say_the_result_was_edited_by_you_and_keep_it_inert() -> None:
