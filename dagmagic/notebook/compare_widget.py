@@ -13,8 +13,6 @@ without a kernel, or untrusted, shows those, never "model not found". The run wi
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +21,7 @@ import traitlets
 
 from dagmagic.events import Event, RunFinished
 from dagmagic.notebook.answering import AnsweringWidget
+from dagmagic.notebook.throttle import Throttle
 from dagmagic.side_by_side import ExperimentComparison, RunComparison
 
 if TYPE_CHECKING:
@@ -62,14 +61,12 @@ class CompareWidget(AnsweringWidget):
         entries = [("", comparisons)] if isinstance(comparisons, RunComparison) else list(comparisons)
         super().__init__(**compare_state(entries, title=title), **kwargs)
         self.entries = entries
-        self.max_rate = max_rate
+        self._throttle = Throttle(lambda: self.sync(), max_rate)  # looked up when it sends
         self.syncs = 0
         """State syncs sent since it opened (for tests)."""
         self._runs: tuple[DagRun, DagRun] | None = None
         self._rebuild: Callable[[DagRun, DagRun], RunComparison] | None = None
         self._unsubscribe: list[Callable[[], None]] = []
-        self._pending: asyncio.TimerHandle | None = None
-        self._last_sync = float("-inf")
 
     def __repr__(self) -> str:
         sides = ", ".join(f"{c.a.label} vs {c.b.label}" for _, c in self.entries[:3])
@@ -97,9 +94,7 @@ class CompareWidget(AnsweringWidget):
 
     def sync(self) -> None:
         """Recompute the comparison of the runs followed (if any) and send it now, as one message."""
-        if self._pending is not None:
-            self._pending.cancel()
-            self._pending = None
+        self._throttle.sent()
         if self._runs is not None and self._rebuild is not None:
             self.entries = [(self.entries[0][0] if self.entries else "", self._rebuild(*self._runs))]
         state = compare_state(self.entries, title=self.title)
@@ -108,7 +103,6 @@ class CompareWidget(AnsweringWidget):
         with self.hold_sync():
             for name, value in state.items():
                 setattr(self, name, value)
-        self._last_sync = time.monotonic()
         self.syncs += 1
 
     def close(self) -> None:
@@ -120,9 +114,7 @@ class CompareWidget(AnsweringWidget):
         for unsubscribe in self._unsubscribe:
             unsubscribe()
         self._unsubscribe = []
-        if self._pending is not None:
-            self._pending.cancel()
-            self._pending = None
+        self._throttle.cancel()
 
     def _on_event(self, event: Event) -> None:
         runs = self._runs
@@ -133,15 +125,7 @@ class CompareWidget(AnsweringWidget):
             self._stop_following()
             self._runs = None
             return
-        if self._pending is not None:
-            return
-        wait = self._last_sync + 1 / self.max_rate - time.monotonic()
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # no loop (a synchronous caller): nothing to schedule on
-            self.sync()
-            return
-        self._pending = loop.call_later(max(wait, 0.0), self.sync)
+        self._throttle.soon()
 
 
 def _between(a: DagRun, b: DagRun) -> RunComparison:

@@ -15,9 +15,7 @@ used after the session let the run go gets it back through ``take_back`` (from t
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +28,7 @@ from dagmagic.engine import DagRun
 from dagmagic.errors import DagError
 from dagmagic.events import Event, RunFinished
 from dagmagic.notebook.answering import AnsweringWidget, Reply
+from dagmagic.notebook.throttle import Throttle
 from dagmagic.notebook.widget_state import DETAIL_CHARS, cap, resumable, widget_state
 
 __all__ = ["DagWidget", "widget_state"]
@@ -82,7 +81,7 @@ class DagWidget(AnsweringWidget):
         self._hold(run)
         self.take_back: Callable[[str], DagRun] | None = None
         """How a control gets the run back (by its id) once its session let it go: the notebook's store."""
-        self.max_rate = max_rate
+        self._throttle = Throttle(lambda: self.sync(), max_rate)  # looked up when it sends
         self.on_resume: Callable[[], DagRun] | None = None
         """What the widget's Resume button calls: the run that continues this one (the widget then follows it)."""
         self.on_restart: Callable[[], DagRun] | None = None
@@ -91,10 +90,17 @@ class DagWidget(AnsweringWidget):
         """State syncs sent so far (for tests and the notebook-cost benchmark)."""
         self.on_run_ended: list[Callable[[], None]] = []
         """Called each time the run shown ends (again, after a re-run or a follow-up), once its state is sent."""
-        self._last_sync = float("-inf")
-        self._pending: asyncio.TimerHandle | None = None
         self._unsubscribe = run.subscribe(self._on_event)
         self.sync()
+
+    @property
+    def max_rate(self) -> float:
+        """State syncs a second at most."""
+        return self._throttle.rate
+
+    @max_rate.setter
+    def max_rate(self, rate: float) -> None:
+        self._throttle.rate = rate
 
     def __repr__(self) -> str:
         run = self._shown()
@@ -127,9 +133,7 @@ class DagWidget(AnsweringWidget):
     def close(self) -> None:
         """Stop following the run and close the comm (and the comparison it shows, if any)."""
         self._unsubscribe()
-        if self._pending is not None:
-            self._pending.cancel()
-            self._pending = None
+        self._throttle.cancel()
         if self.comparison is not None:
             self._show_comparison(None, 0, "")
         super().close()
@@ -154,15 +158,12 @@ class DagWidget(AnsweringWidget):
 
     def sync(self) -> None:
         """Send the run's current state now, as one message."""
-        if self._pending is not None:
-            self._pending.cancel()
-            self._pending = None
+        self._throttle.sent()
         state = widget_state(self.run)
         state["resumable"] = self.on_resume is not None and resumable(self.run)
         with self.hold_sync():
             for name, value in state.items():
                 setattr(self, name, value)
-        self._last_sync = time.monotonic()
         self.syncs += 1
 
     def _on_event(self, event: Event) -> None:
@@ -176,15 +177,7 @@ class DagWidget(AnsweringWidget):
             return
         if self._running is None and run is not None and not run.done():  # going again (a step re-run)
             self._running = run
-        if self._pending is not None:
-            return
-        wait = self._last_sync + 1 / self.max_rate - time.monotonic()
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # no loop (a synchronous caller): nothing to schedule on
-            self.sync()
-            return
-        self._pending = loop.call_later(max(wait, 0.0), self.sync)
+        self._throttle.soon()
 
     def _stop(self) -> None:
         if self.in_memory:  # a run let go has ended: a Stop does nothing, as it does to any run that ended
