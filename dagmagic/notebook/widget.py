@@ -72,6 +72,8 @@ class DagWidget(AnsweringWidget):
     comparison_round = traitlets.Int(0).tag(sync=True)
     """The round whose "Compare with round N" opened ``comparison`` (0: none)."""
     comparison_label = traitlets.Unicode("").tag(sync=True)
+    forked = traitlets.Unicode("").tag(sync=True)
+    """Where a fork comes from: ``fork of run 3f2a19c0d4e1 at r1.s2`` ("" for a run of its own)."""
 
     def __init__(self, run: DagRun, *, max_rate: float = 15.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)

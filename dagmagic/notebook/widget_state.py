@@ -47,6 +47,7 @@ def widget_state(run: DagRun) -> dict[str, Any]:
         "phase": run.phase,
         "error": run.error or "",
         "divergence": _divergence(run),
+        "forked": f"fork of run {run.forked_from} at {run.forked_at}" if run.forked_from else "",
         "warnings": [cap(warning, 1000) for warning in run.warnings[-WARNINGS:]],
         "answer": _capped_answer(run.answer),
         "answer_fallback": _answer_is_fallback(run),

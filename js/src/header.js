@@ -115,11 +115,13 @@ export function createHeader() {
       ]),
     ),
   );
+  const forked = h("div", { class: "dagmagic-forked", hidden: true });
   const error = h("div", { class: "dagmagic-error", role: "alert", hidden: true });
   // What the user should know about the whole run (not saved, code without a sandbox, a model that went silent).
   const warnings = h("ul", { class: "dagmagic-run-warnings", "aria-label": "About this run", hidden: true });
   const el = h("header", { class: "dagmagic-header" }, [
     h("div", { class: "dagmagic-title" }, [h("span", { class: "dagmagic-brand" }, ["dagmagic"]), status, goal]),
+    forked,
     totals,
     error,
     warnings,
@@ -145,6 +147,8 @@ export function createHeader() {
     const saved = usage.saved_cost === null ? "saving unknown" : `saved ${formatCost(usage.saved_cost)}`;
     setText(values.cost, formatCost(usage.cost) + (cached ? ` (${saved})` : ""));
     setText(values.elapsed, formatDuration(runElapsed(state)));
+    setText(forked, state.forked ?? "");
+    forked.hidden = !state.forked;
     showError(error, state);
     const joined = state.warnings.join("\n");
     if (joined !== shownWarnings) {

@@ -50,6 +50,7 @@ const FEEDS = /** @type {Record<(typeof TRAITS)[number], Part[]>} */ ({
   comparison: ["rounds"],
   comparison_round: ["rounds"],
   comparison_label: ["rounds"],
+  forked: ["header"],
 });
 
 const ALL_PARTS = /** @type {Part[]} */ (["header", "approval", "rounds", "answer", "controls", "timeline", "trace"]);

@@ -36,6 +36,7 @@ export const TRAITS = /** @type {const} */ ([
   "comparison",
   "comparison_round",
   "comparison_label",
+  "forked",
 ]);
 
 /**
@@ -111,6 +112,7 @@ export function readState(model) {
     comparison: widgetRef(get(model, "comparison")),
     comparison_round: num(get(model, "comparison_round")) ?? 0,
     comparison_label: String(get(model, "comparison_label") ?? ""),
+    forked: String(get(model, "forked") ?? ""),
   };
 }
 

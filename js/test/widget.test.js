@@ -253,6 +253,16 @@ describe("drawing", () => {
     expect(error.textContent).toBe("Budget exhausted");
   });
 
+  it("says where a fork comes from, under the goal, and nothing for a run of its own", async () => {
+    const { el, model } = mount();
+    const forked = /** @type {HTMLElement} */ (el.querySelector(".dagmagic-forked"));
+    expect(forked.hidden).toBe(true);
+    model.set("forked", "fork of run 3f2a19c0d4e1 at r1.s2");
+    await nextRedraw();
+    expect(forked.hidden).toBe(false);
+    expect(forked.textContent).toBe("fork of run 3f2a19c0d4e1 at r1.s2");
+  });
+
   it("lists what to know about the whole run, as text, and hides the list when there is none", async () => {
     const { el, model } = mount();
     const list = /** @type {HTMLElement} */ (el.querySelector(".dagmagic-run-warnings"));

@@ -14,6 +14,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from dagmagic import DagRun
 from dagmagic.notebook.fallbacks import run_markdown
 from dagmagic.notebook.transformer import rewrite_dag_cell
+from dagmagic.notebook.widget_state import widget_state
 
 from .test_kernel import CRASHABLE, SETUP, started_kernel
 from .test_replays import LOOKUP, run_cell
@@ -71,3 +72,4 @@ def test_what_cannot_be_forked_is_a_usage_error_and_fork_alone_in_a_cell_is_awai
     forked = run_cell(ip, "%dag fork 1 --at s1 --result 'two million'")
     assert isinstance(forked, DagRun) and forked.forked_at == "r1.s1" and forked.steps["s1"].edited
     assert "fork of run" in run_markdown(forked)
+    assert widget_state(forked)["forked"] == f"fork of run {forked.forked_from} at r1.s1"  # the widget's header
