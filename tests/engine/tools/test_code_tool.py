@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import json
 import os
 import re
 import resource
@@ -31,7 +32,7 @@ from dagmagic import DagSession, DagSettings, ModelRegistry
 from dagmagic.engine.tools import code as code_tool
 from dagmagic.engine.tools.code import CodeWorkspace
 from dagmagic.engine.tools.functions import Tool, tool
-from dagmagic.events import RunWarning
+from dagmagic.events import RunStarted, RunWarning
 from dagmagic.testing import ScriptedLLM, ToolCall
 from tests.engine.conftest import plan_reply, verdict
 
@@ -354,6 +355,10 @@ async def test_a_whole_run_never_shows_a_secret(canaries: dict[str, str]) -> Non
     assert call.name == "python" and "ENVIRONMENT DUMPED" in call.observation, call
     assert_no_canary(run.steps["s1"].model_dump_json())
     for event in run.events:
+        if isinstance(event, RunStarted):  # the run's own settings name its model (DAG_SMART_MODEL): no secret
+            assert_no_canary(event.model_dump_json(exclude={"settings"}))
+            assert_no_canary(json.dumps({k: v for k, v in event.settings.items() if k != "smart_model"}))
+            continue
         assert_no_canary(event.model_dump_json())
     assert any("ENVIRONMENT DUMPED" in call.model_dump_json() for call in run.calls)  # the step's second request
     for llm_call in run.calls:
