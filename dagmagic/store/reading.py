@@ -119,15 +119,7 @@ def summaries(db: Connection, dialect: Dialect, where: str, params: tuple[object
                    WHERE e.run_id = r.run_id AND e.type = 'run_finished'
                      AND COALESCE({dialect.json_number("e.data", "depth")}, 0) = 0
                    ORDER BY e.seq DESC LIMIT 1),
-                  (SELECT {dialect.json_text("e.data", "notebook")} FROM events e
-                   WHERE e.run_id = r.run_id AND e.type = 'run_started'
-                     AND COALESCE({dialect.json_number("e.data", "depth")}, 0) = 0
-                   ORDER BY e.seq LIMIT 1),
-                  (SELECT {dialect.json_text("e.data", "forked_from")} FROM events e
-                   WHERE e.run_id = r.run_id AND e.type = 'run_started'
-                     AND COALESCE({dialect.json_number("e.data", "depth")}, 0) = 0
-                   ORDER BY e.seq LIMIT 1),
-                  (SELECT {dialect.json_text("e.data", "forked_at")} FROM events e
+                  (SELECT e.data FROM events e
                    WHERE e.run_id = r.run_id AND e.type = 'run_started'
                      AND COALESCE({dialect.json_number("e.data", "depth")}, 0) = 0
                    ORDER BY e.seq LIMIT 1),
@@ -149,11 +141,10 @@ def summaries(db: Connection, dialect: Dialect, where: str, params: tuple[object
         pid,
         cost,
         stopped,
-        notebook,
-        parent,
-        at,
+        began,
         *held,
     ) in found:
+        started_event = json.loads(began) if began else {}  # its notebook and, for a fork, where it comes from
         if held[0] is not None:
             driver: lease.Lease | None = lease.Lease(run_id, *held)
         elif status == "running":  # a row of schema 2, or one whose lease was just given back
@@ -173,9 +164,9 @@ def summaries(db: Connection, dialect: Dialect, where: str, params: tuple[object
                 driver=driver.owner() if driver is not None and live else None,
                 stopped_by_user=status == "done" and bool(stopped),
                 host=host,
-                notebook=notebook,
-                forked_from=parent,
-                forked_at=at,
+                notebook=started_event.get("notebook"),
+                forked_from=started_event.get("forked_from"),
+                forked_at=started_event.get("forked_at"),
             )
         )
     return listed
