@@ -43,12 +43,84 @@ def main(argv: Sequence[str] | None = None) -> int:
     worker.add_argument("file", metavar="FILE", help="the experiment's definition, a Python file")
     worker.add_argument("--shard", required=True, metavar="I/N", help="this worker's number I (from 0) of N")
     worker.add_argument("--concurrency", type=int, metavar="N", help="cells this worker runs at once")
+    temporal = commands.add_parser(
+        "worker",
+        help="be a worker on Temporal: run experiment cells and detached runs sent with on=temporal://…",
+        description=(
+            "Run a dagmagic worker on Temporal until SIGTERM or Ctrl-C. FILE is Python defining what the worker "
+            "offers: `models` (a ModelRegistry), and optionally `tools` (what DagSession(tools=) takes), `settings` "
+            "(a DagSettings) and `configs` (named configs, as session.evaluate takes them). Its run store is "
+            "DAG_STORE, which must be the one the notebooks use (a PostgreSQL URL, or a path every worker reaches)."
+        ),
+    )
+    temporal.add_argument("file", metavar="FILE", help="what the worker offers, a Python file")
+    temporal.add_argument("--temporal", required=True, metavar="HOST:PORT", help="the Temporal service's frontend")
+    temporal.add_argument("--namespace", default="default", metavar="NS", help="its namespace (default: default)")
+    temporal.add_argument("--task-queue", default="dagmagic", metavar="Q", help="the queue to poll (default: dagmagic)")
+    temporal.add_argument("--concurrency", type=int, metavar="N", help="cells and runs this worker runs at once")
     args = parser.parse_args(argv)
+    if args.command == "worker":
+        return _temporal_worker(parser, args)
     if args.command == "demo":
         return _demo()
     if args.command == "eval-worker":
         return _eval_worker(parser, args.file, args.shard, args.concurrency)
     parser.error(f"unknown command {args.command!r}")  # argparse refuses it first; kept for new subcommands
+
+
+def _temporal_worker(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    import runpy
+
+    from dagmagic.errors import DagError
+    from dagmagic.temporal import TemporalAddress, require_sdk
+
+    try:
+        address = TemporalAddress.parse(f"temporal://{args.temporal}/{args.namespace}?task_queue={args.task_queue}")
+        require_sdk()
+    except (ValueError, DagError) as exc:
+        parser.error(str(exc))
+    if args.concurrency is not None and args.concurrency < 1:
+        parser.error("--concurrency takes a whole number of at least 1")
+    try:
+        spec = runpy.run_path(args.file)
+    except OSError as exc:
+        parser.error(f"cannot read {args.file}: {exc}")
+    try:
+        asyncio.run(_serve(address, spec, args.concurrency))
+    except DagError as exc:
+        print(f"dagmagic worker: {exc}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+async def _serve(address: object, spec: dict[str, object], concurrency: int | None) -> None:
+    from dagmagic.llm import ModelRegistry
+    from dagmagic.session import DagSession
+    from dagmagic.settings import DagSettings
+    from dagmagic.temporal import TemporalAddress, serve
+
+    assert isinstance(address, TemporalAddress)
+    models, settings, tools = spec.get("models"), spec.get("settings"), spec.get("tools")
+    session = DagSession(
+        models if isinstance(models, ModelRegistry) else None,
+        settings if isinstance(settings, DagSettings) else None,
+        tools=list(tools) if isinstance(tools, list | tuple) else (),
+    )
+    configs = spec.get("configs")
+
+    def ready() -> None:
+        store = session.store
+        where = store.path if store is not None else "none (set DAG_STORE)"
+        print(f"dagmagic worker on {address}: polling, run store {where}", flush=True)
+
+    await serve(
+        address,
+        session,
+        close=session.aclose,
+        concurrency=concurrency,
+        configs=configs if isinstance(configs, dict) else None,
+        ready=ready,
+    )
 
 
 def _eval_worker(parser: argparse.ArgumentParser, file: str, shard_text: str, concurrency: int | None) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any, Self, TypedDict, Unpack
 
@@ -135,6 +135,18 @@ class DagSession:
         state = RunState(run_id=uuid.uuid4().hex[:12], goal=goal, started_at=time.time())
         run = DagRun(state, driver=driver, origin="new", step_through=options.get("step_through", self.step_through))
         return self._conversation.keep(run, outside=not conversation)
+
+    def start_as(self, run_id: str, goal: str, history: Sequence[Exchange], **options: Unpack[RunOptions]) -> DagRun:
+        """Start ``goal`` as the run ``run_id``, planned in the conversation ``history``, outside this session's own:
+        what a worker does with a run a notebook sent it (``on=``), under the id the notebook follows it by.
+        """
+        goal = _check_goal(goal)
+        _running_loop("DagSession.start_as()", "a worker's event loop")
+        driver = self._driver(list(history), options)
+        driver.check_store()
+        state = RunState(run_id=run_id, goal=goal, started_at=time.time())
+        run = DagRun(state, driver=driver, origin="new", step_through=options.get("step_through", self.step_through))
+        return self._conversation.keep(run, outside=True)
 
     async def run(self, goal: str, **options: Any) -> DagRun:
         """Pursue ``goal`` to its end and return the finished run (``options``: as ``start``'s). Cancelling

@@ -92,6 +92,23 @@ def postgres() -> Iterator[Any]:
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def temporal() -> Iterator[Any]:
+    """A throwaway Temporal dev server on 127.0.0.1 (``tests/temporal_server.py``) for the whole session; skipped
+    when the temporal CLI or temporalio is missing, except with DAGMAGIC_REQUIRE_TEMPORAL=1 (CI), where that fails.
+    """
+    from tests.temporal_server import TemporalServer, temporal_problem
+
+    problem = temporal_problem()
+    if problem is not None:
+        if os.environ.get("DAGMAGIC_REQUIRE_TEMPORAL"):  # CI: .ci/run installs both, so missing is a failure
+            pytest.fail(f"DAGMAGIC_REQUIRE_TEMPORAL is set, but {problem}")
+        pytest.skip(problem)
+    server = TemporalServer()
+    yield server
+    server.stop()
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def store_path(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Any]:
     """Where a test's run store is, on each backend: a SQLite file's path, or a fresh PostgreSQL database's URL

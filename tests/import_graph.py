@@ -48,6 +48,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "dagmagic.tracing",
             "dagmagic.testing",
             "dagmagic.side_by_side",
+            "dagmagic.temporal",
         ),
     ),
     ("notebook", ("dagmagic.notebook", "dagmagic.server")),

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, TypedDict
 
 from dagmagic.evaluation.experiment import Experiment
+from dagmagic.evaluation.remote import RemoteCells
 from dagmagic.evaluation.runner import CellListener, Evaluation
 from dagmagic.evaluation.scorers import ScoreFunction
 
@@ -24,6 +25,7 @@ class EvaluationOptions(TypedDict, total=False):
     name: str | None
     on_cell: CellListener | None
     shard: tuple[int, int] | None
+    on: str | None
 
 
 class ResumeOptions(TypedDict, total=False):
@@ -34,6 +36,7 @@ class ResumeOptions(TypedDict, total=False):
     concurrency: int | None
     max_cost: float | None
     on_cell: CellListener | None
+    on: str | None
 
 
 class SessionEvaluations:
@@ -49,6 +52,7 @@ class SessionEvaluations:
 
     def start(self, session: Any, cases: Any, options: EvaluationOptions) -> Experiment:
         """A new experiment of ``session`` over ``cases``, started; the ``Experiment`` at once."""
+        remote = _remote(options.get("on"))
         evaluation = Evaluation.new(
             session,
             cases,
@@ -61,13 +65,14 @@ class SessionEvaluations:
             shard=options.get("shard"),
         )
         self._by_id[evaluation.experiment.id] = evaluation
-        return evaluation.start(options.get("concurrency"), options.get("on_cell"))
+        return evaluation.start(options.get("concurrency"), options.get("on_cell"), remote)
 
     def resume(self, session: Any, name_or_id: str, options: ResumeOptions) -> Experiment:
         """The cells of experiment ``name_or_id`` that did not end, started (this session's own experiment keeps
         its configs and scorers; one read back from the store needs them again); the ``Experiment`` at once.
         """
         configs, scorers = options.get("configs"), options.get("scorers")
+        remote = _remote(options.get("on"))
         mine = [e for e in self._by_id.values() if name_or_id in (e.experiment.id, e.experiment.name)]
         if mine:
             latest = max(mine, key=lambda found: found.experiment.definition.created_at)
@@ -77,4 +82,15 @@ class SessionEvaluations:
         self._by_id[evaluation.experiment.id] = evaluation
         if (max_cost := options.get("max_cost")) is not None:
             evaluation.raise_budget(max_cost)
-        return evaluation.start(options.get("concurrency"), options.get("on_cell"))
+        return evaluation.start(options.get("concurrency"), options.get("on_cell"), remote)
+
+
+def _remote(on: str | None) -> RemoteCells | None:
+    """Where ``on=`` sends an experiment's cells (None: they run here)."""
+    if on is None:
+        return None
+    from dagmagic.temporal import TemporalAddress, TemporalCells, require_sdk
+
+    address = TemporalAddress.parse(on)
+    require_sdk()
+    return TemporalCells(address)

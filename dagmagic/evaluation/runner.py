@@ -24,6 +24,7 @@ from dagmagic.evaluation.cell_runs import CellListener, CellRuns, check_budget
 from dagmagic.evaluation.configs import Config, as_configs, describe
 from dagmagic.evaluation.experiment import Cell, Experiment, ExperimentDefinition
 from dagmagic.evaluation.judge import LLMJudge
+from dagmagic.evaluation.remote import RemoteCells, follow_remote
 from dagmagic.evaluation.scorers import ScoreFunction
 from dagmagic.evaluation.scoring import checked_scorers, scorer_name
 from dagmagic.evaluation.shared import SharedRun, check_shard, shared_id
@@ -214,8 +215,12 @@ class Evaluation:
                 definition.id, definition.name, definition.created_at, definition.model_dump_json(fallback=str)
             )
 
-    def start(self, concurrency: int | None, on_cell: CellListener | None) -> Experiment:
-        """Run the cells not ended yet as a task of the running loop; the experiment, at once."""
+    def start(
+        self, concurrency: int | None, on_cell: CellListener | None, remote: RemoteCells | None = None
+    ) -> Experiment:
+        """Run the cells not ended yet as a task of the running loop (on ``remote``'s workers when given, followed
+        here through the store); the experiment, at once.
+        """
         limit = concurrency if concurrency is not None else self.session.settings.max_concurrency
         if not isinstance(limit, int) or limit < 1:
             raise ValueError(f"concurrency must be a whole number of at least 1, got {concurrency!r}")
@@ -223,12 +228,25 @@ class Evaluation:
         if not experiment.done():
             raise DagError(f"experiment {experiment.name!r} is running already")
         experiment.stopped_reason = None
-        task = asyncio.get_running_loop().create_task(
-            self._run(asyncio.Semaphore(limit), on_cell), name=f"dagmagic:evaluation:{experiment.id}"
+        if remote is not None and self.store is None:
+            raise DagError(
+                "an experiment on other workers needs a run store they share (DAG_STORE: a PostgreSQL URL, or a "
+                f"path every worker reaches); this session has none ({self.session.store_problem()})"
+            )
+        work = (
+            self._run(asyncio.Semaphore(limit), on_cell)
+            if remote is None
+            else self._run_remote(remote, concurrency, on_cell)
         )
+        task = asyncio.get_running_loop().create_task(work, name=f"dagmagic:evaluation:{experiment.id}")
         experiment._task = task
         experiment._read_back = self.cells.read_back
         return experiment
+
+    async def _run_remote(self, remote: RemoteCells, concurrency: int | None, on_cell: CellListener | None) -> None:
+        store = self.store
+        assert store is not None
+        await follow_remote(remote, self.cells, store, self.scorers, concurrency, on_cell)
 
     async def _run(self, cap: asyncio.Semaphore, on_cell: CellListener | None) -> None:
         if self.shard is not None:

@@ -1,0 +1,130 @@
+"""Experiments on Temporal (``session.evaluate(..., on="temporal://…")``): one workflow, one activity per cell, run
+by worker processes (``python -m dagmagic worker``) that share the notebook's run store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import signal
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dagmagic import DagSession, DagSettings, ModelRegistry
+from dagmagic.store import RunStore
+from dagmagic.testing import ScriptedLLM
+from tests.temporal.workers import Worker, calls_in
+
+pytestmark = [pytest.mark.timeout(240)]
+
+GOALS = [f"look up case {n}" for n in range(20)]
+
+
+@pytest.fixture
+def queue() -> str:
+    """A task queue of the test's own: no other test's worker takes its cells."""
+    return f"test-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def workers() -> Iterator[list[Worker]]:
+    started: list[Worker] = []
+    yield started
+    for worker in started:
+        worker.stop()
+
+
+def notebook(store: Path | str) -> tuple[DagSession, ScriptedLLM]:
+    """The notebook's session: its own model is never asked (the cells run on the workers)."""
+    llm = ScriptedLLM({"*": ["never asked"]})
+    return DagSession(ModelRegistry().register("unused", llm), DagSettings(store=str(store))), llm
+
+
+def answered(case: Any, run: Any) -> bool:
+    return bool(run.answer == "the answer")
+
+
+async def test_twenty_cells_on_two_worker_processes_each_once(
+    tmp_path: Path, temporal: Any, queue: str, workers: list[Worker]
+) -> None:
+    store = str(tmp_path / "runs.sqlite")
+    workers += [Worker(tmp_path, temporal.address, queue, store, concurrency=2) for _ in range(2)]
+    session, llm = notebook(store)
+    seen: dict[int, str] = {}
+    experiment = await session.evaluate(
+        GOALS,
+        name="on-temporal",
+        on=f"{temporal.on}?task_queue={queue}",
+        scorers=[answered],
+        on_cell=lambda cell: seen.update({cell.index: cell.status}),
+    )
+    assert [cell.status for cell in experiment.cells] == ["done"] * 20
+    assert all(cell.scores == {"answered": True} for cell in experiment.cells)  # scored here, by this notebook
+    assert seen == dict.fromkeys(range(20), "done")  # the grid heard of every cell
+    assert llm.requests == []  # nothing ran in the notebook
+    calls = calls_in(workers[0].calls)
+    items = collections.Counter(item for _, item in calls)
+    assert items == collections.Counter({f"q{n}-{part}": 1 for n in range(20) for part in "ab"})  # each call once
+    assert {pid for pid, _ in calls} == {worker.pid for worker in workers}  # both workers worked
+    runs = RunStore.open(store).runs(limit=100)
+    assert len(runs) == 20 and {run.run_id for run in runs} == {cell.run_id for cell in experiment.cells}
+
+
+async def test_a_killed_workers_cell_finishes_on_another_its_run_resumed(
+    tmp_path: Path, temporal: Any, queue: str, workers: list[Worker]
+) -> None:
+    store = str(tmp_path / "runs.sqlite")
+    workers += [Worker(tmp_path, temporal.address, queue, store, seconds=1.5) for _ in range(2)]
+    session, _ = notebook(store)
+    experiment = session.start_evaluation(GOALS[:4], name="killed", on=f"{temporal.on}?task_queue={queue}")
+    cut: tuple[Worker, str, int] | None = None
+    for _ in range(600):  # a cell whose first lookup completed and whose second is under way
+        await asyncio.sleep(0.05)
+        calls = calls_in(workers[0].calls)
+        seconds = [(pid, item) for pid, item in calls if item.endswith("-b")]
+        if seconds:
+            pid, item = seconds[0]
+            cut = next(worker for worker in workers if worker.pid == pid), item.removesuffix("-b"), len(calls)
+            break
+    assert cut is not None, "no cell reached its second lookup"
+    doomed, cell_item, _ = cut
+    index = int(cell_item.removeprefix("q"))
+    run_id = experiment.cells[index].run_id or RunStore.open(store).runs(limit=10)[0].run_id
+    doomed.process.send_signal(signal.SIGKILL)
+    doomed.process.wait(timeout=30)
+    await experiment.wait()
+    assert [cell.status for cell in experiment.cells] == ["done"] * 4
+    cell = experiment.cells[index]
+    assert cell.run_id == run_id  # the cut run was resumed on the other worker, not started again
+    calls = calls_in(workers[0].calls)
+    items = collections.Counter(item for _, item in calls)
+    assert items[f"{cell_item}-a"] == 1  # its completed step was not made again
+    assert items[f"{cell_item}-b"] == 2  # the step cut by the kill ran again, on the survivor
+    survivor = next(worker for worker in workers if worker is not doomed)
+    assert (survivor.pid, f"{cell_item}-b") in calls
+    assert len(RunStore.open(store).runs(limit=100)) == 4  # one run per cell
+
+
+async def test_max_cost_holds_for_all_workers_together(
+    tmp_path: Path, temporal: Any, queue: str, workers: list[Worker]
+) -> None:
+    store = str(tmp_path / "runs.sqlite")
+    workers += [Worker(tmp_path, temporal.address, queue, store) for _ in range(2)]
+    session, _ = notebook(store)
+    on = f"{temporal.on}?task_queue={queue}"
+    probe = await session.evaluate(GOALS[:1], name="probe", on=on)
+    cost = probe.cells[0].cost
+    assert cost is not None and cost > 0
+    experiment = await session.evaluate(GOALS, name="budget", on=on, max_cost=4.5 * cost)
+    statuses = [cell.status for cell in experiment.cells]
+    done = statuses.count("done")
+    # 5 cells fit; a cell starts only while the recorded spend is under the budget, so at most one cell per
+    # worker in flight goes over it
+    assert 5 <= done <= 5 + len(workers), statuses
+    assert statuses.count("not_started") == 20 - done
+    assert sum(cell.cost or 0.0 for cell in experiment.cells) <= (4.5 + len(workers)) * cost
+    assert experiment.stopped_reason is not None and "not started" in experiment.stopped_reason
