@@ -54,6 +54,7 @@ def _shard(text: str) -> tuple[int, int]:
 @argument("--models", metavar="VAR", help="A ModelRegistry (or one model) for configs that name no models.")
 @argument("--name", metavar="NAME", help="The experiment's name (resume it by this name).")
 @argument("--shard", type=_shard, metavar="I/N", help="Be worker I of N sharing experiment --name through the store.")
+@argument("--on", metavar="URL", help="Run the cells on Temporal's workers: temporal://HOST:PORT/NAMESPACE.")
 @argument("--resume", metavar="NAME", help="Run the cells of experiment NAME that did not end.")
 @argument("-o", "--output", metavar="VAR", help="Also bind the Experiment to this variable.")
 def _eval_options(line: str) -> None:
@@ -182,6 +183,7 @@ class EvalCell:
                     concurrency=args.concurrency,
                     max_cost=args.max_cost,
                     on_cell=self._changed,
+                    on=args.on,
                 )
             else:
                 experiment = session.start_evaluation(
@@ -195,6 +197,7 @@ class EvalCell:
                     name=args.name,
                     on_cell=self._changed,
                     shard=args.shard,
+                    on=args.on,
                 )
         except (DagError, KeyError, TypeError, ValueError) as exc:
             where = f"--resume {args.resume}: " if args.resume else ""

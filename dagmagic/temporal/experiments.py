@@ -12,6 +12,7 @@ from dagmagic.errors import DagError
 from dagmagic.evaluation.configs import _NOT_DEFINING, Config
 from dagmagic.evaluation.experiment import Cell, Experiment
 from dagmagic.llm import STANDARD_ROLES
+from dagmagic.llm.litellm_backend import LiteLLMBackend
 from dagmagic.temporal.address import TemporalAddress
 from dagmagic.temporal.connection import connect
 from dagmagic.temporal.tasks import EXPERIMENT_WORKFLOW, CellTask, ExperimentTask, experiment_workflow_id
@@ -64,12 +65,15 @@ class TemporalCells:
 
 def _cell_task(experiment_id: str, cell: Cell, config: Config | None) -> CellTask:
     """What a worker is told of a cell: its place, and its config's own settings and models (the rest is the
-    worker's). Where runs are kept and replayed is not sent: it is each worker's, and a store URL may hold a password.
+    worker's). Models travel as litellm model strings; a Python model object (a ``ScriptedLLM``, a backend of one's
+    own) cannot: the worker's own models serve such a config (or its FILE's config of that name). Where runs are kept and replayed is not sent: it is each worker's, and a store URL may hold a password.
     """
     settings: dict[str, Any] | None = None
     models: dict[str, str] | None = None
     if config is not None and config.settings is not None:
         settings = {k: v for k, v in config.settings.non_defaults().items() if k not in _NOT_DEFINING}
     if config is not None and config.models is not None:
-        models = {role: config.models.for_role(role).describe()["model"] for role in STANDARD_ROLES}
+        entries = {role: config.models.for_role(role) for role in STANDARD_ROLES}
+        if all(isinstance(entry.backend, LiteLLMBackend) for entry in entries.values()):
+            models = {role: entry.target for role, entry in entries.items()}
     return CellTask(experiment_id=experiment_id, index=cell.index, config=cell.config, settings=settings, models=models)

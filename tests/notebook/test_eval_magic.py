@@ -227,3 +227,32 @@ def test_the_progress_line_counts_running_cells_and_says_how_to_resume_an_interr
     assert line == "1 of 2 cells done · stopped with 1 not run · continue with `%%dag eval --resume probe`"
     assert 'await session.resume_evaluation("probe")' in progress_line(stopped)
     assert repr(stopped) == "Experiment('probe', 2 cells: 1 done, 1 cancelled)"  # unchanged: nbval compares it
+
+
+def test_on_runs_the_cells_on_temporal_workers_and_the_grid_fills_in(
+    evaluating: InteractiveShell, temporal: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import uuid
+
+    from tests.temporal.workers import Worker, calls_in
+
+    store, queue = tmp_path / "runs.sqlite", f"magic-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("DAG_STORE", str(store))
+    worker = Worker(tmp_path, temporal.address, queue, str(store))
+    try:
+        evaluating.user_ns["cases"] = ["look up case 1", "look up case 2"]
+        result = evaluating.run_cell(
+            f"%%dag eval --cases cases --models small --name remote --on {temporal.on}?task_queue={queue} -o exp\n"
+        )
+        assert result.success, result.error_in_exec
+        experiment = evaluating.user_ns["exp"]
+        assert [cell.status for cell in experiment.cells] == ["done", "done"]
+        assert [cell.answer for cell in experiment.cells] == ["the answer", "the answer"]  # the worker's model
+        assert evaluating.user_ns["small"].requests == []  # not the notebook's
+        assert sorted(item for _, item in calls_in(worker.calls)) == ["q1-a", "q1-b", "q2-a", "q2-b"]
+        shown, _ = evaluating.display_formatter.format(experiment)
+        assert "2 of 2 cells done" in shown["text/html"]
+    finally:
+        worker.stop()
+    bad = evaluating.run_cell("%%dag eval --cases cases --on temporal://nowhere\n")
+    assert not bad.success and "names no HOST:PORT" in str(bad.error_in_exec)
