@@ -66,7 +66,8 @@ class TemporalCells:
 def _cell_task(experiment_id: str, cell: Cell, config: Config | None) -> CellTask:
     """What a worker is told of a cell: its place, and its config's own settings and models (the rest is the
     worker's). Models travel as litellm model strings; a Python model object (a ``ScriptedLLM``, a backend of one's
-    own) cannot: the worker's own models serve such a config (or its FILE's config of that name). Where runs are kept and replayed is not sent: it is each worker's, and a store URL may hold a password.
+    own) cannot: the worker's own models serve such a config (or its FILE's config of that name). Where runs are
+    kept and replayed is not sent: it is each worker's, and a store URL may hold a password.
     """
     settings: dict[str, Any] | None = None
     models: dict[str, str] | None = None
