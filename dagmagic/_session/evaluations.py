@@ -23,7 +23,6 @@ class EvaluationOptions(TypedDict, total=False):
     max_cost: float | None
     name: str | None
     on_cell: CellListener | None
-    shard: tuple[int, int] | None
 
 
 class ResumeOptions(TypedDict, total=False):
@@ -58,7 +57,6 @@ class SessionEvaluations:
             repeat=options.get("repeat", 1),
             max_cost=options.get("max_cost"),
             name=options.get("name"),
-            shard=options.get("shard"),
         )
         self._by_id[evaluation.experiment.id] = evaluation
         return evaluation.start(options.get("concurrency"), options.get("on_cell"))
