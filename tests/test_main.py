@@ -69,7 +69,6 @@ def test_help_lists_demo() -> None:
     done = run_module("--help")
     assert done.returncode == 0
     assert re.search(r"demo +watch a whole run offline", done.stdout)
-    assert "eval-worker" not in done.stdout  # gone: an experiment's workers run on Temporal (docs/team.md)
 
 
 def test_the_demo_help_names_the_magic_it_mirrors() -> None:
