@@ -1,5 +1,5 @@
 """``python -m dagmagic``: the goal loop from a terminal. ``demo`` runs ``%dag demo``'s scripted run offline;
-``eval-worker FILE --shard I/N`` is one worker of an experiment that several share through the run store.
+``worker --temporal HOST:PORT FILE`` is a worker on Temporal, running experiment cells and runs sent with ``on=``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from dagmagic.engine import DagRun
-    from dagmagic.evaluation import Cell, Experiment
     from dagmagic.events import Event
 
 __all__ = ["main"]
@@ -30,19 +29,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="watch a whole run offline: a scripted model, two tools, a failing step and a replan (no API key)",
         description="Run the scripted demo of `%dag demo` in this terminal: no network, no API key.",
     )
-    worker = commands.add_parser(
-        "eval-worker",
-        help="be one worker of an experiment shared through the run store (DAG_STORE)",
-        description=(
-            "Run one worker of an experiment several share through the run store (DAG_STORE: a path every worker "
-            "reaches, or a database URL). FILE is Python defining `name` and `cases`, and optionally `goal` (a "
-            "template), `configs`, `scorers`, `models` (a ModelRegistry) and `max_cost`, as session.evaluate "
-            "takes them; every worker runs the same FILE."
-        ),
-    )
-    worker.add_argument("file", metavar="FILE", help="the experiment's definition, a Python file")
-    worker.add_argument("--shard", required=True, metavar="I/N", help="this worker's number I (from 0) of N")
-    worker.add_argument("--concurrency", type=int, metavar="N", help="cells this worker runs at once")
     temporal = commands.add_parser(
         "worker",
         help="be a worker on Temporal: run experiment cells and detached runs sent with on=temporal://…",
@@ -63,8 +49,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _temporal_worker(parser, args)
     if args.command == "demo":
         return _demo()
-    if args.command == "eval-worker":
-        return _eval_worker(parser, args.file, args.shard, args.concurrency)
     parser.error(f"unknown command {args.command!r}")  # argparse refuses it first; kept for new subcommands
 
 
@@ -120,43 +104,6 @@ async def _serve(address: object, spec: dict[str, object], concurrency: int | No
         concurrency=concurrency,
         configs=configs if isinstance(configs, dict) else None,
         ready=ready,
-    )
-
-
-def _eval_worker(parser: argparse.ArgumentParser, file: str, shard_text: str, concurrency: int | None) -> int:
-    import runpy
-
-    from dagmagic.notebook.evaluation_cell import _shard
-
-    try:
-        shard = _shard(shard_text)
-    except ValueError as exc:
-        parser.error(str(exc))
-    try:
-        spec = runpy.run_path(file)
-    except OSError as exc:
-        parser.error(f"cannot read {file}: {exc}")
-    if "name" not in spec or "cases" not in spec:
-        parser.error(f"{file} must define `name` (the experiment's) and `cases` (what session.evaluate takes)")
-    experiment = asyncio.run(_run_worker(spec, shard, concurrency))
-    print(experiment, flush=True)
-    return 0 if all(cell.status == "done" for cell in experiment.cells) else 1
-
-
-async def _run_worker(spec: dict[str, object], shard: tuple[int, int], concurrency: int | None) -> Experiment:
-    from dagmagic.llm import ModelRegistry
-    from dagmagic.session import DagSession
-
-    models = spec.get("models")
-    session = DagSession(models if isinstance(models, ModelRegistry) else None)
-    options = {key: spec[key] for key in ("goal", "configs", "scorers", "max_cost") if key in spec}
-
-    def told(cell: Cell) -> None:
-        if cell.status != "pending":
-            print(f"cell {cell.index} ({cell.case_id} × {cell.config}): {cell.status.replace('_', ' ')}", flush=True)
-
-    return await session.evaluate(
-        spec["cases"], name=str(spec["name"]), shard=shard, concurrency=concurrency, on_cell=told, **options
     )
 
 

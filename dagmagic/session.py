@@ -292,10 +292,6 @@ class DagSession:
         async; one that raises scores that cell as an error. ``concurrency``: cells at once (default
         ``settings.max_concurrency``); ``max_cost``: USD after which no cell starts (the experiment says so);
         ``on_cell``: told of each cell's change. Each cell is an ordinary stored run outside the conversation.
-        ``shard=(i, n)``: this process is worker ``i`` of ``n`` sharing the experiment ``name`` through the run
-        store (each started with the same cases, configs and scorers): each cell is claimed before it runs, so each
-        runs once; worker ``i`` starts with the cells whose index is ``i`` modulo ``n``, then takes any other not
-        ended whose worker is gone (its cut run resumed), and returns once every cell ended, all of them shown.
         Cancelling this interrupts the experiment: finished cells are kept, and ``resume_evaluation`` runs the rest.
         """
         return await self.start_evaluation(cases, **options).wait()

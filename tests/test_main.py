@@ -69,7 +69,6 @@ def test_help_lists_demo() -> None:
     done = run_module("--help")
     assert done.returncode == 0
     assert re.search(r"demo +watch a whole run offline", done.stdout)
-    assert re.search(r"eval-worker\s+be one worker of an experiment shared through the run store", done.stdout)
 
 
 def test_the_demo_help_names_the_magic_it_mirrors() -> None:

@@ -24,7 +24,6 @@ class EvaluationOptions(TypedDict, total=False):
     max_cost: float | None
     name: str | None
     on_cell: CellListener | None
-    shard: tuple[int, int] | None
     on: str | None
 
 
@@ -62,7 +61,6 @@ class SessionEvaluations:
             repeat=options.get("repeat", 1),
             max_cost=options.get("max_cost"),
             name=options.get("name"),
-            shard=options.get("shard"),
         )
         self._by_id[evaluation.experiment.id] = evaluation
         return evaluation.start(options.get("concurrency"), options.get("on_cell"), remote)

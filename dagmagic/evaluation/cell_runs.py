@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dagmagic._secrets import mask_secrets
@@ -23,16 +23,13 @@ from dagmagic.evaluation.scoring import score
 if TYPE_CHECKING:
     from dagmagic.store import RunStore
 
-__all__ = ["CellClaim", "CellListener", "CellRuns", "check_budget"]
+__all__ = ["CellListener", "CellRuns", "check_budget"]
 
 log = logging.getLogger("dagmagic")
 
 CellListener = Callable[[Cell], None]
 """Told of each change of a cell (started, ended, not started) with a copy of the cell as it is then, for a view
 that follows the experiment."""
-
-CellClaim = Callable[[Cell], Awaitable[bool]]
-"""Whether this worker may run a cell (a shared experiment's: no other worker holds it, and it has not ended)."""
 
 
 class CellRuns:
@@ -53,9 +50,6 @@ class CellRuns:
         """The cells' runs going on here, by cell index."""
         self.recorded_cost = sum(cell.cost or 0.0 for cell in experiment.cells)
         """The cells' costs as recorded (kept as they change: checking the budget stays O(running cells))."""
-        self.shard: tuple[int, int] | None = None
-        """``(i, n)``: this worker is one of ``n`` sharing the experiment through the store, its own part the cells
-        whose index is ``i`` modulo ``n`` (it takes the others' too once its own are done: a dead worker's)."""
 
     @property
     def store(self) -> RunStore | None:
@@ -68,12 +62,9 @@ class CellRuns:
         case: Case,
         cap: asyncio.Semaphore,
         on_cell: CellListener | None,
-        claim: CellClaim | None = None,
     ) -> None:
-        """Run ``cell`` once the cap lets it (and ``claim`` gives it to this worker), unless the budget is spent."""
+        """Run ``cell`` once the cap lets it, unless the budget is spent."""
         async with cap:
-            if claim is not None and not await claim(cell):
-                return  # another worker holds it, or it ended meanwhile
             max_cost = self.experiment.definition.max_cost
             if max_cost is not None and self.spent() >= max_cost:
                 reason = f"not started: max_cost ${max_cost:g} was spent"
@@ -121,16 +112,10 @@ class CellRuns:
         return DagRun(stored.state, events=stored.events, read_only=True)
 
     def spent(self) -> float:
-        """USD spent by the cells so far, those running here included (a resumed run's cost includes its past);
-        for a shared experiment, every worker's cells as recorded.
-        """
+        """USD spent by the cells so far, those running here included (a resumed run's cost includes its past)."""
         cells = self.experiment.cells
         running = sum((run.cost or 0.0) - (cells[index].cost or 0.0) for index, run in self.running.items())
-        store = self.store
-        recorded = self.recorded_cost
-        if self.shard is not None and store is not None:
-            recorded = store.experiment_spent(self.experiment.id)
-        return recorded + running
+        return self.recorded_cost + running
 
     def note_unstarted(self) -> None:
         """Say why cells were left unstarted, when a budget left some."""

@@ -11,7 +11,6 @@ A cell whose run was cut mid-run (the evaluation cancelled, the kernel gone) is 
 from __future__ import annotations
 
 import asyncio
-import secrets
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -27,7 +26,6 @@ from dagmagic.evaluation.judge import LLMJudge
 from dagmagic.evaluation.remote import RemoteCells, follow_remote
 from dagmagic.evaluation.scorers import ScoreFunction
 from dagmagic.evaluation.scoring import checked_scorers, scorer_name
-from dagmagic.evaluation.shared import SharedRun, check_shard, shared_id
 
 if TYPE_CHECKING:
     from dagmagic.store import RunStore
@@ -57,17 +55,6 @@ class Evaluation:
         ]
         self.cells = CellRuns(session, experiment, self.configs, self.scorers)
         """The cells' runs, and what they cost so far."""
-        self._token = secrets.token_hex(8)
-        """This worker's claims on cells (a shared experiment's)."""
-
-    @property
-    def shard(self) -> tuple[int, int] | None:
-        """``(i, n)``: this worker is one of ``n`` sharing the experiment through the store (see ``CellRuns``)."""
-        return self.cells.shard
-
-    @shard.setter
-    def shard(self, shard: tuple[int, int] | None) -> None:
-        self.cells.shard = shard
 
     @classmethod
     def new(
@@ -81,13 +68,8 @@ class Evaluation:
         repeat: int,
         max_cost: float | None,
         name: str | None,
-        shard: tuple[int, int] | None = None,
     ) -> Evaluation:
-        """An experiment of ``cases`` × ``configs`` × ``repeat``, recorded in the session's store, not started.
-        With ``shard``, the experiment of that name and definition in the store, made if no worker made it yet.
-        """
-        if shard is not None:
-            check_shard(shard, name, session)
+        """An experiment of ``cases`` × ``configs`` × ``repeat``, recorded in the session's store, not started."""
         if not isinstance(repeat, int) or repeat < 1:
             raise ValueError(f"repeat must be a whole number of at least 1, got {repeat!r}")
         if max_cost is not None:
@@ -105,24 +87,7 @@ class Evaluation:
                 for repetition in range(1, repeat + 1)
             )
         ]
-        if shard is not None:
-            experiment_id = shared_id(
-                name or "", made_cases, [config.name for config in made_configs], scorer_names, repeat
-            )
-            store = session.store
-            if store is not None and store.experiment_id(experiment_id) is not None:
-                # the worker that made it may not have written its cells yet: they are the same cells, written once
-                for cell in cells:
-                    store.save_experiment_cell(
-                        experiment_id, cell.index, cell.model_dump_json(), cell.status, cell.cost, if_missing=True
-                    )
-                joined = cls.stored(session, experiment_id, configs if configs is not None else None, chosen)
-                joined.shard = shard
-                if max_cost is not None:  # this worker's budget, as a resume's: not the one stored before
-                    joined.raise_budget(max_cost)
-                return joined
-        else:
-            experiment_id = uuid.uuid4().hex[:12]
+        experiment_id = uuid.uuid4().hex[:12]
         definition = ExperimentDefinition(
             id=experiment_id,
             name=name or f"experiment-{experiment_id[:6]}",
@@ -135,20 +100,12 @@ class Evaluation:
             config_descriptions={config.name: describe(config, session) for config in made_configs},
         )
         evaluation = cls(session, Experiment(definition, cells), made_configs, chosen)
-        evaluation.shard = shard
-        shared = shard is not None  # another worker may have recorded it meanwhile: what it wrote stays
         if (store := evaluation.store) is not None:  # a case's metadata may hold anything: stored as its text
             store.save_experiment(
-                experiment_id,
-                definition.name,
-                definition.created_at,
-                definition.model_dump_json(fallback=str),
-                if_missing=shared,
+                experiment_id, definition.name, definition.created_at, definition.model_dump_json(fallback=str)
             )
             for cell in cells:
-                store.save_experiment_cell(
-                    experiment_id, cell.index, cell.model_dump_json(), cell.status, cell.cost, if_missing=shared
-                )
+                store.save_experiment_cell(experiment_id, cell.index, cell.model_dump_json(), cell.status, cell.cost)
         return evaluation
 
     @classmethod
@@ -249,13 +206,6 @@ class Evaluation:
         await follow_remote(remote, self.cells, store, self.scorers, concurrency, on_cell)
 
     async def _run(self, cap: asyncio.Semaphore, on_cell: CellListener | None) -> None:
-        if self.shard is not None:
-            store = self.store
-            if store is None:
-                raise DagError("a shared experiment needs its run store")
-            await SharedRun(self.cells, store, self._token).run(cap, on_cell)
-            self.cells.note_unstarted()
-            return
         cases = {case.id: case for case in self.experiment.cases}
         todo = [cell for cell in self.experiment.cells if not cell.ended]
         for cell in todo:

@@ -36,14 +36,6 @@ _BUILT_IN_SCORERS = ("exact_match", "contains", "matches", "numeric", "no_failed
 """Built-in scorer factories that work without arguments: ``--scorers`` accepts their names."""
 
 
-def _shard(text: str) -> tuple[int, int]:
-    """``0/2``: this kernel is worker 0 of 2."""
-    index, _, workers = text.partition("/")
-    if not (index.strip().isdigit() and workers.strip().isdigit()) or int(index) >= int(workers):
-        raise ValueError(f"--shard takes I/N, this worker's number I from 0 to N - 1 of N workers: not {text!r}")
-    return int(index), int(workers)
-
-
 @magic_arguments("%dag eval")  # the usage line reads "%%dag eval [--cases VAR] ..."
 @argument("--cases", metavar="VAR", help="Goals, dicts with a 'goal' (or the template's keys), or a DataFrame.")
 @argument("--configs", metavar="VAR", help='A dict of named configs: {"small": {"models": {...}}, ...}.')
@@ -53,7 +45,6 @@ def _shard(text: str) -> tuple[int, int]:
 @argument("--concurrency", type=int, metavar="N", help="Cells running at once.")
 @argument("--models", metavar="VAR", help="A ModelRegistry (or one model) for configs that name no models.")
 @argument("--name", metavar="NAME", help="The experiment's name (resume it by this name).")
-@argument("--shard", type=_shard, metavar="I/N", help="Be worker I of N sharing experiment --name through the store.")
 @argument("--on", metavar="URL", help="Run the cells on Temporal's workers: temporal://HOST:PORT/NAMESPACE.")
 @argument("--resume", metavar="NAME", help="Run the cells of experiment NAME that did not end.")
 @argument("-o", "--output", metavar="VAR", help="Also bind the Experiment to this variable.")
@@ -75,8 +66,6 @@ def parse_eval(line: str) -> Any:
         raise UsageError(f"--repeat takes a whole number of at least 1, not {args.repeat}")
     if args.concurrency is not None and args.concurrency < 1:
         raise UsageError(f"--concurrency takes a whole number of at least 1, not {args.concurrency}")
-    if args.shard is not None and not args.name:
-        raise UsageError("--shard needs --name: the workers find the experiment they share by its name")
     return args
 
 
@@ -196,7 +185,6 @@ class EvalCell:
                     max_cost=args.max_cost,
                     name=args.name,
                     on_cell=self._changed,
-                    shard=args.shard,
                     on=args.on,
                 )
         except (DagError, KeyError, TypeError, ValueError) as exc:

@@ -5,24 +5,19 @@ file grows linearly with the cells.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
-from dagmagic.store import lease
 from dagmagic.store.backend import Connection, Dialect
 from dagmagic.store.writer import Statements
 
 __all__ = [
     "ExperimentSummary",
-    "claim_cell",
     "find",
     "find_id",
     "latest",
     "put_cell",
     "put_definition",
     "read_cell",
-    "release_cells",
-    "renew_cells",
     "spent",
 ]
 
@@ -74,9 +69,7 @@ def put_cell(
     *,
     if_missing: bool = False,
 ) -> None:
-    """Record one cell as it is now (its claim, a worker's, stays as it is); ``if_missing``: only when it is not
-    there yet.
-    """
+    """Record one cell as it is now; ``if_missing``: only when it is not there yet."""
     update = (
         "NOTHING" if if_missing else "UPDATE SET data = excluded.data, status = excluded.status, cost = excluded.cost"
     )
@@ -99,51 +92,6 @@ def read_cell(db: Connection, experiment_id: str, index: int) -> str | None:
         "SELECT data FROM experiment_cells WHERE experiment_id = ? AND idx = ?", (experiment_id, index)
     ).fetchone()
     return None if row is None else str(row[0])
-
-
-def claim_cell(db: Connection, experiment_id: str, index: int, token: str, now: float) -> bool:
-    """Claim a cell for the worker ``token`` of this process (in the writer's transaction): taken when it has not
-    ended and no other live worker holds it (heard from within ``lease.LEASE_SECONDS``; on this host, its process
-    still there). Whether it was taken.
-    """
-    row = db.execute(
-        "SELECT status, owner, owner_host, owner_pid, heard_at FROM experiment_cells "
-        "WHERE experiment_id = ? AND idx = ?",
-        (experiment_id, index),
-    ).fetchone()
-    if row is None:
-        return False
-    status, owner, host, pid, heard_at = row
-    if status in ("done", "failed"):
-        return False
-    if owner is not None and owner != token and lease.owner_alive(host, pid, heard_at or 0.0, now):
-        return False
-    db.execute(
-        "UPDATE experiment_cells SET owner = ?, owner_host = ?, owner_pid = ?, heard_at = ? "
-        "WHERE experiment_id = ? AND idx = ?",
-        (token, lease.HOST, os.getpid(), now, experiment_id, index),
-    )
-    return True
-
-
-def renew_cells(statements: Statements, experiment_id: str, token: str, now: float) -> None:
-    """The worker ``token`` is still there: its claims on the experiment's cells that have not ended hold on."""
-    statements.execute(
-        "UPDATE experiment_cells SET heard_at = ? WHERE experiment_id = ? AND owner = ? "
-        "AND (status IS NULL OR status NOT IN ('done', 'failed'))",
-        (now, experiment_id, token),
-    )
-
-
-def release_cells(statements: Statements, experiment_id: str, token: str) -> None:
-    """The worker ``token`` stopped: the cells it holds are free at once for the next worker (of this process too,
-    which would else wait for the lease to run out).
-    """
-    statements.execute(
-        "UPDATE experiment_cells SET owner = NULL, owner_host = NULL, owner_pid = NULL, heard_at = NULL "
-        "WHERE experiment_id = ? AND owner = ?",
-        (experiment_id, token),
-    )
 
 
 def find_id(db: Connection, name_or_id: str) -> str | None:

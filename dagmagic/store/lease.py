@@ -45,7 +45,6 @@ __all__ = [
     "claim",
     "forget",
     "holder",
-    "owner_alive",
     "release",
     "renew",
     "take",
@@ -259,15 +258,6 @@ class Heartbeat:
                 self._renew(leases)
             except Exception:  # the beat must go on; the next one tries again
                 log.exception("[dagmagic] the leases of the run store %s could not be renewed", self._path)
-
-
-def owner_alive(host: str, pid: int, heard_at: float, now: float) -> bool:
-    """Whether an owner last heard from at ``heard_at`` still counts (a claim on an experiment's cell): heard from
-    within ``LEASE_SECONDS`` and, on this host, its process still there.
-    """
-    if host == HOST and pid != os.getpid() and not _pid_exists(pid):
-        return False
-    return heard_at + LEASE_SECONDS > now
 
 
 def _pid_exists(pid: int) -> bool:

@@ -35,13 +35,11 @@ and the run goes on unsaved. Nothing secret is written: a run holds no model opt
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import logging
 import os
 import threading
 import time
-from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
@@ -368,42 +366,6 @@ class RunStore:
     def experiment_spent(self, experiment_id: str) -> float:
         """USD an experiment's cells spent as recorded so far, whichever worker ran them."""
         return experiments.spent(self._read(), experiment_id)
-
-    async def claim_experiment_cell(self, experiment_id: str, index: int, token: str) -> bool:
-        """Claim a cell for the worker ``token`` (see ``experiments.claim_cell``), written in order with the other
-        changes; whether it was taken (False too when the store could not write it).
-        """
-        loop = asyncio.get_running_loop()
-        taken: asyncio.Future[bool] = loop.create_future()
-        outcome: list[bool] = []
-
-        def claim(db: Connection) -> None:
-            outcome.append(experiments.claim_cell(db, experiment_id, index, token, time.time()))
-
-        def settle() -> None:
-            if not taken.done():
-                taken.set_result(bool(outcome and outcome[0]))
-
-        def answer() -> None:
-            with suppress(RuntimeError):  # the loop closed meanwhile
-                loop.call_soon_threadsafe(settle)
-
-        change = Change(run_id=None, after=answer)
-        change.statements.call(claim)
-        self._writer.put(change)
-        return await taken
-
-    def renew_experiment_cells(self, experiment_id: str, token: str) -> None:
-        """The worker ``token`` is still there: its claims on the experiment's unended cells hold on."""
-        change = Change(run_id=None)
-        experiments.renew_cells(change.statements, experiment_id, token, time.time())
-        self._writer.put(change)
-
-    def release_experiment_cells(self, experiment_id: str, token: str) -> None:
-        """The worker ``token`` stopped: its claims on the experiment's cells are dropped."""
-        change = Change(run_id=None)
-        experiments.release_cells(change.statements, experiment_id, token)
-        self._writer.put(change)
 
     def read_experiment_cell(self, experiment_id: str, index: int) -> str | None:
         """One cell of an experiment as stored now (JSON), None when there is none."""

@@ -63,7 +63,9 @@ _MIGRATIONS: list[list[str]] = [
         """CREATE TABLE experiment_cells (
             experiment_id TEXT NOT NULL, idx INTEGER NOT NULL, data TEXT NOT NULL, PRIMARY KEY (experiment_id, idx))""",
     ],
-    [  # version 5: workers sharing an experiment (``shard=``): a cell's status and cost, who claimed it, heard when
+    [  # version 5: a cell's status and cost; owner, owner_host, owner_pid and heard_at held the cell claims of
+        # workers sharing an experiment through the store, since removed: no longer written or read, kept so that
+        # stores of every version open alike
         "ALTER TABLE experiment_cells ADD COLUMN status TEXT",
         "ALTER TABLE experiment_cells ADD COLUMN cost REAL",
         "ALTER TABLE experiment_cells ADD COLUMN owner TEXT",

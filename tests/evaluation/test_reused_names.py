@@ -1,12 +1,11 @@
-"""An experiment's name given again: the same definition goes on with what it has (the shared and resumed
-experiment), a changed one is refused naming what changed, never answered with the old cells; the ``max_cost``
-given now is the one that holds. On both store backends.
+"""An experiment resumed by its name: the same definition goes on with what it has, a changed one is refused naming
+what changed, never answered with the old cells; the ``max_cost`` given now is the one that holds. On both store
+backends.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -30,33 +29,14 @@ def session(store: Path | str, model: str, llm: ScriptedLLM) -> DagSession:
     return DagSession(ModelRegistry().register(model, llm), DagSettings(store=str(store)))
 
 
-async def test_a_shared_name_given_another_model_is_refused_naming_it_never_answered_with_old_cells(
-    store_path: Path | str,
-) -> None:
-    small = scripted("the small model's answer")
-    first = await session(store_path, "small", small).evaluate(GOALS, name="nightly", shard=(0, 1))
-    assert [cell.answer for cell in first.cells] == ["the small model's answer"] * 3
-
-    big = scripted("the big model's answer")
-    with pytest.raises(DagError) as refused:
-        await session(store_path, "big", big).evaluate(GOALS, name="nightly", shard=(0, 1))
-
-    message = str(refused.value)
-    assert "smart, general, fast, reasoning model small → big" in message, message
-    assert "new name" in message, message  # and how to go on
-    assert big.requests == []  # refused before any call, and no stale answers handed back either
-    stored = load_experiment("nightly", store=str(store_path))
-    assert [cell.answer for cell in stored.cells] == ["the small model's answer"] * 3  # the old one is untouched
-
-
 async def test_a_changed_setting_of_a_config_is_refused_naming_the_field(store_path: Path | str) -> None:
     llm = scripted("an answer")
     await session(store_path, "m", llm).evaluate(
-        GOALS, name="tuned", shard=(0, 1), configs={"deep": {"settings": {"max_replan_rounds": 2}}}
+        GOALS, name="tuned", configs={"deep": {"settings": {"max_replan_rounds": 2}}}
     )
     with pytest.raises(DagError, match=r"config 'deep': setting max_replan_rounds 2 → 5"):
-        await session(store_path, "m", llm).evaluate(
-            GOALS, name="tuned", shard=(0, 1), configs={"deep": {"settings": {"max_replan_rounds": 5}}}
+        await session(store_path, "m", llm).resume_evaluation(
+            "tuned", configs={"deep": {"settings": {"max_replan_rounds": 5}}}
         )
 
 
@@ -77,18 +57,17 @@ async def test_resuming_with_another_model_is_refused(store_path: Path | str) ->
     assert [cell.status for cell in again.cells] == ["done"] * 3  # the same definition goes on
 
 
-async def test_a_shared_name_given_again_keeps_its_cells_and_the_max_cost_given_now(store_path: Path | str) -> None:
+async def test_a_resumed_experiment_keeps_its_cells_and_the_max_cost_given_now(store_path: Path | str) -> None:
     llm = scripted("an answer", price=(0.001, 0.001))
     cost = (await session(store_path, "m", llm).run("warm up", conversation=False)).cost
     assert cost
-    options: dict[str, Any] = {"name": "budgeted", "shard": (0, 1), "concurrency": 1}
-    first = await session(store_path, "m", llm).evaluate(GOALS, max_cost=cost / 2, **options)
+    first = await session(store_path, "m", llm).evaluate(GOALS, name="budgeted", concurrency=1, max_cost=cost / 2)
     assert [cell.status for cell in first.cells] == ["done", "not_started", "not_started"]
     plans = len(llm.requests_for("plan"))
 
-    again = await session(store_path, "m", llm).evaluate(GOALS, max_cost=10 * cost, **options)
+    again = await session(store_path, "m", llm).resume_evaluation("budgeted", concurrency=1, max_cost=10 * cost)
 
-    assert again.id == first.id  # the same definition: the same experiment
+    assert again.id == first.id
     assert [cell.status for cell in again.cells] == ["done"] * 3, again.definition.max_cost
     assert again.cells[0].run_id == first.cells[0].run_id  # the cell that ended kept as it was
     assert len(llm.requests_for("plan")) - plans == 2  # only the two left unstarted ran

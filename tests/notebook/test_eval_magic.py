@@ -147,27 +147,6 @@ def test_models_gives_the_models_of_each_cell_even_once_the_session_exists(evalu
     assert scores == {"named": False, "unnamed": True}  # a config that names no models takes --models's
 
 
-def test_shard_makes_the_kernel_one_worker_of_a_shared_experiment(evaluating: InteractiveShell, tmp_path: Path) -> None:
-    assert parse_eval("--cases qs --name x --shard 1/3").shard == (1, 3)
-    for bad in ("--cases qs --name x --shard 3/3", "--cases qs --name x --shard one"):
-        with pytest.raises(UsageError, match="bad %%dag eval options"):
-            parse_eval(bad)
-    with pytest.raises(UsageError, match="--shard needs --name"):
-        parse_eval("--cases qs --shard 0/2")
-    evaluating.user_ns["cases"] = ["Where is the Louvre?", "Where is the Tate?"]
-    magics._magics().overrides["store"] = "none"
-    refused = evaluating.run_cell("%%dag eval --cases cases --models big --name shared --shard 0/2")
-    assert isinstance(refused.error_in_exec, UsageError)
-    assert "shard= needs a run store the workers share" in str(refused.error_in_exec)
-    magics._magics().overrides["store"] = str(tmp_path / "runs.sqlite")
-    try:
-        alone = evaluating.run_cell("%%dag eval --cases cases --models big --name shared --shard 0/2 -o exp")
-    finally:
-        magics._magics().overrides.pop("store", None)
-    assert alone.success, alone.error_in_exec
-    assert [cell.status for cell in evaluating.user_ns["exp"].cells] == ["done", "done"]  # no other worker came
-
-
 # --- the grid ---------------------------------------------------------------------------------------------------
 
 
