@@ -79,6 +79,8 @@ class RunStarted(_Event):
     """The run this one was forked from (``run.fork``), None for a run of its own."""
     forked_at: str | None = None
     """The step it was forked at, as ``rN.id``."""
+    detached_on: str | None = None
+    """The Temporal address whose workers drive it (``on=``), None when its own process does."""
     notebook: str | None = None
     """The notebook whose kernel started it (Jupyter's ``JPY_SESSION_NAME``, its path), None outside one:
     ``%dag history`` lists a notebook's own runs from a store that the folder's notebooks share."""

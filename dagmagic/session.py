@@ -123,28 +123,69 @@ class DagSession:
 
     # --- runs
 
-    def start(self, goal: str, *, conversation: bool = True, **options: Unpack[RunOptions]) -> DagRun:
+    def start(
+        self, goal: str, *, conversation: bool = True, on: str | None = None, **options: Unpack[RunOptions]
+    ) -> DagRun:
         """Start pursuing ``goal`` as a task on the running loop; ``await`` the returned run for its end.
         ``options`` replace the session's own for this run; ``conversation=False``: the run neither sees the
         conversation so far nor joins it.
+
+        ``on="temporal://HOST:PORT/NAMESPACE"``: the run goes to the workers of that Temporal service (``python -m
+        dagmagic worker``), with their models and tools, and outlives this process; the run returned follows it
+        through the run store they share, and its controls (``stop()``, ``follow_up()``, ``approve()``...) reach it
+        as signals. ``dagmagic.attach(run_id)`` follows it again from any process. Its answer does not join the
+        conversation.
         """
         goal = _check_goal(goal)
         _running_loop("DagSession.start()", "asyncio.run(session.run(goal))")
+        if on is not None:
+            return self._start_detached(goal, on, conversation, options)
         driver = self._driver(list(self.history) if conversation else [], options)
         driver.check_store()
         state = RunState(run_id=uuid.uuid4().hex[:12], goal=goal, started_at=time.time())
         run = DagRun(state, driver=driver, origin="new", step_through=options.get("step_through", self.step_through))
         return self._conversation.keep(run, outside=not conversation)
 
-    def start_as(self, run_id: str, goal: str, history: Sequence[Exchange], **options: Unpack[RunOptions]) -> DagRun:
+    def _start_detached(self, goal: str, on: str, conversation: bool, options: RunOptions) -> DagRun:
+        from dagmagic.temporal import TemporalAddress, require_sdk, start_detached
+
+        address = TemporalAddress.parse(on)
+        require_sdk()
+        if given := [name for name in ("models", "tools", "allow_code") if name in options]:
+            raise ValueError(
+                f"on= sends the run to Temporal's workers, whose FILE gives the models and tools; "
+                f"{', '.join(given)} cannot travel with it"
+            )
+        settings = options.get("settings") or self.settings
+        run = start_detached(
+            address,
+            goal,
+            self.store_for(settings),
+            history=self.history if conversation else (),
+            settings=settings,
+            approve_plans=options.get("approve_plans", self.approve_plans),
+            step_through=options.get("step_through", self.step_through),
+        )
+        return self._conversation.keep(run, outside=True)
+
+    def start_as(
+        self,
+        run_id: str,
+        goal: str,
+        history: Sequence[Exchange],
+        *,
+        detached_on: str | None = None,
+        **options: Unpack[RunOptions],
+    ) -> DagRun:
         """Start ``goal`` as the run ``run_id``, planned in the conversation ``history``, outside this session's own:
-        what a worker does with a run a notebook sent it (``on=``), under the id the notebook follows it by.
+        what a worker does with a run a notebook sent it (``detached_on``: where from, ``temporal://…``), under the
+        id the notebook follows it by.
         """
         goal = _check_goal(goal)
         _running_loop("DagSession.start_as()", "a worker's event loop")
         driver = self._driver(list(history), options)
         driver.check_store()
-        state = RunState(run_id=run_id, goal=goal, started_at=time.time())
+        state = RunState(run_id=run_id, goal=goal, started_at=time.time(), detached_on=detached_on)
         run = DagRun(state, driver=driver, origin="new", step_through=options.get("step_through", self.step_through))
         return self._conversation.keep(run, outside=True)
 

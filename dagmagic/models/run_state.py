@@ -395,6 +395,9 @@ class RunState(BaseModel):
     """The run this one was forked from (``run.fork``): it started from that run's state."""
     forked_at: str | None = None
     """Where: the step it was forked at, as ``rN.id``."""
+    detached_on: str | None = None
+    """The Temporal address (``temporal://…``) whose workers drive this run (``on=``), None when the process that
+    started it drives it."""
 
     @property
     def usage(self) -> Usage:

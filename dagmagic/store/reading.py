@@ -43,6 +43,8 @@ class RunSummary:
     """The run it was forked from (``run.fork``), from its ``run_started`` event too."""
     forked_at: str | None = None
     """The step of ``forked_from`` it was forked at, as ``rN.id``."""
+    detached_on: str | None = None
+    """The Temporal address whose workers drive it (``on=``), from its ``run_started`` event too."""
 
 
 @dataclass
@@ -107,6 +109,7 @@ def load(db: Connection, run_id: str) -> StoredRun:
     started = next((event for event in events if isinstance(event, RunStarted) and not event.depth), None)
     if started is not None:  # kept in its event: no column
         state.replay_of, state.forked_from, state.forked_at = started.replay_of, started.forked_from, started.forked_at
+        state.detached_on = started.detached_on
     return StoredRun(state=state, history=history, events=events)
 
 
@@ -167,6 +170,7 @@ def summaries(db: Connection, dialect: Dialect, where: str, params: tuple[object
                 notebook=started_event.get("notebook"),
                 forked_from=started_event.get("forked_from"),
                 forked_at=started_event.get("forked_at"),
+                detached_on=started_event.get("detached_on"),
             )
         )
     return listed

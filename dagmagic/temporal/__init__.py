@@ -10,15 +10,19 @@ from __future__ import annotations
 
 from dagmagic.temporal.address import DEFAULT_NAMESPACE, DEFAULT_TASK_QUEUE, TemporalAddress
 from dagmagic.temporal.connection import connect, require_sdk
+from dagmagic.temporal.detached import DetachedRun, attach, start_detached
 from dagmagic.temporal.experiments import TemporalCells
 from dagmagic.temporal.worker import serve
 
 __all__ = [
     "DEFAULT_NAMESPACE",
     "DEFAULT_TASK_QUEUE",
+    "DetachedRun",
     "TemporalAddress",
     "TemporalCells",
+    "attach",
     "connect",
     "require_sdk",
     "serve",
+    "start_detached",
 ]

@@ -57,6 +57,10 @@ class WorkerSession(Protocol):
         """``DagSession.start_resume(run_id, **options)``."""
         ...
 
+    def reopen(self, *args: Any, **kwargs: Any) -> DagRun:
+        """``DagSession.reopen(run_id, **options)``."""
+        ...
+
 
 class WorkerActivities:
     """The activities of one worker, over its session (``configs``: those its FILE names, by name)."""
@@ -140,7 +144,10 @@ class WorkerActivities:
         try:
             if stored is None:
                 history = [Exchange(goal, answer) for goal, answer in task.history]
-                run = self.session.start_as(task.run_id, task.goal, history, **options)
+                run = self.session.start_as(task.run_id, task.goal, history, detached_on=task.on, **options)
+            elif stored.status in ("done", "failed") and task.rerun is not None and info.attempt == 1:
+                run = self.session.reopen(task.run_id, **options)  # a re-run of the ended run: its new round
+                run.send(MESSAGES.validate_json(task.rerun))
             elif stored.status in ("done", "failed"):
                 return stored.status
             else:

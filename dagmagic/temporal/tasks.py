@@ -68,6 +68,11 @@ class RunTask(_Task):
 
     run_id: str
     goal: str
+    on: str
+    """The address the notebook sent it to (``temporal://…``), recorded in the run."""
+    rerun: str | None = None
+    """A re-run or what-if of the ended run (``dagmagic.messages.Rerun`` as JSON): the worker reopens the run and
+    gives it this."""
     history: list[tuple[str, str]] = Field(default_factory=list)
     """The conversation it is planned in: (goal, answer) of the runs before it."""
     settings: dict[str, Any] | None = None

@@ -95,7 +95,8 @@ class GoalLoop:
             run.emit(
                 RunStarted(
                     run_id=run.run_id, goal=run.goal, replay_of=state.replay_of, forked_from=state.forked_from,
-                    forked_at=state.forked_at, notebook=notebook, settings=self.settings.non_defaults(),
+                    forked_at=state.forked_at, detached_on=state.detached_on, notebook=notebook,
+                    settings=self.settings.non_defaults(),
                 )
             )  # fmt: skip
         # litellm's callbacks group a run's calls by it (a subrun's calls count in its run's)

@@ -164,6 +164,9 @@ class DagRun(RunQueries):
         self._fold(event)
         if self._store is not None:
             self._save(event)
+        self._tell(event)
+
+    def _tell(self, event: Event) -> None:
         for listener in list(self._listeners):
             try:
                 listener(event)
@@ -227,6 +230,23 @@ class DagRun(RunQueries):
         """Wait until what the run did is written and the store checkpointed (bounded: see ``RunStore.settle``)."""
         if self._store is not None:
             await self._store.settle(self)
+
+    def mirror(self, state: RunState, events: Sequence[Event]) -> None:
+        """Become the run as another process drives it and stores it: ``state`` as stored now, and ``events`` (the
+        stored log) from the first this run has not seen, each told to the listeners as if it happened here. A
+        view of the run (the widget, a comparison) follows it so, whoever drives it.
+        """
+        new = events[len(self.events) :]
+        for field in RunState.model_fields:  # in place: the views and the inbox hold this state
+            setattr(self.state, field, getattr(state, field))
+        self._steps_by_round = {(record.index, step.id): step for record in state.rounds for step in record.plan.steps}
+        for event in new:
+            self.events.append(event)
+            if isinstance(event, StepPaused):
+                self._pauses[(event.round, event.step_id)] = event
+            elif _about_the_whole_run(event):
+                self.warnings.append(event.message)
+            self._tell(event)
 
     def step_of(self, round: int, step_id: str) -> PlanStep | None:
         """The step ``step_id`` of round ``round`` (also while its plan still streams)."""
