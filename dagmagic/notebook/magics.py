@@ -57,7 +57,7 @@ async def run_dag_line(command: str, rest: str) -> DagRun | None:
 
     awaited = {
         "demo": commands.demo, "resume": commands.resume, "rerun": commands.rerun, "replay": commands.replay,
-        "fork": commands.fork,
+        "fork": commands.fork, "attach": commands.attach,
     }  # fmt: skip
     work = awaited[command]
     with commands.settings_told_in_one_line():
@@ -187,6 +187,11 @@ class DagMagics(Magics):
         help="Start over even when this goal's last run was interrupted (else it is offered for resuming).",
     )
     @argument("--no-widget", action="store_true", help="Show only the static views, no live widget.")
+    @argument(
+        "--on",
+        metavar="URL",
+        help="Run on Temporal's workers (temporal://HOST:PORT/NAMESPACE): the run outlives this kernel.",
+    )
     @no_var_expand
     @line_cell_magic
     def dag(self, line: str, cell: str | None = None) -> Any:
@@ -225,6 +230,9 @@ class DagMagics(Magics):
                                    run a run again with the code, prompts, tools and settings of now,
                                    its model calls answered from its recording (no provider call): it
                                    stops where it diverges and shows what changed
+            %dag attach RUN [--on URL] [--bg] [-o NAME]
+                                   follow a run on Temporal's workers (%%dag --on) again, live, with
+                                   its controls, from any kernel
             %dag fork [RUN] --at STEP [--task TEXT | --result TEXT] [--bg]
                                    a new run from RUN's state at STEP (its task edited, or its result
                                    written by you): what did not change is kept, not asked again
@@ -272,6 +280,8 @@ class DagMagics(Magics):
 
         args = self.parse(line)
         goal = self._goal(args, cell)
+        if args.on:  # the workers' models and tools: none needed here
+            return await self.present(self.notebook.start(goal, args, line), args, line)
         options = self.notebook.run_options(args)
         if not args.restart and (interrupted := interrupted_run(self.notebook, goal, options)) is not None:
             return offer_resume(self.notebook, goal, interrupted, options, args, line)

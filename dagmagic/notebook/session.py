@@ -108,13 +108,20 @@ class NotebookSession:
         self.options: dict[str, str] = {}
         """The options of the cell that started each run: ``%dag resume RUN`` reuses them."""
         self._session: DagSession | None = None
+        self.detached: list[DagRun] = []
+        """Runs this kernel follows on Temporal's workers (``%%dag --on``, ``%dag attach``)."""
         global _kernel
         _kernel = self
 
     @property
     def runs(self) -> list[DagRun]:
-        """The runs in memory: every running one and the latest finished ones, oldest first."""
-        return self._session.runs if self._session is not None else []
+        """The runs in memory: every running one and the latest finished ones, oldest first (those followed on
+        Temporal's workers among them).
+        """
+        own = self._session.runs if self._session is not None else []
+        if not self.detached:
+            return own
+        return sorted([*own, *self.detached], key=lambda run: run.state.started_at)
 
     @property
     def experiments(self) -> list[Experiment]:
@@ -258,11 +265,62 @@ class NotebookSession:
         """Start a cell's run of ``goal`` (``line``: the cell's options, kept for ``%dag resume``; ``options``:
         the run's, when they were made already).
         """
+        if getattr(args, "on", None):
+            return self.numbered(lambda: self._start_detached(goal, args), args, line)
         options = options or self.run_options(args)
         session = self.session(options)
         if getattr(args, "new", False):
             session.reset()
         return self.numbered(lambda: session.start(goal, **options), args, line)
+
+    def _start_detached(self, goal: str, args: Any) -> DagRun:
+        """``%%dag --on temporal://…``: the goal sent to Temporal's workers, followed here (their models and tools)."""
+        from dagmagic.temporal import TemporalAddress, require_sdk, start_detached
+
+        given = [
+            f"--{name}"
+            for name in ("models", "tools", "smart", "general", "fast", "reasoning")
+            if getattr(args, name, None)
+        ]
+        if given:
+            raise UsageError(
+                f"--on sends the run to Temporal's workers, whose FILE gives the models and tools: {', '.join(given)} "
+                "cannot travel with it"
+            )
+        address = TemporalAddress.parse(args.on)
+        require_sdk()
+        settings = self.settings(args)
+        from dagmagic.store import RunStore
+
+        path = settings.store_path
+        store = RunStore.open(path) if path is not None else None
+        history = self._session.history if self._session is not None and not getattr(args, "new", False) else []
+        run = start_detached(
+            address,
+            goal,
+            store,
+            history=history,
+            settings=settings,
+            approve_plans=bool(getattr(args, "approve", False)),
+            step_through=bool(getattr(args, "step_through", False)),
+        )
+        self.detached.append(run)
+        return run
+
+    def attach(self, run_id: str, on: str | None) -> DagRun:
+        """``%dag attach RUN``: a run on Temporal's workers followed again here, live, with its controls."""
+        from dagmagic.temporal import attach
+
+        store = self.store()
+        if store is None:
+            raise UsageError(f"nothing to attach to: there is no run store ({NO_STORE})")
+        try:
+            run = attach(self.stored_id(store, run_id), store, on)
+        except (DagError, ValueError) as exc:
+            raise UsageError(str(exc)) from None
+        self.detached = [kept for kept in self.detached if kept.run_id != run.run_id]
+        self.detached.append(run)
+        return run
 
     def resume(self, run_id: str, args: Any, line: str) -> DagRun:
         """Continue the stored run ``run_id`` with these options."""
@@ -299,6 +357,9 @@ class NotebookSession:
         for run in reversed(self.runs):
             if run.run_id == run_id:
                 return run
+        store = self.store()
+        if store is not None and (summary := store.summary(run_id)) is not None and summary.detached_on:
+            return self.attach(run_id, None)  # its workers re-run its steps, never this kernel
         if self.store() is None:
             kept = self._session.settings.runs_in_memory if self._session is not None else "latest"
             raise UsageError(

@@ -12,7 +12,7 @@ from typing import Any
 __all__ = ["awaited", "rewrite_dag_cell"]
 
 _CALL = "await __import__('dagmagic.notebook.magics', fromlist=['_']).{method}({args})\n"
-_AWAITED = ("demo", "resume", "rerun", "replay", "fork")
+_AWAITED = ("demo", "resume", "rerun", "replay", "fork", "attach")
 """``%dag`` subcommands that run the loop: alone in a cell, they are awaited like a ``%%dag`` cell."""
 
 

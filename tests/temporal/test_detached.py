@@ -107,7 +107,6 @@ async def test_any_process_attaches_to_a_running_run_and_stops_it(
     await started
     assert followed.status == started.status == "done" and followed.answer == started.answer == "the answer"
     with pytest.raises(DagError, match="was not started on Temporal"):
-        local, _ = notebook(store)
         ended = await DagSession(
             ModelRegistry().register(
                 "s",

@@ -21,12 +21,22 @@ from dagmagic.errors import ConfigurationError
 from dagmagic.notebook.commands.comparing import compare, comparison
 from dagmagic.notebook.commands.config import config, models
 from dagmagic.notebook.commands.history import diff, export, history, show, trace
-from dagmagic.notebook.commands.running import demo, demo_in_background, fork, replay, replay_line, rerun, resume
+from dagmagic.notebook.commands.running import (
+    attach,
+    demo,
+    demo_in_background,
+    fork,
+    replay,
+    replay_line,
+    rerun,
+    resume,
+)
 from dagmagic.notebook.commands.steering import approve, continue_, followup, reject, skip, step, stop
 from dagmagic.notebook.session import NotebookSession
 
 __all__ = [
     "COMMANDS",
+    "attach",
     "comparison",
     "demo",
     "dispatch",
@@ -93,6 +103,7 @@ COMMANDS: dict[str, Command] = {
     "rerun": _awaited("rerun", rerun),
     "replay": _awaited("replay", replay),
     "fork": _awaited("fork", fork),
+    "attach": _awaited("attach", attach),
     "approve": approve,
     "reject": reject,
     "continue": continue_,

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from dagmagic.engine import DagRun
     from dagmagic.store import RunStore
 
-__all__ = ["demo", "demo_in_background", "fork", "replay", "replay_line", "rerun", "resume"]
+__all__ = ["attach", "demo", "demo_in_background", "fork", "replay", "replay_line", "rerun", "resume"]
 
 
 async def resume(notebook: NotebookSession, line: str) -> DagRun | None:
@@ -132,6 +132,20 @@ async def replay(notebook: NotebookSession, line: str) -> DagRun:
     if run.done():
         print(replay_line(run, original, notebook.numbers.index(run.run_id) + 1))
     return run
+
+
+async def attach(notebook: NotebookSession, line: str) -> DagRun:
+    """``%dag attach RUN [--on URL] [--bg] [-o NAME]``: a run on Temporal's workers (``%%dag --on``), followed again
+    in this kernel — live while it runs, its controls reaching it — shown like a cell's run and awaited (``--bg``:
+    not awaited). ``--on``: its Temporal address, when the store does not say it.
+    """
+    words = shlex.split(line)
+    key = words.pop(0) if words and not words[0].startswith("-") else ""
+    if not key:
+        raise UsageError("%dag attach needs the run: `%dag attach RUN` (its id, or its number in `%dag history`)")
+    args = notebook.magics.parse(shlex.join(words))
+    run = notebook.numbered(lambda: notebook.attach(key, args.on), args, "")
+    return await notebook.magics.present(run, args)
 
 
 async def fork(notebook: NotebookSession, line: str) -> DagRun:
