@@ -19,10 +19,13 @@ from dagmagic.evaluation.scoring import score, scorer_name
 if TYPE_CHECKING:
     from dagmagic.store import RunStore
 
-__all__ = ["FOLLOW_SECONDS", "RemoteCells", "follow_remote"]
+__all__ = ["CUT_SECONDS", "FOLLOW_SECONDS", "RemoteCells", "follow_remote"]
 
 FOLLOW_SECONDS = 0.5
 """How often the cells are read back from the store while workers run them."""
+CUT_SECONDS = 60.0
+"""How long an interrupted experiment waits for its workers to record their cells cut (a worker hears of the cancel
+with its next heartbeat's answer, within seconds)."""
 
 
 class RemoteCells(Protocol):
@@ -53,9 +56,13 @@ async def follow_remote(
     following = asyncio.get_running_loop().create_task(follower.follow())
     try:
         await remote.run(experiment, todo, cells.configs, concurrency)
+    except asyncio.CancelledError:  # interrupted: returns once the workers have cut the cells' runs
+        following.cancel()
+        await follower.until_cut([cell.index for cell in todo])
+        raise
     finally:
         following.cancel()
-    await follower.read()
+        await follower.read()
     cells.note_unstarted()
 
 
@@ -90,6 +97,17 @@ class _Follower:
         for cell in experiment.cells:
             if cell.ended and cell.run_id is not None and self._unscored(cell):
                 await self._score(cell)
+
+    async def until_cut(self, indexes: Sequence[int]) -> None:
+        """Read the cells until none of ``indexes`` runs on a worker any more (each cut, or ended), at most
+        ``CUT_SECONDS``: an interrupted experiment hands back what its workers left.
+        """
+        cells = self.cells.experiment.cells
+        for _ in range(int(CUT_SECONDS / FOLLOW_SECONDS)):
+            await self.read()
+            if all(cells[index].status != "running" for index in indexes):
+                return
+            await asyncio.sleep(FOLLOW_SECONDS)
 
     def _unscored(self, cell: Cell) -> bool:
         return any(

@@ -5,8 +5,9 @@ cell, run by whichever workers poll the task queue; the notebook follows the cel
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dagmagic.errors import DagError
 from dagmagic.evaluation.configs import _NOT_DEFINING, Config
@@ -16,6 +17,9 @@ from dagmagic.llm.litellm_backend import LiteLLMBackend
 from dagmagic.temporal.address import TemporalAddress
 from dagmagic.temporal.connection import connect
 from dagmagic.temporal.tasks import EXPERIMENT_WORKFLOW, CellTask, ExperimentTask, experiment_workflow_id
+
+if TYPE_CHECKING:
+    from temporalio.client import WorkflowHandle
 
 __all__ = ["TemporalCells"]
 
@@ -54,13 +58,22 @@ class TemporalCells:
             handle = client.get_workflow_handle(workflow_id)
         try:
             await handle.result()
-        except asyncio.CancelledError:
-            await asyncio.shield(handle.cancel())
+        except asyncio.CancelledError:  # the cells' runs are cut on the workers (and recorded) before this returns
+            await asyncio.shield(_cancelled(handle))
             raise
         except WorkflowFailureError as exc:
             cause = exc.cause
             detail = getattr(cause, "cause", None) or cause
             raise DagError(f"the experiment's workflow {workflow_id} on {self.address} failed: {detail}") from None
+
+
+async def _cancelled(handle: WorkflowHandle[Any, Any]) -> None:
+    """Cancel the workflow and wait until it closed: its activities waited for their runs to be cut."""
+    from temporalio.client import WorkflowFailureError
+
+    await handle.cancel()
+    with contextlib.suppress(WorkflowFailureError):
+        await handle.result()
 
 
 def _cell_task(experiment_id: str, cell: Cell, config: Config | None) -> CellTask:

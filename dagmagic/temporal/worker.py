@@ -58,6 +58,9 @@ async def serve(
                 restrictions=SandboxRestrictions.default.with_passthrough_modules("dagmagic")
             ),
             graceful_shutdown_timeout=timedelta(seconds=2),
+            # a cancel reaches an activity with the answer to its heartbeat: sent every second, not every 30 s
+            default_heartbeat_throttle_interval=timedelta(seconds=1),
+            max_heartbeat_throttle_interval=timedelta(seconds=1),
         )
         async with worker:
             if ready is not None:

@@ -60,11 +60,17 @@ class ExperimentWorkflow:
                     start_to_close_timeout=_LONGEST,
                     heartbeat_timeout=timedelta(seconds=task.heartbeat_seconds),
                     retry_policy=RETRIES,
+                    cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                     summary=f"cell {getattr(cell, 'index', '?')}",
                 )
                 return outcome
 
-        return list(await asyncio.gather(*(one(cell) for cell in task.cells)))
+        cells = [asyncio.create_task(one(cell)) for cell in task.cells]
+        try:
+            return list(await asyncio.gather(*cells))
+        except asyncio.CancelledError:  # gather gives up at the first cell cancelled: the running ones are let end
+            await workflow.wait(cells)  # their runs cut and recorded on the workers
+            raise
 
 
 @workflow.defn(name=RUN_WORKFLOW)
@@ -84,6 +90,7 @@ class RunWorkflow:
             start_to_close_timeout=_LONGEST,
             heartbeat_timeout=timedelta(seconds=task.heartbeat_seconds),
             retry_policy=RETRIES,
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             summary=task.goal[:200],
         )
         return status

@@ -72,6 +72,15 @@ async def test_twenty_cells_on_two_worker_processes_each_once(
     assert {pid for pid, _ in calls} == {worker.pid for worker in workers}  # both workers worked
     runs = RunStore.open(store).runs(limit=100)
     assert len(runs) == 20 and {run.run_id for run in runs} == {cell.run_id for cell in experiment.cells}
+    from temporalio.api.enums.v1 import EventType
+
+    from dagmagic.temporal import TemporalAddress, connect
+    from dagmagic.temporal.tasks import experiment_workflow_id
+
+    client = await connect(TemporalAddress.parse(temporal.on))
+    handle = client.get_workflow_handle(experiment_workflow_id(experiment.id))
+    history = [event.event_type async for event in handle.fetch_history_events()]
+    assert history.count(EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED) == 20  # Temporal's UI: one activity per cell
 
 
 async def test_a_killed_workers_cell_finishes_on_another_its_run_resumed(
@@ -128,3 +137,46 @@ async def test_max_cost_holds_for_all_workers_together(
     assert statuses.count("not_started") == 20 - done
     assert sum(cell.cost or 0.0 for cell in experiment.cells) <= (4.5 + len(workers)) * cost
     assert experiment.stopped_reason is not None and "not started" in experiment.stopped_reason
+
+
+async def test_an_interrupted_experiment_cuts_the_workers_runs_and_resumes_on_them(
+    tmp_path: Path, temporal: Any, queue: str, workers: list[Worker]
+) -> None:
+    from temporalio.api.enums.v1 import EventType
+    from temporalio.client import WorkflowExecutionStatus
+
+    from dagmagic.temporal import connect
+    from dagmagic.temporal.address import TemporalAddress
+    from dagmagic.temporal.tasks import experiment_workflow_id
+
+    store = str(tmp_path / "runs.sqlite")
+    workers.append(Worker(tmp_path, temporal.address, queue, store, seconds=1.0, concurrency=2))
+    session, _ = notebook(store)
+    on = f"{temporal.on}?task_queue={queue}"
+    experiment = session.start_evaluation(GOALS[:4], name="cut", on=on)
+    for _ in range(600):  # two cells whose first lookups completed
+        await asyncio.sleep(0.05)
+        if sum(item.endswith("-b") for _, item in calls_in(workers[0].calls)) >= 2:
+            break
+    experiment.cancel()
+    await experiment.wait()
+    statuses = [cell.status for cell in experiment.cells]
+    assert statuses.count("cancelled") == 2 and statuses.count("pending") == 2, (
+        statuses
+    )  # cut, as the workers left them
+    cut = [cell.index for cell in experiment.cells if cell.status == "cancelled"]
+    client = await connect(TemporalAddress.parse(on))
+    described = await client.get_workflow_handle(experiment_workflow_id(experiment.id)).describe()
+    assert described.status == WorkflowExecutionStatus.CANCELED
+    stored = RunStore.open(store)
+    assert all(stored.summary(experiment.cells[i].run_id or "").status == "cancelled" for i in cut)
+
+    resumed = await session.resume_evaluation("cut", on=on)
+    assert [cell.status for cell in resumed.cells] == ["done"] * 4
+    items = collections.Counter(item for _, item in calls_in(workers[0].calls))
+    assert all(items[f"q{i}-a"] == 1 for i in range(4))  # the cut runs' completed lookups were kept
+    assert [resumed.cells[i].run_id for i in cut] == [experiment.cells[i].run_id for i in cut]  # resumed, not anew
+    handle = client.get_workflow_handle(experiment_workflow_id(experiment.id))
+    history = [event.event_type async for event in handle.fetch_history_events()]
+    completed = EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+    assert history.count(completed) == 4  # the workflow the resume started, as Temporal's UI shows it: a cell each
