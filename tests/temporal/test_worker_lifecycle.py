@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import textwrap
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,19 +49,6 @@ WORKER_FILE = textwrap.dedent(
     allow_code = True
     """
 )
-
-
-@pytest.fixture
-def queue() -> str:
-    return f"test-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def workers() -> Iterator[list[Worker]]:
-    started: list[Worker] = []
-    yield started
-    for worker in started:
-        worker.stop()
 
 
 def servers_of(worker: Worker) -> list[psutil.Process]:
