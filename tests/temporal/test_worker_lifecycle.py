@@ -91,6 +91,10 @@ async def test_sigterm_stops_the_workers_mcp_servers_and_code_sandbox(
     workers.append(worker)
     experiment = await notebook(store).evaluate(["one goal"], name="lifecycle", on=f"{temporal.on}?task_queue={queue}")
     assert [cell.status for cell in experiment.cells] == ["done"], worker.output()
+    run_id = experiment.cells[0].run_id
+    assert run_id is not None
+    plan = RunStore.open(store).load(run_id).state.rounds[0].plan
+    assert "5" in str(plan.step("s1").result) and "42" in str(plan.step("s2").result)  # MCP's add, python's print
     servers = servers_of(worker)
     assert servers  # the MCP server the cell's add step called (and any process it started), up for the next cell
     assert len(workspaces(temp)) == 1  # the python step's working directory
