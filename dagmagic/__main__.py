@@ -35,8 +35,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         description=(
             "Run a dagmagic worker on Temporal until SIGTERM or Ctrl-C. FILE is Python defining what the worker "
             "offers: `models` (a ModelRegistry), and optionally `tools` (what DagSession(tools=) takes), `settings` "
-            "(a DagSettings) and `configs` (named configs, as session.evaluate takes them). Its run store is "
-            "DAG_STORE, which must be the one the notebooks use (a PostgreSQL URL, or a path every worker reaches)."
+            "(a DagSettings), `configs` (named configs, as session.evaluate takes them) and `allow_code = True` (the "
+            "sandboxed python tool). Its run store is DAG_STORE, which must be the one the notebooks use (a "
+            "PostgreSQL URL, or a path every worker reaches). On SIGTERM its MCP servers and code sandbox stop with it."
         ),
     )
     temporal.add_argument("file", metavar="FILE", help="what the worker offers, a Python file")
@@ -89,6 +90,7 @@ async def _serve(address: object, spec: dict[str, object], concurrency: int | No
         models if isinstance(models, ModelRegistry) else None,
         settings if isinstance(settings, DagSettings) else None,
         tools=list(tools) if isinstance(tools, list | tuple) else (),
+        allow_code=bool(spec.get("allow_code")),
     )
     configs = spec.get("configs")
 

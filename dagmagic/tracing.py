@@ -16,6 +16,11 @@ open and end as the events arrive, with the times the events (and the LLM call r
           chat gpt-4o-mini
         chat gpt-4o                             the analysis (and the answer it streams)
 
+A run's trace is its run id's: the trace id and the (never exported) span the run's span hangs under are drawn
+from the run id (``run_span_context``), so a run resumed later, in another process (a worker Temporal retried the
+run on after the first died, say), adds its spans to the trace its first spans are in. A step run again is a
+trace of its own.
+
 A subrun (a step planned as a DAG of its own) is an ``invoke_workflow`` span under its step. Messages, tool
 arguments and results, the goal and the answer are recorded only with the conventions' opt-in,
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``; every text attribute is masked like the rest of
@@ -25,6 +30,7 @@ dagmagic's output (``dagmagic._secrets.mask_secrets``): no key reaches a span.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -58,7 +64,7 @@ if TYPE_CHECKING:
 
     from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-    from opentelemetry.trace import Span, Tracer
+    from opentelemetry.trace import Span, SpanContext, Tracer
 
     from dagmagic.engine.run.dag_run import DagRun
 
@@ -68,6 +74,7 @@ __all__ = [
     "capture_content",
     "import_api",
     "provider_name",
+    "run_span_context",
     "run_tracer",
     "tracer_for",
 ]
@@ -134,6 +141,19 @@ def import_api() -> None:
     """
     with contextlib.suppress(ImportError):  # tracing is optional: a run says so only when asked for traces
         import opentelemetry.trace  # noqa: F401
+
+
+def run_span_context(run_id: str) -> SpanContext:
+    """The remote parent of run ``run_id``'s span, drawn from the run id alone: its trace is the run's wherever and
+    whenever its spans are made (a resumed run's join its first ones). Sampled: the run's spans are all kept, or
+    (a sampler that drops them) none.
+    """
+    from opentelemetry.trace import SpanContext, TraceFlags
+
+    digest = hashlib.sha256(f"dagmagic-run:{run_id}".encode()).digest()
+    trace_id = int.from_bytes(digest[:16], "big") or 1  # 0 is no id
+    span_id = int.from_bytes(digest[16:24], "big") or 1
+    return SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
 
 
 def tracer_for(settings: DagSettings) -> tuple[Tracer, TracerProvider | None] | None:
@@ -330,10 +350,14 @@ class RunTracer:
         self._frames: dict[str | None, _Frame] = {}
         self._run_id = ""
         self._targets: dict[str, str] = {}
+        self._own_trace = False
 
-    def follow(self, run: DagRun) -> None:
-        """Trace ``run`` from its next event on."""
+    def follow(self, run: DagRun, *, own_trace: bool = False) -> None:
+        """Trace ``run`` from its next event on: in the run's trace (``run_span_context``), or, ``own_trace`` (a
+        step run again), in a trace of its own.
+        """
         self._run_id = run.run_id  # a re-run of a step starts with no RunStarted
+        self._own_trace = own_trace
         self._unsubscribe = run.subscribe(self)
 
     def __call__(self, event: Event) -> None:
@@ -536,7 +560,12 @@ class RunTracer:
     def _start(self, name: str, parent: _Open | None, at: float, attributes: Mapping[str, Any]) -> Span:
         from opentelemetry import context, trace
 
-        within = trace.set_span_in_context(parent.span) if parent is not None else context.Context()
+        if parent is not None:
+            within = trace.set_span_in_context(parent.span)
+        elif self._run_id and not self._own_trace:
+            within = trace.set_span_in_context(trace.NonRecordingSpan(run_span_context(self._run_id)))
+        else:
+            within = context.Context()
         return self.tracer.start_span(
             mask_secrets(name),
             context=within,

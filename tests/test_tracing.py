@@ -29,7 +29,7 @@ from opentelemetry.trace import StatusCode
 from dagmagic import ConfigurationError, DagRun, DagSession, DagSettings, ModelRegistry, tool
 from dagmagic import tracing as tracing_module
 from dagmagic.testing import ScriptedLLM, ScriptedRequest, ToolCall
-from dagmagic.tracing import CAPTURE_CONTENT_VARIABLE, provider_name, run_tracer
+from dagmagic.tracing import CAPTURE_CONTENT_VARIABLE, provider_name, run_span_context, run_tracer
 
 KEY = "sk-test-" + "4f9a" * 8
 """A key-shaped secret planted in the goal, a tool's arguments and its result."""
@@ -96,7 +96,7 @@ class Spans:
         return span
 
     def parent(self, span: ReadableSpan) -> ReadableSpan | None:
-        if span.parent is None:
+        if span.parent is None or span.parent.is_remote:  # a run's span hangs under its run id's context
             return None
         return next(other for other in self.spans if other.context.span_id == span.parent.span_id)
 
@@ -139,6 +139,7 @@ async def test_a_run_is_a_tree_of_spans_named_by_the_conventions(exported: InMem
     steps = {step_id: spans.one(f"invoke_agent {step_id}") for step_id in ("s1", "s2", "s3")}
     tool_call = spans.one("execute_tool lookup")
     assert spans.parent(run) is None
+    assert run.attributes is not None and run.parent == run_span_context(str(run.attributes["dagmagic.run_id"]))
     assert spans.parent(round_) is run
     assert spans.parent(plan) is round_
     assert all(spans.parent(step) is round_ for step in steps.values())
@@ -292,6 +293,36 @@ async def test_a_step_run_again_is_a_trace_of_its_own_with_the_runs_id(exported:
     assert not again.named("plan round 1") and not again.named("plan round 2")  # a re-run plans nothing
 
 
+async def test_a_resumed_run_adds_its_spans_to_the_trace_its_first_spans_are_in(
+    exported: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    held = asyncio.Event()
+
+    async def holding_s3(request: ScriptedRequest) -> str | ToolCall:
+        if request.step_id == "s3":
+            held.set()
+            await asyncio.Event().wait()  # cut here: s1 and s2 are done
+        return await _step(request)
+
+    def session(step: Any) -> DagSession:
+        registry = ModelRegistry().register("scripted", ScriptedLLM(_script(step=step)), roles=["smart", "general"])
+        return DagSession(registry, DagSettings(store=str(tmp_path / "runs.sqlite")), tools=[lookup])
+
+    run = session(holding_s3).start("goal")
+    await asyncio.wait_for(held.wait(), 30)
+    run.cancel()
+    await run.wait()
+    first = Spans(list(exported.get_finished_spans()))
+    exported.clear()
+    resumed = await session(_step).resume(run.run_id)  # another session, as another process would
+    assert resumed.status == "done" and resumed.run_id == run.run_id
+    again = Spans(list(exported.get_finished_spans()))
+    assert first.named("invoke_agent s1") and again.named("invoke_agent s3")
+    trace_id = run_span_context(run.run_id).trace_id
+    assert {span.context.trace_id for span in [*first.spans, *again.spans]} == {trace_id}
+    assert first.one("invoke_workflow dagmagic").parent == again.one("invoke_workflow dagmagic").parent
+
+
 def test_tracing_is_off_without_a_provider_or_dag_otel() -> None:
     assert run_tracer(DagSettings()) is None
 
@@ -438,7 +469,7 @@ async def test_dag_otel_exports_the_run_to_a_real_otlp_receiver(phoenix: str, mo
         "execute_tool lookup",
         "chat scripted",
     } <= set(named)
-    assert named["invoke_workflow dagmagic"]["parent_id"] is None
+    assert named["invoke_workflow dagmagic"]["parent_id"] not in by_id  # its run id's context, never exported
     assert parent("round 1") == "invoke_workflow dagmagic"
     assert parent("plan round 1") == parent("invoke_agent s2") == "round 1"
     assert parent("execute_tool lookup") == "invoke_agent s1"

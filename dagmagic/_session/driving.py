@@ -124,7 +124,7 @@ class RunDriver:
         if "python" in self.loop.tool_names and (warning := self.toolbox.unsandboxed_code_warning()):
             run.emit(RunWarning(message=warning))
         if tracer is not None:
-            tracer.follow(run)
+            tracer.follow(run, own_trace=isinstance(origin, Rerun))
         task = asyncio.get_running_loop().create_task(
             self._drive(run, origin, tracer), name=f"dagmagic:run:{run.run_id}"
         )

@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import signal
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,20 +20,6 @@ from tests.temporal.workers import Worker, calls_in
 pytestmark = [pytest.mark.timeout(240)]
 
 GOALS = [f"look up case {n}" for n in range(20)]
-
-
-@pytest.fixture
-def queue() -> str:
-    """A task queue of the test's own: no other test's worker takes its cells."""
-    return f"test-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def workers() -> Iterator[list[Worker]]:
-    started: list[Worker] = []
-    yield started
-    for worker in started:
-        worker.stop()
 
 
 def notebook(store: Path | str) -> tuple[DagSession, ScriptedLLM]:

@@ -60,14 +60,25 @@ WORKER_FILE = textwrap.dedent(
 
 
 class Worker:
-    """One ``python -m dagmagic worker`` process, started and ready (it said it polls)."""
+    """One ``python -m dagmagic worker`` process, started and ready (it said it polls); ``source`` is its FILE
+    (``tmp/worker_file.py``, written by the first worker of ``tmp``), ``env`` more of its environment.
+    """
 
     def __init__(
-        self, tmp: Path, address: str, queue: str, store: str, *, seconds: float = 0.05, concurrency: int = 1
+        self,
+        tmp: Path,
+        address: str,
+        queue: str,
+        store: str,
+        *,
+        seconds: float = 0.05,
+        concurrency: int = 1,
+        source: str = WORKER_FILE,
+        env: dict[str, str] | None = None,
     ) -> None:
         file = tmp / "worker_file.py"
         if not file.exists():
-            file.write_text(WORKER_FILE)
+            file.write_text(source)
         self.calls = tmp / "calls.txt"
         self.log = tmp / f"worker-{time.monotonic_ns()}.log"
         env = {
@@ -77,6 +88,7 @@ class Worker:
             "DAG_STORE": store,
             "DAG_TEST_CALLS": str(self.calls),
             "DAG_TEST_LOOKUP_SECONDS": str(seconds),
+            **(env or {}),
         }
         command = [sys.executable, "-m", "dagmagic", "worker", "--temporal", address, "--task-queue", queue]
         with self.log.open("w") as log:
