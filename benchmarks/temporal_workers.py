@@ -332,7 +332,7 @@ def main() -> None:
 
 def report(rows: dict[str, dict[str, Any]], cells: int, logs: str) -> None:
     """Print the table, the provider's ceilings, the overhead per cell and the worker logs' errors."""
-    calls = rows["1"]["calls"]
+    calls = float(rows["1"]["calls"])
 
     def ceiling(workers: int) -> float:
         """Cells/s the provider allows: min(workers x concurrency, its limit) calls in flight, calls in a row."""
