@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,27 +17,9 @@ from dagmagic.events import RunFinished, UserAction
 from dagmagic.store import RunStore
 from dagmagic.temporal import DetachedRun, attach
 from dagmagic.testing import ScriptedLLM
-from tests.temporal.workers import Worker, calls_in
+from tests.temporal.workers import Worker, calls_in, notebook
 
 pytestmark = [pytest.mark.timeout(240)]
-
-
-@pytest.fixture
-def queue() -> str:
-    return f"test-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def workers() -> Iterator[list[Worker]]:
-    started: list[Worker] = []
-    yield started
-    for worker in started:
-        worker.stop()
-
-
-def notebook(store: Path | str) -> tuple[DagSession, ScriptedLLM]:
-    llm = ScriptedLLM({"*": ["never asked"]})
-    return DagSession(ModelRegistry().register("unused", llm), DagSettings(store=str(store))), llm
 
 
 async def until(condition: Any, what: str) -> None:

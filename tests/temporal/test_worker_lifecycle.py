@@ -13,12 +13,10 @@ from typing import Any
 import psutil
 import pytest
 
-from dagmagic import DagSession, DagSettings, ModelRegistry
 from dagmagic.events import StepStarted
 from dagmagic.store import RunStore
-from dagmagic.testing import ScriptedLLM
 from tests.engine.tools.test_mcp import SERVER
-from tests.temporal.workers import Worker
+from tests.temporal.workers import Worker, notebook
 
 pytestmark = [pytest.mark.timeout(240)]
 
@@ -75,10 +73,6 @@ def start_worker(tmp_path: Path, temporal: Any, queue: str, store: str, sleep: f
     return Worker(tmp_path, temporal.address, queue, store, source=WORKER_FILE, env=env), temp
 
 
-def notebook(store: str) -> DagSession:
-    return DagSession(ModelRegistry().register("unused", ScriptedLLM({"*": ["never asked"]})), DagSettings(store=store))
-
-
 def ended(processes: list[psutil.Process]) -> bool:
     return not any(process.is_running() and process.status() != psutil.STATUS_ZOMBIE for process in processes)
 
@@ -89,7 +83,9 @@ async def test_sigterm_stops_the_workers_mcp_servers_and_code_sandbox(
     store = str(tmp_path / "runs.sqlite")
     worker, temp = start_worker(tmp_path, temporal, queue, store, sleep=0)
     workers.append(worker)
-    experiment = await notebook(store).evaluate(["one goal"], name="lifecycle", on=f"{temporal.on}?task_queue={queue}")
+    experiment = await notebook(store)[0].evaluate(
+        ["one goal"], name="lifecycle", on=f"{temporal.on}?task_queue={queue}"
+    )
     assert [cell.status for cell in experiment.cells] == ["done"], worker.output()
     run_id = experiment.cells[0].run_id
     assert run_id is not None
@@ -110,7 +106,7 @@ async def test_sigterm_while_a_cell_is_under_way_ends_the_worker_and_what_it_sta
     store = str(tmp_path / "runs.sqlite")
     worker, temp = start_worker(tmp_path, temporal, queue, store, sleep=600)  # s3 waits on the MCP server
     workers.append(worker)
-    experiment = notebook(store).start_evaluation(["one goal"], name="cut", on=f"{temporal.on}?task_queue={queue}")
+    experiment = notebook(store)[0].start_evaluation(["one goal"], name="cut", on=f"{temporal.on}?task_queue={queue}")
     try:
         deadline = time.monotonic() + 120
         while not (servers_of(worker) and workspaces(temp) and "s3" in _started_steps(store)):

@@ -11,8 +11,9 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
-__all__ = ["WORKER_FILE", "Worker", "calls_in"]
+__all__ = ["WORKER_FILE", "Worker", "calls_in", "notebook"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -120,3 +121,12 @@ def calls_in(path: Path) -> list[tuple[int, str]]:
     if not path.exists():
         return []
     return [(int(pid), item) for pid, item in (line.split() for line in path.read_text().splitlines())]
+
+
+def notebook(store: Path | str) -> tuple[Any, Any]:
+    """The notebook's session over ``store``, and its own model: never asked (the work runs on the workers)."""
+    from dagmagic import DagSession, DagSettings, ModelRegistry
+    from dagmagic.testing import ScriptedLLM
+
+    llm = ScriptedLLM({"*": ["never asked"]})
+    return DagSession(ModelRegistry().register("unused", llm), DagSettings(store=str(store))), llm
