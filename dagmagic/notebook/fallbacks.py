@@ -386,6 +386,8 @@ def _summary(run: DagRun) -> str:
         parts.append(f"replay of run {run.replay_of}")
     if run.forked_from:
         parts.append(f"fork of run {run.forked_from} at {run.forked_at}")
+    if run.state.detached_on:
+        parts.append(f"on Temporal's workers ({run.state.detached_on})")
     if run.analysis is not None:
         parts += [f"achieved: {'yes' if run.achieved else 'no'}", f"confidence: {run.confidence:.2f}"]
     if run.partial and run.answer:

@@ -74,6 +74,8 @@ class DagWidget(AnsweringWidget):
     comparison_label = traitlets.Unicode("").tag(sync=True)
     forked = traitlets.Unicode("").tag(sync=True)
     """Where a fork comes from: ``fork of run 3f2a19c0d4e1 at r1.s2`` ("" for a run of its own)."""
+    detached = traitlets.Unicode("").tag(sync=True)
+    """Where a run on Temporal's workers runs ("" for a run driven in this kernel)."""
 
     def __init__(self, run: DagRun, *, max_rate: float = 15.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -48,6 +48,7 @@ def widget_state(run: DagRun) -> dict[str, Any]:
         "error": run.error or "",
         "divergence": _divergence(run),
         "forked": f"fork of run {run.forked_from} at {run.forked_at}" if run.forked_from else "",
+        "detached": _detached(run),
         "warnings": [cap(warning, 1000) for warning in run.warnings[-WARNINGS:]],
         "answer": _capped_answer(run.answer),
         "answer_fallback": _answer_is_fallback(run),
@@ -355,3 +356,11 @@ def cap(text: str | None, limit: int) -> str | None:
     if text is None or len(text) <= limit:
         return text
     return f"{text[:limit]}… ({len(text) - limit} more characters)"
+
+
+def _detached(run: DagRun) -> str:
+    """Where a run on Temporal's workers runs, and that it outlives this kernel ("" for a run driven here)."""
+    where = run.state.detached_on
+    if not where:
+        return ""
+    return f"runs on Temporal's workers ({where}) and goes on without this kernel: %dag attach {run.run_id} follows it"

@@ -116,12 +116,15 @@ export function createHeader() {
     ),
   );
   const forked = h("div", { class: "dagmagic-forked", hidden: true });
+  // Where a run on Temporal's workers runs: it goes on without this kernel.
+  const detached = h("div", { class: "dagmagic-forked dagmagic-detached", hidden: true });
   const error = h("div", { class: "dagmagic-error", role: "alert", hidden: true });
   // What the user should know about the whole run (not saved, code without a sandbox, a model that went silent).
   const warnings = h("ul", { class: "dagmagic-run-warnings", "aria-label": "About this run", hidden: true });
   const el = h("header", { class: "dagmagic-header" }, [
     h("div", { class: "dagmagic-title" }, [h("span", { class: "dagmagic-brand" }, ["dagmagic"]), status, goal]),
     forked,
+    detached,
     totals,
     error,
     warnings,
@@ -149,6 +152,8 @@ export function createHeader() {
     setText(values.elapsed, formatDuration(runElapsed(state)));
     setText(forked, state.forked ?? "");
     forked.hidden = !state.forked;
+    setText(detached, state.detached ?? "");
+    detached.hidden = !state.detached;
     showError(error, state);
     const joined = state.warnings.join("\n");
     if (joined !== shownWarnings) {

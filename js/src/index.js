@@ -51,6 +51,7 @@ const FEEDS = /** @type {Record<(typeof TRAITS)[number], Part[]>} */ ({
   comparison_round: ["rounds"],
   comparison_label: ["rounds"],
   forked: ["header"],
+  detached: ["header"],
 });
 
 const ALL_PARTS = /** @type {Part[]} */ (["header", "approval", "rounds", "answer", "controls", "timeline", "trace"]);

@@ -37,6 +37,7 @@ export const TRAITS = /** @type {const} */ ([
   "comparison_round",
   "comparison_label",
   "forked",
+  "detached",
 ]);
 
 /**
@@ -113,6 +114,7 @@ export function readState(model) {
     comparison_round: num(get(model, "comparison_round")) ?? 0,
     comparison_label: String(get(model, "comparison_label") ?? ""),
     forked: String(get(model, "forked") ?? ""),
+    detached: String(get(model, "detached") ?? ""),
   };
 }
 

@@ -190,6 +190,7 @@
  * @property {number} [comparison_round]  the round it shows under (0: none)
  * @property {string} [comparison_label]  "round 1 vs round 2"
  * @property {string} [forked]  where a fork comes from ("fork of run 3f2a… at r1.s2"; "" for a run of its own)
+ * @property {string} [detached]  where a run on Temporal's workers runs ("" for a run driven in its kernel)
  */
 
 /**
