@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from dagmagic._secrets import mask_secrets
 from dagmagic.errors import DagError
 from dagmagic.evaluation.cell_runs import CellRuns
 from dagmagic.evaluation.configs import Config, as_configs
@@ -124,7 +125,9 @@ class WorkerActivities:
         try:
             return as_configs({task.config: spec}, self._evaluating)[0]
         except (TypeError, ValueError) as exc:
-            raise ApplicationError(f"config {task.config!r}: {exc}", type=REFUSED, non_retryable=True) from None
+            raise ApplicationError(
+                mask_secrets(f"config {task.config!r}: {exc}"), type=REFUSED, non_retryable=True
+            ) from None
 
     @activity.defn(name=RUN_ACTIVITY)
     async def drive_run(self, task: RunTask) -> str:
@@ -153,7 +156,7 @@ class WorkerActivities:
             else:
                 run = self.session.start_resume(task.run_id, **options)
         except DagError as exc:  # held by a process not yet known dead: Temporal tries again later
-            raise ApplicationError(str(exc), type="RunHeldElsewhere") from None
+            raise ApplicationError(mask_secrets(str(exc)), type="RunHeldElsewhere") from None
         assert info.workflow_id is not None  # an activity of a workflow, never a standalone one
         handle = activity.client().get_workflow_handle(info.workflow_id)
         try:

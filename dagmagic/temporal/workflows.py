@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -53,15 +54,8 @@ class ExperimentWorkflow:
 
         async def one(cell: object) -> CellOutcome:
             async with limit:
-                outcome: CellOutcome = await workflow.execute_activity(
-                    CELL_ACTIVITY,
-                    cell,
-                    result_type=CellOutcome,
-                    start_to_close_timeout=_LONGEST,
-                    heartbeat_timeout=timedelta(seconds=task.heartbeat_seconds),
-                    retry_policy=RETRIES,
-                    cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-                    summary=f"cell {getattr(cell, 'index', '?')}",
+                outcome: CellOutcome = await _run_activity(
+                    CELL_ACTIVITY, cell, CellOutcome, task.heartbeat_seconds, f"cell {getattr(cell, 'index', '?')}"
                 )
                 return outcome
 
@@ -83,16 +77,7 @@ class RunWorkflow:
     @workflow.run
     async def run(self, task: RunTask) -> str:
         """The run's status at its end."""
-        status: str = await workflow.execute_activity(
-            RUN_ACTIVITY,
-            task,
-            result_type=str,
-            start_to_close_timeout=_LONGEST,
-            heartbeat_timeout=timedelta(seconds=task.heartbeat_seconds),
-            retry_policy=RETRIES,
-            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            summary=task.goal[:200],
-        )
+        status: str = await _run_activity(RUN_ACTIVITY, task, str, task.heartbeat_seconds, task.goal[:200])
         return status
 
     @workflow.signal(name="message")
@@ -104,3 +89,19 @@ class RunWorkflow:
     def messages(self, seen: int) -> list[str]:
         """The messages after the first ``seen``."""
         return self._messages[seen:]
+
+
+async def _run_activity(name: str, task: object, result: type, heartbeat_seconds: float, summary: str) -> Any:
+    """One of dagmagic's activities, heartbeating, retried on any worker, and waited for when it is cancelled (its
+    run cut and recorded before the workflow ends).
+    """
+    return await workflow.execute_activity(
+        name,
+        task,
+        result_type=result,
+        start_to_close_timeout=_LONGEST,
+        heartbeat_timeout=timedelta(seconds=heartbeat_seconds),
+        retry_policy=RETRIES,
+        cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+        summary=summary,
+    )
