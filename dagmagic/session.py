@@ -133,8 +133,8 @@ class DagSession:
         ``on="temporal://HOST:PORT/NAMESPACE"``: the run goes to the workers of that Temporal service (``python -m
         dagmagic worker``), with their models and tools, and outlives this process; the run returned follows it
         through the run store they share, and its controls (``stop()``, ``follow_up()``, ``approve()``...) reach it
-        as signals. ``dagmagic.temporal.attach(run_id, store)`` (``%dag attach RUN``) follows it again from any process. Its answer does not join the
-        conversation.
+        as signals. ``dagmagic.temporal.attach(run_id, store)`` (``%dag attach RUN``) follows it again from any
+        process. Its answer does not join the conversation.
         """
         goal = _check_goal(goal)
         _running_loop("DagSession.start()", "asyncio.run(session.run(goal))")
