@@ -51,8 +51,8 @@ __all__ = [
 ]
 
 STEP_EVENTS = frozenset(
-    {"step_planned", "step_queued", "step_started", "step_iteration", "verifying", "verification", "step_retrying",
-     "step_completed"}
+    {"step_planned", "step_queued", "step_paused", "step_started", "step_iteration", "verifying", "verification",
+     "step_retrying", "step_completed"}
 )  # fmt: skip
 """The events that change a step's row."""
 ROUND_EVENTS = frozenset(

@@ -102,3 +102,22 @@ async def test_any_process_attaches_to_a_running_run_and_stops_it(
             DagSettings(store=store),
         ).run("a local goal")
         attach(ended.run_id, RunStore.open(store))
+
+
+async def test_a_plan_waits_for_approval_and_a_breakpoint_pauses_a_step_on_the_worker(
+    tmp_path: Path, temporal: Any, queue: str, workers: list[Worker]
+) -> None:
+    store = str(tmp_path / "runs.sqlite")
+    workers.append(Worker(tmp_path, temporal.address, queue, store))
+    session, _ = notebook(store)
+    run = session.start("look up case 6", on=f"{temporal.on}?task_queue={queue}", approve_plans=True)
+    await until(lambda: run.awaiting_approval, "the plan waits for approval")
+    assert calls_in(workers[0].calls) == []  # nothing ran before the approval
+    run.break_before("s2")
+    run.approve()
+    await until(lambda: run.paused == ["s2"], "s2 paused at its breakpoint")
+    assert [item for _, item in calls_in(workers[0].calls)] == ["q6-a"]
+    run.resume_step("s2")
+    await run
+    assert run.status == "done" and [item for _, item in calls_in(workers[0].calls)] == ["q6-a", "q6-b"]
+    assert [e.action for e in run.events if isinstance(e, UserAction)] == ["break", "approve", "continue"]
