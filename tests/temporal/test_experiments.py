@@ -60,9 +60,10 @@ async def test_twenty_cells_on_two_worker_processes_each_once(
 
 
 async def test_a_killed_workers_cell_finishes_on_another_its_run_resumed(
-    tmp_path: Path, temporal: Any, queue: str, workers: list[Worker]
+    tmp_path: Path, temporal: Any, queue: str, workers: list[Worker], store_path: Path | str
 ) -> None:
-    store = str(tmp_path / "runs.sqlite")
+    """On each store the workers may share: a SQLite file (one machine), PostgreSQL (a team's)."""
+    store = str(store_path)
     workers += [Worker(tmp_path, temporal.address, queue, store, seconds=1.5) for _ in range(2)]
     session, _ = notebook(store)
     experiment = session.start_evaluation(GOALS[:4], name="killed", on=f"{temporal.on}?task_queue={queue}")
