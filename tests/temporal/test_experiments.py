@@ -20,6 +20,12 @@ pytestmark = [pytest.mark.timeout(240)]
 GOALS = [f"look up case {n}" for n in range(20)]
 
 
+def first_lookup_saved(store: RunStore, run_id: str) -> bool:
+    """Whether the run's first step is written completed: what a worker that dies from now on keeps."""
+    rounds = store.load(run_id).state.rounds
+    return bool(rounds) and any(step.id == "s1" and step.status == "completed" for step in rounds[-1].plan.steps)
+
+
 def answered(case: Any, run: Any) -> bool:
     return bool(run.answer == "the answer")
 
@@ -67,19 +73,21 @@ async def test_a_killed_workers_cell_finishes_on_another_its_run_resumed(
     workers += [Worker(tmp_path, temporal.address, queue, store, seconds=1.5) for _ in range(2)]
     session, _ = notebook(store)
     experiment = session.start_evaluation(GOALS[:4], name="killed", on=f"{temporal.on}?task_queue={queue}")
-    cut: tuple[Worker, str, int] | None = None
-    for _ in range(600):  # a cell whose first lookup completed and whose second is under way
-        await asyncio.sleep(0.05)
-        calls = calls_in(workers[0].calls)
-        seconds = [(pid, item) for pid, item in calls if item.endswith("-b")]
+    reader = RunStore.open(store)
+    cut: tuple[Worker, str, str] | None = None
+    for _ in range(600):  # a cell whose first lookup completed (in the store: it is written behind) and whose
+        await asyncio.sleep(0.05)  # second is under way
+        seconds = [(pid, item) for pid, item in calls_in(workers[0].calls) if item.endswith("-b")]
         if seconds:
             pid, item = seconds[0]
-            cut = next(worker for worker in workers if worker.pid == pid), item.removesuffix("-b"), len(calls)
-            break
+            cell_item = item.removesuffix("-b")
+            stored = reader.runs(limit=10, goal=f"look up case {cell_item.removeprefix('q')}")
+            if stored and first_lookup_saved(reader, stored[0].run_id):
+                cut = next(worker for worker in workers if worker.pid == pid), cell_item, stored[0].run_id
+                break
     assert cut is not None, "no cell reached its second lookup"
-    doomed, cell_item, _ = cut
+    doomed, cell_item, run_id = cut
     index = int(cell_item.removeprefix("q"))
-    run_id = experiment.cells[index].run_id or RunStore.open(store).runs(limit=10)[0].run_id
     doomed.process.send_signal(signal.SIGKILL)
     doomed.process.wait(timeout=30)
     await experiment.wait()
