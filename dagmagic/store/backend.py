@@ -125,6 +125,12 @@ class Backend(Protocol):
         """What ``db`` was just opened on, to notice when it is replaced."""
         ...
 
+    def snapshot(self, db: Connection) -> AbstractContextManager[None]:
+        """A read transaction on the reader ``db``: the reads in the block see the store at one moment, so that a
+        run read while another process writes it is whole (never an event without the call it refers to).
+        """
+        ...
+
     def transaction(self, db: Connection) -> AbstractContextManager[None]:
         """A write transaction on ``db``, committed when the block ends (rolled back when it raises), the store's
         write lock taken first, so that a change never half-waits inside it; a lock held elsewhere raises an

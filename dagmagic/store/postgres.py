@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, suppress
 from functools import lru_cache
 from typing import Any
 
@@ -87,6 +87,16 @@ class PostgresBackend:
         """
         assert isinstance(db, _Connection)
         return _Database(db)
+
+    @contextmanager
+    def snapshot(self, db: Connection) -> Iterator[None]:
+        """A repeatable-read transaction: every read sees what was committed when its first began."""
+        db.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        try:
+            yield
+        finally:
+            with suppress(psycopg.OperationalError):  # a lost connection: the read's own error is the one to tell
+                db.rollback()
 
     @contextmanager
     def transaction(self, db: Connection) -> Iterator[None]:

@@ -96,6 +96,8 @@ class RunStore:
         self._writer = self._runs.writer = StoreWriter(backend, backend.writer(), listener=self._runs)
         self._reader = backend.reader()
         self._reading = backend.watch(self._reader)
+        self._reading_one = threading.Lock()
+        """Held through a read of several statements: the reader's snapshot is one at a time."""
         self._leases = lease.Heartbeat(path, self._renew)
         """The leases of the runs this store's process drives, renewed while they run."""
         self._renewing = threading.Event()
@@ -387,7 +389,9 @@ class RunStore:
 
     def load(self, run_id: str) -> StoredRun:
         """The stored run ``run_id``; ``KeyError`` when there is none."""
-        return reading.load(self._read(run_id), run_id)
+        db = self._read(run_id)
+        with self._reading_one, self._backend.snapshot(db):
+            return reading.load(db, run_id)
 
     def runs(self, limit: int = 50, *, goal: str | None = None) -> list[RunSummary]:
         """The latest ``limit`` runs (of ``goal`` only, when given), newest first."""

@@ -117,6 +117,15 @@ class SQLiteBackend:
         return OpenFile(self.location)
 
     @contextmanager
+    def snapshot(self, db: Connection) -> Iterator[None]:
+        """A deferred transaction: WAL keeps the moment of its first read for every read until it ends."""
+        db.execute("BEGIN")
+        try:
+            yield
+        finally:
+            db.rollback()
+
+    @contextmanager
     def transaction(self, db: Connection) -> Iterator[None]:
         """The write lock first (``BEGIN IMMEDIATE``): a change never half-waits inside its transaction."""
         db.execute("BEGIN IMMEDIATE")

@@ -20,11 +20,12 @@ import pytest
 import dagmagic
 from dagmagic import DagError, DagRun, DagSession, DagSettings, ModelRegistry
 from dagmagic.errors import StoreError
-from dagmagic.events import RunFinished, RunWarning, StepCompleted
+from dagmagic.events import LLMCallRecorded, RunFinished, RunWarning, StepCompleted
 from dagmagic.models import Exchange, RunState
-from dagmagic.store import SCHEMA_VERSION, RunStore
+from dagmagic.store import SCHEMA_VERSION, RunStore, rows
 from dagmagic.store.sqlite import _MIGRATIONS as MIGRATIONS
 from dagmagic.store.sqlite import APPLICATION_ID
+from dagmagic.store.writer import Statements
 from dagmagic.store_url import store_location
 from dagmagic.testing import ScriptedLLM, ScriptedRequest
 from tests.engine.conftest import plan_reply, verdict
@@ -510,3 +511,48 @@ async def test_changes_that_waited_are_written_together_and_one_refused_is_undon
     assert max(batches) >= 3
     messages = {run_id: [getattr(e, "message", None) for e in store.load(run_id).events] for run_id in "ab"}
     assert messages == {"a": ["a1", "a2"], "b": []}
+
+
+class _WritesAfterReadingCalls:
+    """The store's reader, with another process's change committed just after the run's calls were read."""
+
+    def __init__(self, db: Any, write: Any) -> None:
+        self._db, self._write = db, write
+
+    def execute(self, sql: str, parameters: Any = (), /) -> Any:
+        cursor = self._db.execute(sql, parameters)
+        if "FROM calls" not in sql or self._write is None:
+            return cursor
+        read = cursor.fetchall()
+        self._write()
+        self._write = None
+        return iter(read)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)
+
+
+async def test_a_run_read_while_another_process_writes_it_is_read_at_one_moment(
+    store_path: Path | str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A notebook following a worker's run read an event before the call it refers to (CI: ``KeyError: 0``)."""
+    run = await session(store_path).run("Compare the populations")
+    store = RunStore.open(store_path)
+    before = store.load(run.run_id)
+    recorded = next(event for event in before.events if isinstance(event, LLMCallRecorded))
+    position = len(before.state.calls)
+
+    def another_process_records_a_call() -> None:
+        change = Statements()
+        rows.put_call(change, run.run_id, position, recorded.call)
+        rows.put_event(change, run.run_id, recorded, position)
+        with connect(store_path) as db:
+            change.run(db)
+
+    monkeypatch.setattr(store, "_reader", _WritesAfterReadingCalls(store._reader, another_process_records_a_call))
+    during = store.load(run.run_id)
+    assert (len(during.state.calls), len(during.events)) == (position, len(before.events))  # the moment it began
+    monkeypatch.undo()
+    after = store.load(run.run_id)
+    assert (len(after.state.calls), len(after.events)) == (position + 1, len(before.events) + 1)
+    assert after.events[-1] == recorded
